@@ -1,0 +1,322 @@
+"""The typed, frozen run configuration: schema, parsing, validation, derived values.
+
+Every setting lives in one frozen dataclass. Values come from a YAML file and
+`key=value` overrides (dots reach nested sections: `mesh.data=4`,
+`env_kwargs.scenario=3m`). Validation happens here, before anything is
+compiled, and every error names the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import typing
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad configuration value. The message names the field and what is allowed."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Device mesh shape. -1 on one axis fills it with the devices left over."""
+
+    seed: int = 1  # devices that split the seeds
+    data: int = -1  # devices that split the environments (gradients averaged over them)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One training run. Names follow JaxMARL's IPPO keys in lower case."""
+
+    algo: str = "ippo"
+    env: str = "MPE_simple_spread_v3"  # a JaxMARL id, or `module:callable` returning an env
+    env_kwargs: dict = dataclasses.field(default_factory=dict)
+
+    # PPO (JaxMARL's IPPO-FF MPE settings are the defaults)
+    lr: float = 2.5e-4
+    num_envs: int = 16
+    num_steps: int = 128
+    total_timesteps: int = 1_000_000
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    anneal_lr: bool = True
+
+    # networks
+    activation: str = "tanh"  # tanh | relu
+    hidden_size: int = 64
+    num_layers: int = 2
+    recurrent: bool = False  # GRU actor-critic; hidden state resets at episode ends
+    gru_hidden_size: int = 128
+    torso: str = "auto"  # auto | mlp | cnn  (auto: cnn for [H, W, C] observations)
+    agent_id: bool = True  # append a one-hot agent id inside each group of shared parameters
+    param_sharing: str = "shared"  # one parameter set per group of agents with identical spaces
+
+    # seeds and devices
+    seed: int = 0
+    num_seeds: int = 1
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+
+    # host loop
+    out_dir: str = "runs/latest"
+    num_chunks: int = 50  # jitted chunks the run is split into (one metrics row each)
+    progress: bool = True
+    plot: bool = True
+
+    # ---- derived values: the one place they are computed ----
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // (self.num_steps * self.num_envs)
+
+    @property
+    def updates_per_chunk(self) -> int:
+        return max(1, math.ceil(self.num_updates / min(self.num_chunks, self.num_updates)))
+
+    @property
+    def minibatch_steps(self) -> int:
+        """Time steps of every environment that one minibatch takes."""
+        return self.num_steps // self.num_minibatches
+
+    @property
+    def env_steps_per_update(self) -> int:
+        """Environment transitions per update, summed over envs and seeds."""
+        return self.num_steps * self.num_envs * self.num_seeds
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+ALGOS = ("ippo",)
+ACTIVATIONS = ("tanh", "relu")
+TORSOS = ("auto", "mlp", "cnn")
+SHARING = ("shared",)
+
+_POSITIVE_INTS = (
+    "num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches",
+    "hidden_size", "num_layers", "gru_hidden_size", "num_seeds", "num_chunks",
+)  # fmt: skip
+_NON_NEGATIVE_FLOATS = ("lr", "ent_coef", "vf_coef", "clip_eps", "max_grad_norm")
+_UNIT_FLOATS = ("gamma", "gae_lambda")
+
+
+def _fields(cls) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _unknown_key(key: str, allowed: typing.Iterable[str]) -> ConfigError:
+    allowed = sorted(allowed)
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(key, f"unknown key{hint}; allowed keys: {', '.join(allowed)}")
+
+
+def _coerce(name: str, value: Any, annotation: Any) -> Any:
+    """Convert a parsed YAML/CLI value to the field's declared type, or raise ConfigError."""
+    kind = {"int": int, "float": float, "bool": bool, "str": str, "dict": dict}.get(
+        annotation if isinstance(annotation, str) else getattr(annotation, "__name__", ""),
+    )
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(name, f"expected true or false, got {value!r}")
+    if kind is int:
+        if isinstance(value, bool):
+            raise ConfigError(name, f"expected an integer, got {value!r}")
+        if isinstance(value, str):
+            value = _parse_scalar(value)
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, int):
+            return value
+        raise ConfigError(name, f"expected an integer, got {value!r}")
+    if kind is float:
+        if isinstance(value, str):
+            value = _parse_scalar(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(name, f"expected a number, got {value!r}")
+    if kind is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(name, f"expected a string, got {value!r}")
+    if kind is dict:
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise ConfigError(name, f"expected a mapping, got {value!r}")
+    return value
+
+
+def _parse_scalar(text: str) -> Any:
+    """Parse a CLI value: numbers like 2e6 (which YAML reads as a string), else YAML."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return yaml.safe_load(text) if text != "" else ""
+
+
+def _build(cls, values: Mapping[str, Any], prefix: str = ""):
+    fields = _fields(cls)
+    kwargs = {}
+    for key, value in values.items():
+        full = f"{prefix}{key}"
+        if key not in fields:
+            raise _unknown_key(full, [f"{prefix}{k}" for k in fields])
+        hints = typing.get_type_hints(cls)
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, Mapping):
+                raise ConfigError(full, f"expected a mapping of {', '.join(_fields(hint))}")
+            kwargs[key] = _build(hint, value, prefix=f"{full}.")
+        else:
+            kwargs[key] = _coerce(full, value, hint)
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(dotted, f"'{part}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_overrides(args: typing.Sequence[str]) -> dict:
+    """`["lr=1e-3", "mesh.data=4"]` -> nested dict of parsed values."""
+    tree: dict = {}
+    for arg in args:
+        if "=" not in arg:
+            raise ConfigError(arg, "expected key=value (for example lr=3e-4 or mesh.data=4)")
+        key, text = arg.split("=", 1)
+        _set_dotted(tree, key.strip(), _parse_scalar(text.strip()))
+    return tree
+
+
+def _merge(base: dict, over: Mapping) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if k != "env_kwargs" and isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _merge(out[k], v)
+        elif k == "env_kwargs" and isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = {**out[k], **v}
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
+    """Read a YAML file (optional), apply `key=value` overrides, validate, freeze."""
+    values: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError("config", f"file not found: {path}")
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError("config", f"{path} must hold a mapping of keys to values")
+        values = loaded
+    values = _merge(values, parse_overrides(overrides))
+    return validate(_build(Config, values))
+
+
+def from_dict(values: Mapping[str, Any]) -> Config:
+    """Build and validate a Config from a (nested) mapping, e.g. a saved config.yaml."""
+    return validate(_build(Config, values))
+
+
+def replace(config: Config, **changes: Any) -> Config:
+    """A validated copy with some fields changed (configs are never mutated)."""
+    return validate(_build(Config, _merge(config.to_dict(), changes)))
+
+
+def validate(config: Config) -> Config:
+    """Check every field and the relations between them. Devices are checked in parallel.mesh."""
+    c = config
+    _one_of("algo", c.algo, ALGOS)
+    _one_of("activation", c.activation, ACTIVATIONS)
+    _one_of("torso", c.torso, TORSOS)
+    _one_of("param_sharing", c.param_sharing, SHARING)
+    for name in _POSITIVE_INTS:
+        if getattr(c, name) <= 0:
+            raise ConfigError(name, f"must be a positive integer, got {getattr(c, name)}")
+    for name in _NON_NEGATIVE_FLOATS:
+        value = getattr(c, name)
+        if not (value >= 0 and math.isfinite(value)):
+            raise ConfigError(name, f"must be a finite number >= 0, got {value}")
+    if c.lr <= 0:
+        raise ConfigError("lr", f"must be > 0, got {c.lr}")
+    for name in _UNIT_FLOATS:
+        value = getattr(c, name)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(name, f"must lie in [0, 1], got {value}")
+    if c.num_steps % c.num_minibatches:
+        raise ConfigError(
+            "num_minibatches",
+            f"must divide num_steps={c.num_steps} (each minibatch takes num_steps/num_minibatches "
+            f"steps of every environment); allowed: {_divisors(c.num_steps)}",
+        )
+    if c.total_timesteps < c.num_steps * c.num_envs:
+        raise ConfigError(
+            "total_timesteps",
+            f"must be at least num_steps*num_envs={c.num_steps * c.num_envs} (one update), "
+            f"got {c.total_timesteps}",
+        )
+    for axis in ("seed", "data"):
+        size = getattr(c.mesh, axis)
+        if size == 0 or size < -1:
+            raise ConfigError(f"mesh.{axis}", f"must be a positive device count or -1, got {size}")
+    if c.mesh.seed == -1 and c.mesh.data == -1:
+        raise ConfigError("mesh", "only one of mesh.seed and mesh.data may be -1")
+    if c.mesh.seed > 0 and c.num_seeds % c.mesh.seed:
+        raise ConfigError(
+            "mesh.seed", f"must divide num_seeds={c.num_seeds}; allowed: {_divisors(c.num_seeds)}"
+        )
+    if c.mesh.data > 0 and c.num_envs % c.mesh.data:
+        raise ConfigError(
+            "mesh.data", f"must divide num_envs={c.num_envs}; allowed: {_divisors(c.num_envs)}"
+        )
+    if not isinstance(c.env_kwargs, dict):
+        raise ConfigError("env_kwargs", "must be a mapping")
+    return c
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        close = difflib.get_close_matches(str(value), allowed, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(name, f"got {value!r}{hint}; allowed: {', '.join(allowed)}")
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def dump_yaml(config: Config) -> str:
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)
+
+
+__all__ = [
+    "Config", "MeshConfig", "ConfigError", "load_config", "from_dict", "replace", "validate",
+    "parse_overrides", "dump_yaml",
+]  # fmt: skip

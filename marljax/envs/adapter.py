@@ -1,0 +1,246 @@
+"""One adapter over JaxMARL's env API, used by every algorithm.
+
+Agents with identical observation and action spaces form a *group*; a group's
+arrays carry a leading agent axis (`[A_g, ...]`), and groups are never padded
+to each other. The adapter hides JaxMARL's per-env quirks: observations that
+are agent-keyed dicts, stacked arrays (storm_np), tuples (storm_2p) or nested
+dicts (storm); `agent_classes` as a method, a property or missing; masks from
+`get_avail_actions`, hanabi's `get_legal_moves`, or none; integer rewards; and
+observation spaces that disagree with the observations (the real shapes are
+read from `reset`).
+
+All methods act on ONE environment; algorithms `vmap` them over environments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from marljax.config import ConfigError
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentGroup:
+    """Agents that share observation and action spaces."""
+
+    name: str
+    agents: tuple  # agent names as the env spells them (str or int)
+    indices: tuple[int, ...]  # positions in env.agents
+    obs_shape: tuple[int, ...]  # one agent's observation, after flattening dict observations
+    discrete: bool  # Discrete actions (else a Box)
+    action_dim: int  # number of actions (Discrete) or action vector length (Box)
+    action_low: float | None = None  # Box bounds (actions are clipped to them before env.step)
+    action_high: float | None = None
+    has_mask: bool = False  # the env reports available actions for this group
+
+    @property
+    def size(self) -> int:
+        return len(self.agents)
+
+
+class StepResult(NamedTuple):
+    obs: dict[str, Array]  # group -> [A_g, *obs_shape]
+    state: Any  # the env's own state pytree
+    reward: dict[str, Array]  # group -> [A_g] float32
+    done: dict[str, Array]  # group -> [A_g] bool (agent done, or the episode ended)
+    episode_done: Array  # [] bool: dones["__all__"]; the env auto-reset
+
+
+def _action_spec(space) -> tuple[bool, int, float | None, float | None]:
+    if hasattr(space, "n") and not getattr(space, "shape", ()):
+        return True, int(space.n), None, None
+    shape = tuple(int(s) for s in np.atleast_1d(getattr(space, "shape", ())))
+    if hasattr(space, "n"):  # Discrete spaces that report shape ()
+        return True, int(space.n), None, None
+    if len(shape) != 1:
+        raise ConfigError("env", f"action space {space} with shape {shape} is not supported (Discrete or 1-D Box)")
+    low = float(np.min(np.asarray(space.low)))
+    high = float(np.max(np.asarray(space.high)))
+    return False, shape[0], (low if np.isfinite(low) else None), (high if np.isfinite(high) else None)
+
+
+def _agent_classes(env) -> dict | None:
+    try:
+        classes = env.agent_classes
+        if callable(classes):
+            classes = classes()
+    except (NotImplementedError, AttributeError, TypeError):
+        return None
+    return dict(classes) if isinstance(classes, dict) and classes else None
+
+
+def _role_name(agent) -> str:
+    return re.sub(r"[_\s-]*\d+$", "", str(agent)) or "agents"
+
+
+class EnvAdapter:
+    """Group-major, single-environment view of a JaxMARL `MultiAgentEnv`."""
+
+    def __init__(self, env, name: str = ""):
+        self.env = env
+        self.name = name or type(env).__name__
+        self.agents: tuple = tuple(env.agents)
+        self.num_agents = len(self.agents)
+        if self.num_agents == 0:
+            raise ConfigError("env", f"{self.name} has no agents")
+        self._obs_is_dict_of_agents = True
+        obs_shapes = self._probe_obs_shapes()
+        self._mask_fn = self._find_mask_fn()
+        self.groups: tuple[AgentGroup, ...] = self._make_groups(obs_shapes)
+
+    # ---------------------------------------------------------------- probing
+    def _probe_obs_shapes(self) -> dict:
+        def flat_obs(key):
+            per_agent = self._split_by_agent(self.env.reset(key)[0])
+            return {a: self._flatten_obs(per_agent[a]) for a in self.agents}
+
+        shapes = jax.eval_shape(flat_obs, jax.random.PRNGKey(0))
+        return {a: shapes[a].shape for a in self.agents}
+
+    def _find_mask_fn(self):
+        _, state = jax.eval_shape(self.env.reset, jax.random.PRNGKey(0))
+        for attr in ("get_avail_actions", "get_legal_moves"):
+            fn = getattr(self.env, attr, None)
+            if fn is None:
+                continue
+            try:
+                masks = jax.eval_shape(fn, state)
+            except NotImplementedError:
+                continue
+            if isinstance(masks, dict) and all(a in masks for a in self.agents):
+                return fn
+        return None
+
+    def _make_groups(self, obs_shapes: dict) -> tuple[AgentGroup, ...]:
+        spec = {a: (obs_shapes[a], _action_spec(self.env.action_space(a))) for a in self.agents}
+        classes = _agent_classes(self.env)
+        # Candidate groups: the env's agent classes, else every agent on its own.
+        if classes:
+            candidates = [
+                (str(k), [v] if isinstance(v, (str, int)) else list(v)) for k, v in classes.items()
+            ]
+            listed = {a for _, members in candidates for a in members}
+            candidates += [(_role_name(a), [a]) for a in self.agents if a not in listed]
+        else:
+            candidates = [("agents", list(self.agents))]
+        groups: list[tuple[str, list]] = []
+        for cname, members in candidates:
+            # split a candidate further wherever spaces differ (never pad)
+            by_spec: dict = {}
+            for a in members:
+                by_spec.setdefault(spec[a], []).append(a)
+            for i, same in enumerate(by_spec.values()):
+                gname = cname if len(by_spec) == 1 else _role_name(same[0]) or f"{cname}_{i}"
+                groups.append((gname, same))
+        names = [g for g, _ in groups]
+        out = []
+        for i, (gname, members) in enumerate(groups):
+            if names.count(gname) > 1:
+                gname = f"{gname}_{i}"
+            members = sorted(members, key=self.agents.index)
+            obs_shape, (discrete, dim, low, high) = spec[members[0]]
+            out.append(
+                AgentGroup(
+                    name=gname,
+                    agents=tuple(members),
+                    indices=tuple(self.agents.index(a) for a in members),
+                    obs_shape=tuple(obs_shape),
+                    discrete=discrete,
+                    action_dim=dim,
+                    action_low=low,
+                    action_high=high,
+                    has_mask=self._mask_fn is not None and discrete,
+                )
+            )
+        return tuple(sorted(out, key=lambda g: g.indices[0]))
+
+    # --------------------------------------------------------- normalisation
+    def _split_by_agent(self, tree) -> dict:
+        """Per-agent view of an observation/reward structure in any of JaxMARL's layouts."""
+        if isinstance(tree, dict) and all(a in tree for a in self.agents):
+            return {a: tree[a] for a in self.agents}
+        if isinstance(tree, (tuple, list)) and len(tree) == self.num_agents:
+            return {a: tree[i] for i, a in enumerate(self.agents)}
+        n = self.num_agents
+
+        def take(leaf, i):
+            if leaf.ndim and leaf.shape[0] == n:
+                return leaf[i]
+            if leaf.ndim and leaf.shape[-1] == n:
+                return leaf[..., i]
+            raise ConfigError("env", f"{self.name}: cannot find the agent axis of a leaf shaped {leaf.shape}")
+
+        return {a: jax.tree.map(lambda x: take(x, i), tree) for i, a in enumerate(self.agents)}
+
+    @staticmethod
+    def _flatten_obs(obs) -> Array:
+        """One agent's observation as one float32 array (dict observations are raveled)."""
+        leaves = jax.tree.leaves(obs)
+        if len(leaves) == 1:
+            return jnp.asarray(leaves[0], jnp.float32)
+        return jnp.concatenate([jnp.ravel(jnp.asarray(x, jnp.float32)) for x in leaves])
+
+    def _group_obs(self, obs) -> dict[str, Array]:
+        per_agent = self._split_by_agent(obs)
+        return {
+            g.name: jnp.stack([self._flatten_obs(per_agent[a]) for a in g.agents]) for g in self.groups
+        }
+
+    def _group_scalar(self, values, default=None) -> dict[str, Array]:
+        if isinstance(values, dict) and not all(a in values for a in self.agents):
+            values = {a: default for a in self.agents}
+        per_agent = self._split_by_agent(values)
+        return {
+            g.name: jnp.stack([jnp.asarray(per_agent[a]).reshape(()) for a in g.agents])
+            for g in self.groups
+        }
+
+    # ---------------------------------------------------------------- the API
+    def reset(self, key: Array) -> tuple[dict[str, Array], Any]:
+        obs, state = self.env.reset(key)
+        return self._group_obs(obs), state
+
+    def step(self, key: Array, state, actions: dict[str, Array]) -> StepResult:
+        """Step one env with group actions (`[A_g]` ints or `[A_g, dim]` floats)."""
+        env_actions = {}
+        for g in self.groups:
+            acts = actions[g.name]
+            if not g.discrete and (g.action_low is not None or g.action_high is not None):
+                acts = jnp.clip(acts, g.action_low, g.action_high)
+            for i, a in enumerate(g.agents):
+                env_actions[a] = acts[i]
+        obs, state, reward, done, _info = self.env.step(key, state, env_actions)
+        episode_done = jnp.asarray(done["__all__"]).reshape(())
+        reward = {g: r.astype(jnp.float32) for g, r in self._group_scalar(reward).items()}
+        done = {
+            g: jnp.logical_or(d.astype(bool), episode_done)
+            for g, d in self._group_scalar(done, default=episode_done).items()
+        }
+        return StepResult(self._group_obs(obs), state, reward, done, episode_done)
+
+    def action_mask(self, state) -> dict[str, Array]:
+        """Available actions, group -> [A_g, action_dim] bool (all true where the env has none)."""
+        masks = self._mask_fn(state) if self._mask_fn is not None else {}
+        out = {}
+        for g in self.groups:
+            if g.has_mask:
+                out[g.name] = jnp.stack([jnp.asarray(masks[a]).astype(bool) for a in g.agents])
+            elif g.discrete:
+                out[g.name] = jnp.ones((g.size, g.action_dim), bool)
+        return out
+
+    def describe(self) -> str:
+        parts = []
+        for g in self.groups:
+            act = f"Discrete({g.action_dim})" if g.discrete else f"Box({g.action_dim})"
+            mask = ", masked" if g.has_mask else ""
+            parts.append(f"{g.name}: {g.size} agent(s), obs {g.obs_shape}, {act}{mask}")
+        return f"{self.name}: " + "; ".join(parts)

@@ -1,0 +1,105 @@
+"""Environment construction: a JaxMARL id or a user's `module:callable`, with clear errors.
+
+This module decides *whether* an environment can be built here and says why
+not; `adapter.py` decides how its agents, observations and actions are laid
+out for the algorithms.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Mapping
+
+from marljax.config import ConfigError
+
+# Ids that import from the PyPI package but need something it does not install.
+_NEEDS = {
+    "ant_4x2": "brax (pip install 'jaxmarl[mabrax]')",
+    "halfcheetah_6x1": "brax (pip install 'jaxmarl[mabrax]')",
+    "hopper_3x1": "brax (pip install 'jaxmarl[mabrax]')",
+    "humanoid_9|8": "brax (pip install 'jaxmarl[mabrax]')",
+    "walker2d_2x3": "brax (pip install 'jaxmarl[mabrax]')",
+}
+_ROBOTARIUM_PREFIX = "JaxRobotarium"
+
+
+def registered_env_ids() -> list[str]:
+    from jaxmarl.registration import registered_envs
+
+    return list(registered_envs)
+
+
+def _smax_kwargs(kwargs: dict) -> dict:
+    """`scenario=3m` (a map name) becomes the Scenario object SMAX expects."""
+    scenario = kwargs.get("scenario")
+    if isinstance(scenario, str):
+        from jaxmarl.environments.smax import map_name_to_scenario
+
+        try:
+            kwargs = {**kwargs, "scenario": map_name_to_scenario(scenario)}
+        except KeyError:
+            from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO
+
+            raise ConfigError(
+                "env_kwargs.scenario",
+                f"unknown SMAX map {scenario!r}; allowed: {', '.join(sorted(MAP_NAME_TO_SCENARIO))}",
+            ) from None
+    return kwargs
+
+
+def _from_import_path(spec: str, kwargs: Mapping[str, Any]):
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError("env", f"cannot import module {module_name!r} from {spec!r}: {exc}") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError("env", f"{spec!r}: {module_name} has no callable named {attr!r}")
+    return factory(**kwargs)
+
+
+def check_env_name(name: str) -> None:
+    """Raise ConfigError (before any compile) when `name` cannot be built here."""
+    if ":" in name:
+        return
+    ids = registered_env_ids()
+    if name not in ids:
+        import difflib
+
+        close = difflib.get_close_matches(name, ids, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(
+            "env",
+            f"unknown environment {name!r}{hint}; allowed: a JaxMARL id ({', '.join(ids)}) "
+            "or an import path module:callable",
+        )
+    if name in _NEEDS:
+        try:
+            import brax  # noqa: F401
+        except ImportError:
+            raise ConfigError("env", f"{name} needs {_NEEDS[name]}, which is not installed") from None
+    if name.startswith(_ROBOTARIUM_PREFIX):
+        raise ConfigError("env", f"{name} needs the jaxrobotarium package, which is not installed")
+
+
+def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
+    """Build the raw JaxMARL-API environment named by `name`."""
+    kwargs = dict(env_kwargs or {})
+    check_env_name(name)
+    if ":" in name:
+        return _from_import_path(name, kwargs)
+    import jaxmarl
+
+    if "SMAX" in name:
+        kwargs = _smax_kwargs(kwargs)
+    if name == "LearnedPolicyEnemySMAX" and not {"policy", "params"} <= kwargs.keys():
+        raise ConfigError(
+            "env",
+            "LearnedPolicyEnemySMAX needs env_kwargs.policy and env_kwargs.params (a trained "
+            "enemy policy); use HeuristicEnemySMAX for a scripted enemy",
+        )
+    try:
+        return jaxmarl.make(name, **kwargs)
+    except TypeError as exc:
+        raise ConfigError("env_kwargs", f"{name} rejected env_kwargs {kwargs}: {exc}") from exc
