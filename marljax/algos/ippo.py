@@ -1,0 +1,316 @@
+"""IPPO (independent PPO), feed-forward or recurrent, as pure functions.
+
+`make_train(config, env)` returns a `Trainer` whose pieces are pure and jittable:
+
+* `init(key) -> TrainState` for one seed (vmap it over seeds);
+* `update(state) -> (state, metrics)`: one rollout of `num_steps` on every
+  environment, GAE, then `update_epochs` x `num_minibatches` gradient steps;
+* `run_updates(state, n)`: `n` updates in one `lax.scan` (the jitted chunk);
+* `train(key)`: init plus every update, PureJaxRL's `train(rng)` contract.
+
+Device-independence. Inside a sharded chunk each device holds `num_envs /
+num_data_shards` environments. Every random draw that concerns one
+environment comes from a key split per *global* environment index, and a
+minibatch takes `num_steps / num_minibatches` time steps of *every*
+environment (a per-environment shuffle), so batches never cross a device
+boundary and a run gives the same numbers, to float tolerance, on 1 or 8
+devices. Gradients and advantage statistics are averaged over `data_axis`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from marljax import ops
+from marljax.config import Config
+from marljax.envs.adapter import AgentGroup, EnvAdapter
+from marljax.networks import ActorCritic, RecurrentActorCritic
+from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState
+
+Array = jax.Array
+
+
+class Trainer(NamedTuple):
+    config: Config
+    env: EnvAdapter
+    networks: dict  # group -> flax module
+    init: Callable[[Array], TrainState]
+    update: Callable[[TrainState], tuple[TrainState, dict]]
+    run_updates: Callable[[TrainState, int], tuple[TrainState, dict]]
+    train: Callable[[Array], tuple[TrainState, dict]]
+    act: Callable  # (params, obs, reset, hidden, mask, key) -> (actions, hidden) for evaluation
+
+
+def hparams_from_config(config: Config) -> HParams:
+    return HParams(*(jnp.float32(getattr(config, name)) for name in HParams._fields))
+
+
+def _flat(x: Array, k: int) -> Array:
+    """Merge the first k axes into one."""
+    return x.reshape((-1,) + x.shape[k:])
+
+
+def _agent_ids(group: AgentGroup, lead: tuple[int, ...], enabled: bool) -> Array | None:
+    """One-hot agent ids [prod(lead) * A_g, A_g] in the order of a flattened [*lead, A_g] batch."""
+    if not enabled or group.size == 1:
+        return None
+    eye = jnp.eye(group.size, dtype=jnp.float32)
+    return jnp.broadcast_to(eye, lead + eye.shape).reshape(-1, group.size)
+
+
+def _local_keys(key: Array, n_global: int, n_local: int, data_axis: str | None) -> Array:
+    """This shard's slice of `split(key, n_global)`: one key per global environment index."""
+    keys = jax.random.split(key, n_global)
+    if data_axis is None or n_local == n_global:
+        return keys
+    start = jax.lax.axis_index(data_axis) * n_local
+    return jax.lax.dynamic_slice_in_dim(keys, start, n_local)
+
+
+def make_network(config: Config, group: AgentGroup) -> nn.Module:
+    cnn = config.torso == "cnn" or (config.torso == "auto" and len(group.obs_shape) == 3)
+    if config.recurrent:
+        return RecurrentActorCritic(
+            group.discrete, group.action_dim, config.hidden_size, config.gru_hidden_size, config.activation, cnn
+        )
+    return ActorCritic(group.discrete, group.action_dim, config.hidden_size, config.num_layers, config.activation, cnn)
+
+
+def make_train(
+    config: Config,
+    env: EnvAdapter,
+    *,
+    data_axis: str | None = None,
+    num_data_shards: int = 1,
+) -> Trainer:
+    """Build IPPO's pure pieces for `env`. `data_axis` names the mesh axis that splits envs."""
+    groups = env.groups
+    nets = {g.name: make_network(config, g) for g in groups}
+    rnn = config.recurrent
+    T, E, M = config.num_steps, config.num_envs, config.num_minibatches
+    L = config.minibatch_steps
+    E_local = E // num_data_shards
+    adam = optax.scale_by_adam(eps=1e-5)
+    num_updates = max(config.num_updates, 1)
+
+    # ------------------------------------------------------------------ acting
+    def policy(params, g: AgentGroup, obs, mask, hidden=None, reset=None):
+        """Apply group g's network to obs [B, A_g, *obs] -> (dist over [B*A_g], value [B*A_g], hidden)."""
+        lead = obs.shape[:1]
+        ids = _agent_ids(g, lead, config.agent_id)
+        x = _flat(obs, 2)
+        m = None if mask is None else _flat(mask, 2)
+        if rnn:
+            h, dist, value = nets[g.name].apply(params, _flat(hidden, 2), x, _flat(reset, 2), ids, m)
+            return dist, value, h.reshape(hidden.shape)
+        dist, value = nets[g.name].apply(params, x, ids, m)
+        return dist, value, None
+
+    def sample(dist, key: Array, lead: tuple[int, int]) -> tuple[Array, Array]:
+        """Sample one action per agent with one key per environment: keys [E]."""
+        dist_e = jax.tree.map(lambda v: v.reshape(lead + v.shape[1:]), dist)
+        actions = jax.vmap(lambda d, k: d.sample(k))(dist_e, key)
+        logp = dist.log_prob(_flat(actions, 2))
+        return actions, logp.reshape(lead)
+
+    def act(params, obs, reset, hidden, mask, key, greedy: bool = False):
+        """Actions for every group on a batch of envs (obs: group -> [B, A_g, ...])."""
+        out, new_hidden = {}, {}
+        keys = jax.random.split(key, obs[groups[0].name].shape[0])
+        for gi, g in enumerate(groups):
+            dist, _, h = policy(
+                params[g.name], g, obs[g.name], mask.get(g.name), hidden.get(g.name), reset.get(g.name)
+            )
+            if greedy:
+                out[g.name] = dist.mode().reshape(obs[g.name].shape[:2] + dist.mode().shape[1:])
+            else:
+                out[g.name], _ = sample(dist, jax.vmap(jax.random.fold_in, (0, None))(keys, gi), obs[g.name].shape[:2])
+            if h is not None:
+                new_hidden[g.name] = h
+        return out, new_hidden
+
+    # -------------------------------------------------------------------- init
+    def init(key: Array) -> TrainState:
+        k_net, k_env, k_run = jax.random.split(key, 3)
+        params = {}
+        for gi, g in enumerate(groups):
+            obs = jnp.zeros((1, g.size) + g.obs_shape, jnp.float32)
+            mask = jnp.ones((1, g.size, g.action_dim), bool) if g.discrete else None
+            ids = _agent_ids(g, (1,), config.agent_id)
+            k = jax.random.fold_in(k_net, gi)
+            if rnn:
+                h = jnp.zeros((g.size, config.gru_hidden_size))
+                params[g.name] = nets[g.name].init(k, h, _flat(obs, 2), jnp.zeros(g.size, bool), ids, None if mask is None else _flat(mask, 2))
+            else:
+                params[g.name] = nets[g.name].init(k, _flat(obs, 2), ids, None if mask is None else _flat(mask, 2))
+        obs, env_state = jax.vmap(env.reset)(jax.random.split(k_env, E))
+        actors = ActorState(
+            env_state=env_state,
+            obs=obs,
+            reset={g.name: jnp.ones((E, g.size), bool) for g in groups},
+            hidden={g.name: jnp.zeros((E, g.size, config.gru_hidden_size)) for g in groups} if rnn else {},
+            ep_return=jnp.zeros((E, env.num_agents), jnp.float32),
+            ep_length=jnp.zeros((E,), jnp.int32),
+        )
+        learner = LearnerState(params, adam.init(params), hparams_from_config(config), k_run, jnp.int32(0))
+        return TrainState(learner, actors)
+
+    # ----------------------------------------------------------------- rollout
+    def rollout(params, actors: ActorState, key: Array):
+        def step(carry, key_t):
+            actors, stats = carry
+            k_act, k_env = jax.random.split(key_t)
+            act_keys = _local_keys(k_act, E, E_local, data_axis)
+            env_keys = _local_keys(k_env, E, E_local, data_axis)
+            masks = jax.vmap(env.action_mask)(actors.env_state)
+            actions, batch, hidden = {}, {}, {}
+            for gi, g in enumerate(groups):
+                mask = masks.get(g.name) if g.has_mask else None
+                dist, value, h = policy(params[g.name], g, actors.obs[g.name], mask, actors.hidden.get(g.name), actors.reset[g.name])
+                keys_g = jax.vmap(jax.random.fold_in, (0, None))(act_keys, gi)
+                actions[g.name], logp = sample(dist, keys_g, (E_local, g.size))
+                batch[g.name] = dict(
+                    obs=actors.obs[g.name], action=actions[g.name], logp=logp,
+                    value=value.reshape(E_local, g.size), mask=mask,
+                    reset=actors.reset[g.name] if rnn else None,
+                    hidden=actors.hidden[g.name] if rnn else None,
+                )  # fmt: skip
+                if rnn:
+                    hidden[g.name] = h
+            res = jax.vmap(env.step)(env_keys, actors.env_state, actions)
+            for g in groups:
+                batch[g.name].update(reward=res.reward[g.name], done=res.done[g.name])
+            # episode statistics, inside the jitted loop
+            reward_all = jnp.concatenate([res.reward[g.name] for g in groups], axis=1)  # [E, N]
+            ep_return = actors.ep_return + reward_all
+            ep_length = actors.ep_length + 1
+            fin = res.episode_done.astype(jnp.float32)  # [E]
+            stats = EpisodeStats(
+                stats.return_sum + jnp.sum(fin[:, None] * ep_return, axis=0),
+                stats.length_sum + jnp.sum(fin * ep_length),
+                stats.count + jnp.sum(fin),
+            )
+            actors = actors.replace(
+                env_state=res.state,
+                obs=res.obs,
+                reset=res.done,
+                hidden=hidden,
+                ep_return=jnp.where(res.episode_done[:, None], 0.0, ep_return),
+                ep_length=jnp.where(res.episode_done, 0, ep_length),
+            )
+            return (actors, stats), {g: GroupBatch(**b) for g, b in batch.items()}
+
+        zero = EpisodeStats(jnp.zeros(env.num_agents), jnp.float32(0), jnp.float32(0))
+        (actors, stats), traj = jax.lax.scan(step, (actors, zero), jax.random.split(key, T))
+        return actors, stats, traj
+
+    # ------------------------------------------------------------------ update
+    def loss_fn(params, minibatch, hp: HParams):
+        total, parts = 0.0, []
+        for g in groups:
+            b, adv, target = minibatch[g.name]  # leaves [L, E_local, A_g, ...]
+            if rnn:
+                def rnn_step(h, x):
+                    obs, reset, mask = x
+                    dist, value, h = policy(params[g.name], g, obs, mask, h, reset)
+                    return h, (dist, value)
+
+                _, (dist, value) = jax.lax.scan(rnn_step, b.hidden[0], (b.obs, b.reset, b.mask))
+                dist = jax.tree.map(lambda v: _flat(v, 2), dist)
+                value = _flat(value, 2)
+            else:
+                obs = b.obs.reshape((-1,) + b.obs.shape[2:])
+                mask = None if b.mask is None else b.mask.reshape((-1,) + b.mask.shape[2:])
+                dist, value, _ = policy(params[g.name], g, obs, mask)
+            logp = dist.log_prob(_flat(b.action, 3))
+            loss = ops.ppo_loss(
+                logp, _flat(b.logp, 3), dist.entropy(), value, _flat(b.value, 3),
+                ops.normalize(_flat(adv, 3), data_axis), _flat(target, 3),
+                hp.clip_eps, hp.vf_coef, hp.ent_coef,
+            )  # fmt: skip
+            total = total + loss.total
+            parts.append(loss)
+        mean_parts = jax.tree.map(lambda *xs: jnp.mean(jnp.stack(xs)), *parts)
+        return total, mean_parts
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def shuffle_minibatches(data, key: Array):
+        """Per-environment shuffle of time (FF) or of whole L-step chunks (recurrent).
+
+        Returns leaves shaped [M, L, E_local, ...]; minibatch m holds L steps of every env.
+        """
+        keys = _local_keys(key, E, E_local, data_axis)
+        env_idx = jnp.arange(E_local)
+        if rnn:
+            perm = jax.vmap(lambda k: jax.random.permutation(k, M))(keys)  # [E_local, M]
+            idx = (perm.T[:, None, :], jnp.arange(L)[None, :, None], env_idx[None, None, :])
+            return jax.tree.map(lambda x: x.reshape((M, L) + x.shape[1:])[idx], data)
+        perm = jax.vmap(lambda k: jax.random.permutation(k, T))(keys)  # [E_local, T]
+        return jax.tree.map(lambda x: x[perm.T, env_idx[None, :]].reshape((M, L) + x.shape[1:]), data)
+
+    def update(state: TrainState) -> tuple[TrainState, dict]:
+        learner, actors = state.learner, state.actors
+        hp = learner.hparams
+        key, k_roll, k_epochs = jax.random.split(learner.key, 3)
+        actors, stats, traj = rollout(learner.params, actors, k_roll)
+
+        # bootstrap value of the last observation, then advantages per group
+        masks = jax.vmap(env.action_mask)(actors.env_state)
+        data = {}
+        for g in groups:
+            _, last_value, _ = policy(
+                learner.params[g.name], g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
+                actors.hidden.get(g.name), actors.reset[g.name],
+            )  # fmt: skip
+            b = traj[g.name]
+            adv, target = ops.gae(b.reward, b.value, b.done, last_value.reshape(E_local, g.size), hp.gamma, hp.gae_lambda)
+            data[g.name] = (b, adv, target)
+
+        frac = 1.0 - learner.update.astype(jnp.float32) / num_updates
+        lr = hp.lr * frac if config.anneal_lr else hp.lr
+
+        def grad_step(carry, minibatch):
+            params, opt_state = carry
+            (_, parts), grads = grad_fn(params, minibatch, hp)
+            grads = ops.pmean(grads, data_axis)
+            grads, grad_norm = ops.clip_by_global_norm(grads, hp.max_grad_norm)
+            updates, opt_state = adam.update(grads, opt_state)
+            params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
+            return (params, opt_state), (parts, grad_norm)
+
+        def epoch(carry, key_e):
+            return jax.lax.scan(grad_step, carry, shuffle_minibatches(data, key_e))
+
+        (params, opt_state), (parts, grad_norm) = jax.lax.scan(
+            epoch, (learner.params, learner.opt_state), jax.random.split(k_epochs, config.update_epochs)
+        )
+        parts = ops.pmean(jax.tree.map(jnp.mean, parts), data_axis)
+        metrics = {
+            "loss_total": parts.total,
+            "loss_actor": parts.actor,
+            "loss_value": parts.value,
+            "entropy": parts.entropy,
+            "approx_kl": parts.approx_kl,
+            "clip_frac": parts.clip_frac,
+            "grad_norm": jnp.mean(grad_norm),
+            "lr": lr,
+            "episodes": ops.psum(stats, data_axis),
+        }
+        learner = learner.replace(params=params, opt_state=opt_state, key=key, update=learner.update + 1)
+        return TrainState(learner, actors), metrics
+
+    def run_updates(state: TrainState, n: int) -> tuple[TrainState, dict]:
+        return jax.lax.scan(lambda s, _: update(s), state, None, length=n)
+
+    def train(key: Array) -> tuple[TrainState, dict]:
+        if num_data_shards != 1:
+            raise ValueError("train(key) runs unsharded; use marljax.run for a device mesh")
+        return run_updates(init(key), config.num_updates)
+
+    return Trainer(config, env, nets, init, update, run_updates, train, act)

@@ -1,0 +1,94 @@
+"""Pure RL math shared by the algorithms: advantages, PPO losses, collectives.
+
+Nothing here knows about environments, networks or devices; every function
+is a pure function of arrays with the shapes its docstring states.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def gae(
+    reward: Array,  # [T, ...]
+    value: Array,  # [T, ...]  V(s_t)
+    done: Array,  # [T, ...]  the episode (or the agent) ended after step t
+    last_value: Array,  # [...]  V(s_T)
+    gamma: Array | float,
+    lam: Array | float,
+) -> tuple[Array, Array]:
+    """Generalised advantage estimation. Returns (advantages, value targets), both [T, ...]."""
+
+    def step(carry, xs):
+        next_adv, next_value = carry
+        r, v, d = xs
+        notdone = 1.0 - d.astype(jnp.float32)
+        delta = r + gamma * next_value * notdone - v
+        adv = delta + gamma * lam * notdone * next_adv
+        return (adv, v), adv
+
+    _, adv = jax.lax.scan(step, (jnp.zeros_like(last_value), last_value), (reward, value, done), reverse=True)
+    return adv, adv + value
+
+
+def pmean(x, axis_name: str | None):
+    """`lax.pmean` over a mesh axis, or the identity when running without one."""
+    return x if axis_name is None else jax.lax.pmean(x, axis_name)
+
+
+def psum(x, axis_name: str | None):
+    return x if axis_name is None else jax.lax.psum(x, axis_name)
+
+
+def normalize(x: Array, axis_name: str | None, eps: float = 1e-8) -> Array:
+    """Zero-mean, unit-std over ALL elements on every shard of `axis_name` (equal-sized shards)."""
+    mean = pmean(jnp.mean(x), axis_name)
+    var = pmean(jnp.mean(jnp.square(x - mean)), axis_name)
+    return (x - mean) / (jnp.sqrt(var) + eps)
+
+
+class PPOLoss(NamedTuple):
+    total: Array
+    actor: Array
+    value: Array
+    entropy: Array
+    approx_kl: Array
+    clip_frac: Array
+
+
+def ppo_loss(
+    logp: Array,  # [B] log-prob of the taken action under the current policy
+    old_logp: Array,  # [B] under the behaviour policy
+    entropy: Array,  # [B]
+    value: Array,  # [B] current value prediction
+    old_value: Array,  # [B] value prediction at rollout time
+    advantage: Array,  # [B] (already normalised)
+    target: Array,  # [B] value target
+    clip_eps: Array | float,
+    vf_coef: Array | float,
+    ent_coef: Array | float,
+) -> PPOLoss:
+    """Clipped surrogate, clipped value loss and entropy bonus (JaxMARL's IPPO form)."""
+    log_ratio = logp - old_logp
+    ratio = jnp.exp(log_ratio)
+    surrogate = jnp.minimum(ratio * advantage, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantage)
+    actor = -jnp.mean(surrogate)
+    value_clipped = old_value + jnp.clip(value - old_value, -clip_eps, clip_eps)
+    value_loss = 0.5 * jnp.mean(jnp.maximum(jnp.square(value - target), jnp.square(value_clipped - target)))
+    ent = jnp.mean(entropy)
+    total = actor + vf_coef * value_loss - ent_coef * ent
+    approx_kl = jnp.mean((ratio - 1) - log_ratio)
+    clip_frac = jnp.mean((jnp.abs(ratio - 1) > clip_eps).astype(jnp.float32))
+    return PPOLoss(total, actor, value_loss, ent, approx_kl, clip_frac)
+
+
+def clip_by_global_norm(grads, max_norm: Array | float):
+    """Scale `grads` so their global norm is at most `max_norm` (a traced value is fine)."""
+    norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
+    scale = jnp.minimum(1.0, max_norm / (norm + 1e-6))
+    return jax.tree.map(lambda g: g * scale, grads), norm

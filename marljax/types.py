@@ -1,0 +1,77 @@
+"""Named pytrees of the training state. Shapes are per seed; a run stacks a leading [S] axis.
+
+`E` is the number of environments (global in `init`, device-local inside a
+sharded chunk), `A_g` the agents of group g, `N` all agents, `T` num_steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+from flax import struct
+
+Array = jax.Array
+
+
+class HParams(NamedTuple):
+    """Hyperparameters carried as traced float32 scalars, so that a sweep can vmap them."""
+
+    lr: Array  # []
+    ent_coef: Array  # []
+    vf_coef: Array  # []
+    clip_eps: Array  # []
+    gamma: Array  # []
+    gae_lambda: Array  # []
+    max_grad_norm: Array  # []
+
+
+@struct.dataclass
+class LearnerState:
+    """What the learner owns: replicated across the `data` mesh axis, split over `seed`."""
+
+    params: dict  # group -> flax params (one set per group; ready for a leading agent axis)
+    opt_state: Any  # Adam moments over `params`
+    hparams: HParams
+    key: Array  # [2] uint32 PRNG key
+    update: Array  # [] int32, updates done so far
+
+
+@struct.dataclass
+class ActorState:
+    """What the environments own: split over `data` (and `seed`)."""
+
+    env_state: Any  # the env's state pytree, leaves [E, ...]
+    obs: dict  # group -> [E, A_g, *obs_shape] float32
+    reset: dict  # group -> [E, A_g] bool: obs starts a new episode (recurrent state resets)
+    hidden: dict  # group -> [E, A_g, H] GRU state; {} for feed-forward networks
+    ep_return: Array  # [E, N] undiscounted return of the running episode, per agent
+    ep_length: Array  # [E] int32 steps in the running episode
+
+
+@struct.dataclass
+class TrainState:
+    learner: LearnerState
+    actors: ActorState
+
+
+class GroupBatch(NamedTuple):
+    """One group's rollout, time-major."""
+
+    obs: Array  # [T, E, A_g, *obs_shape]
+    action: Array  # [T, E, A_g] int32, or [T, E, A_g, d] float32
+    logp: Array  # [T, E, A_g] behaviour log-prob
+    value: Array  # [T, E, A_g]
+    reward: Array  # [T, E, A_g]
+    done: Array  # [T, E, A_g] the agent's episode ended after this step
+    mask: Array | None  # [T, E, A_g, n] available actions, None where the env has no masks
+    reset: Array | None  # [T, E, A_g] obs starts an episode (recurrent only)
+    hidden: Array | None  # [T, E, A_g, H] GRU state before this step (recurrent only)
+
+
+class EpisodeStats(NamedTuple):
+    """Episodes that finished during one update, summed over environments."""
+
+    return_sum: Array  # [N] per-agent undiscounted return, summed over finished episodes
+    length_sum: Array  # [] summed episode lengths
+    count: Array  # [] finished episodes
