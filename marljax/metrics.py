@@ -1,0 +1,103 @@
+"""Metric sinks on the host: chunk rows for metrics.jsonl, and the returns plot.
+
+The jitted chunk returns small per-update arrays ([S, n] per metric); this
+module turns them into one JSON row per chunk. Nothing here runs inside jit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+LOSS_KEYS = ("loss_total", "loss_actor", "loss_value", "entropy", "approx_kl", "clip_frac", "grad_norm", "lr")
+
+
+def chunk_row(
+    metrics: Mapping[str, Any],  # host copies: scalars [S, n]; "episodes" fields [S, n, ...]
+    *,
+    update: int,
+    env_steps: int,
+    wall_s: float,
+    chunk_env_steps: int,
+    num_agents: int,
+) -> dict:
+    """Aggregate one chunk's per-update metrics into a metrics.jsonl row."""
+    ep = metrics["episodes"]
+    count = float(np.sum(ep.count))
+    per_seed_count = np.sum(ep.count, axis=1)  # [S]
+    per_seed_return = np.sum(ep.return_sum, axis=(1, 2))  # [S]
+    row = {
+        "update": int(update),
+        "env_steps": int(env_steps),
+        "env_steps_per_s": chunk_env_steps / wall_s if wall_s > 0 else None,
+        "wall_s": wall_s,
+        "episodes": int(count),
+        # mean over agents and over every episode finished in this chunk, all seeds pooled
+        "return_mean": float(np.sum(ep.return_sum)) / (count * num_agents) if count else None,
+        "return_per_seed": [
+            float(r / (c * num_agents)) if c else None for r, c in zip(per_seed_return, per_seed_count)
+        ],
+        "episode_length": float(np.sum(ep.length_sum)) / count if count else None,
+    }
+    for key in LOSS_KEYS:
+        row[key] = float(np.mean(metrics[key]))
+    return row
+
+
+def first_non_finite(row: Mapping[str, Any]) -> str | None:
+    """Name of the first loss metric in `row` that is NaN or infinite, else None."""
+    for key in LOSS_KEYS:
+        value = row.get(key)
+        if value is not None and not math.isfinite(value):
+            return key
+    return None
+
+
+class JsonlWriter:
+    """Appends one JSON object per line, flushed at once (a killed run keeps what it wrote)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a")
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with Path(path).open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_returns(rows: list[dict], path: Path, title: str) -> None:
+    """Return per chunk against environment steps, one faint line per seed and the mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if r.get("return_mean") is not None]
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+    if rows:
+        steps = [r["env_steps"] for r in rows]
+        per_seed = np.array([[np.nan if v is None else v for v in r["return_per_seed"]] for r in rows])
+        if per_seed.shape[1] > 1:
+            ax.plot(steps, per_seed, color="tab:blue", alpha=0.25, lw=0.8)
+        ax.plot(steps, [r["return_mean"] for r in rows], color="tab:blue", lw=2, label="mean over seeds")
+        ax.legend(loc="lower right")
+    ax.set_xlabel("environment steps (all envs and seeds)")
+    ax.set_ylabel("episode return per agent")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

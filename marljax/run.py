@@ -1,0 +1,141 @@
+"""The host loop: compile a chunk of updates once, run it until the budget is spent.
+
+Between chunks (never inside jit): progress bar, one metrics.jsonl row, a
+non-finite-loss stop. At the start the resolved config goes to
+`<out_dir>/config.yaml`; at the end the returns plot to `<out_dir>/returns.png`.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import jax
+
+from marljax.algos.ippo import make_train
+from marljax.config import Config, ConfigError, dump_yaml, replace
+from marljax.envs.adapter import EnvAdapter
+from marljax.envs.registry import make_env
+from marljax.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns
+from marljax.parallel.mesh import DATA, build_mesh, seed_keys, shard_trainer
+from marljax.types import TrainState
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss became NaN or infinite; the message names the update and the metric."""
+
+
+class RunResult(NamedTuple):
+    state: TrainState
+    rows: list[dict]
+    out_dir: Path
+    compile_s: float
+
+
+def default_out_dir(config: Config) -> str:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return str(Path("runs") / f"{config.algo}_{config.env.replace(':', '.')}_{stamp}")
+
+
+def chunk_sizes(num_updates: int, per_chunk: int) -> list[int]:
+    full, rest = divmod(num_updates, per_chunk)
+    return [per_chunk] * full + ([rest] if rest else [])
+
+
+def prepare(config: Config):
+    """Everything that can fail on bad input, before anything is compiled."""
+    env = EnvAdapter(make_env(config.env, config.env_kwargs), config.env)
+    mesh = build_mesh(config)
+    trainer = make_train(config, env, data_axis=DATA, num_data_shards=mesh.shape[DATA])
+    return env, mesh, trainer
+
+
+def train(config: Config, log: Callable[[str], None] = print) -> RunResult:
+    """Run `config` to the end and return the final (sharded) state and the metrics rows."""
+    if not config.out_dir:
+        config = replace(config, out_dir=default_out_dir(config))
+    out_dir = Path(config.out_dir)
+    metrics_path = out_dir / "metrics.jsonl"
+    if metrics_path.exists() and metrics_path.stat().st_size and not config.overwrite:
+        raise ConfigError(
+            "out_dir", f"{out_dir} already holds a run (metrics.jsonl); choose another out_dir or set overwrite=true"
+        )
+    env, mesh, trainer = prepare(config)
+    log(f"marljax {config.algo} on {env.describe()}")
+    log(
+        f"mesh {dict(mesh.shape)} on {mesh.devices.size} {jax.devices()[0].platform} device(s); "
+        f"{config.num_seeds} seed(s) x {config.num_envs} envs; {config.num_updates} updates "
+        f"in chunks of {config.updates_per_chunk}; out_dir {out_dir}"
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.yaml").write_text(dump_yaml(config))
+    if metrics_path.exists():
+        metrics_path.unlink()
+
+    fns = shard_trainer(trainer, mesh)
+    state = fns.init(seed_keys(config.seed, config.num_seeds))
+    t0 = time.perf_counter()
+    compiled = {}
+    for n in sorted(set(chunk_sizes(config.num_updates, config.updates_per_chunk))):
+        compiled[n] = fns.chunk.lower(state, n).compile()
+    compile_s = time.perf_counter() - t0
+    log(f"compiled in {compile_s:.1f}s")
+
+    writer = JsonlWriter(metrics_path)
+    rows: list[dict] = []
+    bar = _progress(config)
+    update, env_steps = 0, 0
+    try:
+        for n in chunk_sizes(config.num_updates, config.updates_per_chunk):
+            t = time.perf_counter()
+            state, metrics = compiled[n](state)
+            metrics = jax.device_get(metrics)  # waits for the chunk to finish
+            wall = time.perf_counter() - t
+            update += n
+            env_steps += n * config.env_steps_per_update
+            row = chunk_row(
+                metrics,
+                update=update,
+                env_steps=env_steps,
+                wall_s=wall,
+                chunk_env_steps=n * config.env_steps_per_update,
+                num_agents=env.num_agents,
+            )
+            writer.write(row)
+            rows.append(row)
+            bad = first_non_finite(row)
+            if bad is not None:
+                raise TrainingDiverged(f"update {update}: {bad} is {row[bad]} (non-finite); run stopped")
+            if bar is not None:
+                bar.update(n * config.env_steps_per_update)
+                ret = row["return_mean"]
+                bar.set_postfix_str(f"return {ret:.2f}" if ret is not None else "return -", refresh=False)
+                bar.set_description_str(f"{row['env_steps_per_s'] / 1e3:.0f}k steps/s")
+    finally:
+        writer.close()
+        if bar is not None:
+            bar.close()
+    if config.plot:
+        plot_returns(rows, out_dir / "returns.png", f"{config.algo} on {config.env}, {config.num_seeds} seed(s)")
+    log(summary(rows))
+    return RunResult(state, rows, out_dir, compile_s)
+
+
+def summary(rows: list[dict]) -> str:
+    """First vs last chunk return and mean throughput, one line."""
+    scored = [r for r in rows if r.get("return_mean") is not None]
+    if not scored:
+        return "no episode finished"
+    first, last = scored[0]["return_mean"], scored[-1]["return_mean"]
+    sps = sum(r["env_steps"] for r in rows[-1:]) / max(sum(r["wall_s"] for r in rows), 1e-9)
+    return f"return per agent {first:.2f} -> {last:.2f} ({last - first:+.2f}); {sps / 1e3:.0f}k env-steps/s"
+
+
+def _progress(config: Config):
+    if not config.progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=config.num_updates * config.env_steps_per_update, unit="step", unit_scale=True, leave=True)
