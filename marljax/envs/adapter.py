@@ -54,6 +54,11 @@ class StepResult(NamedTuple):
     episode_done: Array  # [] bool: dones["__all__"]; the env auto-reset
 
 
+# Envs whose stacked (non agent-keyed) observations put the agent axis somewhere that cannot be
+# inferred when other axes have the same length: env class -> {top-level key: agent axis}.
+_AGENT_AXIS = {"InTheGrid": {"inventory": -1}}
+
+
 def _action_spec(space) -> tuple[bool, int, float | None, float | None]:
     if hasattr(space, "n") and not getattr(space, "shape", ()):
         return True, int(space.n), None, None
@@ -170,15 +175,29 @@ class EnvAdapter:
         if isinstance(tree, (tuple, list)) and len(tree) == self.num_agents:
             return {a: tree[i] for i, a in enumerate(self.agents)}
         n = self.num_agents
+        known = _AGENT_AXIS.get(type(self.env).__name__, {})
 
-        def take(leaf, i):
-            if leaf.ndim and leaf.shape[0] == n:
+        def take(path, leaf, i):
+            top = str(getattr(path[0], "key", "")) if path else ""
+            if top in known:
+                return jnp.take(leaf, i, axis=known[top])
+            first = bool(leaf.ndim) and leaf.shape[0] == n
+            last = bool(leaf.ndim) and leaf.shape[-1] == n
+            if first and last and leaf.ndim > 1:
+                raise ConfigError(
+                    "env",
+                    f"{self.name}: observation leaf {jax.tree_util.keystr(path)} is shaped {leaf.shape}; "
+                    f"with {n} agents its agent axis could be the first or the last",
+                )
+            if first:
                 return leaf[i]
-            if leaf.ndim and leaf.shape[-1] == n:
+            if last:
                 return leaf[..., i]
             raise ConfigError("env", f"{self.name}: cannot find the agent axis of a leaf shaped {leaf.shape}")
 
-        return {a: jax.tree.map(lambda x: take(x, i), tree) for i, a in enumerate(self.agents)}
+        return {
+            a: jax.tree_util.tree_map_with_path(lambda p, x: take(p, x, i), tree) for i, a in enumerate(self.agents)
+        }
 
     @staticmethod
     def _flatten_obs(obs) -> Array:

@@ -1,0 +1,120 @@
+"""Command-line smoke tests, each in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+NUM_ENVS, NUM_STEPS, TOTAL, CHUNKS = 4, 8, 256, 2
+
+
+def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run(
+        [sys.executable, "-m", "marljax.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def _train_args(out_dir: Path, *extra: str) -> list[str]:
+    return [
+        "train",
+        f"num_envs={NUM_ENVS}",
+        f"num_steps={NUM_STEPS}",
+        f"total_timesteps={TOTAL}",
+        f"num_chunks={CHUNKS}",
+        f"out_dir={out_dir}",
+        "progress=false",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One tiny training run shared by the tests that inspect its outputs."""
+    out_dir = tmp_path_factory.mktemp("cli") / "run"
+    proc = _run(*_train_args(out_dir))
+    return out_dir, proc
+
+
+def test_train_writes_outputs(trained):
+    out_dir, proc = trained
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out_dir / "config.yaml").is_file()
+    assert (out_dir / "returns.png").is_file() and (out_dir / "returns.png").stat().st_size > 0
+
+    saved = yaml.safe_load((out_dir / "config.yaml").read_text())
+    assert saved["num_envs"] == NUM_ENVS and saved["num_steps"] == NUM_STEPS
+    assert saved["total_timesteps"] == TOTAL and saved["out_dir"] == str(out_dir)
+
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert len(rows) == CHUNKS
+    for row in rows:
+        for key in ("update", "env_steps", "env_steps_per_s", "return_mean", "loss_total"):
+            assert key in row, key
+    num_updates = TOTAL // (NUM_STEPS * NUM_ENVS)
+    num_seeds = saved["num_seeds"]
+    assert rows[-1]["update"] == num_updates
+    assert rows[-1]["env_steps"] == num_updates * NUM_STEPS * NUM_ENVS * num_seeds
+    assert [r["env_steps"] for r in rows] == sorted(r["env_steps"] for r in rows)
+    assert all(isinstance(r["loss_total"], float) for r in rows)
+    assert "compiled in" in proc.stdout
+
+
+def test_rerun_into_same_out_dir_is_refused(trained):
+    out_dir, first = trained
+    assert first.returncode == 0, first.stderr[-3000:]
+    metrics = (out_dir / "metrics.jsonl").read_bytes()
+    config = (out_dir / "config.yaml").read_bytes()
+    proc = _run(*_train_args(out_dir, "seed=7"))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "out_dir" in proc.stderr and "overwrite=true" in proc.stderr
+    assert "compiled" not in proc.stdout
+    assert (out_dir / "metrics.jsonl").read_bytes() == metrics
+    assert (out_dir / "config.yaml").read_bytes() == config
+
+
+def test_bad_key_exits_2_with_one_line(tmp_path):
+    proc = _run(*_train_args(tmp_path / "run", "lrr=1"))
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "lrr" in lines[0] and "did you mean 'lr'" in lines[0]
+    assert "compiled" not in proc.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_env_exits_2(tmp_path):
+    proc = _run(*_train_args(tmp_path / "run", "env=MPE_simple_sprad_v3"))
+    assert proc.returncode == 2
+    assert "env" in proc.stderr and "MPE_simple_spread_v3" in proc.stderr
+    assert "compiled" not in proc.stdout
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_unknown_command_exits_2():
+    proc = _run("trian")
+    assert proc.returncode == 2
+    assert "usage" in proc.stderr
+
+
+def test_help_exits_0():
+    proc = _run("--help")
+    assert proc.returncode == 0
+    assert "usage: marljax" in proc.stdout
+    script = Path(sys.executable).parent / "marljax"
+    if script.exists():  # the installed console script
+        proc = subprocess.run(
+            [str(script), "--help"], capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120
+        )
+        assert proc.returncode == 0
+        assert "usage: marljax" in proc.stdout

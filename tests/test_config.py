@@ -1,0 +1,239 @@
+"""Config parsing and validation: every error names its field, before anything compiles."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from marljax.config import Config, ConfigError, MeshConfig, from_dict, load_config, parse_overrides, replace
+from marljax.envs.registry import check_env_name
+from marljax.parallel.mesh import resolve_mesh_shape
+
+
+def _error(overrides, path=None) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides)
+    return info.value
+
+
+# ------------------------------------------------------------------ errors, one per class
+def test_unknown_key_did_you_mean():
+    err = _error(["lrr=1"])
+    assert err.field == "lrr"
+    assert "unknown key" in str(err)
+    assert "did you mean 'lr'" in str(err)
+
+
+def test_unknown_nested_key_did_you_mean():
+    err = _error(["mesh.dta=4"])
+    assert err.field == "mesh.dta"
+    assert "did you mean 'mesh.data'" in str(err)
+
+
+def test_wrong_type():
+    err = _error(["num_envs=abc"])
+    assert err.field == "num_envs"
+    assert "integer" in str(err) and "abc" in str(err)
+    err = _error(["anneal_lr=maybe"])
+    assert err.field == "anneal_lr"
+    err = _error(["lr=fast"])
+    assert err.field == "lr"
+
+
+def test_non_integer_float_for_int_field():
+    err = _error(["num_envs=2.5"])
+    assert err.field == "num_envs"
+
+
+def test_non_positive_count():
+    err = _error(["num_envs=0"])
+    assert err.field == "num_envs"
+    assert "positive" in str(err)
+    assert _error(["num_steps=-8"]).field == "num_steps"
+
+
+def test_minibatches_must_divide_num_steps():
+    err = _error(["num_steps=10", "num_minibatches=4"])
+    assert err.field == "num_minibatches"
+    assert "num_steps=10" in str(err)
+    assert "1, 2, 5, 10" in str(err)  # the allowed values
+
+
+def test_mesh_data_must_divide_num_envs():
+    err = _error(["num_envs=6", "mesh.data=4"])
+    assert err.field == "mesh.data"
+    assert "num_envs=6" in str(err)
+
+
+def test_mesh_seed_must_divide_num_seeds():
+    err = _error(["num_seeds=3", "mesh.seed=2", "mesh.data=1"])
+    assert err.field == "mesh.seed"
+
+
+def test_mesh_bad_axis_values():
+    assert _error(["mesh.data=0"]).field == "mesh.data"
+    assert _error(["mesh.seed=-1", "mesh.data=-1"]).field == "mesh"
+
+
+def test_mesh_sizes_must_match_device_count():
+    config = load_config(None, ["mesh.seed=3", "mesh.data=3", "num_seeds=3", "num_envs=3"])
+    with pytest.raises(ConfigError) as info:
+        resolve_mesh_shape(config, n_devices=8)
+    assert info.value.field == "mesh"
+    assert "8" in str(info.value) and "9" in str(info.value)
+
+    # -1 fills the axis, but only when the other axis divides the device count
+    config = load_config(None, ["mesh.seed=-1", "mesh.data=3", "num_envs=3"])
+    with pytest.raises(ConfigError) as info:
+        resolve_mesh_shape(config, n_devices=8)
+    assert info.value.field == "mesh.data"
+
+    config = load_config(None, ["mesh.seed=3", "mesh.data=-1", "num_seeds=3"])
+    with pytest.raises(ConfigError) as info:
+        resolve_mesh_shape(config, n_devices=8)
+    assert info.value.field == "mesh.seed"
+
+    # num_envs must split over the filled data axis
+    config = load_config(None, ["mesh.seed=1", "mesh.data=-1", "num_envs=6"])
+    with pytest.raises(ConfigError) as info:
+        resolve_mesh_shape(config, n_devices=4)
+    assert info.value.field == "mesh.data"
+
+    # and good shapes resolve
+    assert resolve_mesh_shape(load_config(None, ["mesh.seed=2", "num_seeds=2"]), n_devices=8) == (2, 4)
+    assert resolve_mesh_shape(load_config(None, []), n_devices=8) == (1, 8)
+    assert resolve_mesh_shape(load_config(None, ["mesh.data=2", "mesh.seed=-1", "num_seeds=4"]), n_devices=8) == (4, 2)
+
+
+def test_unknown_env_name():
+    with pytest.raises(ConfigError) as info:
+        check_env_name("MPE_simple_sprad_v3")
+    assert info.value.field == "env"
+    assert "did you mean 'MPE_simple_spread_v3'" in str(info.value)
+
+    from marljax.run import prepare
+
+    config = load_config(None, ["env=not_a_real_env", "num_envs=2", "num_steps=4", "total_timesteps=8"])
+    with pytest.raises(ConfigError) as info:
+        prepare(config)
+    assert info.value.field == "env"
+    assert "not_a_real_env" in str(info.value)
+
+
+def test_total_timesteps_smaller_than_one_update():
+    err = _error(["num_envs=4", "num_steps=8", "total_timesteps=16"])
+    assert err.field == "total_timesteps"
+    assert "32" in str(err)
+
+
+@pytest.mark.parametrize("field, value", [("gamma", "1.5"), ("gamma", "-0.1"), ("gae_lambda", "2")])
+def test_unit_interval_fields(field, value):
+    err = _error([f"{field}={value}"])
+    assert err.field == field
+    assert "[0, 1]" in str(err)
+
+
+def test_negative_or_zero_floats():
+    assert _error(["lr=0"]).field == "lr"
+    assert _error(["ent_coef=-1"]).field == "ent_coef"
+    assert _error(["max_grad_norm=inf"]).field == "max_grad_norm"
+
+
+@pytest.mark.parametrize(
+    "field, value, allowed",
+    [("algo", "mappo", "ippo"), ("activation", "gelu", "tanh"), ("torso", "transformer", "cnn")],
+)
+def test_bad_choice(field, value, allowed):
+    err = _error([f"{field}={value}"])
+    assert err.field == field
+    assert value in str(err) and allowed in str(err)
+
+
+def test_activation_did_you_mean():
+    assert "did you mean 'relu'" in str(_error(["activation=rellu"]))
+
+
+def test_override_without_equals():
+    err = _error(["lr"])
+    assert "key=value" in str(err)
+
+
+# ------------------------------------------------------------------ parsing
+def test_scientific_notation_for_int():
+    config = load_config(None, ["total_timesteps=2e6"])
+    assert config.total_timesteps == 2_000_000
+    assert type(config.total_timesteps) is int
+    assert type(load_config(None, ["lr=3e-4"]).lr) is float
+    assert load_config(None, ["lr=3e-4"]).lr == pytest.approx(3e-4)
+
+
+def test_nested_overrides():
+    config = load_config(None, ["mesh.data=4", "env_kwargs.scenario=3m", "env=HeuristicEnemySMAX"])
+    assert config.mesh == MeshConfig(seed=1, data=4)
+    assert config.env_kwargs == {"scenario": "3m"}
+    assert isinstance(config.env_kwargs["scenario"], str)
+    assert parse_overrides(["mesh.data=4", "a.b.c=x"]) == {"mesh": {"data": 4}, "a": {"b": {"c": "x"}}}
+
+
+def test_yaml_file_and_overrides_merge(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "lr: 0.01\n"
+        "num_envs: 8\n"
+        "total_timesteps: 2e6\n"  # YAML reads this as a string; it still becomes an int
+        "recurrent: true\n"
+        "mesh:\n  seed: 1\n  data: 2\n"
+        "env_kwargs:\n  a: 1\n"
+    )
+    config = load_config(path, ["mesh.data=4", "env_kwargs.b=2", "lr=0.02"])
+    assert config.lr == pytest.approx(0.02)
+    assert config.num_envs == 8
+    assert config.total_timesteps == 2_000_000 and type(config.total_timesteps) is int
+    assert config.recurrent is True
+    assert config.mesh == MeshConfig(seed=1, data=4)
+    assert config.env_kwargs == {"a": 1, "b": 2}
+    # untouched fields keep their defaults
+    assert config.gamma == Config().gamma
+
+
+def test_yaml_file_errors(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "missing.yaml")
+    assert "missing.yaml" in str(info.value)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("lrr: 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert info.value.field == "lrr"
+    notmap = tmp_path / "list.yaml"
+    notmap.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError):
+        load_config(notmap)
+
+
+def test_config_is_frozen():
+    config = load_config(None, [])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.lr = 1.0  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.mesh.data = 2  # type: ignore[misc]
+
+
+def test_replace_and_round_trip():
+    config = load_config(None, ["num_envs=8", "mesh.data=2"])
+    changed = replace(config, num_envs=16)
+    assert changed.num_envs == 16 and config.num_envs == 8
+    assert changed.mesh.data == 2
+    with pytest.raises(ConfigError) as info:
+        replace(config, num_envs=3)  # mesh.data=2 no longer divides it
+    assert info.value.field == "mesh.data"
+    assert from_dict(config.to_dict()) == config
+
+
+def test_derived_values():
+    config = load_config(None, ["num_envs=4", "num_steps=8", "total_timesteps=256", "num_chunks=2", "num_seeds=2"])
+    assert config.num_updates == 8
+    assert config.updates_per_chunk == 4
+    assert config.env_steps_per_update == 8 * 4 * 2
+    assert config.minibatch_steps == 8 // config.num_minibatches
