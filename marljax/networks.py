@@ -75,10 +75,23 @@ def _act(name: str):
     return {"tanh": nn.tanh, "relu": nn.relu}[name]
 
 
+def orthogonal(scale: float = 1.0):
+    """Orthogonal initializer that stays unbatched under `vmap` (e.g. over seeds).
+
+    flax's orthogonal init calls LAPACK's QR. Batched over seeds, jaxlib's CPU QR kernel
+    splits the batch over XLA's thread pool and can wait forever for those tasks (seen on a
+    2-core machine with 2 vmapped seeds). `sequential_vmap` runs one QR per seed instead.
+    """
+    base = nn.initializers.orthogonal(scale)
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.custom_batching.sequential_vmap(lambda k: base(k, shape, dtype))(key)
+
+    return init
+
+
 def _dense(features: int, scale: float) -> nn.Dense:
-    return nn.Dense(
-        features, kernel_init=nn.initializers.orthogonal(scale), bias_init=nn.initializers.zeros
-    )
+    return nn.Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)
 
 
 class CNNEncoder(nn.Module):
@@ -91,7 +104,7 @@ class CNNEncoder(nn.Module):
     def __call__(self, x: Array) -> Array:
         act = _act(self.activation)
         for c in self.channels:
-            x = act(nn.Conv(c, (3, 3), padding="SAME", kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            x = act(nn.Conv(c, (3, 3), padding="SAME", kernel_init=orthogonal(np.sqrt(2)))(x))
         return x.reshape(x.shape[0], -1)
 
 
@@ -162,7 +175,7 @@ class RecurrentActorCritic(nn.Module):
         x = _features(obs, agent_id, self.cnn, self.activation, "embed")
         x = _act(self.activation)(_dense(self.gru_hidden_size, np.sqrt(2))(x))
         h = jnp.where(reset[:, None], jnp.zeros_like(h), h)
-        h, x = nn.GRUCell(self.gru_hidden_size, name="gru")(h, x)
+        h, x = nn.GRUCell(self.gru_hidden_size, recurrent_kernel_init=orthogonal(), name="gru")(h, x)
         actor_x = _act(self.activation)(_dense(self.hidden_size, np.sqrt(2))(x))
         critic_x = _act(self.activation)(_dense(self.hidden_size, np.sqrt(2))(x))
         dist = Head(self.discrete, self.action_dim, name="pi")(actor_x, mask)

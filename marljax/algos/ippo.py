@@ -278,7 +278,7 @@ def make_train(
         def grad_step(carry, minibatch):
             params, opt_state = carry
             (_, parts), grads = grad_fn(params, minibatch, hp)
-            grads = ops.pmean(grads, data_axis)
+            grads = ops.pmean_tree(grads, data_axis)
             grads, grad_norm = ops.clip_by_global_norm(grads, hp.max_grad_norm)
             updates, opt_state = adam.update(grads, opt_state)
             params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
@@ -290,7 +290,8 @@ def make_train(
         (params, opt_state), (parts, grad_norm) = jax.lax.scan(
             epoch, (learner.params, learner.opt_state), jax.random.split(k_epochs, config.update_epochs)
         )
-        parts = ops.pmean(jax.tree.map(jnp.mean, parts), data_axis)
+        # one collective for all metrics: loss means are averaged, episode counts summed
+        parts, stats = ops.psum_tree((jax.tree.map(lambda x: jnp.mean(x) / num_data_shards, parts), stats), data_axis)
         metrics = {
             "loss_total": parts.total,
             "loss_actor": parts.actor,
@@ -300,7 +301,7 @@ def make_train(
             "clip_frac": parts.clip_frac,
             "grad_norm": jnp.mean(grad_norm),
             "lr": lr,
-            "episodes": ops.psum(stats, data_axis),
+            "episodes": stats,
         }
         learner = learner.replace(params=params, opt_state=opt_state, key=key, update=learner.update + 1)
         return TrainState(learner, actors), metrics
