@@ -1,0 +1,382 @@
+"""`marljax bench`: throughput, FLOPs, MFU, compile time and memory of one config.
+
+`run_bench(config)` measures, in one process and one run:
+
+* **training throughput** of the real program `marljax train` runs: the
+  sharded chunk of updates from `marljax.parallel.mesh.shard_trainer`,
+  compiled once (compile time reported apart), one warm-up chunk, then a few
+  timed chunks;
+* **the rollout ceiling**: the same environments stepped with uniformly
+  random (mask-respecting) actions inside one jitted `lax.scan`, at the same
+  number of environments and seeds, with no policy and no learning;
+* **FLOPs per environment step** from XLA's cost analysis of the unscanned
+  pieces of one update (see `count_flops` for exactly what is counted);
+* **a peak to compare with**: a float32 matmul timed on the same devices,
+  so that MFU = achieved / measured peak (not a datasheet number);
+* **peak resident memory** of the process.
+
+It prints an aligned table, then, LAST, one JSON line (a flat dict) that
+scripts can read with `json.loads(output.splitlines()[-1])`.
+
+The number of timed chunks and their size are fixed here (not config keys):
+`TIMED_CHUNKS` chunks of `min(updates_per_chunk, MAX_UPDATES_PER_CHUNK)`
+updates, cut short once `TIME_BUDGET_S` seconds have been timed, so that a
+bench stays bounded whatever `total_timesteps` says.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import sys
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from marljax import ops
+from marljax.algos.ippo import Trainer, _agent_ids, hparams_from_config
+from marljax.config import Config
+from marljax.envs.adapter import AgentGroup, EnvAdapter
+from marljax.parallel.mesh import DATA, SEED, seed_keys, shard_trainer
+from marljax.run import prepare
+
+Array = jax.Array
+
+TIMED_CHUNKS = 3  # chunks timed after the warm-up chunk
+MAX_UPDATES_PER_CHUNK = 10  # a bench chunk holds min(config.updates_per_chunk, this) updates
+TIME_BUDGET_S = 30.0  # stop timing more chunks / rollouts once this much has been timed
+ENV_ONLY_REPS = 3  # timed random-action rollouts
+MATMUL_REPS = 10  # timed matmuls per size (the best is kept)
+MATMUL_SIZES = {"cpu": (1024, 2048), "default": (4096, 8192)}
+
+
+# ---------------------------------------------------------------- helpers
+def _timed(fn: Callable[[], Any]) -> float:
+    """Wall seconds of `fn()`, waiting for every array it returns."""
+    t = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t
+
+
+def _flops(fn: Callable, *args: Any) -> float:
+    """FLOPs XLA's cost analysis reports for `jit(fn)(*args)` (args may be ShapeDtypeStructs).
+
+    Older JAX returns a list with one dict per program, newer a dict; a scan or
+    while body inside `fn` is counted ONCE, whatever its trip count.
+    """
+    cost = jax.jit(fn).lower(*args).compile().cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        return float(sum(c.get("flops", 0.0) for c in cost if c))
+    return float(cost.get("flops", 0.0)) if cost else 0.0
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+
+
+def _platform(mesh: Mesh) -> str:
+    return mesh.devices.flat[0].platform
+
+
+def _random_actions(env: EnvAdapter, key: Array, state: Any) -> dict[str, Array]:
+    """Uniformly random actions for ONE env: among the available ones where a group has masks."""
+    masks = env.action_mask(state)
+    actions = {}
+    for gi, g in enumerate(env.groups):
+        k = jax.random.fold_in(key, gi)
+        if g.discrete and g.has_mask:
+            actions[g.name] = jax.random.categorical(k, jnp.where(masks[g.name], 0.0, -jnp.inf))
+        elif g.discrete:
+            actions[g.name] = jax.random.randint(k, (g.size,), 0, g.action_dim)
+        else:
+            low = -1.0 if g.action_low is None else g.action_low
+            high = 1.0 if g.action_high is None else g.action_high
+            actions[g.name] = jax.random.uniform(k, (g.size, g.action_dim), minval=low, maxval=high)
+    return actions
+
+
+def _random_step(env: EnvAdapter, key: Array, state: Any) -> tuple[Any, Array]:
+    """One env, one random step -> (state, checksum of obs and rewards, so nothing is dead code)."""
+    k_act, k_env = jax.random.split(key)
+    res = env.step(k_env, state, _random_actions(env, k_act, state))
+    checksum = sum(jnp.sum(res.obs[g.name]) + jnp.sum(res.reward[g.name]) for g in env.groups)
+    return res.state, checksum
+
+
+# ---------------------------------------------------------------- training throughput
+def bench_train(config: Config, mesh: Mesh, trainer: Trainer) -> dict[str, float]:
+    """Compile the sharded chunk as `marljax.run.train` does, warm up once, time a few chunks."""
+    fns = shard_trainer(trainer, mesh)
+    state = fns.init(seed_keys(config.seed, config.num_seeds))
+    n = max(1, min(config.updates_per_chunk, MAX_UPDATES_PER_CHUNK))
+    t = time.perf_counter()
+    compiled = fns.chunk.lower(state, n).compile()
+    compile_s = time.perf_counter() - t
+
+    state, metrics = compiled(state)  # warm-up chunk (first-run allocations, caches)
+    jax.block_until_ready((state, metrics))
+    times: list[float] = []
+    for _ in range(TIMED_CHUNKS):
+        t = time.perf_counter()
+        state, metrics = compiled(state)
+        jax.block_until_ready((state, metrics))
+        times.append(time.perf_counter() - t)
+        if sum(times) > TIME_BUDGET_S:
+            break
+    updates = n * len(times)
+    return {
+        "train_env_steps_per_s": updates * config.env_steps_per_update / sum(times),
+        "compile_s": compile_s,
+        "bench_updates": updates,
+        "updates_per_chunk": n,
+        "train_chunk_s_min": min(times),
+        "train_chunk_s_max": max(times),
+    }
+
+
+# ---------------------------------------------------------------- rollout ceiling
+def bench_env_only(config: Config, mesh: Mesh, env: EnvAdapter) -> dict[str, float]:
+    """Random-action stepping: [num_seeds, num_envs] envs, `num_steps` steps in one jitted scan.
+
+    The env states are laid out like the trainer's actor state (split over the
+    `seed` and `data` mesh axes), so this is the ceiling a rollout could reach.
+    """
+    S, E, T = config.num_seeds, config.num_envs, config.num_steps
+    sharding = NamedSharding(mesh, P(SEED, DATA))
+    keys = jax.vmap(lambda k: jax.random.split(k, E))(seed_keys(config.seed + 1, S))  # [S, E, 2]
+    keys = jax.device_put(keys, sharding)
+    reset = jax.jit(jax.vmap(jax.vmap(lambda k: env.reset(k)[1])), out_shardings=sharding)
+    states = reset(keys)
+
+    def rollout(states: Any, keys: Array) -> tuple[Any, Array]:
+        def step(carry, t):
+            states, total = carry
+            step_keys = jax.vmap(jax.vmap(jax.random.fold_in, (0, None)), (0, None))(keys, t)
+            states, checksum = jax.vmap(jax.vmap(lambda k, s: _random_step(env, k, s)))(step_keys, states)
+            return (states, total + checksum), None
+
+        (states, total), _ = jax.lax.scan(step, (states, jnp.zeros((S, E))), jnp.arange(T))
+        return states, total
+
+    fn = jax.jit(rollout, out_shardings=(sharding, sharding), donate_argnums=0)
+    compiled = fn.lower(states, keys).compile()
+    states, _ = compiled(states, keys)  # warm-up
+    times: list[float] = []
+    for i in range(ENV_ONLY_REPS):
+        keys_i = jax.device_put(jax.vmap(jax.vmap(jax.random.fold_in, (0, None)), (0, None))(keys, i + 1), sharding)
+        t = time.perf_counter()
+        states, total = compiled(states, keys_i)
+        jax.block_until_ready((states, total))
+        times.append(time.perf_counter() - t)
+        if sum(times) > TIME_BUDGET_S:
+            break
+    return {"env_only_env_steps_per_s": len(times) * S * E * T / sum(times)}
+
+
+# ---------------------------------------------------------------- FLOPs
+def count_flops(config: Config, trainer: Trainer) -> dict[str, float]:
+    """FLOPs per environment step of one IPPO update, from XLA's cost analysis.
+
+    XLA counts a `scan`/`while` body once, not once per trip, so the update is
+    not analysed whole. Two unscanned pieces are analysed, for ONE seed with
+    all `num_envs` environments (sharding over devices splits the work but
+    does not change its total), then multiplied by their trip counts:
+
+    (a) one rollout step: the action masks, every group's network forward
+        pass (actor AND critic, as in the rollout, which stores the values)
+        on `num_envs * A_g` observations, sampling and log-probs, and one
+        `env.step` of every environment.  x `num_steps`.
+    (b) one minibatch gradient step: value-and-grad of the PPO loss (network
+        forward + backward, log-probs, entropy, advantage normalisation,
+        clipped surrogate and value losses) on a minibatch of
+        `(num_steps / num_minibatches) * num_envs * A_g` samples per group,
+        then global-norm clipping, Adam and the parameter update.
+        x `update_epochs * num_minibatches`.
+        For recurrent networks the L steps of the GRU are applied as one
+        batch of L*E*A_g rows (the same matmul FLOPs as the scan), and the
+        gradient is also taken with respect to the hidden state, so the
+        backward pass through the recurrent matmul is counted too.
+
+    Not counted (each well under 1% for IPPO): GAE, the minibatch shuffle,
+    the bootstrap value of the last observation (one more forward pass
+    beside (a)'s num_steps), episode statistics and collectives.
+
+    Returns `flops_per_env_step` = (a * num_steps + b * epochs * minibatches)
+    / (num_steps * num_envs), the same per env step for any number of seeds,
+    with its parts, and `env_flops_per_env_step` (the env step alone).
+    """
+    env, groups, nets = trainer.env, trainer.env.groups, trainer.networks
+    E, T, M = config.num_envs, config.num_steps, config.num_minibatches
+    L, rnn = config.minibatch_steps, config.recurrent
+    state = jax.eval_shape(trainer.init, jax.random.PRNGKey(0))  # shapes only, nothing runs
+    params, actors = state.learner.params, state.actors
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+
+    def forward(g: AgentGroup, p, obs, mask, hidden, reset, lead: int):
+        ids = _agent_ids(g, (lead,), config.agent_id)
+        if rnn:
+            return nets[g.name].apply(p, hidden, obs, reset, ids, mask)
+        return (None, *nets[g.name].apply(p, obs, ids, mask))
+
+    def rollout_step(params, actors, key):
+        k_act, k_env = jax.random.split(key)
+        masks = jax.vmap(env.action_mask)(actors.env_state)
+        actions, outputs = {}, []
+        for gi, g in enumerate(groups):
+            flat = lambda x: x.reshape((E * g.size,) + x.shape[2:])  # noqa: E731
+            mask = flat(masks[g.name]) if g.has_mask else None
+            h, dist, value = forward(
+                g, params[g.name], flat(actors.obs[g.name]), mask,
+                flat(actors.hidden[g.name]) if rnn else None, flat(actors.reset[g.name]), E,
+            )  # fmt: skip
+            action = dist.sample(jax.random.fold_in(k_act, gi))
+            actions[g.name] = action.reshape((E, g.size) + action.shape[1:])
+            outputs.append((dist.log_prob(action), value, h))
+        res = jax.vmap(env.step)(jax.random.split(k_env, E), actors.env_state, actions)
+        return res, outputs
+
+    def env_step(actors, key):
+        return jax.vmap(lambda k, s: _random_step(env, k, s))(jax.random.split(key, E), actors.env_state)
+
+    def minibatch_shapes(g: AgentGroup) -> dict:
+        B = L * E * g.size
+        f32 = lambda *shape: jax.ShapeDtypeStruct((B, *shape), jnp.float32)  # noqa: E731
+        return dict(
+            obs=f32(*g.obs_shape),
+            action=jax.ShapeDtypeStruct((B,), jnp.int32) if g.discrete else f32(g.action_dim),
+            logp=f32(), value=f32(), adv=f32(), target=f32(),
+            mask=jax.ShapeDtypeStruct((B, g.action_dim), jnp.bool_) if g.has_mask else None,
+            reset=jax.ShapeDtypeStruct((B,), jnp.bool_),
+            hidden=f32(config.gru_hidden_size) if rnn else None,
+        )  # fmt: skip
+
+    hp = hparams_from_config(config)
+    adam = optax.scale_by_adam(eps=1e-5)
+
+    def loss_fn(params, hidden, batch):
+        total = 0.0
+        for g in groups:
+            b = batch[g.name]
+            _, dist, value = forward(g, params[g.name], b["obs"], b["mask"], hidden[g.name], b["reset"], L * E)
+            loss = ops.ppo_loss(
+                dist.log_prob(b["action"]), b["logp"], dist.entropy(), value, b["value"],
+                ops.normalize(b["adv"], None), b["target"], hp.clip_eps, hp.vf_coef, hp.ent_coef,
+            )  # fmt: skip
+            total = total + loss.total
+        return total
+
+    def grad_step(params, opt_state, batch):
+        hidden = {g.name: batch[g.name]["hidden"] for g in groups}
+        grads, _ = jax.grad(loss_fn, argnums=(0, 1))(params, hidden, batch)
+        grads, _ = ops.clip_by_global_norm(grads, hp.max_grad_norm)
+        updates, opt_state = adam.update(grads, opt_state)
+        return jax.tree.map(lambda p, u: p - hp.lr * u, params, updates), opt_state
+
+    batch = {g.name: minibatch_shapes(g) for g in groups}
+    rollout = _flops(rollout_step, params, actors, key)
+    env_only = _flops(env_step, actors, key)
+    grad = _flops(grad_step, params, state.learner.opt_state, batch)
+    steps = T * E
+    rollout_total, update_total = rollout * T, grad * config.update_epochs * M
+    return {
+        "flops_per_env_step": (rollout_total + update_total) / steps,
+        "rollout_flops_per_env_step": rollout_total / steps,
+        "learn_flops_per_env_step": update_total / steps,
+        "env_flops_per_env_step": env_only / E,
+        "flops_per_update_per_seed": rollout_total + update_total,
+    }
+
+
+# ---------------------------------------------------------------- peak
+def peak_matmul_gflops(mesh: Mesh, sizes: tuple[int, ...] | None = None, reps: int = MATMUL_REPS) -> dict:
+    """Best float32 matmul GFLOP/s on the mesh's devices: one n x n @ n x n per device, 2 n^3 each."""
+    devices = mesh.devices.size
+    sizes = sizes or MATMUL_SIZES.get(_platform(mesh), MATMUL_SIZES["default"])
+    axes = P((SEED, DATA))
+    sharding = NamedSharding(mesh, axes)
+
+    def local(a, b):  # each device multiplies its own pair, as a plain 2-D matmul
+        return (a[0] @ b[0])[None]
+
+    matmul = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(axes, axes), out_specs=axes))
+    best, best_n = 0.0, 0
+    for n in sizes:
+        make = jax.jit(
+            lambda k: jax.random.normal(k, (devices, n, n), jnp.float32), out_shardings=sharding  # noqa: B023
+        )
+        a, b = make(jax.random.PRNGKey(1)), make(jax.random.PRNGKey(2))
+        jax.block_until_ready(matmul(a, b))  # compile + warm-up
+        seconds = min(_timed(lambda: matmul(a, b)) for _ in range(reps))
+        gflops = devices * 2 * n**3 / seconds / 1e9
+        if gflops > best:
+            best, best_n = gflops, n
+        del a, b
+    return {"peak_matmul_gflops": best, "peak_matmul_n": best_n}
+
+
+# ---------------------------------------------------------------- report
+def _table(result: dict[str, Any]) -> str:
+    rows = [
+        ("env", result["env"], ""),
+        ("devices", f"{result['devices']} x {result['platform']}", f"mesh {result['mesh']}"),
+        ("seeds x envs x steps", f"{result['num_seeds']} x {result['num_envs']} x {result['num_steps']}",
+         "recurrent" if result["recurrent"] else "feed-forward"),
+        ("train throughput", f"{result['train_env_steps_per_s']:,.0f}", "env steps/s"),
+        ("  timed", f"{result['bench_updates']} updates", f"chunks of {result['updates_per_chunk']}, "
+         f"{result['train_chunk_s_min']:.2f}-{result['train_chunk_s_max']:.2f} s each"),
+        ("env-only (random actions)", f"{result['env_only_env_steps_per_s']:,.0f}", "env steps/s"),
+        ("  train / env-only", f"{result['train_over_env_only']:.3f}", ""),
+        ("FLOPs per env step", f"{result['flops_per_env_step']:,.0f}",
+         f"rollout {result['rollout_flops_per_env_step']:,.0f} (env {result['env_flops_per_env_step']:,.0f})"
+         f" + learn {result['learn_flops_per_env_step']:,.0f}"),
+        ("achieved", f"{result['achieved_gflops']:.2f}", "GFLOP/s"),
+        ("peak f32 matmul", f"{result['peak_matmul_gflops']:.1f}", f"GFLOP/s (n={result['peak_matmul_n']})"),
+        ("MFU", f"{100 * result['mfu']:.2f}%", "achieved / measured matmul peak"),
+        ("compile", f"{result['compile_s']:.1f}", "s (training chunk)"),
+        ("peak RSS", f"{result['peak_rss_mb']:,.0f}", "MiB"),
+    ]  # fmt: skip
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(str(r[1])) for r in rows)
+    return "\n".join(f"{a:<{w0}}  {str(b):>{w1}}  {c}".rstrip() for a, b, c in rows)
+
+
+def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Measure `config` (see the module docstring); print a table, then one JSON line; return the dict."""
+    env, mesh, trainer = prepare(config)
+    log(f"marljax bench: {config.algo} on {env.describe()}")
+    result: dict[str, Any] = {
+        "algo": config.algo,
+        "env": config.env,
+        "num_envs": config.num_envs,
+        "num_seeds": config.num_seeds,
+        "num_steps": config.num_steps,
+        "update_epochs": config.update_epochs,
+        "num_minibatches": config.num_minibatches,
+        "recurrent": config.recurrent,
+        "devices": int(mesh.devices.size),
+        "platform": _platform(mesh),
+        "mesh": "x".join(f"{k}{v}" for k, v in mesh.shape.items()),
+    }
+    result.update(bench_train(config, mesh, trainer))
+    result.update(bench_env_only(config, mesh, env))
+    result["train_over_env_only"] = result["train_env_steps_per_s"] / result["env_only_env_steps_per_s"]
+    result.update(count_flops(config, trainer))
+    result["achieved_gflops"] = result["flops_per_env_step"] * result["train_env_steps_per_s"] / 1e9
+    result.update(peak_matmul_gflops(mesh))
+    result["mfu"] = result["achieved_gflops"] / result["peak_matmul_gflops"]
+    result["peak_rss_mb"] = peak_rss_mb()
+    result = {k: (float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v) for k, v in result.items()}
+    log(_table(result))
+    log(json.dumps(result))
+    return result
+
+
+__all__ = ["run_bench", "bench_train", "bench_env_only", "count_flops", "peak_matmul_gflops", "peak_rss_mb"]

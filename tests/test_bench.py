@@ -1,0 +1,41 @@
+"""Smoke test of `marljax bench` on a tiny config: the figures exist and are sane. No timing asserts."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from marljax import bench
+from marljax.config import load_config
+
+KEYS = (
+    "train_env_steps_per_s",
+    "env_only_env_steps_per_s",
+    "flops_per_env_step",
+    "rollout_flops_per_env_step",
+    "learn_flops_per_env_step",
+    "achieved_gflops",
+    "peak_matmul_gflops",
+    "mfu",
+    "compile_s",
+    "peak_rss_mb",
+    "bench_updates",
+)
+
+
+def test_bench_tiny_config_reports_finite_positive_figures(monkeypatch):
+    monkeypatch.setattr(bench, "MATMUL_SIZES", {"cpu": (256,), "default": (256,)})  # keep it quick
+    config = load_config(None, ["num_envs=4", "num_steps=8", "total_timesteps=64", "progress=false"])
+
+    lines: list[str] = []  # not capsys: importing jaxmarl resets sys.stdout to sys.__stdout__
+    result = bench.run_bench(config, log=lines.append)
+
+    for key in KEYS:
+        value = result[key]
+        assert isinstance(value, (int, float)) and not isinstance(value, bool), key
+        assert math.isfinite(value) and value > 0, f"{key}={value}"
+    parts = result["rollout_flops_per_env_step"] + result["learn_flops_per_env_step"]
+    assert math.isclose(result["flops_per_env_step"], parts, rel_tol=1e-4)
+    assert result["num_envs"] == 4 and result["num_steps"] == 8 and result["devices"] >= 1
+    # the JSON line comes last and holds the same flat dict
+    assert json.loads(lines[-1]) == result
