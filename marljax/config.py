@@ -45,7 +45,7 @@ class Config:
     # PPO: JaxMARL's IPPO-FF MPE settings except lr, num_envs and total_timesteps, raised so
     # that the default run shows a clear rise in a few CPU minutes
     # (experiments/jaxmarl_ippo_ff_mpe.yaml holds JaxMARL's own values)
-    lr: float = 1e-3
+    lr: float = 2e-3
     num_envs: int = 64
     num_steps: int = 128
     total_timesteps: int = 5_000_000
