@@ -40,7 +40,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from marljax import ops
-from marljax.algos.ippo import Trainer, _agent_ids, hparams_from_config
+from marljax.algos.ippo import Trainer, hparams_from_config
 from marljax.config import Config
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.parallel.mesh import DATA, SEED, seed_keys, shard_trainer
@@ -213,7 +213,7 @@ def count_flops(config: Config, trainer: Trainer) -> dict[str, float]:
     / (num_steps * num_envs), the same per env step for any number of seeds,
     with its parts, and `env_flops_per_env_step` (the env step alone).
     """
-    env, groups, nets = trainer.env, trainer.env.groups, trainer.networks
+    env, groups = trainer.env, trainer.env.groups
     E, T, M = config.num_envs, config.num_steps, config.num_minibatches
     L, rnn = config.minibatch_steps, config.recurrent
     state = jax.eval_shape(trainer.init, jax.random.PRNGKey(0))  # shapes only, nothing runs
@@ -221,10 +221,10 @@ def count_flops(config: Config, trainer: Trainer) -> dict[str, float]:
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
 
     def forward(g: AgentGroup, p, obs, mask, hidden, reset, lead: int):
-        ids = _agent_ids(g, (lead,), config.agent_id)
-        if rnn:
-            return nets[g.name].apply(p, hidden, obs, reset, ids, mask)
-        return (None, *nets[g.name].apply(p, obs, ids, mask))
+        """The trainer's own policy on a flat batch of `lead * A_g` rows -> (hidden, dist, value)."""
+        unflat = lambda x: None if x is None else x.reshape((lead, g.size) + x.shape[1:])  # noqa: E731
+        dist, value, h = trainer.policy(p, g, unflat(obs), unflat(mask), unflat(hidden), unflat(reset))
+        return h, dist, value
 
     def rollout_step(params, actors, key):
         k_act, k_env = jax.random.split(key)

@@ -66,8 +66,10 @@ class Config:
     recurrent: bool = False  # GRU actor-critic; hidden state resets at episode ends
     gru_hidden_size: int = 128
     torso: str = "auto"  # auto | mlp | cnn  (auto: cnn for [H, W, C] observations)
-    agent_id: bool = True  # append a one-hot agent id inside each group of shared parameters
-    param_sharing: str = "shared"  # one parameter set per group of agents with identical spaces
+    agent_id: bool = True  # append a one-hot agent id where agents share parameters
+    # shared: one set per group of identical spaces | per_role: one per agent class (the env's
+    # agent_classes, split further where spaces differ) | independent: one set per agent
+    param_sharing: str = "shared"
 
     # seeds and devices
     seed: int = 0
@@ -107,7 +109,7 @@ class Config:
 ALGOS = ("ippo",)
 ACTIVATIONS = ("tanh", "relu")
 TORSOS = ("auto", "mlp", "cnn")
-SHARING = ("shared",)
+SHARING = ("shared", "per_role", "independent")
 
 _POSITIVE_INTS = (
     "num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches",

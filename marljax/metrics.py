@@ -24,6 +24,7 @@ def chunk_row(
     wall_s: float,
     chunk_env_steps: int,
     num_agents: int,
+    groups: tuple = (),
 ) -> dict:
     """Aggregate one chunk's per-update metrics into a metrics.jsonl row."""
     ep = metrics["episodes"]
@@ -43,6 +44,13 @@ def chunk_row(
         ],
         "episode_length": float(np.sum(ep.length_sum)) / count if count else None,
     }
+    # per-group returns (competitive envs): `groups` holds (name, size) in agent-concat order
+    if len(groups) > 1:
+        start = 0
+        for name, size in groups:
+            part = float(np.sum(ep.return_sum[..., start : start + size]))
+            row[f"return_{name}"] = part / (count * size) if count else None
+            start += size
     for key in LOSS_KEYS:
         row[key] = float(np.mean(metrics[key]))
     return row

@@ -44,9 +44,15 @@ def chunk_sizes(num_updates: int, per_chunk: int) -> list[int]:
     return [per_chunk] * full + ([rest] if rest else [])
 
 
+def make_adapter(config: Config) -> EnvAdapter:
+    """The env adapter, grouped as `param_sharing` needs: by role for per_role, else by spaces."""
+    group_by = "roles" if config.param_sharing == "per_role" else "spaces"
+    return EnvAdapter(make_env(config.env, config.env_kwargs), config.env, group_by=group_by)
+
+
 def prepare(config: Config):
     """Everything that can fail on bad input, before anything is compiled."""
-    env = EnvAdapter(make_env(config.env, config.env_kwargs), config.env)
+    env = make_adapter(config)
     mesh = build_mesh(config)
     trainer = make_train(config, env, data_axis=DATA, num_data_shards=mesh.shape[DATA])
     return env, mesh, trainer
@@ -102,6 +108,7 @@ def train(config: Config, log: Callable[[str], None] = print) -> RunResult:
                 wall_s=wall,
                 chunk_env_steps=n * config.env_steps_per_update,
                 num_agents=env.num_agents,
+                groups=tuple((g.name, g.size) for g in env.groups),
             )
             writer.write(row)
             rows.append(row)

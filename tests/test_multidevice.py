@@ -30,8 +30,12 @@ BASE = ["num_envs=16", "num_seeds=2", "num_steps=32", "total_timesteps=4096", "n
     [
         ([], ["mesh.seed=2", "mesh.data=4"]),
         (["recurrent=true"], ["mesh.seed=1", "mesh.data=8"]),
+        (
+            ["param_sharing=independent", "env_kwargs.num_agents=4", "env_kwargs.num_landmarks=4"],
+            ["mesh.seed=2", "mesh.data=4"],
+        ),
     ],
-    ids=["ff-seed2xdata4", "rnn-data8"],
+    ids=["ff-seed2xdata4", "rnn-data8", "independent4-seed2xdata4"],
 )
 def test_one_vs_eight_devices(tmp_path, extra, mesh8):
     one = run_with_devices(CODE.format(overrides=BASE + extra, out=tmp_path / "one"), 1)
@@ -39,8 +43,10 @@ def test_one_vs_eight_devices(tmp_path, extra, mesh8):
     assert one["devices"] == 1 and eight["devices"] == 8
     assert eight["mesh"]["seed"] * eight["mesh"]["data"] == 8
     assert len(one["returns"]) == len(eight["returns"]) == 4
-    # 8 updates of PPO; reductions are ordered differently across devices, so float tolerance
-    np.testing.assert_allclose(one["returns"], eight["returns"], rtol=1e-4)
+    # 8 updates of PPO. Reductions are ordered differently across devices and training amplifies
+    # that noise (measured: up to 1.5e-4 relative by update 8); a wrong layout or a shard seeing
+    # the wrong environments gives differences of order 1.
+    np.testing.assert_allclose(one["returns"], eight["returns"], rtol=1e-3)
     np.testing.assert_allclose(one["losses"], eight["losses"], rtol=1e-3, atol=1e-5)
     for a, b in zip(one["params"], eight["params"]):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)

@@ -44,6 +44,7 @@ class Trainer(NamedTuple):
     run_updates: Callable[[TrainState, int], tuple[TrainState, dict]]
     train: Callable[[Array], tuple[TrainState, dict]]
     act: Callable  # (params, obs, reset, hidden, mask, key) -> (actions, hidden) for evaluation
+    policy: Callable  # (group_params, group, obs [B, A_g, ...], mask, hidden, reset) -> (dist, value, hidden)
 
 
 def hparams_from_config(config: Config) -> HParams:
@@ -92,6 +93,7 @@ def make_train(
     groups = env.groups
     nets = {g.name: make_network(config, g) for g in groups}
     rnn = config.recurrent
+    independent = config.param_sharing == "independent"
     T, E, M = config.num_steps, config.num_envs, config.num_minibatches
     L = config.minibatch_steps
     E_local = E // num_data_shards
@@ -100,16 +102,35 @@ def make_train(
 
     # ------------------------------------------------------------------ acting
     def policy(params, g: AgentGroup, obs, mask, hidden=None, reset=None):
-        """Apply group g's network to obs [B, A_g, *obs] -> (dist over [B*A_g], value [B*A_g], hidden)."""
-        lead = obs.shape[:1]
-        ids = _agent_ids(g, lead, config.agent_id)
-        x = _flat(obs, 2)
-        m = None if mask is None else _flat(mask, 2)
-        if rnn:
-            h, dist, value = nets[g.name].apply(params, _flat(hidden, 2), x, _flat(reset, 2), ids, m)
-            return dist, value, h.reshape(hidden.shape)
-        dist, value = nets[g.name].apply(params, x, ids, m)
-        return dist, value, None
+        """Apply group g's network(s) to obs [B, A_g, *obs] -> (dist over [B*A_g], value [B*A_g], hidden).
+
+        params leaves carry a leading parameter-set axis: 1 (shared by the group's agents, who
+        get a one-hot id) or A_g (`independent`: one network per agent, vmapped over agents).
+        """
+        net = nets[g.name]
+        if not independent:
+            p = jax.tree.map(lambda x: x[0], params)
+            ids = _agent_ids(g, obs.shape[:1], config.agent_id)
+            x = _flat(obs, 2)
+            m = None if mask is None else _flat(mask, 2)
+            if rnn:
+                h, dist, value = net.apply(p, _flat(hidden, 2), x, _flat(reset, 2), ids, m)
+                return dist, value, h.reshape(hidden.shape)
+            dist, value = net.apply(p, x, ids, m)
+            return dist, value, None
+
+        def one_agent(p, o, m, h, r):  # o [B, *obs]: one agent's slice
+            if rnn:
+                h, dist, value = net.apply(p, h, o, r, None, m)
+                return dist, value, h
+            dist, value = net.apply(p, o, None, m)
+            return dist, value, None
+
+        axes = lambda x: None if x is None else 1  # noqa: E731
+        dist, value, h = jax.vmap(one_agent, in_axes=(0, 1, axes(mask), axes(hidden), axes(reset)), out_axes=1)(
+            params, obs, mask, hidden, reset
+        )  # leaves [B, A_g, ...]
+        return jax.tree.map(lambda v: _flat(v, 2), dist), _flat(value, 2), h
 
     def sample(dist, key: Array, lead: tuple[int, int]) -> tuple[Array, Array]:
         """Sample one action per agent with one key per environment: keys [E]."""
@@ -135,19 +156,25 @@ def make_train(
         return out, new_hidden
 
     # -------------------------------------------------------------------- init
+    def init_group_params(key: Array, g: AgentGroup):
+        """Parameters of group g with a leading parameter-set axis: [1, ...] or [A_g, ...]."""
+        n_agents = 1 if independent else g.size
+        obs = jnp.zeros((n_agents,) + g.obs_shape, jnp.float32)
+        mask = jnp.ones((n_agents, g.action_dim), bool) if g.discrete else None
+        ids = None if independent else _agent_ids(g, (1,), config.agent_id)
+
+        def one(k):
+            if rnn:
+                h = jnp.zeros((n_agents, config.gru_hidden_size))
+                return nets[g.name].init(k, h, obs, jnp.zeros(n_agents, bool), ids, mask)
+            return nets[g.name].init(k, obs, ids, mask)
+
+        n_sets = g.size if independent else 1
+        return jax.vmap(one)(jax.random.split(key, n_sets))
+
     def init(key: Array) -> TrainState:
         k_net, k_env, k_run = jax.random.split(key, 3)
-        params = {}
-        for gi, g in enumerate(groups):
-            obs = jnp.zeros((1, g.size) + g.obs_shape, jnp.float32)
-            mask = jnp.ones((1, g.size, g.action_dim), bool) if g.discrete else None
-            ids = _agent_ids(g, (1,), config.agent_id)
-            k = jax.random.fold_in(k_net, gi)
-            if rnn:
-                h = jnp.zeros((g.size, config.gru_hidden_size))
-                params[g.name] = nets[g.name].init(k, h, _flat(obs, 2), jnp.zeros(g.size, bool), ids, None if mask is None else _flat(mask, 2))
-            else:
-                params[g.name] = nets[g.name].init(k, _flat(obs, 2), ids, None if mask is None else _flat(mask, 2))
+        params = {g.name: init_group_params(jax.random.fold_in(k_net, gi), g) for gi, g in enumerate(groups)}
         obs, env_state = jax.vmap(env.reset)(jax.random.split(k_env, E))
         actors = ActorState(
             env_state=env_state,
@@ -314,4 +341,4 @@ def make_train(
             raise ValueError("train(key) runs unsharded; use marljax.run for a device mesh")
         return run_updates(init(key), config.num_updates)
 
-    return Trainer(config, env, nets, init, update, run_updates, train, act)
+    return Trainer(config, env, nets, init, update, run_updates, train, act, policy)

@@ -89,7 +89,12 @@ def _role_name(agent) -> str:
 class EnvAdapter:
     """Group-major, single-environment view of a JaxMARL `MultiAgentEnv`."""
 
-    def __init__(self, env, name: str = ""):
+    def __init__(self, env, name: str = "", group_by: str = "roles"):
+        """`group_by`: "roles" splits agents by the env's `agent_classes` and then by spaces;
+        "spaces" groups every agent with identical observation and action spaces together."""
+        if group_by not in ("roles", "spaces"):
+            raise ConfigError("group_by", f"got {group_by!r}; allowed: roles, spaces")
+        self.group_by = group_by
         self.env = env
         self.name = name or type(env).__name__
         self.agents: tuple = tuple(env.agents)
@@ -126,7 +131,7 @@ class EnvAdapter:
 
     def _make_groups(self, obs_shapes: dict) -> tuple[AgentGroup, ...]:
         spec = {a: (obs_shapes[a], _action_spec(self.env.action_space(a))) for a in self.agents}
-        classes = _agent_classes(self.env)
+        classes = _agent_classes(self.env) if self.group_by == "roles" else None
         # Candidate groups: the env's agent classes, else every agent on its own.
         if classes:
             candidates = [
@@ -136,6 +141,7 @@ class EnvAdapter:
             candidates += [(_role_name(a), [a]) for a in self.agents if a not in listed]
         else:
             candidates = [("agents", list(self.agents))]
+        # with group_by="spaces", groups of different spaces take their first agent's role name
         groups: list[tuple[str, list]] = []
         for cname, members in candidates:
             # split a candidate further wherever spaces differ (never pad)
