@@ -21,7 +21,8 @@ print(json.dumps({{
 }}))
 """
 
-BASE = ["num_envs=16", "num_seeds=2", "num_steps=32", "total_timesteps=4096", "num_chunks=4"]
+# JaxMARL's lr: a small step keeps reduction-order noise from being amplified past float tolerance
+BASE = ["num_envs=16", "num_seeds=2", "num_steps=32", "total_timesteps=4096", "num_chunks=4", "lr=2.5e-4"]
 
 
 @pytest.mark.slow
