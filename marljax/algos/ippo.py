@@ -299,7 +299,8 @@ def make_train(
             adv, target = ops.gae(b.reward, b.value, b.done, last_value.reshape(E_local, g.size), hp.gamma, hp.gae_lambda)
             data[g.name] = (b, adv, target)
 
-        frac = 1.0 - learner.update.astype(jnp.float32) / num_updates
+        # linear annealing; clamped so updates past the budget (a benchmark, a resumed run) never flip its sign
+        frac = jnp.maximum(1.0 - learner.update.astype(jnp.float32) / num_updates, 0.0)
         lr = hp.lr * frac if config.anneal_lr else hp.lr
 
         def grad_step(carry, minibatch):
