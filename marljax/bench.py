@@ -41,7 +41,7 @@ from jax.sharding import PartitionSpec as P
 
 from marljax import ops
 from marljax.algos.ippo import Trainer, hparams_from_config
-from marljax.config import Config
+from marljax.config import Config, ConfigError
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.parallel.mesh import DATA, SEED, seed_keys, shard_trainer
 from marljax.run import prepare
@@ -350,6 +350,9 @@ def _table(result: dict[str, Any]) -> str:
 
 def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure `config` (see the module docstring); print a table, then one JSON line; return the dict."""
+    if config.algo != "ippo":
+        # count_flops models IPPO's update; MAPPO's central critic is not in that model yet
+        raise ConfigError("algo", f"marljax bench measures algo=ippo for now, got {config.algo!r}")
     env, mesh, trainer = prepare(config)
     log(f"marljax bench: {config.algo} on {env.describe()}")
     result: dict[str, Any] = {

@@ -38,7 +38,7 @@ class MeshConfig:
 class Config:
     """One training run. Names follow JaxMARL's IPPO keys in lower case."""
 
-    algo: str = "ippo"
+    algo: str = "ippo"  # ippo | mappo (centralised critic on the global state)
     env: str = "MPE_simple_spread_v3"  # a JaxMARL id, or `module:callable` returning an env
     env_kwargs: dict = dataclasses.field(default_factory=dict)
 
@@ -106,7 +106,7 @@ class Config:
         return dataclasses.asdict(self)
 
 
-ALGOS = ("ippo",)
+ALGOS = ("ippo", "mappo")
 ACTIVATIONS = ("tanh", "relu")
 TORSOS = ("auto", "mlp", "cnn")
 SHARING = ("shared", "per_role", "independent")

@@ -141,7 +141,10 @@ def _features(obs: Array, agent_id: Array | None, cnn: bool, activation: str, na
 
 
 class ActorCritic(nn.Module):
-    """Feed-forward actor and critic. obs [B, *obs_shape] -> (dist over [B], value [B])."""
+    """Feed-forward actor and critic. obs [B, *obs_shape] -> (dist over [B], value [B]).
+
+    `critic=False` builds the actor alone (value is zeros): MAPPO's critic lives elsewhere.
+    """
 
     discrete: bool
     action_dim: int
@@ -149,15 +152,29 @@ class ActorCritic(nn.Module):
     num_layers: int = 2
     activation: str = "tanh"
     cnn: bool = False
+    critic: bool = True
 
     @nn.compact
     def __call__(self, obs: Array, agent_id: Array | None = None, mask: Array | None = None):
         mlp = lambda name: MLP(self.hidden_size, self.num_layers, self.activation, name=name)  # noqa: E731
         actor_x = mlp("actor")(_features(obs, agent_id, self.cnn, self.activation, "actor"))
-        critic_x = mlp("critic")(_features(obs, agent_id, self.cnn, self.activation, "critic"))
         dist = Head(self.discrete, self.action_dim, name="pi")(actor_x, mask)
-        value = _dense(1, 1.0)(critic_x)[:, 0]
-        return dist, value
+        if not self.critic:
+            return dist, jnp.zeros(obs.shape[:1], jnp.float32)
+        critic_x = mlp("critic")(_features(obs, agent_id, self.cnn, self.activation, "critic"))
+        return dist, _dense(1, 1.0)(critic_x)[:, 0]
+
+
+class Critic(nn.Module):
+    """State-value MLP: x [B, F] -> value [B] (MAPPO's centralised critic)."""
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        return _dense(1, 1.0)(MLP(self.hidden_size, self.num_layers, self.activation)(x))[:, 0]
 
 
 class RecurrentActorCritic(nn.Module):
@@ -169,6 +186,7 @@ class RecurrentActorCritic(nn.Module):
     gru_hidden_size: int = 128
     activation: str = "relu"
     cnn: bool = False
+    critic: bool = True  # False: the actor alone (value is zeros), as for MAPPO
 
     @nn.compact
     def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None, mask: Array | None = None):
@@ -177,7 +195,8 @@ class RecurrentActorCritic(nn.Module):
         h = jnp.where(reset[:, None], jnp.zeros_like(h), h)
         h, x = nn.GRUCell(self.gru_hidden_size, recurrent_kernel_init=orthogonal(), name="gru")(h, x)
         actor_x = _act(self.activation)(_dense(self.hidden_size, np.sqrt(2))(x))
-        critic_x = _act(self.activation)(_dense(self.hidden_size, np.sqrt(2))(x))
         dist = Head(self.discrete, self.action_dim, name="pi")(actor_x, mask)
-        value = _dense(1, 1.0)(critic_x)[:, 0]
-        return h, dist, value
+        if not self.critic:
+            return h, dist, jnp.zeros(obs.shape[:1], jnp.float32)
+        critic_x = _act(self.activation)(_dense(self.hidden_size, np.sqrt(2))(x))
+        return h, dist, _dense(1, 1.0)(critic_x)[:, 0]

@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple
 
 import jax
 
-from marljax.algos.ippo import make_train
+from marljax.algos import ippo, mappo
 from marljax.config import Config, ConfigError, dump_yaml, replace
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.registry import make_env
@@ -54,6 +54,7 @@ def prepare(config: Config):
     """Everything that can fail on bad input, before anything is compiled."""
     env = make_adapter(config)
     mesh = build_mesh(config)
+    make_train = {"ippo": ippo.make_train, "mappo": mappo.make_train}[config.algo]
     trainer = make_train(config, env, data_axis=DATA, num_data_shards=mesh.shape[DATA])
     return env, mesh, trainer
 

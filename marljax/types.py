@@ -67,6 +67,7 @@ class GroupBatch(NamedTuple):
     mask: Array | None  # [T, E, A_g, n] available actions, None where the env has no masks
     reset: Array | None  # [T, E, A_g] obs starts an episode (recurrent only)
     hidden: Array | None  # [T, E, A_g, H] GRU state before this step (recurrent only)
+    world: Array | None  # [T, E, W] global state for a centralised critic (MAPPO only)
 
 
 class EpisodeStats(NamedTuple):

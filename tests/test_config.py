@@ -142,7 +142,7 @@ def test_negative_or_zero_floats():
 
 @pytest.mark.parametrize(
     "field, value, allowed",
-    [("algo", "mappo", "ippo"), ("activation", "gelu", "tanh"), ("torso", "transformer", "cnn")],
+    [("algo", "ipo", "ippo"), ("activation", "gelu", "tanh"), ("torso", "transformer", "cnn")],
 )
 def test_bad_choice(field, value, allowed):
     err = _error([f"{field}={value}"])

@@ -19,7 +19,7 @@ devices. Gradients and advantage statistics are averaged over `data_axis`.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -73,13 +73,25 @@ def _local_keys(key: Array, n_global: int, n_local: int, data_axis: str | None) 
     return jax.lax.dynamic_slice_in_dim(keys, start, n_local)
 
 
-def make_network(config: Config, group: AgentGroup) -> nn.Module:
+class CentralCritic(NamedTuple):
+    """A critic that replaces each group's own value head (MAPPO; see algos/mappo.py)."""
+
+    init: Callable[[Array], Any]  # key -> critic params
+    value: Callable  # (params, world [B, W], group) -> values [B, A_g]
+
+
+CRITIC_KEY = "__critic__"  # params[CRITIC_KEY] holds a central critic's parameters
+
+
+def make_network(config: Config, group: AgentGroup, critic: bool = True) -> nn.Module:
     cnn = config.torso == "cnn" or (config.torso == "auto" and len(group.obs_shape) == 3)
     if config.recurrent:
         return RecurrentActorCritic(
-            group.discrete, group.action_dim, config.hidden_size, config.gru_hidden_size, config.activation, cnn
+            group.discrete, group.action_dim, config.hidden_size, config.gru_hidden_size, config.activation, cnn, critic
         )
-    return ActorCritic(group.discrete, group.action_dim, config.hidden_size, config.num_layers, config.activation, cnn)
+    return ActorCritic(
+        group.discrete, group.action_dim, config.hidden_size, config.num_layers, config.activation, cnn, critic
+    )
 
 
 def make_train(
@@ -88,10 +100,15 @@ def make_train(
     *,
     data_axis: str | None = None,
     num_data_shards: int = 1,
+    critic: CentralCritic | None = None,
 ) -> Trainer:
-    """Build IPPO's pure pieces for `env`. `data_axis` names the mesh axis that splits envs."""
+    """Build IPPO's pure pieces for `env`. `data_axis` names the mesh axis that splits envs.
+
+    With `critic`, every group's value comes from that central critic on the global state
+    (`env.world_state`) instead of its own value head: MAPPO, built from the same pieces.
+    """
     groups = env.groups
-    nets = {g.name: make_network(config, g) for g in groups}
+    nets = {g.name: make_network(config, g, critic=critic is None) for g in groups}
     rnn = config.recurrent
     independent = config.param_sharing == "independent"
     T, E, M = config.num_steps, config.num_envs, config.num_minibatches
@@ -175,6 +192,8 @@ def make_train(
     def init(key: Array) -> TrainState:
         k_net, k_env, k_run = jax.random.split(key, 3)
         params = {g.name: init_group_params(jax.random.fold_in(k_net, gi), g) for gi, g in enumerate(groups)}
+        if critic is not None:
+            params[CRITIC_KEY] = critic.init(jax.random.fold_in(k_net, len(groups)))
         obs, env_state = jax.vmap(env.reset)(jax.random.split(k_env, E))
         actors = ActorState(
             env_state=env_state,
@@ -195,17 +214,20 @@ def make_train(
             act_keys = _local_keys(k_act, E, E_local, data_axis)
             env_keys = _local_keys(k_env, E, E_local, data_axis)
             masks = jax.vmap(env.action_mask)(actors.env_state)
+            world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]
             actions, batch, hidden = {}, {}, {}
             for gi, g in enumerate(groups):
                 mask = masks.get(g.name) if g.has_mask else None
                 dist, value, h = policy(params[g.name], g, actors.obs[g.name], mask, actors.hidden.get(g.name), actors.reset[g.name])
+                if critic is not None:
+                    value = critic.value(params[CRITIC_KEY], world, g)
                 keys_g = jax.vmap(jax.random.fold_in, (0, None))(act_keys, gi)
                 actions[g.name], logp = sample(dist, keys_g, (E_local, g.size))
                 batch[g.name] = dict(
                     obs=actors.obs[g.name], action=actions[g.name], logp=logp,
                     value=value.reshape(E_local, g.size), mask=mask,
                     reset=actors.reset[g.name] if rnn else None,
-                    hidden=actors.hidden[g.name] if rnn else None,
+                    hidden=actors.hidden[g.name] if rnn else None, world=world,
                 )  # fmt: skip
                 if rnn:
                     hidden[g.name] = h
@@ -254,6 +276,8 @@ def make_train(
                 obs = b.obs.reshape((-1,) + b.obs.shape[2:])
                 mask = None if b.mask is None else b.mask.reshape((-1,) + b.mask.shape[2:])
                 dist, value, _ = policy(params[g.name], g, obs, mask)
+            if critic is not None:
+                value = critic.value(params[CRITIC_KEY], _flat(b.world, 2), g).reshape(-1)  # [L*E*A_g]
             logp = dist.log_prob(_flat(b.action, 3))
             loss = ops.ppo_loss(
                 logp, _flat(b.logp, 3), dist.entropy(), value, _flat(b.value, 3),
@@ -289,12 +313,15 @@ def make_train(
 
         # bootstrap value of the last observation, then advantages per group
         masks = jax.vmap(env.action_mask)(actors.env_state)
+        world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)
         data = {}
         for g in groups:
             _, last_value, _ = policy(
                 learner.params[g.name], g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
                 actors.hidden.get(g.name), actors.reset[g.name],
             )  # fmt: skip
+            if critic is not None:
+                last_value = critic.value(learner.params[CRITIC_KEY], world, g)
             b = traj[g.name]
             adv, target = ops.gae(b.reward, b.value, b.done, last_value.reshape(E_local, g.size), hp.gamma, hp.gae_lambda)
             data[g.name] = (b, adv, target)

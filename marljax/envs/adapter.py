@@ -105,6 +105,7 @@ class EnvAdapter:
         obs_shapes = self._probe_obs_shapes()
         self._mask_fn = self._find_mask_fn()
         self.groups: tuple[AgentGroup, ...] = self._make_groups(obs_shapes)
+        self._world_fn = self._find_world_fn()
 
     # ---------------------------------------------------------------- probing
     def _probe_obs_shapes(self) -> dict:
@@ -128,6 +129,22 @@ class EnvAdapter:
             if isinstance(masks, dict) and all(a in masks for a in self.agents):
                 return fn
         return None
+
+    def _find_world_fn(self):
+        """The env's own `get_world_state`, where it has a working one."""
+        fn = getattr(self.env, "get_world_state", None)
+        if fn is None:
+            return None
+        _, state = jax.eval_shape(self.env.reset, jax.random.PRNGKey(0))
+        try:
+            jax.eval_shape(fn, state)
+        except (NotImplementedError, TypeError, AttributeError):
+            return None
+        return fn
+
+    @property
+    def has_world_state(self) -> bool:
+        return self._world_fn is not None
 
     def _make_groups(self, obs_shapes: dict) -> tuple[AgentGroup, ...]:
         spec = {a: (obs_shapes[a], _action_spec(self.env.action_space(a))) for a in self.agents}
@@ -250,6 +267,14 @@ class EnvAdapter:
             for g, d in self._group_scalar(done, default=episode_done).items()
         }
         return StepResult(self._group_obs(obs), state, reward, done, episode_done)
+
+    def world_state(self, state, obs: dict[str, Array]) -> Array:
+        """Global state for a centralised critic, [W] float32: the env's `get_world_state` where
+        JaxMARL provides one (SMAX, facmac, jaxnav), else every agent's observation concatenated."""
+        if self._world_fn is not None:  # may be an array or a pytree (facmac returns a dict)
+            leaves = jax.tree.leaves(self._world_fn(state))
+            return jnp.concatenate([jnp.ravel(jnp.asarray(x, jnp.float32)) for x in leaves])
+        return jnp.concatenate([jnp.ravel(obs[g.name]) for g in self.groups])
 
     def action_mask(self, state) -> dict[str, Array]:
         """Available actions, group -> [A_g, action_dim] bool (all true where the env has none)."""

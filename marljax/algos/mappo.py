@@ -1,0 +1,59 @@
+"""MAPPO: IPPO's actors with one centralised critic on the global state.
+
+Each group keeps its own actor (shared, per-role or independent, as `param_sharing`
+says). The value of agent i is `V(world_state, onehot(i))` from ONE critic for all agents;
+`world_state` is the env's `get_world_state` where JaxMARL provides one (SMAX, facmac,
+jaxnav), else every agent's observation concatenated (`EnvAdapter.world_state`). The critic
+is feed-forward also when the actors are recurrent: it sees the full state, so it needs no
+memory.
+
+Everything else (rollout, GAE, the clipped losses, minibatching, the mesh) is IPPO's: this
+module only supplies the critic piece.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from marljax.algos import ippo
+from marljax.config import Config
+from marljax.envs.adapter import AgentGroup, EnvAdapter
+from marljax.networks import Critic
+
+Array = jax.Array
+
+
+def world_state_size(env: EnvAdapter) -> int:
+    """Length W of `env.world_state(...)`, from a shape-only trace of reset."""
+
+    def world(key):
+        obs, state = env.reset(key)
+        return env.world_state(state, obs)
+
+    return int(jax.eval_shape(world, jax.random.PRNGKey(0)).shape[0])
+
+
+def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:
+    net = Critic(config.hidden_size, config.num_layers, config.activation)
+    n_agents, width = env.num_agents, world_state_size(env)
+
+    def value(params, world: Array, group: AgentGroup) -> Array:
+        """world [B, W] -> values [B, A_g] of the group's agents (critic input: world + agent one-hot)."""
+        ids = jnp.eye(n_agents, dtype=jnp.float32)[jnp.array(group.indices)]  # [A_g, N]
+        b = world.shape[0]
+        x = jnp.concatenate(
+            [jnp.broadcast_to(world[:, None, :], (b, group.size, width)), jnp.broadcast_to(ids, (b,) + ids.shape)],
+            axis=-1,
+        )  # [B, A_g, W + N]
+        return net.apply(params, x.reshape(b * group.size, -1)).reshape(b, group.size)
+
+    def init(key: Array):
+        return net.init(key, jnp.zeros((1, width + n_agents), jnp.float32))
+
+    return ippo.CentralCritic(init, value)
+
+
+def make_train(config: Config, env: EnvAdapter, **kwargs) -> ippo.Trainer:
+    """MAPPO's pure pieces: IPPO's `make_train` with the central critic plugged in."""
+    return ippo.make_train(config, env, critic=central_critic(config, env), **kwargs)

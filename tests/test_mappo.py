@@ -1,0 +1,61 @@
+"""MAPPO: the central critic's input per env family, parameter layout, and learning."""
+
+import jax
+import numpy as np
+import pytest
+
+from marljax.algos import mappo
+from marljax.algos.ippo import CRITIC_KEY
+from marljax.config import load_config
+from marljax.envs import EnvAdapter, make_env
+from marljax.run import make_adapter, train
+
+TINY = ["num_envs=2", "num_steps=4", "num_minibatches=2", "update_epochs=1", "total_timesteps=16", "hidden_size=8"]
+
+
+@pytest.mark.parametrize(
+    "name,kwargs,width,env_fn",
+    [
+        ("MPE_simple_spread_v3", {}, 3 * 18, False),  # 3 agents x 18 obs, concatenated
+        ("MPE_simple_speaker_listener_v4", {}, 3 + 11, False),  # heterogeneous obs, concatenated
+        ("overcooked", {}, 2 * 4 * 5 * 26, False),  # image observations, raveled
+        ("HeuristicEnemySMAX", {"scenario": "3m"}, None, True),  # SMAX's get_world_state
+        ("MPE_simple_facmac_v1", {}, None, True),  # facmac's get_world_state
+    ],
+)
+def test_critic_input_per_env_family(name, kwargs, width, env_fn):
+    env = EnvAdapter(make_env(name, kwargs), name)
+    assert env.has_world_state == env_fn
+    w = mappo.world_state_size(env)
+    if width is not None:
+        assert w == width
+    else:
+        _, state = jax.eval_shape(env.env.reset, jax.random.PRNGKey(0))
+        leaves = jax.tree.leaves(jax.eval_shape(env.env.get_world_state, state))
+        assert w == sum(int(np.prod(x.shape)) for x in leaves)
+    cfg = load_config(None, TINY + ["algo=mappo", f"env={name}"])
+    trainer = mappo.make_train(cfg, env)
+    params = jax.eval_shape(trainer.init, jax.random.PRNGKey(0)).learner.params
+    # one critic for every agent: input = world state + one-hot over all agents
+    assert params[CRITIC_KEY]["params"]["MLP_0"]["Dense_0"]["kernel"].shape == (w + env.num_agents, 8)
+    # actors carry no value head of their own
+    for g in env.groups:
+        assert "critic" not in params[g.name]["params"]
+
+
+@pytest.mark.parametrize("extra", [[], ["recurrent=true", "gru_hidden_size=8"], ["param_sharing=independent"]])
+def test_mappo_trains_with_every_actor_kind(extra):
+    cfg = load_config(None, TINY + ["algo=mappo", "env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"] + extra)
+    trainer = mappo.make_train(cfg, make_adapter(cfg))
+    state, metrics = jax.jit(trainer.train)(jax.random.PRNGKey(0))
+    assert np.all(np.isfinite(np.asarray(metrics["loss_value"])))
+    assert np.asarray(metrics["loss_value"]).max() > 0  # the central critic is trained
+
+
+@pytest.mark.slow
+def test_mappo_learns_simple_spread(tmp_path):
+    # Default settings with algo=mappo, 1M steps: measured -23.1 -> -20.0 per agent. Margin 2.0.
+    cfg = load_config(None, ["algo=mappo", "total_timesteps=1e6", "num_chunks=8", f"out_dir={tmp_path}",
+                             "progress=false", "plot=false"])  # fmt: skip
+    returns = [r["return_mean"] for r in train(cfg, log=lambda s: None).rows]
+    assert np.mean(returns[-3:]) - returns[0] >= 2.0, returns
