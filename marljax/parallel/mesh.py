@@ -87,6 +87,10 @@ def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
 
     def chunk(state: TrainState, n: int):
         local = jax.vmap(lambda s: trainer.run_updates(s, n))
+        # check_vma=False: with it on, scans whose carries start as constants (e.g. the episode
+        # statistics) would need explicit `pcast` to "varying". The learner outputs are
+        # replicated over `data` because every cross-env quantity goes through one all-reduce;
+        # tests/test_multidevice.py checks the results against a single device.
         return jax.shard_map(local, mesh=mesh, in_specs=(specs,), out_specs=(specs, P(SEED)), check_vma=False)(
             state
         )
