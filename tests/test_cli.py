@@ -118,3 +118,19 @@ def test_help_exits_0():
         )
         assert proc.returncode == 0
         assert "usage: marljax" in proc.stdout
+
+
+def test_non_finite_loss_stops_the_run_with_a_clear_message(tmp_path):
+    # An absurd step size drives the parameters to inf within a few updates.
+    out = tmp_path / "nan"
+    proc = subprocess.run(
+        [sys.executable, "-m", "marljax.cli", "train", "lr=1e30", "max_grad_norm=1e30", "num_envs=4",
+         "num_steps=8", "total_timesteps=512", "num_chunks=4", "progress=false", "plot=false", f"out_dir={out}"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("marljax: update ") and "non-finite" in last and "loss" in last
+    # the rows up to and including the bad chunk were written, then the run stopped
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert 1 <= len(rows) <= 4
