@@ -19,6 +19,7 @@ devices. Gradients and advantage statistics are averaged over `data_axis`.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
@@ -45,6 +46,8 @@ class Trainer(NamedTuple):
     train: Callable[[Array], tuple[TrainState, dict]]
     act: Callable  # (params, obs, reset, hidden, mask, key) -> (actions, hidden) for evaluation
     policy: Callable  # (group_params, group, obs [B, A_g, ...], mask, hidden, reset) -> (dist, value, hidden)
+    rollout_step: Callable  # (params, (actors, stats), key) -> ((actors, stats), batch): one env step
+    minibatch_step: Callable  # (params, opt_state, minibatch, hparams, lr) -> ((params, opt_state), aux)
 
 
 def hparams_from_config(config: Config) -> HParams:
@@ -149,6 +152,16 @@ def make_train(
         )  # leaves [B, A_g, ...]
         return jax.tree.map(lambda v: _flat(v, 2), dist), _flat(value, 2), h
 
+    def evaluate(params, g: AgentGroup, obs, mask, hidden, reset, world):
+        """Group g's policy; its value comes from the central critic where there is one.
+
+        world [B, W] (or None) pairs with obs [B, A_g, ...]; value is [B*A_g] either way.
+        """
+        dist, value, h = policy(params[g.name], g, obs, mask, hidden, reset)
+        if critic is not None:
+            value = critic.value(params[CRITIC_KEY], world, g).reshape(-1)
+        return dist, value, h
+
     def sample(dist, key: Array, lead: tuple[int, int]) -> tuple[Array, Array]:
         """Sample one action per agent with one key per environment: keys [E]."""
         dist_e = jax.tree.map(lambda v: v.reshape(lead + v.shape[1:]), dist)
@@ -207,55 +220,57 @@ def make_train(
         return TrainState(learner, actors)
 
     # ----------------------------------------------------------------- rollout
-    def rollout(params, actors: ActorState, key: Array):
-        def step(carry, key_t):
-            actors, stats = carry
-            k_act, k_env = jax.random.split(key_t)
-            act_keys = _local_keys(k_act, E, E_local, data_axis)
-            env_keys = _local_keys(k_env, E, E_local, data_axis)
-            masks = jax.vmap(env.action_mask)(actors.env_state)
-            world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]
-            actions, batch, hidden = {}, {}, {}
-            for gi, g in enumerate(groups):
-                mask = masks.get(g.name) if g.has_mask else None
-                dist, value, h = policy(params[g.name], g, actors.obs[g.name], mask, actors.hidden.get(g.name), actors.reset[g.name])
-                if critic is not None:
-                    value = critic.value(params[CRITIC_KEY], world, g)
-                keys_g = jax.vmap(jax.random.fold_in, (0, None))(act_keys, gi)
-                actions[g.name], logp = sample(dist, keys_g, (E_local, g.size))
-                batch[g.name] = dict(
-                    obs=actors.obs[g.name], action=actions[g.name], logp=logp,
-                    value=value.reshape(E_local, g.size), mask=mask,
-                    reset=actors.reset[g.name] if rnn else None,
-                    hidden=actors.hidden[g.name] if rnn else None, world=world,
-                )  # fmt: skip
-                if rnn:
-                    hidden[g.name] = h
-            res = jax.vmap(env.step)(env_keys, actors.env_state, actions)
-            for g in groups:
-                batch[g.name].update(reward=res.reward[g.name], done=res.done[g.name])
-            # episode statistics, inside the jitted loop
-            reward_all = jnp.concatenate([res.reward[g.name] for g in groups], axis=1)  # [E, N]
-            ep_return = actors.ep_return + reward_all
-            ep_length = actors.ep_length + 1
-            fin = res.episode_done.astype(jnp.float32)  # [E]
-            stats = EpisodeStats(
-                stats.return_sum + jnp.sum(fin[:, None] * ep_return, axis=0),
-                stats.length_sum + jnp.sum(fin * ep_length),
-                stats.count + jnp.sum(fin),
-            )
-            actors = actors.replace(
-                env_state=res.state,
-                obs=res.obs,
-                reset=res.done,
-                hidden=hidden,
-                ep_return=jnp.where(res.episode_done[:, None], 0.0, ep_return),
-                ep_length=jnp.where(res.episode_done, 0, ep_length),
-            )
-            return (actors, stats), {g: GroupBatch(**b) for g, b in batch.items()}
+    def rollout_step(params, carry: tuple[ActorState, EpisodeStats], key_t: Array):
+        """One env step of every local environment (the body of the rollout scan).
 
+        Returns ((actors, stats), batch) with batch: group -> GroupBatch of leaves [E, A_g, ...].
+        """
+        actors, stats = carry
+        k_act, k_env = jax.random.split(key_t)
+        act_keys = _local_keys(k_act, E, E_local, data_axis)
+        env_keys = _local_keys(k_env, E, E_local, data_axis)
+        masks = jax.vmap(env.action_mask)(actors.env_state)
+        world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]
+        actions, batch, hidden = {}, {}, {}
+        for gi, g in enumerate(groups):
+            mask = masks.get(g.name) if g.has_mask else None
+            dist, value, h = evaluate(params, g, actors.obs[g.name], mask, actors.hidden.get(g.name), actors.reset[g.name], world)
+            keys_g = jax.vmap(jax.random.fold_in, (0, None))(act_keys, gi)
+            actions[g.name], logp = sample(dist, keys_g, (E_local, g.size))
+            batch[g.name] = dict(
+                obs=actors.obs[g.name], action=actions[g.name], logp=logp,
+                value=value.reshape(E_local, g.size), mask=mask,
+                reset=actors.reset[g.name] if rnn else None,
+                hidden=actors.hidden[g.name] if rnn else None, world=world,
+            )  # fmt: skip
+            if rnn:
+                hidden[g.name] = h
+        res = jax.vmap(env.step)(env_keys, actors.env_state, actions)
+        for g in groups:
+            batch[g.name].update(reward=res.reward[g.name], done=res.done[g.name])
+        # episode statistics, inside the jitted loop
+        reward_all = jnp.concatenate([res.reward[g.name] for g in groups], axis=1)  # [E, N]
+        ep_return = actors.ep_return + reward_all
+        ep_length = actors.ep_length + 1
+        fin = res.episode_done.astype(jnp.float32)  # [E]
+        stats = EpisodeStats(
+            stats.return_sum + jnp.sum(fin[:, None] * ep_return, axis=0),
+            stats.length_sum + jnp.sum(fin * ep_length),
+            stats.count + jnp.sum(fin),
+        )
+        actors = actors.replace(
+            env_state=res.state,
+            obs=res.obs,
+            reset=res.done,
+            hidden=hidden,
+            ep_return=jnp.where(res.episode_done[:, None], 0.0, ep_return),
+            ep_length=jnp.where(res.episode_done, 0, ep_length),
+        )
+        return (actors, stats), {g: GroupBatch(**b) for g, b in batch.items()}
+
+    def rollout(params, actors: ActorState, key: Array):
         zero = EpisodeStats(jnp.zeros(env.num_agents), jnp.float32(0), jnp.float32(0))
-        (actors, stats), traj = jax.lax.scan(step, (actors, zero), jax.random.split(key, T))
+        (actors, stats), traj = jax.lax.scan(partial(rollout_step, params), (actors, zero), jax.random.split(key, T))
         return actors, stats, traj
 
     # ------------------------------------------------------------------ update
@@ -265,19 +280,16 @@ def make_train(
             b, adv, target = minibatch[g.name]  # leaves [L, E_local, A_g, ...]
             if rnn:
                 def rnn_step(h, x):
-                    obs, reset, mask = x
-                    dist, value, h = policy(params[g.name], g, obs, mask, h, reset)
+                    obs, reset, mask, world = x
+                    dist, value, h = evaluate(params, g, obs, mask, h, reset, world)
                     return h, (dist, value)
 
-                _, (dist, value) = jax.lax.scan(rnn_step, b.hidden[0], (b.obs, b.reset, b.mask))
+                _, (dist, value) = jax.lax.scan(rnn_step, b.hidden[0], (b.obs, b.reset, b.mask, b.world))
                 dist = jax.tree.map(lambda v: _flat(v, 2), dist)
                 value = _flat(value, 2)
             else:
-                obs = b.obs.reshape((-1,) + b.obs.shape[2:])
-                mask = None if b.mask is None else b.mask.reshape((-1,) + b.mask.shape[2:])
-                dist, value, _ = policy(params[g.name], g, obs, mask)
-            if critic is not None:
-                value = critic.value(params[CRITIC_KEY], _flat(b.world, 2), g).reshape(-1)  # [L*E*A_g]
+                merge = lambda x: None if x is None else x.reshape((-1,) + x.shape[2:])  # noqa: E731
+                dist, value, _ = evaluate(params, g, merge(b.obs), merge(b.mask), None, None, merge(b.world))
             logp = dist.log_prob(_flat(b.action, 3))
             loss = ops.ppo_loss(
                 logp, _flat(b.logp, 3), dist.entropy(), value, _flat(b.value, 3),
@@ -290,6 +302,15 @@ def make_train(
         return total, mean_parts
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def minibatch_step(params, opt_state, minibatch, hp: HParams, lr: Array):
+        """One gradient step on one minibatch (group -> (GroupBatch, adv, target), leaves [L, E, A_g, ...])."""
+        (_, parts), grads = grad_fn(params, minibatch, hp)
+        grads = ops.pmean_tree(grads, data_axis)
+        grads, grad_norm = ops.clip_by_global_norm(grads, hp.max_grad_norm)
+        updates, opt_state = adam.update(grads, opt_state)
+        params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
+        return (params, opt_state), (parts, grad_norm)
 
     def shuffle_minibatches(data, key: Array):
         """Per-environment shuffle of time (FF) or of whole L-step chunks (recurrent).
@@ -316,12 +337,10 @@ def make_train(
         world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)
         data = {}
         for g in groups:
-            _, last_value, _ = policy(
-                learner.params[g.name], g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
-                actors.hidden.get(g.name), actors.reset[g.name],
+            _, last_value, _ = evaluate(
+                learner.params, g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
+                actors.hidden.get(g.name), actors.reset[g.name], world,
             )  # fmt: skip
-            if critic is not None:
-                last_value = critic.value(learner.params[CRITIC_KEY], world, g)
             b = traj[g.name]
             adv, target = ops.gae(b.reward, b.value, b.done, last_value.reshape(E_local, g.size), hp.gamma, hp.gae_lambda)
             data[g.name] = (b, adv, target)
@@ -330,17 +349,9 @@ def make_train(
         frac = jnp.maximum(1.0 - learner.update.astype(jnp.float32) / num_updates, 0.0)
         lr = hp.lr * frac if config.anneal_lr else hp.lr
 
-        def grad_step(carry, minibatch):
-            params, opt_state = carry
-            (_, parts), grads = grad_fn(params, minibatch, hp)
-            grads = ops.pmean_tree(grads, data_axis)
-            grads, grad_norm = ops.clip_by_global_norm(grads, hp.max_grad_norm)
-            updates, opt_state = adam.update(grads, opt_state)
-            params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
-            return (params, opt_state), (parts, grad_norm)
-
         def epoch(carry, key_e):
-            return jax.lax.scan(grad_step, carry, shuffle_minibatches(data, key_e))
+            step = lambda c, minibatch: minibatch_step(*c, minibatch, hp, lr)  # noqa: E731
+            return jax.lax.scan(step, carry, shuffle_minibatches(data, key_e))
 
         (params, opt_state), (parts, grad_norm) = jax.lax.scan(
             epoch, (learner.params, learner.opt_state), jax.random.split(k_epochs, config.update_epochs)
@@ -369,4 +380,4 @@ def make_train(
             raise ValueError("train(key) runs unsharded; use marljax.run for a device mesh")
         return run_updates(init(key), config.num_updates)
 
-    return Trainer(config, env, nets, init, update, run_updates, train, act, policy)
+    return Trainer(config, env, nets, init, update, run_updates, train, act, policy, rollout_step, minibatch_step)
