@@ -35,16 +35,15 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from marljax import ops
-from marljax.algos.ippo import Trainer, hparams_from_config
+from marljax.algos.ippo import Trainer, hparams_from_config, make_train
 from marljax.config import Config, ConfigError
-from marljax.envs.adapter import AgentGroup, EnvAdapter
+from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.mesh import DATA, SEED, seed_keys, shard_trainer
 from marljax.run import prepare
+from marljax.types import EpisodeStats
 
 Array = jax.Array
 
@@ -186,104 +185,59 @@ def count_flops(config: Config, trainer: Trainer) -> dict[str, float]:
     """FLOPs per environment step of one IPPO update, from XLA's cost analysis.
 
     XLA counts a `scan`/`while` body once, not once per trip, so the update is
-    not analysed whole. Two unscanned pieces are analysed, for ONE seed with
-    all `num_envs` environments (sharding over devices splits the work but
-    does not change its total), then multiplied by their trip counts:
+    not analysed whole. The trainer's own two unscanned pieces are analysed, on
+    an unsharded twin built from the same config (the same code without the
+    `data`-axis collectives), for ONE seed with all `num_envs` environments
+    (sharding splits the work but does not change its total), then multiplied
+    by their trip counts:
 
-    (a) one rollout step: the action masks, every group's network forward
-        pass (actor AND critic, as in the rollout, which stores the values)
-        on `num_envs * A_g` observations, sampling and log-probs, and one
-        `env.step` of every environment.  x `num_steps`.
-    (b) one minibatch gradient step: value-and-grad of the PPO loss (network
-        forward + backward, log-probs, entropy, advantage normalisation,
-        clipped surrogate and value losses) on a minibatch of
-        `(num_steps / num_minibatches) * num_envs * A_g` samples per group,
-        then global-norm clipping, Adam and the parameter update.
-        x `update_epochs * num_minibatches`.
-        For recurrent networks the L steps of the GRU are applied as one
-        batch of L*E*A_g rows (the same matmul FLOPs as the scan), and the
-        gradient is also taken with respect to the hidden state, so the
-        backward pass through the recurrent matmul is counted too.
+    (a) `rollout_step`: action masks, every group's network forward pass
+        (actor and critic), sampling and log-probs, `env.step` of every
+        environment, episode statistics.  x `num_steps`.
+    (b) `minibatch_step`: value-and-grad of the PPO loss on one minibatch of
+        `(num_steps / num_minibatches) * num_envs` env steps, global-norm
+        clipping, Adam and the parameter update.  x `update_epochs * num_minibatches`.
+        The minibatch is shaped as one time step of `L * num_envs` environments:
+        the same rows and FLOPs, and for recurrent networks the GRU's scan then
+        has a single trip, so its body is counted for every row.
 
-    Not counted (each well under 1% for IPPO): GAE, the minibatch shuffle,
-    the bootstrap value of the last observation (one more forward pass
-    beside (a)'s num_steps), episode statistics and collectives.
+    Not counted: GAE, the minibatch shuffle and the bootstrap value of the last
+    observation (one more forward pass beside (a)'s num_steps).
 
     Returns `flops_per_env_step` = (a * num_steps + b * epochs * minibatches)
     / (num_steps * num_envs), the same per env step for any number of seeds,
     with its parts, and `env_flops_per_env_step` (the env step alone).
     """
-    env, groups = trainer.env, trainer.env.groups
-    E, T, M = config.num_envs, config.num_steps, config.num_minibatches
-    L, rnn = config.minibatch_steps, config.recurrent
-    state = jax.eval_shape(trainer.init, jax.random.PRNGKey(0))  # shapes only, nothing runs
+    env = trainer.env
+    E, T, M, L = config.num_envs, config.num_steps, config.num_minibatches, config.minibatch_steps
+    twin = make_train(config, env)  # unsharded: no collectives, all E environments
+    state = jax.eval_shape(twin.init, jax.random.PRNGKey(0))  # shapes only, nothing runs
     params, actors = state.learner.params, state.actors
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
 
-    def forward(g: AgentGroup, p, obs, mask, hidden, reset, lead: int):
-        """The trainer's own policy on a flat batch of `lead * A_g` rows -> (hidden, dist, value)."""
-        unflat = lambda x: None if x is None else x.reshape((lead, g.size) + x.shape[1:])  # noqa: E731
-        dist, value, h = trainer.policy(p, g, unflat(obs), unflat(mask), unflat(hidden), unflat(reset))
-        return h, dist, value
-
     def rollout_step(params, actors, key):
-        k_act, k_env = jax.random.split(key)
-        masks = jax.vmap(env.action_mask)(actors.env_state)
-        actions, outputs = {}, []
-        for gi, g in enumerate(groups):
-            flat = lambda x: x.reshape((E * g.size,) + x.shape[2:])  # noqa: E731
-            mask = flat(masks[g.name]) if g.has_mask else None
-            h, dist, value = forward(
-                g, params[g.name], flat(actors.obs[g.name]), mask,
-                flat(actors.hidden[g.name]) if rnn else None, flat(actors.reset[g.name]), E,
-            )  # fmt: skip
-            action = dist.sample(jax.random.fold_in(k_act, gi))
-            actions[g.name] = action.reshape((E, g.size) + action.shape[1:])
-            outputs.append((dist.log_prob(action), value, h))
-        res = jax.vmap(env.step)(jax.random.split(k_env, E), actors.env_state, actions)
-        return res, outputs
+        zero = EpisodeStats(jnp.zeros(env.num_agents), jnp.float32(0), jnp.float32(0))
+        return twin.rollout_step(params, (actors, zero), key)
 
     def env_step(actors, key):
         return jax.vmap(lambda k, s: _random_step(env, k, s))(jax.random.split(key, E), actors.env_state)
 
-    def minibatch_shapes(g: AgentGroup) -> dict:
-        B = L * E * g.size
-        f32 = lambda *shape: jax.ShapeDtypeStruct((B, *shape), jnp.float32)  # noqa: E731
-        return dict(
-            obs=f32(*g.obs_shape),
-            action=jax.ShapeDtypeStruct((B,), jnp.int32) if g.discrete else f32(g.action_dim),
-            logp=f32(), value=f32(), adv=f32(), target=f32(),
-            mask=jax.ShapeDtypeStruct((B, g.action_dim), jnp.bool_) if g.has_mask else None,
-            reset=jax.ShapeDtypeStruct((B,), jnp.bool_),
-            hidden=f32(config.gru_hidden_size) if rnn else None,
-        )  # fmt: skip
-
+    # one minibatch: the shapes of one rollout step's batch, as [1, L * E, ...]
+    _, step_batch = jax.eval_shape(rollout_step, params, actors, key)
+    as_minibatch = lambda x: jax.ShapeDtypeStruct((1, L * E) + x.shape[1:], x.dtype)  # noqa: E731
+    minibatch = {
+        g: (jax.tree.map(as_minibatch, b), as_minibatch(b.value), as_minibatch(b.value))  # batch, adv, target
+        for g, b in step_batch.items()
+    }
     hp = hparams_from_config(config)
-    adam = optax.scale_by_adam(eps=1e-5)
+    lr = jax.ShapeDtypeStruct((), jnp.float32)
 
-    def loss_fn(params, hidden, batch):
-        total = 0.0
-        for g in groups:
-            b = batch[g.name]
-            _, dist, value = forward(g, params[g.name], b["obs"], b["mask"], hidden[g.name], b["reset"], L * E)
-            loss = ops.ppo_loss(
-                dist.log_prob(b["action"]), b["logp"], dist.entropy(), value, b["value"],
-                ops.normalize(b["adv"], None), b["target"], hp.clip_eps, hp.vf_coef, hp.ent_coef,
-            )  # fmt: skip
-            total = total + loss.total
-        return total
+    def grad_step(params, opt_state, minibatch, lr):
+        return twin.minibatch_step(params, opt_state, minibatch, hp, lr)
 
-    def grad_step(params, opt_state, batch):
-        hidden = {g.name: batch[g.name]["hidden"] for g in groups}
-        grads, _ = jax.grad(loss_fn, argnums=(0, 1))(params, hidden, batch)
-        grads, _ = ops.clip_by_global_norm(grads, hp.max_grad_norm)
-        updates, opt_state = adam.update(grads, opt_state)
-        return jax.tree.map(lambda p, u: p - hp.lr * u, params, updates), opt_state
-
-    batch = {g.name: minibatch_shapes(g) for g in groups}
     rollout = _flops(rollout_step, params, actors, key)
     env_only = _flops(env_step, actors, key)
-    grad = _flops(grad_step, params, state.learner.opt_state, batch)
+    grad = _flops(grad_step, params, state.learner.opt_state, minibatch, lr)
     steps = T * E
     rollout_total, update_total = rollout * T, grad * config.update_epochs * M
     return {
