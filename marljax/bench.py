@@ -13,7 +13,12 @@
   pieces of one update (see `count_flops` for exactly what is counted);
 * **a peak to compare with**: a float32 matmul timed on the same devices,
   so that MFU = achieved / measured peak (not a datasheet number);
-* **peak resident memory** of the process.
+* **peak resident memory** of the process;
+* **the agent-parallel swap** (`mesh.agent` > 1): bytes each device receives
+  per update when parameters go to the acting layout and trajectories to the
+  learning layout, the swap's time as a share of an update (the swap alone,
+  timed beside the training chunk), and the learner bytes (parameters + Adam)
+  held per device, read from the arrays' addressable shards.
 
 It prints an aligned table, then, LAST, one JSON line (a flat dict) that
 scripts can read with `json.loads(output.splitlines()[-1])`.
@@ -38,11 +43,11 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from marljax.algos.ippo import Trainer, hparams_from_config, make_train
-from marljax.config import Config, ConfigError
+from marljax.algos.ippo import Trainer, hparams_from_config
+from marljax.config import Config
 from marljax.envs.adapter import EnvAdapter
-from marljax.parallel.mesh import DATA, SEED, seed_keys, shard_trainer
-from marljax.run import prepare
+from marljax.parallel.mesh import AGENT, DATA, SEED, mesh_layout, seed_keys, shard_trainer, split_groups, state_specs
+from marljax.run import make_trainer, prepare
 from marljax.types import EpisodeStats
 
 Array = jax.Array
@@ -149,7 +154,7 @@ def bench_env_only(config: Config, mesh: Mesh, env: EnvAdapter) -> dict[str, flo
     `seed` and `data` mesh axes), so this is the ceiling a rollout could reach.
     """
     S, E, T = config.num_seeds, config.num_envs, config.num_steps
-    sharding = NamedSharding(mesh, P(SEED, DATA))
+    sharding = NamedSharding(mesh, P(SEED, (DATA, AGENT)))
     keys = jax.vmap(lambda k: jax.random.split(k, E))(seed_keys(config.seed + 1, S))  # [S, E, 2]
     keys = jax.device_put(keys, sharding)
     reset = jax.jit(jax.vmap(jax.vmap(lambda k: env.reset(k)[1])), out_shardings=sharding)
@@ -210,20 +215,14 @@ def count_flops(config: Config, trainer: Trainer) -> dict[str, float]:
     """
     env = trainer.env
     E, T, M, L = config.num_envs, config.num_steps, config.num_minibatches, config.minibatch_steps
-    twin = make_train(config, env)  # unsharded: no collectives, all E environments
-    state = jax.eval_shape(twin.init, jax.random.PRNGKey(0))  # shapes only, nothing runs
+    twin, state, rollout_step, step_batch = _unsharded_twin(config, trainer)
     params, actors = state.learner.params, state.actors
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-
-    def rollout_step(params, actors, key):
-        zero = EpisodeStats(jnp.zeros(env.num_agents), jnp.float32(0), jnp.float32(0))
-        return twin.rollout_step(params, (actors, zero), key)
 
     def env_step(actors, key):
         return jax.vmap(lambda k, s: _random_step(env, k, s))(jax.random.split(key, E), actors.env_state)
 
     # one minibatch: the shapes of one rollout step's batch, as [1, L * E, ...]
-    _, step_batch = jax.eval_shape(rollout_step, params, actors, key)
     as_minibatch = lambda x: jax.ShapeDtypeStruct((1, L * E) + x.shape[1:], x.dtype)  # noqa: E731
     minibatch = {
         g: (jax.tree.map(as_minibatch, b), as_minibatch(b.value), as_minibatch(b.value))  # batch, adv, target
@@ -249,12 +248,106 @@ def count_flops(config: Config, trainer: Trainer) -> dict[str, float]:
     }
 
 
+def _unsharded_twin(config: Config, trainer: Trainer):
+    """The trainer rebuilt without mesh axes, its state's shapes, and one rollout step's batch shapes.
+
+    Returns (twin, state shapes, rollout_step(params, actors, key), batch: group -> GroupBatch of
+    [E, A_g, ...] shapes). Nothing runs: shapes come from `jax.eval_shape`.
+    """
+    env = trainer.env
+    twin = make_trainer(config, env)  # unsharded: no collectives, all E environments
+    state = jax.eval_shape(twin.init, jax.random.PRNGKey(0))
+
+    def rollout_step(params, actors, key):
+        zero = EpisodeStats(jnp.zeros(env.num_agents), jnp.float32(0), jnp.float32(0))
+        return twin.rollout_step(params, (actors, zero), key)
+
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    _, step_batch = jax.eval_shape(rollout_step, state.learner.params, state.actors, key)
+    return twin, state, rollout_step, step_batch
+
+
+# ---------------------------------------------------------------- agent-parallel swap
+def _bytes_on_first_device(tree) -> int:
+    """Bytes of `tree` that the first device holds (its addressable shards)."""
+    device = jax.tree.leaves(tree)[0].addressable_shards[0].device
+    return sum(
+        shard.data.nbytes for leaf in jax.tree.leaves(tree) for shard in leaf.addressable_shards if shard.device == device
+    )
+
+
+def bench_swap(config: Config, mesh: Mesh, trainer: Trainer, update_s: float) -> dict[str, float]:
+    """The swap between the learning and acting layouts, measured alone beside an update's time.
+
+    Times one jitted program that does exactly what an update does between layouts (gather the
+    parameters; move one update's trajectories from environment-major to agent-major) on arrays
+    shaped like the real ones, and reports it as a share of `update_s`.
+    """
+    lay, split = mesh_layout(mesh), split_groups(trainer)
+    fns = shard_trainer(trainer, mesh)
+    state = fns.init(seed_keys(config.seed, config.num_seeds))
+    learner = (state.learner.params, state.learner.opt_state)
+    result = {
+        "learner_bytes_per_device": _bytes_on_first_device(learner),
+        "learner_bytes_total": sum(x.nbytes for x in jax.tree.leaves(learner)),
+    }
+    if not lay.agent_parallel:
+        return result | {"swap_param_bytes": 0, "swap_traj_bytes": 0, "swap_share_of_update": 0.0}
+
+    # one update's trajectories in the acting layout, per seed: [T, E, A_g, ...] (global E, sharded below)
+    _, _, _, step = _unsharded_twin(config, trainer)
+    S, T = config.num_seeds, config.num_steps
+    traj = lambda x: jax.ShapeDtypeStruct((S, T) + x.shape, x.dtype)  # noqa: E731
+    per_agent = {g: (b._replace(world=None), b.value, b.value) for g, b in step.items()}  # batch, adv, target
+    per_agent = jax.tree.map(traj, per_agent)
+    per_env = jax.tree.map(traj, next(iter(step.values())).world)
+    specs = state_specs(jax.eval_shape(lambda: state), split).learner.params
+    traj_spec = P(SEED, None, (DATA, AGENT))
+
+    def swap(params, per_agent, per_env):  # local: [S_local, ...]
+        def one(p, a, e):
+            acting = lay.to_acting(p, split)
+            a, e = lay.to_learning(a, e)
+            return sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves((acting, a, e)))
+
+        return jax.vmap(one)(params, per_agent, per_env)
+
+    program = jax.jit(
+        jax.shard_map(swap, mesh=mesh, in_specs=(specs, traj_spec, traj_spec), out_specs=P(SEED), check_vma=False)
+    )
+    make = jax.jit(
+        lambda: jax.tree.map(lambda s: jnp.ones(s.shape, s.dtype), (per_agent, per_env)),
+        out_shardings=NamedSharding(mesh, traj_spec),
+    )
+    a, e = make()
+    jax.block_until_ready(program(state.learner.params, a, e))  # compile + warm-up
+    swap_s = min(_timed(lambda: program(state.learner.params, a, e)) for _ in range(5))
+    # bytes from one seed's local shapes, times the seeds on a device
+    local = lambda x: jax.ShapeDtypeStruct(  # noqa: E731
+        (T, x.shape[2] // lay.num_env_shards) + x.shape[3:], x.dtype
+    )
+    one_seed_params = jax.eval_shape(lambda p: jax.tree.map(lambda x: x[0], p), state.learner.params)
+    one_seed_params = {
+        k: jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] // lay.num_agent,) + x.shape[1:], x.dtype), v)
+        if k in split else v
+        for k, v in one_seed_params.items()
+    }  # fmt: skip
+    moved = lay.swap_bytes(one_seed_params, split, jax.tree.map(local, per_agent), jax.tree.map(local, per_env))
+    seeds_per_device = S // mesh.shape[SEED]
+    return result | {
+        "swap_param_bytes": moved["params"] * seeds_per_device,
+        "swap_traj_bytes": moved["trajectories"] * seeds_per_device,
+        "swap_s": swap_s,
+        "swap_share_of_update": swap_s / update_s,
+    }
+
+
 # ---------------------------------------------------------------- peak
 def peak_matmul_gflops(mesh: Mesh, sizes: tuple[int, ...] | None = None, reps: int = MATMUL_REPS) -> dict:
     """Best float32 matmul GFLOP/s on the mesh's devices: one n x n @ n x n per device, 2 n^3 each."""
     devices = mesh.devices.size
     sizes = sizes or MATMUL_SIZES.get(_platform(mesh), MATMUL_SIZES["default"])
-    axes = P((SEED, DATA))
+    axes = P((SEED, DATA, AGENT))
     sharding = NamedSharding(mesh, axes)
 
     def local(a, b):  # each device multiplies its own pair, as a plain 2-D matmul
@@ -296,7 +389,16 @@ def _table(result: dict[str, Any]) -> str:
         ("MFU", f"{100 * result['mfu']:.2f}%", "achieved / measured matmul peak"),
         ("compile", f"{result['compile_s']:.1f}", "s (training chunk)"),
         ("peak RSS", f"{result['peak_rss_mb']:,.0f}", "MiB"),
+        ("learner bytes / device", f"{result['learner_bytes_per_device']:,}",
+         f"params + Adam; {result['learner_bytes_total']:,} in all"),
     ]  # fmt: skip
+    if result["swap_param_bytes"]:
+        rows += [
+            ("swap: params in", f"{result['swap_param_bytes']:,}", "bytes per device per update (all-gather)"),
+            ("swap: trajectories", f"{result['swap_traj_bytes']:,}", "bytes per device per update (all-to-all)"),
+            ("swap / update", f"{100 * result['swap_share_of_update']:.2f}%",
+             f"{1000 * result['swap_s']:.2f} ms alone, timed beside the training chunk"),
+        ]  # fmt: skip
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(str(r[1])) for r in rows)
     return "\n".join(f"{a:<{w0}}  {str(b):>{w1}}  {c}".rstrip() for a, b, c in rows)
@@ -304,9 +406,6 @@ def _table(result: dict[str, Any]) -> str:
 
 def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure `config` (see the module docstring); print a table, then one JSON line; return the dict."""
-    if config.algo != "ippo":
-        # count_flops models IPPO's update; MAPPO's central critic is not in that model yet
-        raise ConfigError("algo", f"marljax bench measures algo=ippo for now, got {config.algo!r}")
     env, mesh, trainer = prepare(config)
     log(f"marljax bench: {config.algo} on {env.describe()}")
     result: dict[str, Any] = {
@@ -323,6 +422,7 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
         "mesh": "x".join(f"{k}{v}" for k, v in mesh.shape.items()),
     }
     result.update(bench_train(config, mesh, trainer))
+    result.update(bench_swap(config, mesh, trainer, result["train_chunk_s_min"] / result["updates_per_chunk"]))
     result.update(bench_env_only(config, mesh, env))
     result["train_over_env_only"] = result["train_env_steps_per_s"] / result["env_only_env_steps_per_s"]
     result.update(count_flops(config, trainer))
@@ -336,4 +436,6 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     return result
 
 
-__all__ = ["run_bench", "bench_train", "bench_env_only", "count_flops", "peak_matmul_gflops", "peak_rss_mb"]
+__all__ = [
+    "run_bench", "bench_train", "bench_env_only", "bench_swap", "count_flops", "peak_matmul_gflops", "peak_rss_mb",
+]

@@ -32,6 +32,7 @@ class MeshConfig:
 
     seed: int = 1  # devices that split the seeds
     data: int = -1  # devices that split the environments (gradients averaged over them)
+    agent: int = 1  # devices that split each group's per-agent parameters (param_sharing=independent)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,15 +292,25 @@ def validate(config: Config) -> Config:
         size = getattr(c.mesh, axis)
         if size == 0 or size < -1:
             raise ConfigError(f"mesh.{axis}", f"must be a positive device count or -1, got {size}")
+    if not isinstance(c.mesh.agent, int) or c.mesh.agent < 1:
+        raise ConfigError("mesh.agent", f"must be a positive device count, got {c.mesh.agent!r}")
+    if c.mesh.agent > 1 and c.param_sharing != "independent":
+        raise ConfigError(
+            "mesh.agent",
+            f"splits per-agent parameter sets, so it needs param_sharing=independent "
+            f"(got {c.param_sharing!r}, which has one set per group); use mesh.data to add devices",
+        )
     if c.mesh.seed == -1 and c.mesh.data == -1:
         raise ConfigError("mesh", "only one of mesh.seed and mesh.data may be -1")
     if c.mesh.seed > 0 and c.num_seeds % c.mesh.seed:
         raise ConfigError(
             "mesh.seed", f"must divide num_seeds={c.num_seeds}; allowed: {_divisors(c.num_seeds)}"
         )
-    if c.mesh.data > 0 and c.num_envs % c.mesh.data:
+    if c.mesh.data > 0 and c.num_envs % (c.mesh.data * c.mesh.agent):
         raise ConfigError(
-            "mesh.data", f"must divide num_envs={c.num_envs}; allowed: {_divisors(c.num_envs)}"
+            "mesh.data",
+            f"mesh.data*mesh.agent must divide num_envs={c.num_envs} (they split the environments "
+            f"while acting); allowed products: {_divisors(c.num_envs)}",
         )
     if not isinstance(c.env_kwargs, dict):
         raise ConfigError("env_kwargs", "must be a mapping")

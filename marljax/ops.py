@@ -102,8 +102,12 @@ def ppo_loss(
     return PPOLoss(total, actor, value_loss, ent, approx_kl, clip_frac)
 
 
-def clip_by_global_norm(grads, max_norm: Array | float):
-    """Scale `grads` so their global norm is at most `max_norm` (a traced value is fine)."""
-    norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
+def global_norm(tree) -> Array:
+    """sqrt of the sum of squares of every leaf."""
+    return jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(tree)))
+
+
+def clip_by_norm(grads, norm: Array, max_norm: Array | float):
+    """Scale `grads`, whose global norm is `norm`, so that it is at most `max_norm` (may be traced)."""
     scale = jnp.minimum(1.0, max_norm / (norm + 1e-6))
-    return jax.tree.map(lambda g: g * scale, grads), norm
+    return jax.tree.map(lambda g: g * scale, grads)

@@ -19,7 +19,8 @@ from marljax.config import Config, ConfigError, dump_yaml, replace
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.registry import make_env
 from marljax.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns
-from marljax.parallel.mesh import DATA, build_mesh, seed_keys, shard_trainer
+from marljax.parallel.layouts import Layout
+from marljax.parallel.mesh import build_mesh, mesh_layout, seed_keys, shard_trainer
 from marljax.types import TrainState
 
 
@@ -50,13 +51,32 @@ def make_adapter(config: Config) -> EnvAdapter:
     return EnvAdapter(make_env(config.env, config.env_kwargs), config.env, group_by=group_by)
 
 
+def check_agent_axis(config: Config, env: EnvAdapter) -> None:
+    """Every group's agents must split evenly over `mesh.agent` devices."""
+    k = config.mesh.agent
+    bad = [f"{g.name} ({g.size})" for g in env.groups if g.size % k]
+    if bad:
+        smallest = min(g.size for g in env.groups)
+        allowed = [n for n in range(1, smallest + 1) if all(g.size % n == 0 for g in env.groups)]
+        raise ConfigError(
+            "mesh.agent",
+            f"{k} devices must split every agent group of {config.env} evenly, but these groups "
+            f"don't divide: {', '.join(bad)}; allowed: {allowed}",
+        )
+
+
+def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> ippo.Trainer:
+    """`config.algo`'s pure pieces for `env` (unsharded unless `layout` names mesh axes)."""
+    make_train = {"ippo": ippo.make_train, "mappo": mappo.make_train}[config.algo]
+    return make_train(config, env, layout=layout)
+
+
 def prepare(config: Config):
     """Everything that can fail on bad input, before anything is compiled."""
     env = make_adapter(config)
+    check_agent_axis(config, env)
     mesh = build_mesh(config)
-    make_train = {"ippo": ippo.make_train, "mappo": mappo.make_train}[config.algo]
-    trainer = make_train(config, env, data_axis=DATA, num_data_shards=mesh.shape[DATA])
-    return env, mesh, trainer
+    return env, mesh, make_trainer(config, env, mesh_layout(mesh))
 
 
 def train(config: Config, log: Callable[[str], None] = print) -> RunResult:
@@ -72,7 +92,7 @@ def train(config: Config, log: Callable[[str], None] = print) -> RunResult:
     env, mesh, trainer = prepare(config)
     log(f"marljax {config.algo} on {env.describe()}")
     log(
-        f"mesh {dict(mesh.shape)} on {mesh.devices.size} {jax.devices()[0].platform} device(s); "
+        f"mesh {dict(mesh.shape)} on {mesh.devices.size} {mesh.devices.flat[0].platform} device(s); "
         f"{config.num_seeds} seed(s) x {config.num_envs} envs; {config.num_updates} updates "
         f"in chunks of {config.updates_per_chunk}; out_dir {out_dir}"
     )

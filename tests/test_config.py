@@ -101,9 +101,15 @@ def test_mesh_sizes_must_match_device_count():
     assert info.value.field == "mesh.data"
 
     # and good shapes resolve
-    assert resolve_mesh_shape(load_config(None, ["mesh.seed=2", "num_seeds=2"]), n_devices=8) == (2, 4)
-    assert resolve_mesh_shape(load_config(None, []), n_devices=8) == (1, 8)
-    assert resolve_mesh_shape(load_config(None, ["mesh.data=2", "mesh.seed=-1", "num_seeds=4"]), n_devices=8) == (4, 2)
+    assert resolve_mesh_shape(load_config(None, ["mesh.seed=2", "num_seeds=2"]), n_devices=8) == (2, 4, 1)
+    assert resolve_mesh_shape(load_config(None, []), n_devices=8) == (1, 8, 1)
+    assert resolve_mesh_shape(load_config(None, ["mesh.data=2", "mesh.seed=-1", "num_seeds=4"]), n_devices=8) == (4, 2, 1)
+    # mesh.agent is fixed; -1 fills what it leaves
+    agent2 = ["param_sharing=independent", "mesh.agent=2", "mesh.seed=2", "num_seeds=2"]
+    assert resolve_mesh_shape(load_config(None, agent2), n_devices=8) == (2, 2, 2)
+    with pytest.raises(ConfigError) as info:
+        resolve_mesh_shape(load_config(None, ["param_sharing=independent", "mesh.agent=3"]), n_devices=8)
+    assert info.value.field == "mesh.agent"
 
 
 def test_unknown_env_name():

@@ -8,13 +8,15 @@
 * `run_updates(state, n)`: `n` updates in one `lax.scan` (the jitted chunk);
 * `train(key)`: init plus every update, PureJaxRL's `train(rng)` contract.
 
-Device-independence. Inside a sharded chunk each device holds `num_envs /
-num_data_shards` environments. Every random draw that concerns one
-environment comes from a key split per *global* environment index, and a
-minibatch takes `num_steps / num_minibatches` time steps of *every*
-environment (a per-environment shuffle), so batches never cross a device
-boundary and a run gives the same numbers, to float tolerance, on 1 or 8
-devices. Gradients and advantage statistics are averaged over `data_axis`.
+Device-independence. `layout` (see `marljax.parallel.layouts`) says which mesh
+axes split the environments and, with `param_sharing=independent`, the agents.
+Every random draw that concerns one environment comes from a key split per
+*global* environment index, and a minibatch takes `num_steps / num_minibatches`
+time steps of *every* environment (a per-environment shuffle), so batches never
+cross a device boundary and a run gives the same numbers, to float tolerance, on
+1 or 8 devices, whatever the mesh. Each update gathers the agents' parameters
+into the acting layout for the rollout, and swaps the trajectories to the
+agent-major learning layout for the gradient steps.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from marljax import ops
 from marljax.config import Config
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.networks import ActorCritic, RecurrentActorCritic
+from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState
 
 Array = jax.Array
@@ -67,12 +70,12 @@ def _agent_ids(group: AgentGroup, lead: tuple[int, ...], enabled: bool) -> Array
     return jnp.broadcast_to(eye, lead + eye.shape).reshape(-1, group.size)
 
 
-def _local_keys(key: Array, n_global: int, n_local: int, data_axis: str | None) -> Array:
+def _local_keys(key: Array, n_global: int, n_local: int, axes: str | tuple[str, ...] | None) -> Array:
     """This shard's slice of `split(key, n_global)`: one key per global environment index."""
     keys = jax.random.split(key, n_global)
-    if data_axis is None or n_local == n_global:
+    if axes is None or n_local == n_global:
         return keys
-    start = jax.lax.axis_index(data_axis) * n_local
+    start = jax.lax.axis_index(axes) * n_local
     return jax.lax.dynamic_slice_in_dim(keys, start, n_local)
 
 
@@ -80,7 +83,7 @@ class CentralCritic(NamedTuple):
     """A critic that replaces each group's own value head (MAPPO; see algos/mappo.py)."""
 
     init: Callable[[Array], Any]  # key -> critic params
-    value: Callable  # (params, world [B, W], group) -> values [B, A_g]
+    value: Callable  # (params, world [B, W], ids [A, N] one-hot agent ids) -> values [B, A]
 
 
 CRITIC_KEY = "__critic__"  # params[CRITIC_KEY] holds a central critic's parameters
@@ -101,11 +104,10 @@ def make_train(
     config: Config,
     env: EnvAdapter,
     *,
-    data_axis: str | None = None,
-    num_data_shards: int = 1,
+    layout: Layout = Layout(),
     critic: CentralCritic | None = None,
 ) -> Trainer:
-    """Build IPPO's pure pieces for `env`. `data_axis` names the mesh axis that splits envs.
+    """Build IPPO's pure pieces for `env`; `layout` names the mesh axes it runs under (none: one device).
 
     With `critic`, every group's value comes from that central critic on the global state
     (`env.world_state`) instead of its own value head: MAPPO, built from the same pieces.
@@ -116,7 +118,11 @@ def make_train(
     independent = config.param_sharing == "independent"
     T, E, M = config.num_steps, config.num_envs, config.num_minibatches
     L = config.minibatch_steps
-    E_local = E // num_data_shards
+    E_act = E // layout.num_env_shards  # environments per device while acting
+    E_learn = E // layout.num_data  # ... and while learning (agent-major: a device's agents only)
+    split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
+    if split and not independent:
+        raise ValueError("an agent-parallel layout needs param_sharing=independent")
     adam = optax.scale_by_adam(eps=1e-5)
     num_updates = max(config.num_updates, 1)
 
@@ -152,14 +158,19 @@ def make_train(
         )  # leaves [B, A_g, ...]
         return jax.tree.map(lambda v: _flat(v, 2), dist), _flat(value, 2), h
 
-    def evaluate(params, g: AgentGroup, obs, mask, hidden, reset, world):
+    all_ids = jnp.eye(env.num_agents, dtype=jnp.float32)
+
+    def evaluate(params, g: AgentGroup, obs, mask, hidden, reset, world, learning: bool = False):
         """Group g's policy; its value comes from the central critic where there is one.
 
-        world [B, W] (or None) pairs with obs [B, A_g, ...]; value is [B*A_g] either way.
+        world [B, W] (or None) pairs with obs [B, A, ...], where A is A_g in the acting layout
+        and this device's agents of g in the learning layout; value is [B*A] either way.
         """
         dist, value, h = policy(params[g.name], g, obs, mask, hidden, reset)
         if critic is not None:
-            value = critic.value(params[CRITIC_KEY], world, g).reshape(-1)
+            first, count = layout.local_agents(g.size) if learning else (0, g.size)
+            ids = jax.lax.dynamic_slice_in_dim(all_ids[jnp.array(g.indices)], first, count)  # [A, N]
+            value = critic.value(params[CRITIC_KEY], world, ids).reshape(-1)
         return dist, value, h
 
     def sample(dist, key: Array, lead: tuple[int, int]) -> tuple[Array, Array]:
@@ -227,8 +238,8 @@ def make_train(
         """
         actors, stats = carry
         k_act, k_env = jax.random.split(key_t)
-        act_keys = _local_keys(k_act, E, E_local, data_axis)
-        env_keys = _local_keys(k_env, E, E_local, data_axis)
+        act_keys = _local_keys(k_act, E, E_act, layout.env_axes)
+        env_keys = _local_keys(k_env, E, E_act, layout.env_axes)
         masks = jax.vmap(env.action_mask)(actors.env_state)
         world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]
         actions, batch, hidden = {}, {}, {}
@@ -236,10 +247,10 @@ def make_train(
             mask = masks.get(g.name) if g.has_mask else None
             dist, value, h = evaluate(params, g, actors.obs[g.name], mask, actors.hidden.get(g.name), actors.reset[g.name], world)
             keys_g = jax.vmap(jax.random.fold_in, (0, None))(act_keys, gi)
-            actions[g.name], logp = sample(dist, keys_g, (E_local, g.size))
+            actions[g.name], logp = sample(dist, keys_g, (E_act, g.size))
             batch[g.name] = dict(
                 obs=actors.obs[g.name], action=actions[g.name], logp=logp,
-                value=value.reshape(E_local, g.size), mask=mask,
+                value=value.reshape(E_act, g.size), mask=mask,
                 reset=actors.reset[g.name] if rnn else None,
                 hidden=actors.hidden[g.name] if rnn else None, world=world,
             )  # fmt: skip
@@ -277,11 +288,11 @@ def make_train(
     def loss_fn(params, minibatch, hp: HParams):
         total, parts = 0.0, []
         for g in groups:
-            b, adv, target = minibatch[g.name]  # leaves [L, E_local, A_g, ...]
+            b, adv, target = minibatch[g.name]  # leaves [L, E_learn, A, ...] (A: this device's agents of g)
             if rnn:
                 def rnn_step(h, x):
                     obs, reset, mask, world = x
-                    dist, value, h = evaluate(params, g, obs, mask, h, reset, world)
+                    dist, value, h = evaluate(params, g, obs, mask, h, reset, world, learning=True)
                     return h, (dist, value)
 
                 _, (dist, value) = jax.lax.scan(rnn_step, b.hidden[0], (b.obs, b.reset, b.mask, b.world))
@@ -289,11 +300,11 @@ def make_train(
                 value = _flat(value, 2)
             else:
                 merge = lambda x: None if x is None else x.reshape((-1,) + x.shape[2:])  # noqa: E731
-                dist, value, _ = evaluate(params, g, merge(b.obs), merge(b.mask), None, None, merge(b.world))
+                dist, value, _ = evaluate(params, g, merge(b.obs), merge(b.mask), None, None, merge(b.world), True)
             logp = dist.log_prob(_flat(b.action, 3))
             loss = ops.ppo_loss(
                 logp, _flat(b.logp, 3), dist.entropy(), value, _flat(b.value, 3),
-                ops.normalize(_flat(adv, 3), data_axis), _flat(target, 3),
+                ops.normalize(_flat(adv, 3), layout.env_axes), _flat(target, 3),
                 hp.clip_eps, hp.vf_coef, hp.ent_coef,
             )  # fmt: skip
             total = total + loss.total
@@ -306,8 +317,8 @@ def make_train(
     def minibatch_step(params, opt_state, minibatch, hp: HParams, lr: Array):
         """One gradient step on one minibatch (group -> (GroupBatch, adv, target), leaves [L, E, A_g, ...])."""
         (_, parts), grads = grad_fn(params, minibatch, hp)
-        grads = ops.pmean_tree(grads, data_axis)
-        grads, grad_norm = ops.clip_by_global_norm(grads, hp.max_grad_norm)
+        grads, grad_norm = layout.reduce_grads(grads, split)
+        grads = ops.clip_by_norm(grads, grad_norm, hp.max_grad_norm)
         updates, opt_state = adam.update(grads, opt_state)
         params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
         return (params, opt_state), (parts, grad_norm)
@@ -315,35 +326,39 @@ def make_train(
     def shuffle_minibatches(data, key: Array):
         """Per-environment shuffle of time (FF) or of whole L-step chunks (recurrent).
 
-        Returns leaves shaped [M, L, E_local, ...]; minibatch m holds L steps of every env.
+        Returns leaves shaped [M, L, E_learn, ...]; minibatch m holds L steps of every env.
         """
-        keys = _local_keys(key, E, E_local, data_axis)
-        env_idx = jnp.arange(E_local)
+        keys = _local_keys(key, E, E_learn, layout.data_axis)
+        env_idx = jnp.arange(E_learn)
         if rnn:
-            perm = jax.vmap(lambda k: jax.random.permutation(k, M))(keys)  # [E_local, M]
+            perm = jax.vmap(lambda k: jax.random.permutation(k, M))(keys)  # [E_learn, M]
             idx = (perm.T[:, None, :], jnp.arange(L)[None, :, None], env_idx[None, None, :])
             return jax.tree.map(lambda x: x.reshape((M, L) + x.shape[1:])[idx], data)
-        perm = jax.vmap(lambda k: jax.random.permutation(k, T))(keys)  # [E_local, T]
+        perm = jax.vmap(lambda k: jax.random.permutation(k, T))(keys)  # [E_learn, T]
         return jax.tree.map(lambda x: x[perm.T, env_idx[None, :]].reshape((M, L) + x.shape[1:]), data)
 
     def update(state: TrainState) -> tuple[TrainState, dict]:
         learner, actors = state.learner, state.actors
         hp = learner.hparams
         key, k_roll, k_epochs = jax.random.split(learner.key, 3)
-        actors, stats, traj = rollout(learner.params, actors, k_roll)
+        acting = layout.to_acting(learner.params, split)  # every agent's parameters, beside every env
+        actors, stats, traj = rollout(acting, actors, k_roll)
 
-        # bootstrap value of the last observation, then advantages per group
+        # bootstrap value of the last observation, then advantages per group (acting layout)
         masks = jax.vmap(env.action_mask)(actors.env_state)
         world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)
-        data = {}
+        per_agent = {}
         for g in groups:
             _, last_value, _ = evaluate(
-                learner.params, g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
+                acting, g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
                 actors.hidden.get(g.name), actors.reset[g.name], world,
             )  # fmt: skip
             b = traj[g.name]
-            adv, target = ops.gae(b.reward, b.value, b.done, last_value.reshape(E_local, g.size), hp.gamma, hp.gae_lambda)
-            data[g.name] = (b, adv, target)
+            adv, target = ops.gae(b.reward, b.value, b.done, last_value.reshape(E_act, g.size), hp.gamma, hp.gae_lambda)
+            per_agent[g.name] = (b._replace(world=None), adv, target)
+        # environment-major -> agent-major (the world state, shared by all groups, travels once)
+        per_agent, world_traj = layout.to_learning(per_agent, traj[groups[0].name].world)
+        data = {k: (b._replace(world=world_traj), adv, target) for k, (b, adv, target) in per_agent.items()}
 
         # linear annealing; clamped so updates past the budget (a benchmark, a resumed run) never flip its sign
         frac = jnp.maximum(1.0 - learner.update.astype(jnp.float32) / num_updates, 0.0)
@@ -357,7 +372,9 @@ def make_train(
             epoch, (learner.params, learner.opt_state), jax.random.split(k_epochs, config.update_epochs)
         )
         # one collective for all metrics: loss means are averaged, episode counts summed
-        parts, stats = ops.psum_tree((jax.tree.map(lambda x: jnp.mean(x) / num_data_shards, parts), stats), data_axis)
+        parts, stats = ops.psum_tree(
+            (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), stats), layout.env_axes
+        )
         metrics = {
             "loss_total": parts.total,
             "loss_actor": parts.actor,
@@ -376,7 +393,7 @@ def make_train(
         return jax.lax.scan(lambda s, _: update(s), state, None, length=n)
 
     def train(key: Array) -> tuple[TrainState, dict]:
-        if num_data_shards != 1:
+        if layout.num_env_shards != 1:
             raise ValueError("train(key) runs unsharded; use marljax.run for a device mesh")
         return run_updates(init(key), config.num_updates)
 

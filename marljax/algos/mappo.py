@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from marljax.algos import ippo
 from marljax.config import Config
-from marljax.envs.adapter import AgentGroup, EnvAdapter
+from marljax.envs.adapter import EnvAdapter
 from marljax.networks import Critic
 
 Array = jax.Array
@@ -38,15 +38,13 @@ def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:
     net = Critic(config.hidden_size, config.num_layers, config.activation)
     n_agents, width = env.num_agents, world_state_size(env)
 
-    def value(params, world: Array, group: AgentGroup) -> Array:
-        """world [B, W] -> values [B, A_g] of the group's agents (critic input: world + agent one-hot)."""
-        ids = jnp.eye(n_agents, dtype=jnp.float32)[jnp.array(group.indices)]  # [A_g, N]
-        b = world.shape[0]
+    def value(params, world: Array, ids: Array) -> Array:
+        """world [B, W], ids [A, N] (one-hot rows of the agents wanted) -> values [B, A]."""
+        b, a = world.shape[0], ids.shape[0]
         x = jnp.concatenate(
-            [jnp.broadcast_to(world[:, None, :], (b, group.size, width)), jnp.broadcast_to(ids, (b,) + ids.shape)],
-            axis=-1,
-        )  # [B, A_g, W + N]
-        return net.apply(params, x.reshape(b * group.size, -1)).reshape(b, group.size)
+            [jnp.broadcast_to(world[:, None, :], (b, a, width)), jnp.broadcast_to(ids, (b,) + ids.shape)], axis=-1
+        )  # [B, A, W + N]
+        return net.apply(params, x.reshape(b * a, -1)).reshape(b, a)
 
     def init(key: Array):
         return net.init(key, jnp.zeros((1, width + n_agents), jnp.float32))

@@ -3,11 +3,13 @@
 Mesh axes:
   * `seed`: splits the seeds (independent runs; no communication);
   * `data`: splits each seed's environments; gradients and advantage statistics
-    are averaged over it with collectives inside `jax.shard_map`.
+    are averaged over it with collectives inside `jax.shard_map`;
+  * `agent`: splits each group's per-agent parameter sets and optimizer state
+    (`param_sharing=independent`); see `layouts.py` for the two layouts it implies.
 
-The learner state (parameters, optimizer state, keys) is split over `seed` and
-replicated over `data`; the actor state (environment states, observations,
-recurrent state) is split over both.
+The learner state (parameters, optimizer state, keys) is split over `seed`, its
+per-agent leaves also over `agent`, and replicated over `data`; the actor state
+(environment states, observations, recurrent state) is split over all three axes.
 """
 
 from __future__ import annotations
@@ -15,22 +17,29 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from marljax.config import Config, ConfigError
+from marljax.parallel.layouts import AGENT, Layout
 from marljax.types import TrainState
 
 SEED, DATA = "seed", "data"
+AXES = (SEED, DATA, AGENT)
 
 
 def device_count() -> int:
     return len(jax.devices())
 
 
-def resolve_mesh_shape(config: Config, n_devices: int | None = None) -> tuple[int, int]:
-    """(seed, data) sizes with -1 filled in; ConfigError when they don't fit the devices."""
-    n = device_count() if n_devices is None else n_devices
+def resolve_mesh_shape(config: Config, n_devices: int | None = None) -> tuple[int, int, int]:
+    """(seed, data, agent) sizes with -1 filled in; ConfigError when they don't fit the devices."""
+    agent = config.mesh.agent
+    n_all = device_count() if n_devices is None else n_devices
+    if n_all % agent:
+        raise ConfigError("mesh.agent", f"{agent} does not divide the {n_all} visible devices")
+    n = n_all // agent  # devices left for seed x data
     seed, data = config.mesh.seed, config.mesh.data
     if seed == -1:
         if n % data:
@@ -40,31 +49,48 @@ def resolve_mesh_shape(config: Config, n_devices: int | None = None) -> tuple[in
         if n % seed:
             raise ConfigError("mesh.seed", f"{seed} does not divide the {n} visible devices")
         data = n // seed
-    if seed * data != n:
+    if seed * data * agent != n_all:
         raise ConfigError(
             "mesh",
-            f"mesh.seed*mesh.data = {seed}*{data} = {seed * data}, but {n} devices are visible; "
-            "set one axis to -1 to fill the rest",
+            f"mesh.seed*mesh.data*mesh.agent = {seed}*{data}*{agent} = {seed * data * agent}, but {n_all} "
+            "devices are visible; set mesh.seed or mesh.data to -1 to fill the rest",
         )
     if config.num_seeds % seed:
         raise ConfigError(
             "mesh.seed", f"{seed} devices on the seed axis must divide num_seeds={config.num_seeds}"
         )
-    if config.num_envs % data:
+    if config.num_envs % (data * agent):
         raise ConfigError(
-            "mesh.data", f"{data} devices on the data axis must divide num_envs={config.num_envs}"
+            "mesh.data",
+            f"mesh.data*mesh.agent = {data}*{agent} devices split the environments while acting, "
+            f"so their product must divide num_envs={config.num_envs}",
         )
-    return seed, data
+    return seed, data, agent
 
 
 def build_mesh(config: Config) -> Mesh:
-    seed, data = resolve_mesh_shape(config)
-    return jax.make_mesh((seed, data), (SEED, DATA), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    return jax.make_mesh(resolve_mesh_shape(config), AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3)
 
 
-def state_specs() -> TrainState:
-    """PartitionSpec prefix tree for a TrainState with a leading [S] seed axis."""
-    return TrainState(learner=P(SEED), actors=P(SEED, DATA))  # type: ignore[arg-type]
+def mesh_layout(mesh: Mesh) -> Layout:
+    """The axes a trainer's collectives run over inside `shard_trainer`'s program."""
+    return Layout(DATA, mesh.shape[DATA], AGENT, mesh.shape[AGENT])
+
+
+def state_specs(state_shape: TrainState, split: frozenset[str]) -> TrainState:
+    """PartitionSpecs for a TrainState with a leading [S] seed axis (shapes from `jax.eval_shape`).
+
+    Learner leaves under a group in `split` (per-agent parameter sets and their Adam moments)
+    are [S, A_g, ...] and split over `agent` too; the rest of the learner is split over `seed`.
+    """
+
+    def learner_spec(path, _leaf):
+        in_split = any(isinstance(k, jax.tree_util.DictKey) and k.key in split for k in path)
+        return P(SEED, AGENT) if in_split else P(SEED)
+
+    learner = jax.tree_util.tree_map_with_path(learner_spec, state_shape.learner)
+    actors = jax.tree.map(lambda _: P(SEED, (DATA, AGENT)), state_shape.actors)
+    return TrainState(learner=learner, actors=actors)
 
 
 class ShardedFns(NamedTuple):
@@ -73,15 +99,22 @@ class ShardedFns(NamedTuple):
     mesh: Mesh
 
 
+def split_groups(trainer) -> frozenset[str]:
+    """Groups whose parameter sets are split over `agent` (all of them, in an agent-parallel run)."""
+    agent_parallel = trainer.config.mesh.agent > 1
+    return frozenset(g.name for g in trainer.env.groups) if agent_parallel else frozenset()
+
+
 def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
     """Wrap a trainer's pure pieces as jitted programs over `mesh`.
 
     `init` runs under jit with `out_shardings`, so every array is created on
     the devices that own it. `chunk(state, n)` runs n updates inside
     `shard_map`: each device vmaps over its local seeds and steps its local
-    environments; the learner's collectives use the `data` axis.
+    environments; the trainer's collectives use the axes of `mesh_layout(mesh)`.
     """
-    specs = state_specs()
+    shape = jax.eval_shape(jax.vmap(trainer.init), jax.ShapeDtypeStruct((1, 2), jnp.uint32))
+    specs = state_specs(shape, split_groups(trainer))
     shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs)
     init = jax.jit(jax.vmap(trainer.init), out_shardings=shardings)
 
@@ -100,7 +133,5 @@ def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
 
 def seed_keys(seed: int, num_seeds: int) -> jax.Array:
     """One key per seed index, independent of how many seeds run beside it: [S, 2]."""
-    import jax.numpy as jnp
-
     base = jax.random.PRNGKey(seed)
     return jnp.stack([jax.random.fold_in(base, i) for i in range(num_seeds)])

@@ -1,0 +1,116 @@
+"""The `agent` mesh axis: per-agent parameter shards, the layout swap, and its errors.
+
+Acceptance (issue 3): `independent` with 4 agents gives the same returns on mesh.agent = 1, 2
+and 4 (fake CPU devices in a subprocess) as on one device.
+"""
+
+import numpy as np
+import pytest
+
+from marljax.config import ConfigError, load_config
+from marljax.run import prepare
+from tests._subprocess import run_with_devices
+from tests.test_multidevice import BASE, CODE
+
+SPREAD4 = ["param_sharing=independent", "env_kwargs.num_agents=4", "env_kwargs.num_landmarks=4"]
+
+
+def _same_run(one: dict, other: dict) -> None:
+    # tolerance as in test_multidevice: reduction order differs across devices, nothing else may
+    np.testing.assert_allclose(one["returns"], other["returns"], rtol=1e-3)
+    np.testing.assert_allclose(one["losses"], other["losses"], rtol=1e-3, atol=1e-5)
+    for a, b in zip(one["params"], other["params"]):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+
+
+def _run(tmp_path, name: str, overrides: list[str], devices: int) -> dict:
+    return run_with_devices(CODE.format(overrides=BASE + overrides, out=tmp_path / name), devices)
+
+
+@pytest.mark.slow
+def test_independent_agents_same_returns_on_agent_axis_1_2_4(tmp_path):
+    one = _run(tmp_path, "one", SPREAD4, 1)
+    for mesh in (["mesh.seed=1", "mesh.data=4", "mesh.agent=2"], ["mesh.seed=2", "mesh.data=1", "mesh.agent=4"]):
+        other = _run(tmp_path, "_".join(mesh), SPREAD4 + mesh, 8)
+        assert other["mesh"]["agent"] == int(mesh[2].split("=")[1])
+        _same_run(one, other)
+
+
+@pytest.mark.slow
+def test_mappo_recurrent_on_agent_axis_matches_one_device(tmp_path):
+    extra = SPREAD4 + ["algo=mappo", "recurrent=true"]
+    _same_run(_run(tmp_path, "one", extra, 1), _run(tmp_path, "eight", extra + ["mesh.data=2", "mesh.agent=4"], 8))
+
+
+@pytest.mark.slow
+def test_heterogeneous_groups_split_over_agent_axis(tmp_path):
+    # simple_tag with 4 adversaries and 2 good agents: two groups, each split over 2 devices
+    extra = ["env=MPE_simple_tag_v3", "param_sharing=independent",
+             "env_kwargs.num_adversaries=4", "env_kwargs.num_good_agents=2"]  # fmt: skip
+    _same_run(_run(tmp_path, "one", extra, 1), _run(tmp_path, "eight", extra + ["mesh.data=4", "mesh.agent=2"], 8))
+
+
+SWAP_CODE = """
+import json, jax, jax.numpy as jnp, numpy as np
+from jax.sharding import PartitionSpec as P
+from marljax import bench
+from marljax.config import load_config
+from marljax.parallel.layouts import Layout
+from marljax.run import prepare
+
+# 1. to_learning puts (env e, agent i) on the device that owns agent i and e's data shard
+mesh = jax.make_mesh((2, 2), ("data", "agent"), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=jax.devices()[:4])
+lay = Layout("data", 2, "agent", 2)
+T, E, A = 3, 8, 4  # acting layout: [T, E/4, A] per device
+code = jnp.arange(E)[None, :, None] * 10 + jnp.arange(A)[None, None, :] + 1000 * jnp.arange(T)[:, None, None]
+world = jnp.arange(E)[None, :] + 1000 * jnp.arange(T)[:, None]
+def body(x, w):
+    return lay.to_learning(x.astype(jnp.float32), w)
+to_learning = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(None, ("data", "agent")), P(None, ("data", "agent"))),
+                      out_specs=(P(None, "data", "agent"), P(None, "data")), check_vma=False))
+x, w = to_learning(code, world)
+ok_swap = bool(np.array_equal(np.asarray(x), np.asarray(code)) and np.array_equal(np.asarray(w), np.asarray(world)))
+
+# 2. per-device learner bytes and swap bytes for mesh.agent = 1, 2, 4
+out = {{}}
+for k in (1, 2, 4):
+    cfg = load_config(None, {base!r} + [f"mesh.agent={{k}}", "mesh.seed=1"])
+    env, mesh, trainer = prepare(cfg)
+    out[k] = bench.bench_swap(cfg, mesh, trainer, update_s=1.0)
+print(json.dumps({{"ok_swap": ok_swap, "bench": out}}))
+"""
+
+
+@pytest.mark.slow
+def test_swap_moves_the_right_slices_and_learner_bytes_fall_as_one_over_k():
+    base = SPREAD4 + ["num_envs=16", "num_steps=8", "total_timesteps=128"]
+    res = run_with_devices(SWAP_CODE.format(base=base), 8)
+    assert res["ok_swap"], "to_learning put some (env, agent) slice on the wrong device"
+    by_k = {int(k): v for k, v in res["bench"].items()}
+    count = 4  # Adam's step count, int32 and replicated: the only learner leaf not split over agent
+    full = by_k[1]["learner_bytes_per_device"] - count
+    assert by_k[1]["swap_param_bytes"] == 0 and by_k[1]["learner_bytes_total"] - count == full
+    for k in (2, 4):
+        assert by_k[k]["learner_bytes_per_device"] - count == full // k
+        # params are a third of params + Adam's two moments; a device gathers the other k-1 shards
+        assert by_k[k]["swap_param_bytes"] == (k - 1) * (full // k) // 3
+        assert by_k[k]["swap_traj_bytes"] > 0 and by_k[k]["swap_share_of_update"] > 0
+
+
+def test_agent_axis_errors_name_the_field_before_compiling():
+    with pytest.raises(ConfigError, match="mesh.agent.*param_sharing=independent"):
+        load_config(None, ["mesh.agent=2"])
+    with pytest.raises(ConfigError, match="mesh.agent"):
+        load_config(None, ["mesh.agent=0"])
+    # 3 devices on agent cannot split a group of 4 agents (checked before the devices)
+    cfg = load_config(None, SPREAD4 + ["mesh.agent=3", "num_envs=12"])
+    with pytest.raises(ConfigError, match=r"mesh.agent.*agents \(4\); allowed: \[1, 2, 4\]"):
+        prepare(cfg)
+    # simple_tag's default groups are 3 adversaries and 1 good agent
+    cfg = load_config(None, ["env=MPE_simple_tag_v3", "param_sharing=independent", "mesh.agent=2"])
+    with pytest.raises(ConfigError, match=r"mesh.agent.*adversary \(3\).*agent \(1\)"):
+        prepare(cfg)
+    # more devices on agent than this process has
+    cfg = load_config(None, SPREAD4 + ["mesh.agent=4"])
+    with pytest.raises(ConfigError, match="mesh.agent.*visible devices"):
+        prepare(cfg)
