@@ -51,11 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         path, overrides = _split_args(rest)
         config = load_config(path, overrides)
         if command == "train":
+            from marljax.checkpoint import CheckpointError
             from marljax.run import TrainingDiverged, train
 
             try:
                 train(config)
-            except TrainingDiverged as exc:
+            except (TrainingDiverged, CheckpointError) as exc:
                 print(f"marljax: {exc}", file=sys.stderr)
                 return 1
         else:

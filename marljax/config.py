@@ -84,6 +84,12 @@ class Config:
     progress: bool = True
     plot: bool = True
 
+    # checkpoints (<out_dir>/checkpoints): the whole training state, saved asynchronously
+    checkpoint_every: int = 100  # updates between checkpoints (at chunk ends); 0: only at the end
+    keep_checkpoints: int = 3  # the newest this many are kept
+    resume: bool = False  # continue from the newest good checkpoint in out_dir (fresh start if none)
+    nan_guard: bool = True  # stop on a non-finite loss or parameter, before it is checkpointed
+
     # ---- derived values: the one place they are computed ----
     @property
     def num_updates(self) -> int:
@@ -312,6 +318,14 @@ def validate(config: Config) -> Config:
             f"mesh.data*mesh.agent must divide num_envs={c.num_envs} (they split the environments "
             f"while acting); allowed products: {_divisors(c.num_envs)}",
         )
+    if c.checkpoint_every < 0:
+        raise ConfigError("checkpoint_every", f"must be >= 0 updates (0: only at the end), got {c.checkpoint_every}")
+    if c.keep_checkpoints < 1:
+        raise ConfigError("keep_checkpoints", f"must be >= 1, got {c.keep_checkpoints}")
+    if c.resume and not c.out_dir:
+        raise ConfigError("out_dir", "resume=true needs the out_dir of the run to continue")
+    if c.resume and c.overwrite:
+        raise ConfigError("resume", "resume=true continues the run in out_dir; overwrite=true would delete it. Pick one")
     if not isinstance(c.env_kwargs, dict):
         raise ConfigError("env_kwargs", "must be a mapping")
     return c

@@ -82,8 +82,24 @@ class JsonlWriter:
 
 
 def read_jsonl(path: Path) -> list[dict]:
+    """Rows of a JSONL file; a last line cut short by a killed writer is dropped."""
+    rows = []
     with Path(path).open() as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break
+    return rows
+
+
+def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
+    """Replace `path` with `rows` all at once (a crash leaves the old file or the new, never half)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
 
 
 def plot_returns(rows: list[dict], path: Path, title: str) -> None:

@@ -7,18 +7,21 @@ non-finite-loss stop. At the start the resolved config goes to
 
 from __future__ import annotations
 
+import shutil
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 from marljax.algos import ippo, mappo
+from marljax.checkpoint import CheckpointError, Checkpointer, abstract_like, check_resumable
 from marljax.config import Config, ConfigError, dump_yaml, replace
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.registry import make_env
-from marljax.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns
+from marljax.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns, read_jsonl, write_jsonl_atomic
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import build_mesh, mesh_layout, seed_keys, shard_trainer
 from marljax.types import TrainState
@@ -79,15 +82,24 @@ def prepare(config: Config):
     return env, mesh, make_trainer(config, env, mesh_layout(mesh))
 
 
-def train(config: Config, log: Callable[[str], None] = print) -> RunResult:
-    """Run `config` to the end and return the final (sharded) state and the metrics rows."""
+def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | None = None) -> RunResult:
+    """Run `config` to the end and return the final (sharded) state and the metrics rows.
+
+    With `resume=true`, continue from the newest good checkpoint in `out_dir` (or start fresh
+    when there is none). `max_chunks` stops after that many chunks, as if the run had been
+    killed there (for tests and time-boxed jobs); checkpoints already saved stay valid.
+    """
     if not config.out_dir:
         config = replace(config, out_dir=default_out_dir(config))
     out_dir = Path(config.out_dir)
     metrics_path = out_dir / "metrics.jsonl"
-    if metrics_path.exists() and metrics_path.stat().st_size and not config.overwrite:
+    ckpt_dir = out_dir / "checkpoints"
+    has_run = (metrics_path.exists() and metrics_path.stat().st_size) or ckpt_dir.exists()
+    if has_run and not (config.overwrite or config.resume):
         raise ConfigError(
-            "out_dir", f"{out_dir} already holds a run (metrics.jsonl); choose another out_dir or set overwrite=true"
+            "out_dir",
+            f"{out_dir} already holds a run; continue it with resume=true, replace it with overwrite=true, "
+            "or choose another out_dir",
         )
     env, mesh, trainer = prepare(config)
     log(f"marljax {config.algo} on {env.describe()}")
@@ -96,36 +108,64 @@ def train(config: Config, log: Callable[[str], None] = print) -> RunResult:
         f"{config.num_seeds} seed(s) x {config.num_envs} envs; {config.num_updates} updates "
         f"in chunks of {config.updates_per_chunk}; out_dir {out_dir}"
     )
+    fns = shard_trainer(trainer, mesh)
+    if config.overwrite and ckpt_dir.exists():
+        shutil.rmtree(ckpt_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.yaml").write_text(dump_yaml(config))
+    checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
+    try:
+        state, start, rows = _initial_state(config, fns, checkpointer, metrics_path, log)
+        (out_dir / "config.yaml").write_text(dump_yaml(config))
+        return _run_chunks(config, env, fns, checkpointer, state, start, rows, log, max_chunks)
+    finally:
+        checkpointer.close()
+
+
+def _initial_state(config: Config, fns, checkpointer: Checkpointer, metrics_path: Path, log):
+    """(state, first update, metrics rows kept): a restored checkpoint, or a fresh init."""
+    if config.resume and checkpointer.steps():
+        newest = checkpointer.steps()[-1]
+        check_resumable(checkpointer.read_meta(newest)["config"], config, checkpointer.directory)
+        restored = checkpointer.restore_latest(abstract_like(fns.shapes, fns.shardings))
+        if restored is None:
+            raise CheckpointError(f"no checkpoint in {checkpointer.directory} could be read; see the warnings above")
+        state, meta = restored
+        start = int(meta["update"])
+        rows = [r for r in read_jsonl(metrics_path) if r["update"] <= start] if metrics_path.exists() else []
+        write_jsonl_atomic(metrics_path, rows)  # rows after the checkpoint are replaced, not duplicated
+        log(f"resumed from {checkpointer.directory / str(start)} (update {start} of {config.num_updates})")
+        return state, start, rows
+    if config.resume:
+        log(f"no checkpoint in {checkpointer.directory}; starting from scratch")
     if metrics_path.exists():
         metrics_path.unlink()
+    return fns.init(seed_keys(config.seed, config.num_seeds)), 0, []
 
-    fns = shard_trainer(trainer, mesh)
-    state = fns.init(seed_keys(config.seed, config.num_seeds))
+
+def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[dict], log, max_chunks):
+    schedule = chunk_sizes(config.num_updates - start, config.updates_per_chunk)
     t0 = time.perf_counter()
-    compiled = {}
-    for n in sorted(set(chunk_sizes(config.num_updates, config.updates_per_chunk))):
-        compiled[n] = fns.chunk.lower(state, n).compile()
+    compiled = {n: fns.chunk.lower(state, n).compile() for n in sorted(set(schedule))}
     compile_s = time.perf_counter() - t0
     log(f"compiled in {compile_s:.1f}s")
 
-    writer = JsonlWriter(metrics_path)
-    rows: list[dict] = []
-    bar = _progress(config)
-    update, env_steps = 0, 0
+    meta = {"config": config.to_dict()}
+    writer = JsonlWriter(metrics_path := Path(config.out_dir) / "metrics.jsonl")
+    bar = _progress(config, start)
+    update, saved = start, start
     try:
-        for n in chunk_sizes(config.num_updates, config.updates_per_chunk):
+        for i, n in enumerate(schedule):
+            if max_chunks is not None and i >= max_chunks:
+                break
             t = time.perf_counter()
             state, metrics = compiled[n](state)
             metrics = jax.device_get(metrics)  # waits for the chunk to finish
             wall = time.perf_counter() - t
             update += n
-            env_steps += n * config.env_steps_per_update
             row = chunk_row(
                 metrics,
                 update=update,
-                env_steps=env_steps,
+                env_steps=update * config.env_steps_per_update,
                 wall_s=wall,
                 chunk_env_steps=n * config.env_steps_per_update,
                 num_agents=env.num_agents,
@@ -133,22 +173,47 @@ def train(config: Config, log: Callable[[str], None] = print) -> RunResult:
             )
             writer.write(row)
             rows.append(row)
-            bad = first_non_finite(row)
-            if bad is not None:
-                raise TrainingDiverged(f"update {update}: {bad} is {row[bad]} (non-finite); run stopped")
+            if config.nan_guard:
+                _guard(row, state, update, checkpointer)
+            last = update == config.num_updates
+            if last or (config.checkpoint_every and update - saved >= config.checkpoint_every):
+                checkpointer.save(update, state, {**meta, "env_steps": update * config.env_steps_per_update})
+                saved = update
             if bar is not None:
                 bar.update(n * config.env_steps_per_update)
                 ret = row["return_mean"]
                 bar.set_postfix_str(f"return {ret:.2f}" if ret is not None else "return -", refresh=False)
                 bar.set_description_str(f"{row['env_steps_per_s'] / 1e3:.0f}k steps/s")
+        checkpointer.wait()
     finally:
         writer.close()
         if bar is not None:
             bar.close()
     if config.plot:
-        plot_returns(rows, out_dir / "returns.png", f"{config.algo} on {config.env}, {config.num_seeds} seed(s)")
+        plot_returns(rows, metrics_path.parent / "returns.png", f"{config.algo} on {config.env}, {config.num_seeds} seed(s)")
     log(summary(rows))
-    return RunResult(state, rows, out_dir, compile_s)
+    return RunResult(state, rows, metrics_path.parent, compile_s)
+
+
+@jax.jit
+def _finite_by_group(params: dict) -> dict:
+    """Top-level parameter key (group, or the central critic) -> every leaf finite."""
+    return {k: jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(v)])) for k, v in params.items()}
+
+
+def _guard(row: dict, state: TrainState, update: int, checkpointer: Checkpointer) -> None:
+    """Stop before a non-finite loss or parameter is checkpointed; name what went bad."""
+    bad = first_non_finite(row)
+    what = f"{bad} is {row[bad]}" if bad is not None else None
+    if what is None:
+        finite = jax.device_get(_finite_by_group(state.learner.params))
+        broken = [k for k, ok in finite.items() if not ok]
+        what = f"parameters of {', '.join(broken)} are" if broken else None
+    if what is not None:
+        checkpointer.wait()
+        steps = checkpointer.steps()
+        kept = f"last good checkpoint: update {steps[-1]} in {checkpointer.directory}" if steps else "no checkpoint yet"
+        raise TrainingDiverged(f"update {update}: {what} (non-finite); run stopped, {kept}")
 
 
 def summary(rows: list[dict]) -> str:
@@ -161,9 +226,10 @@ def summary(rows: list[dict]) -> str:
     return f"return per agent {first:.2f} -> {last:.2f} ({last - first:+.2f}); {sps / 1e3:.0f}k env-steps/s"
 
 
-def _progress(config: Config):
+def _progress(config: Config, start: int = 0):
     if not config.progress:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=config.num_updates * config.env_steps_per_update, unit="step", unit_scale=True, leave=True)
+    steps = config.env_steps_per_update
+    return tqdm(total=config.num_updates * steps, initial=start * steps, unit="step", unit_scale=True, leave=True)

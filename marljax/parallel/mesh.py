@@ -97,6 +97,8 @@ class ShardedFns(NamedTuple):
     init: Callable  # keys [S, 2] -> TrainState, created already sharded
     chunk: Callable  # (state, n) -> (state, metrics [S, n])
     mesh: Mesh
+    shapes: TrainState  # ShapeDtypeStructs of the state, [S, ...] leaves
+    shardings: TrainState  # NamedSharding of every leaf on `mesh`
 
 
 def split_groups(trainer) -> frozenset[str]:
@@ -113,7 +115,7 @@ def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
     `shard_map`: each device vmaps over its local seeds and steps its local
     environments; the trainer's collectives use the axes of `mesh_layout(mesh)`.
     """
-    shape = jax.eval_shape(jax.vmap(trainer.init), jax.ShapeDtypeStruct((1, 2), jnp.uint32))
+    shape = jax.eval_shape(jax.vmap(trainer.init), jax.ShapeDtypeStruct((trainer.config.num_seeds, 2), jnp.uint32))
     specs = state_specs(shape, split_groups(trainer))
     shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs)
     init = jax.jit(jax.vmap(trainer.init), out_shardings=shardings)
@@ -128,7 +130,7 @@ def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
             state
         )
 
-    return ShardedFns(init, jax.jit(chunk, static_argnums=1, donate_argnums=0), mesh)
+    return ShardedFns(init, jax.jit(chunk, static_argnums=1, donate_argnums=0), mesh, shape, shardings)
 
 
 def seed_keys(seed: int, num_seeds: int) -> jax.Array:

@@ -1,0 +1,186 @@
+"""Full-state checkpoints with orbax: save, verify, restore onto any mesh, refuse unsafe resumes.
+
+A checkpoint (`<out_dir>/checkpoints/<update>/`) holds the whole `TrainState`:
+parameters, Adam moments, hyperparameters, PRNG keys, the update counter,
+environment states, last observations, recurrent state and running episode
+statistics. Beside it, as JSON: the resolved config, the library versions, the
+update and env-step counters, and a fingerprint of every array.
+
+* Saving is asynchronous: `save` returns once the arrays are copied off the
+  devices, and orbax writes them while training goes on. orbax writes into a
+  temporary directory and renames it when complete, so a save that fails or a
+  process that is killed never touches the previous checkpoint.
+* Restoring reads the arrays straight into the target shardings of the current
+  mesh, so a checkpoint saved on 8 devices continues on 1, 2 or 4.
+* The fingerprint (a wrapping sum of each array's bits) is checked after a
+  restore: a checkpoint that restores without error but with altered bytes is
+  still caught, and the previous one is used.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+
+from marljax.config import Config, ConfigError
+
+# Fields a resumed run may change: when and how it runs, not what it trains. Everything else
+# (env, algo, network, sharing, hyperparameters that live in the state, seeds, envs) is structural.
+RESUMABLE_CHANGES = frozenset(
+    {"total_timesteps", "num_chunks", "progress", "plot", "out_dir", "overwrite", "resume",
+     "checkpoint_every", "keep_checkpoints", "nan_guard", "mesh"}
+)  # fmt: skip
+PACKAGES = ("marljax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "jaxmarl")
+
+
+class CheckpointError(RuntimeError):
+    """Saving a checkpoint failed; the message names the update and the directory."""
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "unknown"
+    return out
+
+
+def _leaf_bits(x: jax.Array) -> jax.Array:
+    """A wrapping uint32 sum of one array's bits (its bytes' fingerprint; sharding-independent)."""
+    if x.dtype == jnp.bool_:
+        return jnp.sum(x.astype(jnp.uint32), dtype=jnp.uint32)
+    width = jnp.dtype(f"uint{8 * x.dtype.itemsize}")
+    bits = jax.lax.bitcast_convert_type(x, width)
+    # mix in the position so that swapped elements are caught too
+    position = jnp.arange(x.size, dtype=jnp.uint32).reshape(x.shape)
+    return jnp.sum(bits.astype(jnp.uint32) * (position * 2 + 1), dtype=jnp.uint32)
+
+
+_fingerprint = jax.jit(lambda tree: [_leaf_bits(x) for x in jax.tree.leaves(tree)])
+
+
+def fingerprint(tree) -> list[int]:
+    """One uint32 per array of `tree` (computed on the devices, a few bytes come back)."""
+    return [int(v) for v in jax.device_get(_fingerprint(tree))]
+
+
+def structural_changes(saved: dict, config: Config) -> list[str]:
+    """Fields of `config` that differ from the saved config and a resume may not change."""
+    now = config.to_dict()
+    return sorted(
+        f"{k}: {saved.get(k)!r} -> {now.get(k)!r}"
+        for k in set(saved) | set(now)
+        if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k)
+    )
+
+
+class Checkpointer:
+    """An orbax `CheckpointManager` over `<out_dir>/checkpoints`, with marljax's checks."""
+
+    def __init__(self, directory: Path, keep: int, log: Callable[[str], None] = print):
+        self.directory = Path(directory).absolute()
+        self.log = log
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True, create=True)
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def steps(self) -> list[int]:
+        return sorted(self._manager.all_steps())
+
+    def save(self, update: int, state: Any, meta: dict) -> None:
+        """Start saving `state` as checkpoint `update`; raises CheckpointError on failure.
+
+        A failure of an earlier asynchronous save surfaces here or in `wait`.
+        """
+        meta = {**meta, "update": int(update), "fingerprint": fingerprint(state), "versions": versions()}
+        try:
+            self._manager.save(
+                update, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+            )
+        except Exception as exc:  # noqa: BLE001 - any I/O failure stops the run with this message
+            raise self._error(update, exc) from exc
+
+    def wait(self) -> None:
+        """Block until every started save is on disk."""
+        try:
+            self._manager.wait_until_finished()
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(self._manager.latest_step(), exc) from exc
+
+    def _error(self, update: int | None, exc: Exception) -> CheckpointError:
+        good = [s for s in self.steps() if s != update]
+        kept = f"the checkpoint of update {good[-1]} is intact" if good else "no earlier checkpoint exists"
+        return CheckpointError(
+            f"saving the checkpoint of update {update} in {self.directory} failed "
+            f"({type(exc).__name__}: {_first_line(exc)}); {kept}"
+        )
+
+    def read_meta(self, step: int) -> dict:
+        return dict(self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"])
+
+    def restore_latest(self, target: Any) -> tuple[Any, dict] | None:
+        """The newest checkpoint that reads back intact, restored into `target`'s shapes and shardings.
+
+        target: a pytree of `jax.ShapeDtypeStruct` with `sharding` set. A checkpoint that fails to
+        read, or whose arrays don't match their saved fingerprint, is skipped with a warning.
+        Returns (state, meta), or None when there is no usable checkpoint.
+        """
+        for step in reversed(self.steps()):
+            try:
+                restored = self._manager.restore(
+                    step,
+                    args=ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()),
+                )
+                state, meta = restored["state"], dict(restored["meta"])
+                if fingerprint(state) != meta["fingerprint"]:
+                    raise ValueError("its arrays don't match the fingerprint saved with them")
+            except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint: fall back
+                self.log(
+                    f"warning: checkpoint {self.directory / str(step)} is unusable "
+                    f"({type(exc).__name__}: {_first_line(exc)}); trying the one before it"
+                )
+                continue
+            return state, meta
+        return None
+
+    def close(self) -> None:
+        self._manager.close()
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def check_resumable(saved_config: dict, config: Config, where: Path) -> None:
+    """ConfigError listing the structural fields that differ from the run being resumed."""
+    changes = structural_changes(saved_config, config)
+    if changes:
+        raise ConfigError(
+            "resume",
+            f"the run in {where} was trained with a different setup; these fields may not change on "
+            f"resume: {'; '.join(changes)}. Only {', '.join(sorted(RESUMABLE_CHANGES - {'resume'}))} may",
+        )
+
+
+def abstract_like(shapes: Any, shardings: Any) -> Any:
+    """ShapeDtypeStructs carrying target shardings (what orbax restores into)."""
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+
+
+def config_from_meta(meta: dict) -> Config:
+    from marljax.config import from_dict
+
+    return from_dict(meta["config"])
+
+
+__all__ = [
+    "Checkpointer", "CheckpointError", "check_resumable", "structural_changes", "fingerprint", "versions",
+    "abstract_like", "config_from_meta",
+]
