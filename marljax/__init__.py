@@ -1,3 +1,10 @@
 """marljax: JAX-first, purely functional multi-agent reinforcement learning."""
 
 __version__ = "0.1.0"
+
+
+def load_policy(path):
+    """A policy exported with `marljax export` (see `marljax.policy`); imported lazily."""
+    from marljax.policy import load_policy as _load
+
+    return _load(path)

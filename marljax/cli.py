@@ -2,6 +2,7 @@
 
     marljax train [CONFIG.yaml] [key=value ...]
     marljax bench [CONFIG.yaml] [key=value ...]
+    marljax export RUN_DIR POLICY_DIR [seed_index=N]
 
 Nested keys take dots: `mesh.data=4`, `env_kwargs.scenario=3m`. A bad config
 prints one line naming the field and exits with code 2 before compiling.
@@ -15,9 +16,12 @@ from typing import Sequence
 from marljax.config import ConfigError, load_config
 
 USAGE = """usage: marljax {train,bench} [CONFIG.yaml] [key=value ...]
+       marljax export RUN_DIR POLICY_DIR [seed_index=N]
 
   train   train a team of agents (default: IPPO on MPE_simple_spread_v3)
+          out_dir=D resume=true continues the run in D from its newest good checkpoint
   bench   measure throughput, FLOPs, MFU, compile time and memory; prints a JSON line last
+  export  write one seed's trained actors to POLICY_DIR; load with marljax.load_policy
 
 examples:
   marljax train
@@ -44,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(USAGE)
             return 0
     command, rest = argv[0], argv[1:]
+    if command == "export":
+        return _export(rest)
     if command not in ("train", "bench"):
         print(f"marljax: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
@@ -63,6 +69,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             from marljax.bench import run_bench
 
             run_bench(config)
+    except ConfigError as exc:
+        print(f"marljax: config error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _export(args: list[str]) -> int:
+    positional = [a for a in args if "=" not in a]
+    options = dict(a.split("=", 1) for a in args if "=" in a)
+    if len(positional) != 2 or set(options) - {"seed_index"}:
+        print(f"marljax: export takes RUN_DIR POLICY_DIR [seed_index=N]\n\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        seed_index = int(options.get("seed_index", 0))
+    except ValueError:
+        print(f"marljax: config error: seed_index: expected an integer, got {options['seed_index']!r}", file=sys.stderr)
+        return 2
+    from marljax.policy import export_policy
+
+    try:
+        export_policy(positional[0], positional[1], seed_index)
     except ConfigError as exc:
         print(f"marljax: config error: {exc}", file=sys.stderr)
         return 2

@@ -250,8 +250,12 @@ class EnvAdapter:
         obs, state = self.env.reset(key)
         return self._group_obs(obs), state
 
-    def step(self, key: Array, state, actions: dict[str, Array]) -> StepResult:
-        """Step one env with group actions (`[A_g]` ints or `[A_g, dim]` floats)."""
+    def group_obs(self, obs) -> dict[str, Array]:
+        """The env's own observations (agent name -> obs) as group arrays [A_g, *obs_shape]."""
+        return self._group_obs(obs)
+
+    def agent_actions(self, actions: dict[str, Array]) -> dict[str, Array]:
+        """Group actions (`[A_g]` ints or `[A_g, dim]` floats) as the env's agent name -> action."""
         env_actions = {}
         for g in self.groups:
             acts = actions[g.name]
@@ -259,7 +263,19 @@ class EnvAdapter:
                 acts = jnp.clip(acts, g.action_low, g.action_high)
             for i, a in enumerate(g.agents):
                 env_actions[a] = acts[i]
-        obs, state, reward, done, _info = self.env.step(key, state, env_actions)
+        return env_actions
+
+    def group_masks(self, avail: dict[str, Array]) -> dict[str, Array]:
+        """Available actions given per agent name -> group -> [A_g, action_dim] bool."""
+        return {
+            g.name: jnp.stack([jnp.asarray(avail[a]).astype(bool) for a in g.agents])
+            for g in self.groups
+            if g.discrete and all(a in avail for a in g.agents)
+        }
+
+    def step(self, key: Array, state, actions: dict[str, Array]) -> StepResult:
+        """Step one env with group actions (`[A_g]` ints or `[A_g, dim]` floats)."""
+        obs, state, reward, done, _info = self.env.step(key, state, self.agent_actions(actions))
         episode_done = jnp.asarray(done["__all__"]).reshape(())
         reward = {g: r.astype(jnp.float32) for g, r in self._group_scalar(reward).items()}
         done = {
@@ -279,11 +295,9 @@ class EnvAdapter:
     def action_mask(self, state) -> dict[str, Array]:
         """Available actions, group -> [A_g, action_dim] bool (all true where the env has none)."""
         masks = self._mask_fn(state) if self._mask_fn is not None else {}
-        out = {}
+        out = self.group_masks({a: m for a, m in masks.items() if a in self.agents})
         for g in self.groups:
-            if g.has_mask:
-                out[g.name] = jnp.stack([jnp.asarray(masks[a]).astype(bool) for a in g.agents])
-            elif g.discrete:
+            if g.discrete and (g.name not in out or not g.has_mask):
                 out[g.name] = jnp.ones((g.size, g.action_dim), bool)
         return out
 

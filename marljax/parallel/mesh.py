@@ -133,6 +133,12 @@ def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
     return ShardedFns(init, jax.jit(chunk, static_argnums=1, donate_argnums=0), mesh, shape, shardings)
 
 
+def first_device_sharding() -> NamedSharding:
+    """Everything on this process's first device (exporting, inspecting a checkpoint)."""
+    mesh = jax.make_mesh((1,), ("one",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.local_devices()[:1])
+    return NamedSharding(mesh, P())
+
+
 def seed_keys(seed: int, num_seeds: int) -> jax.Array:
     """One key per seed index, independent of how many seeds run beside it: [S, 2]."""
     base = jax.random.PRNGKey(seed)
