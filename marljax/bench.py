@@ -44,7 +44,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from marljax.algos.ippo import Trainer, hparams_from_config
-from marljax.config import Config
+from marljax.config import Config, ConfigError
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.mesh import AGENT, DATA, SEED, mesh_layout, seed_keys, shard_trainer, split_groups, state_specs
 from marljax.run import make_trainer, prepare
@@ -436,6 +436,50 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     return result
 
 
+# ---------------------------------------------------------------- checkpoint overhead
+def run_checkpoint_bench(config: Config, rounds: int = 2, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Training time with periodic checkpoints (`checkpoint_every`) vs only the final one, side by side.
+
+    Runs `marljax.run.train` 2 x `rounds` times, alternating without / with, each into a fresh
+    temporary out_dir, and times the run after compilation (training, metrics, saves and the
+    final wait for them). overhead = median over rounds of with / without - 1. Prints a JSON line last.
+    """
+    import tempfile
+
+    from marljax.config import replace
+    from marljax.run import train
+
+    if config.checkpoint_every == 0:
+        raise ConfigError("checkpoint_every", "must be > 0 to measure periodic checkpoints against none")
+    times: dict[str, list[float]] = {"without": [], "with": []}
+    saves = 0
+    with tempfile.TemporaryDirectory(prefix="marljax_ckpt_bench_") as root:
+        for r in range(rounds):
+            for mode, every in (("without", 0), ("with", config.checkpoint_every)):
+                run = replace(config, out_dir=f"{root}/{mode}{r}", checkpoint_every=every, progress=False, plot=False)
+                t = time.perf_counter()
+                res = train(run, log=lambda s: None)
+                times[mode].append(time.perf_counter() - t - res.compile_s)
+                if mode == "with":
+                    saves = len(res.checkpoints) - 1  # the final save happens in both modes
+                log(f"round {r} {mode:>7} checkpoints: {times[mode][-1]:.2f} s")
+    ratios = sorted(w / wo for w, wo in zip(times["with"], times["without"]))
+    result = {
+        "env": config.env,
+        "total_timesteps": config.total_timesteps,
+        "checkpoint_every": config.checkpoint_every,
+        "periodic_saves": saves,
+        "seconds_without": [round(x, 3) for x in times["without"]],
+        "seconds_with": [round(x, 3) for x in times["with"]],
+        "overhead": round(ratios[len(ratios) // 2] - 1.0, 4),
+    }
+    log(f"checkpoint overhead at checkpoint_every={config.checkpoint_every}: {100 * result['overhead']:+.2f}% "
+        f"(median of {rounds} paired runs; {saves} periodic saves per run)")
+    log(json.dumps(result))
+    return result
+
+
 __all__ = [
+    "run_checkpoint_bench",
     "run_bench", "bench_train", "bench_env_only", "bench_swap", "count_flops", "peak_matmul_gflops", "peak_rss_mb",
 ]

@@ -1,4 +1,4 @@
-"""`marljax train | bench`: the command line.
+"""`marljax train | bench | bench-checkpoint | export`: the command line.
 
     marljax train [CONFIG.yaml] [key=value ...]
     marljax bench [CONFIG.yaml] [key=value ...]
@@ -15,12 +15,14 @@ from typing import Sequence
 
 from marljax.config import ConfigError, load_config
 
-USAGE = """usage: marljax {train,bench} [CONFIG.yaml] [key=value ...]
+USAGE = """usage: marljax {train,bench,bench-checkpoint} [CONFIG.yaml] [key=value ...]
        marljax export RUN_DIR POLICY_DIR [seed_index=N]
 
   train   train a team of agents (default: IPPO on MPE_simple_spread_v3)
           out_dir=D resume=true continues the run in D from its newest good checkpoint
   bench   measure throughput, FLOPs, MFU, compile time and memory; prints a JSON line last
+  bench-checkpoint
+          training time with checkpoints every checkpoint_every updates vs only at the end
   export  write one seed's trained actors to POLICY_DIR; load with marljax.load_policy
 
 examples:
@@ -50,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "export":
         return _export(rest)
-    if command not in ("train", "bench"):
+    if command not in ("train", "bench", "bench-checkpoint"):
         print(f"marljax: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
     try:
@@ -65,10 +67,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             except (TrainingDiverged, CheckpointError) as exc:
                 print(f"marljax: {exc}", file=sys.stderr)
                 return 1
-        else:
+        elif command == "bench":
             from marljax.bench import run_bench
 
             run_bench(config)
+        else:
+            from marljax.bench import run_checkpoint_bench
+
+            run_checkpoint_bench(config)
     except ConfigError as exc:
         print(f"marljax: config error: {exc}", file=sys.stderr)
         return 2

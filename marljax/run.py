@@ -36,6 +36,7 @@ class RunResult(NamedTuple):
     rows: list[dict]
     out_dir: Path
     compile_s: float
+    checkpoints: list[int]  # updates at which this call saved a checkpoint
 
 
 def default_out_dir(config: Config) -> str:
@@ -152,7 +153,7 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
     meta = {"config": config.to_dict()}
     writer = JsonlWriter(metrics_path := Path(config.out_dir) / "metrics.jsonl")
     bar = _progress(config, start)
-    update, saved = start, start
+    update, saved, saved_at = start, start, []
     try:
         for i, n in enumerate(schedule):
             if max_chunks is not None and i >= max_chunks:
@@ -179,6 +180,7 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
             if last or (config.checkpoint_every and update - saved >= config.checkpoint_every):
                 checkpointer.save(update, state, {**meta, "env_steps": update * config.env_steps_per_update})
                 saved = update
+                saved_at.append(update)
             if bar is not None:
                 bar.update(n * config.env_steps_per_update)
                 ret = row["return_mean"]
@@ -192,7 +194,7 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
     if config.plot:
         plot_returns(rows, metrics_path.parent / "returns.png", f"{config.algo} on {config.env}, {config.num_seeds} seed(s)")
     log(summary(rows))
-    return RunResult(state, rows, metrics_path.parent, compile_s)
+    return RunResult(state, rows, metrics_path.parent, compile_s, saved_at)
 
 
 @jax.jit

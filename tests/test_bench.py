@@ -39,3 +39,15 @@ def test_bench_tiny_config_reports_finite_positive_figures(monkeypatch):
     assert result["num_envs"] == 4 and result["num_steps"] == 8 and result["devices"] >= 1
     # the JSON line comes last and holds the same flat dict
     assert json.loads(lines[-1]) == result
+
+
+def test_checkpoint_bench_reports_both_ways_side_by_side():
+    config = load_config(None, ["num_envs=4", "num_steps=8", "total_timesteps=512", "num_chunks=8",
+                                "checkpoint_every=4", "progress=false"])  # fmt: skip
+    lines: list[str] = []
+    result = bench.run_checkpoint_bench(config, rounds=1, log=lines.append)
+    assert result["periodic_saves"] == 3  # after updates 4, 8, 12; the 16th is the final save
+    assert len(result["seconds_with"]) == len(result["seconds_without"]) == 1
+    assert all(t > 0 for t in result["seconds_with"] + result["seconds_without"])
+    assert math.isfinite(result["overhead"])
+    assert json.loads(lines[-1]) == result
