@@ -3,8 +3,9 @@
     python experiments/kill_resume.py [--trials 10] [--seed 0] [key=value ...]
 
 Runs `marljax train` once to the end (the reference), then, per trial, starts the same
-run with `resume=true`, kills it with SIGKILL at a random time between 1 s and the
-reference's wall time, and runs `resume=true` again to the end. A trial counts as
+run with `resume=true`, kills it with SIGKILL at a random time while it trains (uniform
+between the moment the reference finished compiling and its end), and runs
+`resume=true` again to the end. A trial counts as
 identical when its metrics rows (without wall-clock fields) and every array of its
 final checkpoint (parameters, Adam, keys, env states, counters) equal the reference's
 bit for bit. Prints one line per trial, `N/N identical`, and last a JSON line.
@@ -41,15 +42,26 @@ TIMING = ("wall_s", "env_steps_per_s")
 
 def _train(overrides: list[str]) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "marljax.cli", "train", *overrides]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # lines arrive as printed: "compiled in" is timed
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
+    )
 
 
-def _finish(overrides: list[str]) -> str:
+def _finish(overrides: list[str]) -> tuple[str, float]:
+    """Run to the end; return its output and the seconds until it reported compiling done."""
+    t0 = time.perf_counter()
     proc = _train(overrides)
-    out, _ = proc.communicate()
+    lines, compiled_at = [], 0.0
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("compiled in") and not compiled_at:
+            compiled_at = time.perf_counter() - t0
+    proc.wait()
+    out = "".join(lines)
     if proc.returncode != 0:
         raise SystemExit(f"run failed ({proc.returncode}):\n{out[-3000:]}")
-    return out
+    return out, compiled_at
 
 
 def _final_state(out_dir: Path, overrides: list[str]):
@@ -81,17 +93,18 @@ def main() -> int:
 
     t = time.perf_counter()
     ref_dir = root / "reference"
-    _finish(overrides + [f"out_dir={ref_dir}"])
+    _, compiled_at = _finish(overrides + [f"out_dir={ref_dir}"])
     ref_wall = time.perf_counter() - t
     ref_rows = _rows(ref_dir)
     ref_state, ref_update = _final_state(ref_dir, overrides)
-    print(f"reference: {len(ref_rows)} rows, final update {ref_update}, {ref_wall:.1f}s wall", flush=True)
+    print(f"reference: {len(ref_rows)} rows, final update {ref_update}, {ref_wall:.1f}s wall "
+          f"(training from {compiled_at:.1f}s)", flush=True)
 
     identical = 0
     for trial in range(args.trials):
         out = root / f"trial{trial}"
         run = overrides + [f"out_dir={out}", "resume=true"]
-        kill_at = rng.uniform(1.0, ref_wall)
+        kill_at = rng.uniform(compiled_at, ref_wall)
         proc = _train(run)
         try:
             proc.wait(timeout=kill_at)
@@ -102,7 +115,7 @@ def main() -> int:
             killed = True
         ckpts = sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit()) if (
             out / "checkpoints").exists() else []
-        log = _finish(run)
+        log, _ = _finish(run)
         resumed = next((line for line in log.splitlines() if line.startswith("resumed from")), "started from scratch")
         state, update = _final_state(out, overrides)
         same = _rows(out) == ref_rows and update == ref_update and all(
