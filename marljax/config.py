@@ -90,6 +90,18 @@ class Config:
     resume: bool = False  # continue from the newest good checkpoint in out_dir (fresh start if none)
     nan_guard: bool = True  # stop on a non-finite loss or parameter, before it is checkpointed
 
+    # execution mode: anakin (rollout and update fused on device) | async (actor threads and a
+    # learner joined by a host-side trajectory buffer; see marljax/pipeline)
+    mode: str = "anakin"
+    actor_devices: int = 1  # async: the first this many devices act ...
+    learner_devices: int = 1  # ... the next this many learn (both share device 0 when only one exists)
+    num_actor_threads: int = 1  # async: each owns num_envs environments and produces whole batches
+    buffer_capacity: int = 2  # async: batches the buffer may hold (started and not consumed, for block)
+    max_staleness: int = 1  # async: K, the most policy versions a consumed batch may lag the learner
+    staleness_policy: str = "block"  # block: actors wait rather than exceed K | drop: stale batches dropped
+    correction: str = "ppo_clip"  # async off-policy correction: none | ppo_clip (decoupled PPO) | vtrace
+    deterministic: bool = False  # async: lockstep with a fixed lag of exactly K versions; bitwise reproducible
+
     # ---- derived values: the one place they are computed ----
     @property
     def num_updates(self) -> int:
@@ -117,6 +129,9 @@ ALGOS = ("ippo", "mappo")
 ACTIVATIONS = ("tanh", "relu")
 TORSOS = ("auto", "mlp", "cnn")
 SHARING = ("shared", "per_role", "independent")
+MODES = ("anakin", "async")
+STALENESS_POLICIES = ("block", "drop")
+CORRECTIONS = ("none", "ppo_clip", "vtrace")
 
 _POSITIVE_INTS = (
     "num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches",
@@ -269,6 +284,21 @@ def validate(config: Config) -> Config:
     _one_of("activation", c.activation, ACTIVATIONS)
     _one_of("torso", c.torso, TORSOS)
     _one_of("param_sharing", c.param_sharing, SHARING)
+    _one_of("mode", c.mode, MODES)
+    _one_of("staleness_policy", c.staleness_policy, STALENESS_POLICIES)
+    _one_of("correction", c.correction, CORRECTIONS)
+    for name in ("actor_devices", "learner_devices", "num_actor_threads", "buffer_capacity"):
+        if getattr(c, name) < 1:
+            raise ConfigError(name, f"must be >= 1, got {getattr(c, name)}")
+    if c.max_staleness < 0:
+        raise ConfigError("max_staleness", f"must be >= 0 policy versions, got {c.max_staleness}")
+    if c.mode == "async":
+        if c.deterministic and (c.num_actor_threads != 1 or c.staleness_policy != "block"):
+            raise ConfigError(
+                "deterministic", "needs num_actor_threads=1 and staleness_policy=block (lockstep with a fixed lag)"
+            )
+        if c.mesh.agent != 1 or c.mesh.data not in (-1, 1) or c.mesh.seed not in (-1, 1):
+            raise ConfigError("mesh", "mode=async places work with actor_devices and learner_devices; leave mesh.* at defaults")
     for name in _POSITIVE_INTS:
         if getattr(c, name) <= 0:
             raise ConfigError(name, f"must be a positive integer, got {getattr(c, name)}")

@@ -37,6 +37,36 @@ def gae(
     return adv, adv + value
 
 
+def vtrace(
+    reward: Array,  # [T, ...]
+    value: Array,  # [T, ...]  V(x_t) under the policy being evaluated
+    done: Array,  # [T, ...]
+    last_value: Array,  # [...]  V(x_T)
+    rho: Array,  # [T, ...]  truncated importance weights min(rho_bar, pi / mu); c_t = rho_t (c_bar = rho_bar = 1)
+    gamma: Array | float,
+) -> tuple[Array, Array]:
+    """V-trace (Espeholt et al., 2018) with c_bar = rho_bar. Returns (value targets v_s, policy advantages).
+
+    v_s = V(x_s) + sum_t gamma^(t-s) (prod_{i<t} c_i) delta_t, delta_t = rho_t (r_t + gamma V(x_{t+1}) - V(x_t)),
+    computed backwards as v_s - V(x_s) = delta_s + gamma c_s (v_{s+1} - V(x_{s+1})); an episode end
+    cuts every term after it. Advantage_s = rho_s (r_s + gamma v_{s+1} - V(x_s)).
+    """
+    notdone = 1.0 - done.astype(jnp.float32)
+    next_value = jnp.concatenate([value[1:], last_value[None]], axis=0)  # V(x_{t+1})
+    delta = rho * (reward + gamma * notdone * next_value - value)
+
+    def step(acc, xs):  # acc = v_{t+1} - V(x_{t+1})
+        d, c, nd = xs
+        acc = d + gamma * c * nd * acc
+        return acc, acc
+
+    _, diff = jax.lax.scan(step, jnp.zeros_like(last_value), (delta, rho, notdone), reverse=True)
+    vs = value + diff
+    next_vs = jnp.concatenate([vs[1:], last_value[None]], axis=0)
+    advantage = rho * (reward + gamma * notdone * next_vs - value)
+    return vs, advantage
+
+
 # Collectives. Each sync point issues exactly ONE all-reduce over one flat float32 vector.
 # Several independent all-reduces may be started in a different order on each device by XLA's
 # CPU runtime; with few cores every worker thread can then block in a different rendezvous and
@@ -87,11 +117,18 @@ def ppo_loss(
     clip_eps: Array | float,
     vf_coef: Array | float,
     ent_coef: Array | float,
+    weight: Array | None = None,  # [B] importance weight on the surrogate (decoupled PPO); None: 1
 ) -> PPOLoss:
-    """Clipped surrogate, clipped value loss and entropy bonus (JaxMARL's IPPO form)."""
+    """Clipped surrogate, clipped value loss and entropy bonus (JaxMARL's IPPO form).
+
+    With `weight`, old_logp is the proximal policy's and each sample's surrogate is scaled by
+    `weight` (the truncated importance weight pi_prox / mu of decoupled PPO).
+    """
     log_ratio = logp - old_logp
     ratio = jnp.exp(log_ratio)
     surrogate = jnp.minimum(ratio * advantage, jnp.clip(ratio, 1 - clip_eps, 1 + clip_eps) * advantage)
+    if weight is not None:
+        surrogate = weight * surrogate
     actor = -jnp.mean(surrogate)
     value_clipped = old_value + jnp.clip(value - old_value, -clip_eps, clip_eps)
     value_loss = 0.5 * jnp.mean(jnp.maximum(jnp.square(value - target), jnp.square(value_clipped - target)))

@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from marljax.algos import ippo, mappo
 from marljax.checkpoint import CheckpointError, Checkpointer, abstract_like, check_resumable
@@ -70,9 +71,13 @@ def check_agent_axis(config: Config, env: EnvAdapter) -> None:
 
 
 def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> ippo.Trainer:
-    """`config.algo`'s pure pieces for `env` (unsharded unless `layout` names mesh axes)."""
+    """`config.algo`'s pure pieces for `env` (unsharded unless `layout` names mesh axes).
+
+    The off-policy correction applies in async mode only; on device the data is on-policy.
+    """
     make_train = {"ippo": ippo.make_train, "mappo": mappo.make_train}[config.algo]
-    return make_train(config, env, layout=layout)
+    correction = config.correction if config.mode == "async" else "none"
+    return make_train(config, env, layout=layout, correction=correction)
 
 
 def prepare(config: Config):
@@ -102,6 +107,8 @@ def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | 
             f"{out_dir} already holds a run; continue it with resume=true, replace it with overwrite=true, "
             "or choose another out_dir",
         )
+    if config.mode == "async":
+        return _train_async(config, out_dir, log)
     env, mesh, trainer = prepare(config)
     log(f"marljax {config.algo} on {env.describe()}")
     log(
@@ -195,6 +202,59 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
         plot_returns(rows, metrics_path.parent / "returns.png", f"{config.algo} on {config.env}, {config.num_seeds} seed(s)")
     log(summary(rows))
     return RunResult(state, rows, metrics_path.parent, compile_s, saved_at)
+
+
+def _train_async(config: Config, out_dir: Path, log) -> RunResult:
+    """mode=async: actor threads and the learner joined by the trajectory buffer (marljax.pipeline)."""
+    from marljax.pipeline.actor_learner import AsyncRun
+
+    if config.resume:
+        raise ConfigError("resume", "mode=async does not write checkpoints yet; resume works with mode=anakin")
+    env = make_adapter(config)
+    log(f"marljax {config.algo} (async) on {env.describe()}")
+    runner = AsyncRun(config, env, make_trainer, log)
+    log(
+        f"actors: {config.num_actor_threads} thread(s) on {len(runner.placement.actor_devices)} device(s); learner on "
+        f"{runner.placement.learner_mesh.devices.size}; K={config.max_staleness} ({config.staleness_policy}), "
+        f"correction={config.correction}{', deterministic' if config.deterministic else ''}; out_dir {out_dir}"
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.yaml").write_text(dump_yaml(config))
+    metrics_path = out_dir / "metrics.jsonl"
+    if metrics_path.exists():
+        metrics_path.unlink()
+    writer = JsonlWriter(metrics_path)
+    rows: list[dict] = []
+    bar = _progress(config)
+    done = [0]
+
+    def on_chunk(metrics: dict, wall: float, extra: dict) -> None:
+        n = int(np.shape(metrics["lr"])[1])
+        done[0] += n
+        row = chunk_row(
+            metrics, update=done[0], env_steps=done[0] * config.env_steps_per_update, wall_s=wall,
+            chunk_env_steps=n * config.env_steps_per_update, num_agents=env.num_agents,
+            groups=tuple((g.name, g.size) for g in env.groups),
+        )  # fmt: skip
+        row.update(extra)
+        writer.write(row)
+        rows.append(row)
+        bad = first_non_finite(row)
+        if config.nan_guard and bad is not None:
+            raise TrainingDiverged(f"update {done[0]}: {bad} is {row[bad]} (non-finite); run stopped")
+        if bar is not None:
+            bar.update(n * config.env_steps_per_update)
+
+    try:
+        runner.run(config.num_updates, on_chunk, config.updates_per_chunk)
+    finally:
+        writer.close()
+        if bar is not None:
+            bar.close()
+    if config.plot:
+        plot_returns(rows, out_dir / "returns.png", f"{config.algo} (async) on {config.env}, {config.num_seeds} seed(s)")
+    log(summary(rows))
+    return RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, [])
 
 
 @jax.jit

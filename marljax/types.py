@@ -70,6 +70,14 @@ class GroupBatch(NamedTuple):
     world: Array | None  # [T, E, W] global state for a centralised critic (MAPPO only)
 
 
+class Trajectory(NamedTuple):
+    """One rollout in the acting layout, as `collect` returns it and `learn` takes it."""
+
+    batch: dict  # group -> GroupBatch, leaves [T, E, A_g, ...]
+    last_value: dict  # group -> [E, A_g] behaviour value of the observation after the last step
+    stats: Any  # EpisodeStats of the episodes that finished during the rollout
+
+
 class EpisodeStats(NamedTuple):
     """Episodes that finished during one update, summed over environments."""
 

@@ -131,3 +131,37 @@ def test_clip_by_global_norm():
     same = ops.clip_by_norm(grads, norm, 10.0)
     np.testing.assert_allclose(np.asarray(same["a"]), [3.0, 0.0])
     np.testing.assert_allclose(np.asarray(same["b"]["c"]), [[4.0]])
+
+
+def test_vtrace_matches_a_hand_computed_case():
+    # T=3, one env; gamma=0.9; an episode ends after step 1 (done[1]=1)
+    r = jnp.array([1.0, 2.0, 3.0])
+    v = jnp.array([0.5, 1.0, 1.5])
+    d = jnp.array([0.0, 1.0, 0.0])
+    last = jnp.array(2.0)
+    rho = jnp.array([1.0, 0.5, 0.25])  # truncated pi/mu; c = rho
+    g = 0.9
+    # deltas: rho_t (r_t + g V_{t+1} (1-d_t) - V_t)
+    d0 = 1.0 * (1.0 + g * 1.0 - 0.5)  # 1.4
+    d1 = 0.5 * (2.0 + 0.0 - 1.0)  # 0.5  (episode ends: no bootstrap)
+    d2 = 0.25 * (3.0 + g * 2.0 - 1.5)  # 0.825
+    # v_s - V_s = delta_s + g c_s (1-d_s) (v_{s+1} - V_{s+1})
+    a2 = d2
+    a1 = d1 + 0.0  # cut by the episode end
+    a0 = d0 + g * 1.0 * a1
+    vs = [0.5 + a0, 1.0 + a1, 1.5 + a2]
+    # advantages: rho_s (r_s + g v_{s+1} (1-d_s) - V_s), v_T = last value
+    adv = [1.0 * (1.0 + g * vs[1] - 0.5), 0.5 * (2.0 - 1.0), 0.25 * (3.0 + g * 2.0 - 1.5)]
+    got_vs, got_adv = ops.vtrace(r, v, d, last, rho, g)
+    np.testing.assert_allclose(np.asarray(got_vs), vs, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(got_adv), adv, rtol=1e-6)
+
+
+def test_vtrace_on_policy_without_ends_is_the_lambda_one_return():
+    # rho = c = 1 and no episode end: v_s is the discounted return bootstrapped with the last value
+    r = jnp.array([1.0, 0.0, 2.0])
+    v = jnp.array([0.3, -0.2, 0.7])
+    g = 0.5
+    got_vs, _ = ops.vtrace(r, v, jnp.zeros(3), jnp.array(4.0), jnp.ones(3), g)
+    expected = [1.0 + g * 0.0 + g**2 * 2.0 + g**3 * 4.0, 0.0 + g * 2.0 + g**2 * 4.0, 2.0 + g * 4.0]
+    np.testing.assert_allclose(np.asarray(got_vs), expected, rtol=1e-6)

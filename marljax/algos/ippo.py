@@ -30,11 +30,11 @@ import jax.numpy as jnp
 import optax
 
 from marljax import ops
-from marljax.config import Config
+from marljax.config import CORRECTIONS, Config
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.networks import ActorCritic, RecurrentActorCritic
 from marljax.parallel.layouts import Layout
-from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState
+from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
 Array = jax.Array
 
@@ -51,6 +51,8 @@ class Trainer(NamedTuple):
     policy: Callable  # (group_params, group, obs [B, A_g, ...], mask, hidden, reset) -> (dist, value, hidden)
     rollout_step: Callable  # (params, (actors, stats), key) -> ((actors, stats), batch): one env step
     minibatch_step: Callable  # (params, opt_state, minibatch, hparams, lr) -> ((params, opt_state), aux)
+    collect: Callable  # (acting params, actors, key) -> (actors, Trajectory): one rollout, acting layout
+    learn: Callable  # (learner, Trajectory, key) -> (learner, metrics): one update on that rollout
 
 
 def hparams_from_config(config: Config) -> HParams:
@@ -106,12 +108,22 @@ def make_train(
     *,
     layout: Layout = Layout(),
     critic: CentralCritic | None = None,
+    correction: str = "none",
 ) -> Trainer:
     """Build IPPO's pure pieces for `env`; `layout` names the mesh axes it runs under (none: one device).
 
     With `critic`, every group's value comes from that central critic on the global state
     (`env.world_state`) instead of its own value head: MAPPO, built from the same pieces.
+
+    `correction` says how `learn` treats a rollout made by older parameters (the async mode):
+    `none`: GAE on the behaviour values and PPO's ratio against the behaviour policy, as on-policy;
+    `ppo_clip`: decoupled PPO: the ratio is taken against the learner's policy at the start of the
+    update (the proximal policy) and the surrogate weighted by the truncated importance weight
+    min(1, pi_prox / mu); `vtrace`: the same surrogate on V-trace advantages and value targets
+    (rho_bar = c_bar = 1) computed with the proximal policy's values.
     """
+    if correction not in CORRECTIONS:
+        raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
     groups = env.groups
     nets = {g.name: make_network(config, g, critic=critic is None) for g in groups}
     rnn = config.recurrent
@@ -285,27 +297,33 @@ def make_train(
         return actors, stats, traj
 
     # ------------------------------------------------------------------ update
+    def evaluate_seq(params, g: AgentGroup, b: GroupBatch):
+        """Policy and value on a time-major stretch b (leaves [L, E_learn, A, ...]), learning layout.
+
+        Returns (dist over [L*E*A], value [L*E*A]); the GRU restarts from b.hidden[0].
+        """
+        if rnn:
+            def rnn_step(h, x):
+                obs, reset, mask, world = x
+                dist, value, h = evaluate(params, g, obs, mask, h, reset, world, learning=True)
+                return h, (dist, value)
+
+            _, (dist, value) = jax.lax.scan(rnn_step, b.hidden[0], (b.obs, b.reset, b.mask, b.world))
+            return jax.tree.map(lambda v: _flat(v, 2), dist), _flat(value, 2)
+        merge = lambda x: None if x is None else x.reshape((-1,) + x.shape[2:])  # noqa: E731
+        dist, value, _ = evaluate(params, g, merge(b.obs), merge(b.mask), None, None, merge(b.world), True)
+        return dist, value
+
     def loss_fn(params, minibatch, hp: HParams):
         total, parts = 0.0, []
         for g in groups:
-            b, adv, target = minibatch[g.name]  # leaves [L, E_learn, A, ...] (A: this device's agents of g)
-            if rnn:
-                def rnn_step(h, x):
-                    obs, reset, mask, world = x
-                    dist, value, h = evaluate(params, g, obs, mask, h, reset, world, learning=True)
-                    return h, (dist, value)
-
-                _, (dist, value) = jax.lax.scan(rnn_step, b.hidden[0], (b.obs, b.reset, b.mask, b.world))
-                dist = jax.tree.map(lambda v: _flat(v, 2), dist)
-                value = _flat(value, 2)
-            else:
-                merge = lambda x: None if x is None else x.reshape((-1,) + x.shape[2:])  # noqa: E731
-                dist, value, _ = evaluate(params, g, merge(b.obs), merge(b.mask), None, None, merge(b.world), True)
+            b, adv, target, weight = minibatch[g.name]  # leaves [L, E_learn, A, ...] (A: this device's agents)
+            dist, value = evaluate_seq(params, g, b)
             logp = dist.log_prob(_flat(b.action, 3))
             loss = ops.ppo_loss(
                 logp, _flat(b.logp, 3), dist.entropy(), value, _flat(b.value, 3),
                 ops.normalize(_flat(adv, 3), layout.env_axes), _flat(target, 3),
-                hp.clip_eps, hp.vf_coef, hp.ent_coef,
+                hp.clip_eps, hp.vf_coef, hp.ent_coef, None if weight is None else _flat(weight, 3),
             )  # fmt: skip
             total = total + loss.total
             parts.append(loss)
@@ -315,7 +333,7 @@ def make_train(
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def minibatch_step(params, opt_state, minibatch, hp: HParams, lr: Array):
-        """One gradient step on one minibatch (group -> (GroupBatch, adv, target), leaves [L, E, A_g, ...])."""
+        """One gradient step on one minibatch (group -> (GroupBatch, adv, target, weight|None), leaves [L, E, A_g, ...])."""
         (_, parts), grads = grad_fn(params, minibatch, hp)
         grads, grad_norm = layout.reduce_grads(grads, split)
         grads = ops.clip_by_norm(grads, grad_norm, hp.max_grad_norm)
@@ -337,28 +355,49 @@ def make_train(
         perm = jax.vmap(lambda k: jax.random.permutation(k, T))(keys)  # [E_learn, T]
         return jax.tree.map(lambda x: x[perm.T, env_idx[None, :]].reshape((M, L) + x.shape[1:]), data)
 
-    def update(state: TrainState) -> tuple[TrainState, dict]:
-        learner, actors = state.learner, state.actors
-        hp = learner.hparams
-        key, k_roll, k_epochs = jax.random.split(learner.key, 3)
-        acting = layout.to_acting(learner.params, split)  # every agent's parameters, beside every env
-        actors, stats, traj = rollout(acting, actors, k_roll)
-
-        # bootstrap value of the last observation, then advantages per group (acting layout)
+    def collect(params, actors: ActorState, key: Array) -> tuple[ActorState, Trajectory]:
+        """One rollout of num_steps on every local env with `params` in the acting layout."""
+        actors, stats, batch = rollout(params, actors, key)
         masks = jax.vmap(env.action_mask)(actors.env_state)
         world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)
-        per_agent = {}
-        for g in groups:
-            _, last_value, _ = evaluate(
-                acting, g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
+        last_value = {}
+        for g in groups:  # bootstrap: the value of the observation after the last step
+            _, v, _ = evaluate(
+                params, g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
                 actors.hidden.get(g.name), actors.reset[g.name], world,
             )  # fmt: skip
-            b = traj[g.name]
-            adv, target = ops.gae(b.reward, b.value, b.done, last_value.reshape(E_act, g.size), hp.gamma, hp.gae_lambda)
-            per_agent[g.name] = (b._replace(world=None), adv, target)
+            last_value[g.name] = v.reshape(E_act, g.size)
+        return actors, Trajectory(batch, last_value, stats)
+
+    def advantages(params, b: GroupBatch, last_value: Array, g: AgentGroup, hp: HParams):
+        """(batch, advantages, value targets, importance weight or None), learning layout, [T, E, A]."""
+        if correction == "none":
+            adv, target = ops.gae(b.reward, b.value, b.done, last_value, hp.gamma, hp.gae_lambda)
+            return b, adv, target, None
+        dist, value = evaluate_seq(params, g, b)  # the proximal policy: the learner now
+        shape = b.reward.shape
+        prox_logp = jax.lax.stop_gradient(dist.log_prob(_flat(b.action, 3)).reshape(shape))
+        weight = jnp.minimum(1.0, jnp.exp(prox_logp - b.logp))  # truncated importance weight pi_prox / mu
+        prox_value = jax.lax.stop_gradient(value.reshape(shape))
+        b = b._replace(logp=prox_logp, value=prox_value)
+        if correction == "ppo_clip":
+            adv, target = ops.gae(b.reward, prox_value, b.done, last_value, hp.gamma, hp.gae_lambda)
+            return b, adv, target, weight
+        target, adv = ops.vtrace(b.reward, prox_value, b.done, last_value, weight, hp.gamma)
+        return b, adv, target, jnp.ones_like(weight)  # V-trace's advantages already carry rho
+
+    def learn(learner: LearnerState, traj: Trajectory, k_epochs: Array) -> tuple[LearnerState, dict]:
+        """One PPO update on `traj` (acting layout): swap to agent-major, advantages, epochs of minibatches."""
+        hp = learner.hparams
         # environment-major -> agent-major (the world state, shared by all groups, travels once)
-        per_agent, world_traj = layout.to_learning(per_agent, traj[groups[0].name].world)
-        data = {k: (b._replace(world=world_traj), adv, target) for k, (b, adv, target) in per_agent.items()}
+        per_agent = {
+            g.name: (traj.batch[g.name]._replace(world=None), traj.last_value[g.name][None]) for g in groups
+        }
+        per_agent, world_traj = layout.to_learning(per_agent, traj.batch[groups[0].name].world)
+        data = {}
+        for g in groups:
+            b, last_value = per_agent[g.name]
+            data[g.name] = advantages(learner.params, b._replace(world=world_traj), last_value[0], g, hp)
 
         # linear annealing; clamped so updates past the budget (a benchmark, a resumed run) never flip its sign
         frac = jnp.maximum(1.0 - learner.update.astype(jnp.float32) / num_updates, 0.0)
@@ -373,7 +412,7 @@ def make_train(
         )
         # one collective for all metrics: loss means are averaged, episode counts summed
         parts, stats = ops.psum_tree(
-            (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), stats), layout.env_axes
+            (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), traj.stats), layout.env_axes
         )
         metrics = {
             "loss_total": parts.total,
@@ -386,7 +425,14 @@ def make_train(
             "lr": lr,
             "episodes": stats,
         }
-        learner = learner.replace(params=params, opt_state=opt_state, key=key, update=learner.update + 1)
+        return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), metrics
+
+    def update(state: TrainState) -> tuple[TrainState, dict]:
+        """collect with the learner's parameters gathered to the acting layout, then learn."""
+        key, k_roll, k_epochs = jax.random.split(state.learner.key, 3)
+        acting = layout.to_acting(state.learner.params, split)  # every agent's parameters, beside every env
+        actors, traj = collect(acting, state.actors, k_roll)
+        learner, metrics = learn(state.learner.replace(key=key), traj, k_epochs)
         return TrainState(learner, actors), metrics
 
     def run_updates(state: TrainState, n: int) -> tuple[TrainState, dict]:
@@ -397,4 +443,6 @@ def make_train(
             raise ValueError("train(key) runs unsharded; use marljax.run for a device mesh")
         return run_updates(init(key), config.num_updates)
 
-    return Trainer(config, env, nets, init, update, run_updates, train, act, policy, rollout_step, minibatch_step)
+    return Trainer(
+        config, env, nets, init, update, run_updates, train, act, policy, rollout_step, minibatch_step, collect, learn
+    )

@@ -133,6 +133,33 @@ def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
     return ShardedFns(init, jax.jit(chunk, static_argnums=1, donate_argnums=0), mesh, shape, shardings)
 
 
+class AsyncPlacement(NamedTuple):
+    """Where the async mode runs: one device per actor thread (round robin), a learner mesh."""
+
+    actor_devices: tuple  # device of actor thread i: actor_devices[i % len]
+    learner_mesh: Mesh  # 1-D mesh, axis `data`, splitting each batch's environments
+
+
+def async_placement(config: Config) -> AsyncPlacement:
+    """Disjoint actor and learner devices (`actor_devices`, then `learner_devices`); shared on one device."""
+    devices = jax.devices()
+    n_act, n_learn = config.actor_devices, config.learner_devices
+    if len(devices) == 1:
+        if n_act != 1 or n_learn != 1:
+            raise ConfigError("actor_devices", "only 1 device is visible; actors and learner share it (set both to 1)")
+        actor, learner = devices, devices
+    else:
+        if n_act + n_learn > len(devices):
+            raise ConfigError(
+                "actor_devices", f"actor_devices + learner_devices = {n_act + n_learn}, but {len(devices)} devices are visible"
+            )
+        actor, learner = devices[:n_act], devices[n_act : n_act + n_learn]
+    if config.num_envs % len(learner):
+        raise ConfigError("learner_devices", f"{len(learner)} learner devices must divide num_envs={config.num_envs}")
+    mesh = jax.make_mesh((len(learner),), (DATA,), axis_types=(jax.sharding.AxisType.Auto,), devices=learner)
+    return AsyncPlacement(tuple(actor), mesh)
+
+
 def first_device_sharding() -> NamedSharding:
     """Everything on this process's first device (exporting, inspecting a checkpoint)."""
     mesh = jax.make_mesh((1,), ("one",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.local_devices()[:1])

@@ -1,0 +1,195 @@
+"""The asynchronous actor-learner mode (`mode=async`): actor threads and a learner overlap.
+
+    actor thread i (device actor_devices[i])          main thread (learner mesh)
+    ─────────────────────────────────────────         ────────────────────────────────
+    ticket, v_min = buffer.start()                    batch = buffer.get()
+    v, params = store.wait_for(v_min)                 place batch on the learner mesh
+    traj = collect(params, envs, key(ticket))         learner = learn(learner, batch)
+    start the device-to-host copy                     v = buffer.finish_update()
+    buffer.put(Stamped(traj, v, i, seq, ticket))      store.publish(v, params -> actor devices)
+
+Both sides run the algorithm's own pieces (`Trainer.collect` and `Trainer.learn`); this
+module knows no algorithm by name. Staleness is bounded by the buffer (see buffer.py) and
+corrected in `learn` (`correction`). With `deterministic=true` the one actor uses exactly
+version `ticket - K`, so the pipeline runs in lockstep with a fixed lag and a seed
+reproduces bitwise while generation and learning still overlap.
+
+Concurrency traps, and what is done about them:
+* every wait is on the buffer's or the store's condition variable; `close()` wakes them all,
+  so no thread can hang at shutdown; actor threads are joined with a timeout;
+* an exception in an actor thread closes the buffer with that exception attached; the
+  learner's next `get` raises, and the main thread re-raises the actor's error with its
+  traceback (`ActorFailed`);
+* JAX dispatch is thread-safe; each actor thread only touches its own environments and
+  reads published parameters, which are never mutated (new versions are new arrays).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from marljax.config import Config
+from marljax.parallel.layouts import Layout
+from marljax.parallel.mesh import DATA, async_placement, seed_keys
+from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
+from marljax.types import Trajectory
+
+ASYNC_KEYS = (
+    "policy_version", "staleness_mean", "staleness_max", "produced", "consumed", "dropped",
+    "buffer_occupancy", "actor_wait_s", "learner_wait_s", "production_rate", "consumption_rate",
+)  # fmt: skip
+
+
+class ActorFailed(RuntimeError):
+    """An actor thread raised; the message carries its traceback."""
+
+
+class AsyncRun:
+    """Build once (placement, jitted pieces); `run(updates, on_chunk)` drives the pipeline."""
+
+    def __init__(self, config: Config, env, make_trainer: Callable, log: Callable[[str], None] = print):
+        self.config, self.env, self.log = config, env, log
+        self.placement = async_placement(config)
+        n_learn = self.placement.learner_mesh.shape[DATA]
+        self.actor_trainer = make_trainer(config, env, Layout())
+        self.learner_trainer = make_trainer(config, env, Layout(DATA, n_learn))
+        S = config.num_seeds
+        keys = seed_keys(config.seed, S)  # [S, 2]
+        mesh = self.placement.learner_mesh
+        replicated = NamedSharding(mesh, P())
+        init = jax.jit(jax.vmap(self.learner_trainer.init), out_shardings=replicated)
+        self.learner = init(keys).learner  # params, Adam, hparams, keys, update: [S, ...] on the learner mesh
+        self.actor_init = jax.jit(jax.vmap(lambda k: self.actor_trainer.init(k).actors))
+        self.actor_keys = keys
+        self.collect = jax.jit(jax.vmap(self.actor_trainer.collect))
+        traj_specs = Trajectory(batch=P(None, None, DATA), last_value=P(None, DATA), stats=P())
+        self.traj_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), traj_specs)
+
+        def learn_local(learner, traj: Trajectory):
+            # the rollout's episode totals are replicated on every learner device; learn sums
+            # them over `data`, so each device contributes its 1/n share
+            traj = traj._replace(stats=jax.tree.map(lambda x: x / n_learn, traj.stats))
+
+            def one(state, t):
+                key, k_epochs = jax.random.split(state.key)
+                return self.learner_trainer.learn(state.replace(key=key), t, k_epochs)
+
+            return jax.vmap(one)(learner, traj)
+
+        self.learn = jax.jit(
+            jax.shard_map(learn_local, mesh=mesh, in_specs=(P(), traj_specs), out_specs=(P(), P()), check_vma=False),
+            donate_argnums=0,
+        )
+        self.samples_per_batch = config.num_steps * config.num_envs * S
+
+    # ------------------------------------------------------------------ threads
+    def _publish(self, store: ParamStore, version: int, params) -> None:
+        """Copy params to every actor device (dispatch is asynchronous) and publish them."""
+        # may_alias=False: a real copy even on a shared device, since the learner donates its state
+        store.publish(version, {d: jax.device_put(params, d, may_alias=False) for d in set(self.placement.actor_devices)})
+
+    def _actor(self, i: int, buffer: TrajectoryBuffer, store: ParamStore, budget: int | None, errors: list) -> None:
+        config = self.config
+        device = self.placement.actor_devices[i % len(self.placement.actor_devices)]
+        try:
+            with jax.default_device(device):
+                keys = jax.device_put(jax.vmap(lambda k: jax.random.fold_in(k, 10_000 + i))(self.actor_keys), device)
+                actors = self.actor_init(keys)
+                seq = 0
+                while True:
+                    ticket, min_version = buffer.start()
+                    if budget is not None and ticket >= budget:
+                        return  # block mode: every update's batch is spoken for
+                    version, params, waited = store.wait_for(min_version, exact=config.deterministic)
+                    buffer.record_actor_wait(waited)
+                    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, ticket))(keys)
+                    actors, traj = self.collect(params[device], actors, step_keys)
+                    for leaf in jax.tree.leaves(traj):
+                        leaf.copy_to_host_async()
+                    buffer.put(Stamped(traj, version, i, seq, ticket))
+                    seq += 1
+        except BufferClosed:
+            return
+        except BaseException as exc:  # noqa: BLE001 - surfaced in the main thread
+            errors.append((i, exc, traceback.format_exc()))
+            buffer.close(exc)
+
+    # ------------------------------------------------------------------- driver
+    def run(self, updates: int, on_chunk: Callable[[dict, list, dict], None], chunk: int) -> Any:
+        """Run `updates` learner updates; call on_chunk(stacked metrics [S, n], staleness list, async row)."""
+        config = self.config
+        buffer = TrajectoryBuffer(config.buffer_capacity, config.max_staleness, config.staleness_policy)
+        store = ParamStore(keep=config.max_staleness + 2)
+        self._publish(store, 0, self.learner.params)
+        budget = updates if config.staleness_policy == "block" else None
+        errors: list = []
+        threads = [
+            threading.Thread(target=self._actor, args=(i, buffer, store, budget, errors), name=f"actor{i}", daemon=True)
+            for i in range(config.num_actor_threads)
+        ]
+        for t in threads:
+            t.start()
+        pending: list[dict] = []
+        staleness: list[int] = []
+        last = buffer.stats()
+        t_chunk = time.perf_counter()
+        try:
+            for u in range(updates):
+                try:
+                    batch = buffer.get()
+                except BufferClosed:
+                    break
+                staleness.append(buffer.stats().version - batch.version)
+                traj = jax.device_put(batch.data, self.traj_shardings)
+                self.learner, metrics = self.learn(self.learner, traj)
+                version = buffer.finish_update()
+                self._publish(store, version, self.learner.params)
+                pending.append(metrics)
+                if len(pending) == chunk or u == updates - 1:
+                    stacked = jax.tree.map(lambda *xs: np.stack(xs, axis=1), *jax.device_get(pending))
+                    now, wall = buffer.stats(), time.perf_counter() - t_chunk
+                    row = async_row(now, last, staleness, wall, self.samples_per_batch)
+                    on_chunk(stacked, wall, row)
+                    pending, staleness, last, t_chunk = [], [], now, time.perf_counter()
+        except BaseException as exc:
+            buffer.close(exc)
+            raise
+        finally:
+            buffer.close()
+            store.close()
+            for t in threads:
+                t.join(timeout=30)
+        if errors:
+            i, exc, tb = errors[0]
+            raise ActorFailed(f"actor thread {i} failed: {type(exc).__name__}: {exc}\n{tb}") from exc
+        hung = [t.name for t in threads if t.is_alive()]
+        if hung:
+            print(f"warning: actor threads still running after shutdown: {hung}", file=sys.stderr)
+        return buffer.stats()
+
+
+def async_row(now, last, staleness: list[int], wall: float, samples_per_batch: int) -> dict:
+    """The async fields of one metrics row (counters cumulative; rates and staleness over the chunk)."""
+    return {
+        "policy_version": now.version,
+        "staleness_mean": float(np.mean(staleness)) if staleness else None,
+        "staleness_max": int(max(staleness)) if staleness else None,
+        "produced": now.produced,
+        "consumed": now.consumed,
+        "dropped": sum(now.dropped.values()),
+        "dropped_by_reason": now.dropped,
+        "buffer_occupancy": now.held,
+        "actor_wait_s": now.actor_wait_s,
+        "learner_wait_s": now.learner_wait_s,
+        "production_rate": (now.produced - last.produced) * samples_per_batch / wall if wall > 0 else None,
+        "consumption_rate": (now.consumed - last.consumed) * samples_per_batch / wall if wall > 0 else None,
+    }
