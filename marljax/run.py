@@ -246,7 +246,11 @@ def _train_async(config: Config, out_dir: Path, log) -> RunResult:
             bar.update(n * config.env_steps_per_update)
 
     try:
-        runner.run(config.num_updates, on_chunk, config.updates_per_chunk)
+        final = runner.run(config.num_updates, on_chunk, config.updates_per_chunk)
+        log(
+            f"async counters: produced {final.produced}, consumed {final.consumed}, "
+            f"dropped {sum(final.dropped.values())}, {final.dropped}; staleness {final.staleness_hist}"
+        )
     finally:
         writer.close()
         if bar is not None:

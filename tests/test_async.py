@@ -1,0 +1,119 @@
+"""mode=async: the actor-learner pipeline learns, counts exactly, reproduces in deterministic mode, stops cleanly."""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import numpy as np
+import pytest
+
+from marljax.config import ConfigError, load_config
+from marljax.pipeline.actor_learner import ActorFailed, AsyncRun
+from marljax.run import train
+from tests._subprocess import run_with_devices
+
+SMALL = ["mode=async", "num_envs=8", "num_steps=16", "total_timesteps=2048", "num_chunks=4",
+         "progress=false", "plot=false"]  # fmt: skip
+NOT_REPRODUCIBLE = ("wall_s", "env_steps_per_s", "actor_wait_s", "learner_wait_s", "production_rate",
+                    "consumption_rate", "buffer_occupancy", "produced", "dropped", "dropped_by_reason")  # fmt: skip
+
+
+def _rows(res):
+    return [{k: v for k, v in r.items() if k not in NOT_REPRODUCIBLE} for r in res.rows]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["staleness_policy=drop", "num_actor_threads=2", "max_staleness=0"], ["correction=vtrace", "recurrent=true"],
+     ["correction=none", "algo=mappo"]],
+    ids=["block", "drop-2-actors", "vtrace-gru", "none-mappo"],
+)
+def test_counters_are_exact_and_staleness_bounded(tmp_path, extra):
+    logs: list[str] = []
+    res = train(load_config(None, SMALL + extra + [f"out_dir={tmp_path}"]), log=logs.append)
+    k = load_config(None, SMALL + extra).max_staleness
+    for r in res.rows:  # at every row: produced = consumed + dropped + held
+        assert r["produced"] == r["consumed"] + r["dropped"] + r["buffer_occupancy"]
+        assert sum(r["dropped_by_reason"].values()) == r["dropped"]
+    last = res.rows[-1]
+    assert last["policy_version"] == last["consumed"] == 16
+    # after shutdown nothing is held: what was left is dropped with the reason "end of run"
+    final = next(line for line in logs if line.startswith("async counters:"))
+    produced, consumed, dropped = (int(final.split(f"{name} ")[1].split(",")[0]) for name in
+                                   ("produced", "consumed", "dropped"))  # fmt: skip
+    assert produced == consumed + dropped and consumed == 16
+    assert all(r["staleness_max"] <= k for r in res.rows)
+    assert all(np.isfinite(r["loss_total"]) for r in res.rows)
+
+
+def test_deterministic_mode_reproduces_bitwise(tmp_path):
+    cfg = SMALL + ["deterministic=true", "max_staleness=2"]
+    a = train(load_config(None, cfg + [f"out_dir={tmp_path / 'a'}"]), log=lambda s: None)
+    b = train(load_config(None, cfg + [f"out_dir={tmp_path / 'b'}"]), log=lambda s: None)
+    assert _rows(a) == _rows(b)
+    for x, y in zip(jax.tree.leaves(jax.device_get(a.state.learner)), jax.tree.leaves(jax.device_get(b.state.learner))):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    # a fixed lag: after the first K batches every batch is exactly K versions old
+    assert a.rows[-1]["staleness_max"] == 2 and a.rows[-1]["staleness_mean"] == 2.0
+
+
+def test_an_actor_that_raises_stops_the_run_cleanly(tmp_path, monkeypatch):
+    real = AsyncRun.__init__
+    calls = {"n": 0}
+
+    def patched(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        collect = self.collect
+
+        def failing(*a):
+            calls["n"] += 1
+            if calls["n"] == 4:
+                raise RuntimeError("simulator crashed")
+            return collect(*a)
+
+        self.collect = failing
+
+    monkeypatch.setattr(AsyncRun, "__init__", patched)
+    before = threading.active_count()
+    with pytest.raises(ActorFailed, match="actor thread 0 failed: RuntimeError: simulator crashed"):
+        train(load_config(None, SMALL + [f"out_dir={tmp_path}"]), log=lambda s: None)
+    assert threading.active_count() <= before, "an actor thread outlived the run"
+
+
+def test_async_config_errors_before_anything_runs():
+    with pytest.raises(ConfigError, match="deterministic"):
+        load_config(None, SMALL + ["deterministic=true", "num_actor_threads=2"])
+    with pytest.raises(ConfigError, match="staleness_policy"):
+        load_config(None, SMALL + ["staleness_policy=sometimes"])
+    with pytest.raises(ConfigError, match="correction"):
+        load_config(None, SMALL + ["correction=retrace"])
+    with pytest.raises(ConfigError, match="actor_devices"):
+        train(load_config(None, SMALL + ["actor_devices=2"]), log=lambda s: None)
+
+
+LEARN_CODE = """
+import json
+from marljax.config import load_config
+from marljax.run import train
+rows = {{}}
+for mode in ("anakin", "async"):
+    cfg = load_config(None, ["total_timesteps=1.5e6", "num_chunks=10", "progress=false", "plot=false",
+                             f"mode={{mode}}", "num_seeds=2", "out_dir={out}/" + mode])
+    res = train(cfg, log=lambda s: None)
+    rows[mode] = [r["return_mean"] for r in res.rows]
+    if mode == "async":
+        rows["devices"] = [res.rows[-1]["policy_version"]]
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.slow
+def test_async_learns_on_separate_actor_and_learner_devices(tmp_path):
+    # 2 fake devices: actors on one, the learner on the other
+    res = run_with_devices(LEARN_CODE.format(out=tmp_path), 2, timeout=900)
+    anakin, asynch = res["anakin"], res["async"]
+    # measured: async -27.1 -> -19.9 and anakin -27.0 -> -20.5 at 1.5M steps, 2 seeds. Stated margins:
+    # async improves by at least 4.0, and ends within 10% of the on-device loop
+    assert asynch[-1] - asynch[0] >= 4.0, asynch
+    assert asynch[-1] >= anakin[-1] * 1.10, (asynch[-1], anakin[-1])
