@@ -406,6 +406,8 @@ def _table(result: dict[str, Any]) -> str:
 
 def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure `config` (see the module docstring); print a table, then one JSON line; return the dict."""
+    if config.mode == "async":
+        return run_async_bench(config, log)
     env, mesh, trainer = prepare(config)
     log(f"marljax bench: {config.algo} on {env.describe()}")
     result: dict[str, Any] = {
@@ -432,6 +434,119 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     result["peak_rss_mb"] = peak_rss_mb()
     result = {k: (float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v) for k, v in result.items()}
     log(_table(result))
+    log(json.dumps(result))
+    return result
+
+
+# ---------------------------------------------------------------- async mode
+ASYNC_BATCHES = 16  # batches timed for each of generation, learning, sync and async
+
+
+def run_async_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """`marljax bench mode=async`: generation and learning rates alone, then the sync and async loops.
+
+    All four are measured in this one process on the same placement, in samples (env steps) per
+    second after compilation: generation = actor threads' rollouts with no learner; learning = the
+    learner's update repeated on one batch; sync = rollout then update, alternating in one thread;
+    async = the pipeline. overlap_efficiency = async / min(generation, learning); a perfect overlap
+    gives 1. The final JSON line holds every figure.
+    """
+    import threading
+
+    from marljax.pipeline.actor_learner import AsyncRun
+    from marljax.run import make_adapter
+
+    env = make_adapter(config)
+    runner = AsyncRun(config, env, make_trainer, log=lambda s: None)
+    spb = runner.samples_per_batch
+    devices = runner.placement.actor_devices
+    n_threads = config.num_actor_threads
+
+    def actor_state(i: int):
+        device = devices[i % len(devices)]
+        keys = jax.device_put(runner.thread_keys(i), device)
+        params = jax.device_put(runner.learner.params, device, may_alias=False)
+        return device, params, runner.actor_init(keys), keys
+
+    # warm-up: compile collect (per device) and learn
+    states = [actor_state(i) for i in range(n_threads)]
+    _, traj = runner.collect(states[0][1], states[0][2], states[0][3])
+    batch = jax.device_put(traj, runner.traj_shardings)
+    runner.learner, _ = runner.learn(runner.learner, batch)
+    jax.block_until_ready(runner.learner)
+
+    # generation alone: every actor thread collects ASYNC_BATCHES / threads batches
+    per_thread = max(1, ASYNC_BATCHES // n_threads)
+
+    def generate(i: int):
+        _, params, actors, keys = states[i]
+        for j in range(per_thread):
+            actors, traj = runner.collect(params, actors, runner.step_keys(keys, j))
+            jax.block_until_ready(traj)
+
+    t = time.perf_counter()
+    threads = [threading.Thread(target=generate, args=(i,)) for i in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    generation = per_thread * n_threads * spb / (time.perf_counter() - t)
+
+    # learning alone: the same batch, again and again
+    t = time.perf_counter()
+    for _ in range(ASYNC_BATCHES):
+        runner.learner, _ = runner.learn(runner.learner, jax.device_put(traj, runner.traj_shardings))
+    jax.block_until_ready(runner.learner)
+    learning = ASYNC_BATCHES * spb / (time.perf_counter() - t)
+
+    # synchronous: rollout, then update, in one thread
+    _, params, actors, keys = states[0]
+    t = time.perf_counter()
+    for j in range(ASYNC_BATCHES):
+        actors, traj = runner.collect(params, actors, runner.step_keys(keys, j))
+        runner.learner, _ = runner.learn(runner.learner, jax.device_put(traj, runner.traj_shardings))
+        params = jax.device_put(runner.learner.params, states[0][0], may_alias=False)
+    jax.block_until_ready(runner.learner)
+    sync = ASYNC_BATCHES * spb / (time.perf_counter() - t)
+
+    # the pipeline, after a short warm-up run of it
+    runner.run(2, lambda *a: None, chunk=2)
+    t = time.perf_counter()
+    final = runner.run(ASYNC_BATCHES, lambda *a: None, chunk=ASYNC_BATCHES)
+    asynch = final.consumed * spb / (time.perf_counter() - t)
+
+    ideal = min(generation, learning)
+    result = {
+        "mode": "async",
+        "env": config.env,
+        "env_kwargs": config.env_kwargs,
+        "num_envs": config.num_envs,
+        "num_steps": config.num_steps,
+        "num_actor_threads": n_threads,
+        "actor_devices": len(devices),
+        "learner_devices": int(runner.placement.learner_mesh.devices.size),
+        "generation_samples_per_s": generation,
+        "learning_samples_per_s": learning,
+        "sync_samples_per_s": sync,
+        "async_samples_per_s": asynch,
+        "overlap_efficiency": asynch / ideal,
+        "async_over_sync": asynch / sync,
+        "staleness_max": final.staleness_max,
+        "produced": final.produced,
+        "consumed": final.consumed,
+        "dropped": sum(final.dropped.values()),
+    }
+    result = {k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in result.items()}
+    rows = [
+        ("generation alone", f"{generation:,.0f}", "samples/s (actor threads, no learner)"),
+        ("learning alone", f"{learning:,.0f}", "samples/s (updates on one batch)"),
+        ("synchronous loop", f"{sync:,.0f}", "samples/s (rollout then update)"),
+        ("async pipeline", f"{asynch:,.0f}", f"samples/s; {result['async_over_sync']:.2f}x the sync loop"),
+        ("overlap efficiency", f"{result['overlap_efficiency']:.3f}", "async / min(generation, learning)"),
+        ("counters", f"{final.produced}/{final.consumed}/{result['dropped']}", "produced/consumed/dropped"),
+    ]
+    w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
+    log("\n".join(f"{a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows))
     log(json.dumps(result))
     return result
 
@@ -480,6 +595,6 @@ def run_checkpoint_bench(config: Config, rounds: int = 2, log: Callable[[str], N
 
 
 __all__ = [
-    "run_checkpoint_bench",
+    "run_checkpoint_bench", "run_async_bench",
     "run_bench", "bench_train", "bench_env_only", "bench_swap", "count_flops", "peak_matmul_gflops", "peak_rss_mb",
 ]

@@ -92,6 +92,17 @@ class AsyncRun:
         self.samples_per_batch = config.num_steps * config.num_envs * S
 
     # ------------------------------------------------------------------ threads
+    def thread_keys(self, i: int) -> jax.Array:
+        """Actor thread i's environment keys, one per seed: [S, 2]."""
+        return jax.vmap(lambda k: jax.random.fold_in(k, 10_000 + i))(self.actor_keys)
+
+    @staticmethod
+    @jax.jit
+    def step_keys(keys: jax.Array, ticket) -> jax.Array:
+        """The rollout keys of batch `ticket`: [S, 2] (a function of the ticket, for determinism)."""
+        return jax.vmap(lambda k: jax.random.fold_in(k, ticket))(keys)
+
+    # ------------------------------------------------------------------ threads (bodies)
     def _publish(self, store: ParamStore, version: int, params) -> None:
         """Copy params to every actor device (dispatch is asynchronous) and publish them."""
         # may_alias=False: a real copy even on a shared device, since the learner donates its state
@@ -101,22 +112,22 @@ class AsyncRun:
         config = self.config
         device = self.placement.actor_devices[i % len(self.placement.actor_devices)]
         try:
-            with jax.default_device(device):
-                keys = jax.device_put(jax.vmap(lambda k: jax.random.fold_in(k, 10_000 + i))(self.actor_keys), device)
-                actors = self.actor_init(keys)
-                seq = 0
-                while True:
-                    ticket, min_version = buffer.start()
-                    if budget is not None and ticket >= budget:
-                        return  # block mode: every update's batch is spoken for
-                    version, params, waited = store.wait_for(min_version, exact=config.deterministic)
-                    buffer.record_actor_wait(waited)
-                    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, ticket))(keys)
-                    actors, traj = self.collect(params[device], actors, step_keys)
-                    for leaf in jax.tree.leaves(traj):
-                        leaf.copy_to_host_async()
-                    buffer.put(Stamped(traj, version, i, seq, ticket))
-                    seq += 1
+            # inputs committed to `device` make every jitted call run there (no default_device
+            # context: it would be part of the jit cache key and recompile `collect`)
+            keys = jax.device_put(self.thread_keys(i), device)
+            actors = self.actor_init(keys)
+            seq = 0
+            while True:
+                ticket, min_version = buffer.start()
+                if budget is not None and ticket >= budget:
+                    return  # block mode: every update's batch is spoken for
+                version, params, waited = store.wait_for(min_version, exact=config.deterministic)
+                buffer.record_actor_wait(waited)
+                actors, traj = self.collect(params[device], actors, self.step_keys(keys, ticket))
+                for leaf in jax.tree.leaves(traj):
+                    leaf.copy_to_host_async()
+                buffer.put(Stamped(traj, version, i, seq, ticket))
+                seq += 1
         except BufferClosed:
             return
         except BaseException as exc:  # noqa: BLE001 - surfaced in the main thread
