@@ -101,6 +101,7 @@ class Config:
     staleness_policy: str = "block"  # block: actors wait rather than exceed K | drop: stale batches dropped
     correction: str = "ppo_clip"  # async off-policy correction: none | ppo_clip (decoupled PPO) | vtrace
     deterministic: bool = False  # async: lockstep with a fixed lag of exactly K versions; bitwise reproducible
+    record_trajectories: str = ""  # async: append every consumed batch to this zarr dataset (marljax.data)
 
     # ---- derived values: the one place they are computed ----
     @property
@@ -292,6 +293,8 @@ def validate(config: Config) -> Config:
             raise ConfigError(name, f"must be >= 1, got {getattr(c, name)}")
     if c.max_staleness < 0:
         raise ConfigError("max_staleness", f"must be >= 0 policy versions, got {c.max_staleness}")
+    if c.record_trajectories and c.mode != "async":
+        raise ConfigError("record_trajectories", "records the async learner's batches; set mode=async")
     if c.mode == "async":
         if c.deterministic and (c.num_actor_threads != 1 or c.staleness_policy != "block"):
             raise ConfigError(

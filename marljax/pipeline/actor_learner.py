@@ -149,6 +149,11 @@ class AsyncRun:
         ]
         for t in threads:
             t.start()
+        recorder = None
+        if config.record_trajectories:
+            from marljax.data import TrajectoryRecorder
+
+            recorder = TrajectoryRecorder(config.record_trajectories)
         pending: list[dict] = []
         staleness: list[int] = []
         last = buffer.stats()
@@ -159,7 +164,12 @@ class AsyncRun:
                     batch = buffer.get()
                 except BufferClosed:
                     break
-                staleness.append(buffer.stats().version - batch.version)
+                learner_version = buffer.stats().version
+                staleness.append(learner_version - batch.version)
+                if recorder is not None:
+                    stamps = dict(version=batch.version, actor=batch.actor, seq=batch.seq, ticket=batch.ticket,
+                                  learner_version=learner_version)  # fmt: skip
+                    recorder.append(batch.data, stamps)
                 traj = jax.device_put(batch.data, self.traj_shardings)
                 self.learner, metrics = self.learn(self.learner, traj)
                 version = buffer.finish_update()
