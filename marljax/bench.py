@@ -461,29 +461,25 @@ def run_async_bench(config: Config, log: Callable[[str], None] = print) -> dict[
     spb = runner.samples_per_batch
     devices = runner.placement.actor_devices
     n_threads = config.num_actor_threads
+    log(f"marljax bench (async): {config.algo} on {env.describe()}")
 
-    def actor_state(i: int):
-        device = devices[i % len(devices)]
-        keys = jax.device_put(runner.thread_keys(i), device)
-        params = jax.device_put(runner.learner.params, device, may_alias=False)
-        return device, params, runner.actor_init(keys), keys
+    collectors = [runner.make_collector(i) for i in range(n_threads)]
+    params = [jax.device_put(runner.learner.params, c.device, may_alias=False) for c in collectors]
 
     # warm-up: compile collect (per device) and learn
-    states = [actor_state(i) for i in range(n_threads)]
-    _, traj = runner.collect(states[0][1], states[0][2], states[0][3])
-    batch = jax.device_put(traj, runner.traj_shardings)
-    runner.learner, _ = runner.learn(runner.learner, batch)
+    traj = collectors[0].collect(params[0], 0)
+    runner.learner, _ = runner.learn(runner.learner, jax.device_put(traj, runner.traj_shardings))
     jax.block_until_ready(runner.learner)
 
     # generation alone: every actor thread collects ASYNC_BATCHES / threads batches
     per_thread = max(1, ASYNC_BATCHES // n_threads)
 
     def generate(i: int):
-        _, params, actors, keys = states[i]
         for j in range(per_thread):
-            actors, traj = runner.collect(params, actors, runner.step_keys(keys, j))
-            jax.block_until_ready(traj)
+            jax.block_until_ready(collectors[i].collect(params[i], 1 + j))
 
+    for c, p in zip(collectors, params):  # warm-up of every thread's collector
+        jax.block_until_ready(c.collect(p, 0))
     t = time.perf_counter()
     threads = [threading.Thread(target=generate, args=(i,)) for i in range(n_threads)]
     for th in threads:
@@ -500,12 +496,12 @@ def run_async_bench(config: Config, log: Callable[[str], None] = print) -> dict[
     learning = ASYNC_BATCHES * spb / (time.perf_counter() - t)
 
     # synchronous: rollout, then update, in one thread
-    _, params, actors, keys = states[0]
+    p0 = params[0]
     t = time.perf_counter()
     for j in range(ASYNC_BATCHES):
-        actors, traj = runner.collect(params, actors, runner.step_keys(keys, j))
+        traj = collectors[0].collect(p0, 100 + j)
         runner.learner, _ = runner.learn(runner.learner, jax.device_put(traj, runner.traj_shardings))
-        params = jax.device_put(runner.learner.params, states[0][0], may_alias=False)
+        p0 = jax.device_put(runner.learner.params, collectors[0].device, may_alias=False)
     jax.block_until_ready(runner.learner)
     sync = ASYNC_BATCHES * spb / (time.perf_counter() - t)
 

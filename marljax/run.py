@@ -21,6 +21,7 @@ from marljax.algos import ippo, mappo
 from marljax.checkpoint import CheckpointError, Checkpointer, abstract_like, check_resumable
 from marljax.config import Config, ConfigError, dump_yaml, replace
 from marljax.envs.adapter import EnvAdapter
+from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
 from marljax.envs.registry import make_env
 from marljax.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns, read_jsonl, write_jsonl_atomic
 from marljax.parallel.layouts import Layout
@@ -51,7 +52,14 @@ def chunk_sizes(num_updates: int, per_chunk: int) -> list[int]:
 
 
 def make_adapter(config: Config) -> EnvAdapter:
-    """The env adapter, grouped as `param_sharing` needs: by role for per_role, else by spaces."""
+    """The env adapter, grouped as `param_sharing` needs: by role for per_role, else by spaces.
+
+    `env=pettingzoo:module:callable` gives a host-side adapter (mode=async only).
+    """
+    if is_host_env(config.env):
+        if config.mode != "async" or config.algo != "ippo":
+            raise ConfigError("env", "host (PettingZoo) envs run in mode=async with algo=ippo")
+        return HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env)
     group_by = "roles" if config.param_sharing == "per_role" else "spaces"
     return EnvAdapter(make_env(config.env, config.env_kwargs), config.env, group_by=group_by)
 

@@ -52,6 +52,8 @@ class Trainer(NamedTuple):
     rollout_step: Callable  # (params, (actors, stats), key) -> ((actors, stats), batch): one env step
     minibatch_step: Callable  # (params, opt_state, minibatch, hparams, lr) -> ((params, opt_state), aux)
     collect: Callable  # (acting params, actors, key) -> (actors, Trajectory): one rollout, acting layout
+    init_learner: Callable  # key -> LearnerState (the parameters `init(key)` makes)
+    policy_step: Callable  # (params, obs, reset, hidden, key) -> group -> (action, logp, value, hidden)
     learn: Callable  # (learner, Trajectory, key) -> (learner, metrics): one update on that rollout
 
 
@@ -208,6 +210,21 @@ def make_train(
                 new_hidden[g.name] = h
         return out, new_hidden
 
+    def policy_step(params, obs, reset, hidden, key):
+        """One acting step for a host-side rollout (every group, E envs; no masks, no central critic).
+
+        obs: group -> [E, A_g, ...]; returns group -> (action [E, A_g(, d)], logp [E, A_g],
+        value [E, A_g], hidden [E, A_g, H] or None). Keys per env, as in `rollout_step`.
+        """
+        n_env = obs[groups[0].name].shape[0]
+        keys = jax.random.split(key, n_env)
+        out = {}
+        for gi, g in enumerate(groups):
+            dist, value, h = evaluate(params, g, obs[g.name], None, hidden.get(g.name), reset.get(g.name), None)
+            action, logp = sample(dist, jax.vmap(jax.random.fold_in, (0, None))(keys, gi), (n_env, g.size))
+            out[g.name] = (action, logp, value.reshape(n_env, g.size), h)
+        return out
+
     # -------------------------------------------------------------------- init
     def init_group_params(key: Array, g: AgentGroup):
         """Parameters of group g with a leading parameter-set axis: [1, ...] or [A_g, ...]."""
@@ -225,11 +242,16 @@ def make_train(
         n_sets = g.size if independent else 1
         return jax.vmap(one)(jax.random.split(key, n_sets))
 
-    def init(key: Array) -> TrainState:
-        k_net, k_env, k_run = jax.random.split(key, 3)
+    def init_learner(key: Array) -> LearnerState:
+        """The learner's half of `init(key)` (same parameters): no environment is touched."""
+        k_net, _, k_run = jax.random.split(key, 3)
         params = {g.name: init_group_params(jax.random.fold_in(k_net, gi), g) for gi, g in enumerate(groups)}
         if critic is not None:
             params[CRITIC_KEY] = critic.init(jax.random.fold_in(k_net, len(groups)))
+        return LearnerState(params, adam.init(params), hparams_from_config(config), k_run, jnp.int32(0))
+
+    def init(key: Array) -> TrainState:
+        _, k_env, _ = jax.random.split(key, 3)
         obs, env_state = jax.vmap(env.reset)(jax.random.split(k_env, E))
         actors = ActorState(
             env_state=env_state,
@@ -239,8 +261,7 @@ def make_train(
             ep_return=jnp.zeros((E, env.num_agents), jnp.float32),
             ep_length=jnp.zeros((E,), jnp.int32),
         )
-        learner = LearnerState(params, adam.init(params), hparams_from_config(config), k_run, jnp.int32(0))
-        return TrainState(learner, actors)
+        return TrainState(init_learner(key), actors)
 
     # ----------------------------------------------------------------- rollout
     def rollout_step(params, carry: tuple[ActorState, EpisodeStats], key_t: Array):
@@ -444,5 +465,6 @@ def make_train(
         return run_updates(init(key), config.num_updates)
 
     return Trainer(
-        config, env, nets, init, update, run_updates, train, act, policy, rollout_step, minibatch_step, collect, learn
+        config, env, nets, init, update, run_updates, train, act, policy, rollout_step, minibatch_step, collect,
+        init_learner, policy_step, learn,
     )

@@ -66,9 +66,10 @@ class AsyncRun:
         keys = seed_keys(config.seed, S)  # [S, 2]
         mesh = self.placement.learner_mesh
         replicated = NamedSharding(mesh, P())
-        init = jax.jit(jax.vmap(self.learner_trainer.init), out_shardings=replicated)
-        self.learner = init(keys).learner  # params, Adam, hparams, keys, update: [S, ...] on the learner mesh
-        self.actor_init = jax.jit(jax.vmap(lambda k: self.actor_trainer.init(k).actors))
+        init = jax.jit(jax.vmap(self.learner_trainer.init_learner), out_shardings=replicated)
+        self.learner = init(keys)  # params, Adam, hparams, keys, update: [S, ...] on the learner mesh
+        self.host = getattr(env, "host", False)
+        self.actor_init = None if self.host else jax.jit(jax.vmap(lambda k: self.actor_trainer.init(k).actors))
         self.actor_keys = keys
         self.collect = jax.jit(jax.vmap(self.actor_trainer.collect))
         traj_specs = Trajectory(batch=P(None, None, DATA), last_value=P(None, DATA), stats=P())
@@ -102,6 +103,16 @@ class AsyncRun:
         """The rollout keys of batch `ticket`: [S, 2] (a function of the ticket, for determinism)."""
         return jax.vmap(lambda k: jax.random.fold_in(k, ticket))(keys)
 
+    def make_collector(self, i: int):
+        """Actor thread i's rollout maker: `.collect(params_on_its_device, ticket) -> Trajectory`."""
+        device = self.placement.actor_devices[i % len(self.placement.actor_devices)]
+        keys = jax.device_put(self.thread_keys(i), device)
+        if self.host:
+            from marljax.pipeline.host_rollout import HostCollector
+
+            return HostCollector(self.config, self.env, self.actor_trainer, device, keys, i)
+        return _JaxCollector(self, device, keys)
+
     # ------------------------------------------------------------------ threads (bodies)
     def _publish(self, store: ParamStore, version: int, params) -> None:
         """Copy params to every actor device (dispatch is asynchronous) and publish them."""
@@ -110,12 +121,8 @@ class AsyncRun:
 
     def _actor(self, i: int, buffer: TrajectoryBuffer, store: ParamStore, budget: int | None, errors: list) -> None:
         config = self.config
-        device = self.placement.actor_devices[i % len(self.placement.actor_devices)]
         try:
-            # inputs committed to `device` make every jitted call run there (no default_device
-            # context: it would be part of the jit cache key and recompile `collect`)
-            keys = jax.device_put(self.thread_keys(i), device)
-            actors = self.actor_init(keys)
+            collector = self.make_collector(i)
             seq = 0
             while True:
                 ticket, min_version = buffer.start()
@@ -123,9 +130,10 @@ class AsyncRun:
                     return  # block mode: every update's batch is spoken for
                 version, params, waited = store.wait_for(min_version, exact=config.deterministic)
                 buffer.record_actor_wait(waited)
-                actors, traj = self.collect(params[device], actors, self.step_keys(keys, ticket))
+                traj = collector.collect(params[collector.device], ticket)
                 for leaf in jax.tree.leaves(traj):
-                    leaf.copy_to_host_async()
+                    if isinstance(leaf, jax.Array):
+                        leaf.copy_to_host_async()
                 buffer.put(Stamped(traj, version, i, seq, ticket))
                 seq += 1
         except BufferClosed:
@@ -196,6 +204,22 @@ class AsyncRun:
         if hung:
             print(f"warning: actor threads still running after shutdown: {hung}", file=sys.stderr)
         return buffer.stats()
+
+
+class _JaxCollector:
+    """A JAX env's rollouts on one actor device: the jitted `collect`, its env states carried along.
+
+    Inputs committed to `device` make every jitted call run there (no `default_device` context:
+    it is part of jit's cache key and would compile `collect` again in each thread).
+    """
+
+    def __init__(self, runner: AsyncRun, device, keys: jax.Array):
+        self.runner, self.device, self.keys = runner, device, keys
+        self.actors = runner.actor_init(keys)
+
+    def collect(self, params, ticket: int) -> Trajectory:
+        self.actors, traj = self.runner.collect(params, self.actors, self.runner.step_keys(self.keys, ticket))
+        return traj
 
 
 def async_row(now, last, staleness: list[int], wall: float, samples_per_batch: int) -> dict:

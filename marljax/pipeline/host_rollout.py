@@ -1,0 +1,93 @@
+"""Rollouts of host-side (PettingZoo) environments in an actor thread, as the learner expects them.
+
+The policy runs jitted on the actor's device once per step for every env copy and seed
+(`Trainer.policy_step`, vmapped over seeds); the copies step on the host. The result is a
+`Trajectory` shaped exactly like a JAX env's `collect` output ([S, T, E, A_g, ...] leaves),
+so the learner cannot tell the two apart.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from marljax.types import EpisodeStats, GroupBatch, Trajectory
+
+
+class HostCollector:
+    def __init__(self, config, adapter, trainer, device, keys: jax.Array, thread_index: int):
+        self.config, self.adapter, self.device = config, adapter, device
+        S, E = config.num_seeds, config.num_envs
+        self.S, self.E, self.T = S, E, config.num_steps
+        self.venv = adapter.vector(S * E, seed=config.seed * 1000 + thread_index)
+        self.obs = self._split(self.venv.reset())
+        groups = adapter.groups
+        self.reset = {g.name: np.ones((S, E, g.size), bool) for g in groups}
+        self.rnn = config.recurrent
+        self.hidden = {g.name: np.zeros((S, E, g.size, config.gru_hidden_size), np.float32) for g in groups} if self.rnn else {}
+        self.ep_return = np.zeros((S * E, adapter.num_agents), np.float32)
+        self.ep_length = np.zeros(S * E, np.int64)
+        self.keys = keys  # [S, 2] on `device`
+        self.step_fn = jax.jit(jax.vmap(trainer.policy_step))
+        self.fold = jax.jit(jax.vmap(jax.random.fold_in, (0, None)))
+
+    def _split(self, tree: dict) -> dict:
+        """group -> [S*E, ...] -> [S, E, ...]"""
+        return {k: v.reshape((self.S, self.E) + v.shape[1:]) for k, v in tree.items()}
+
+    def _policy(self, params, key):
+        put = lambda x: jax.device_put(x, self.device)  # noqa: E731
+        out = self.step_fn(params, put(self.obs), put(self.reset), put(self.hidden), key)
+        return jax.device_get(out)
+
+    def collect(self, params, ticket: int) -> Trajectory:
+        groups, S, E, T = self.adapter.groups, self.S, self.E, self.T
+        key = self.fold(self.keys, ticket)
+        steps = {g.name: {f: [] for f in ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")}
+                 for g in groups}  # fmt: skip
+        return_sum = np.zeros((S, self.adapter.num_agents), np.float32)
+        length_sum, count = np.zeros(S, np.float32), np.zeros(S, np.float32)
+        for t in range(T):
+            out = self._policy(params, self.fold(key, t))
+            actions = {g.name: np.asarray(out[g.name][0]).reshape((S * E,) + np.shape(out[g.name][0])[2:]) for g in groups}
+            obs, reward, done, ep_done = self.venv.step(actions)
+            reward, done = self._split(reward), self._split(done)
+            for g in groups:
+                rec = steps[g.name]
+                action, logp, value, h = out[g.name]
+                rec["obs"].append(self.obs[g.name])
+                rec["action"].append(np.asarray(action))
+                rec["logp"].append(np.asarray(logp))
+                rec["value"].append(np.asarray(value))
+                rec["reward"].append(reward[g.name])
+                rec["done"].append(done[g.name])
+                if self.rnn:
+                    rec["reset"].append(self.reset[g.name])
+                    rec["hidden"].append(self.hidden[g.name])
+                    self.hidden[g.name] = np.asarray(h)
+            # episode statistics, per seed
+            reward_all = np.concatenate([reward[g.name].reshape(S * E, -1) for g in groups], axis=1)  # [S*E, N]
+            self.ep_return += reward_all
+            self.ep_length += 1
+            fin = ep_done.reshape(S, E)
+            return_sum += np.einsum("se,sen->sn", fin.astype(np.float32), self.ep_return.reshape(S, E, -1))
+            length_sum += (fin * self.ep_length.reshape(S, E)).sum(axis=1)
+            count += fin.sum(axis=1)
+            self.ep_return[ep_done] = 0.0
+            self.ep_length[ep_done] = 0
+            self.obs = self._split(obs)
+            self.reset = done
+        last = self._policy(params, self.fold(key, T))
+        stack = lambda xs: np.stack(xs, axis=1)  # noqa: E731  [S, T, E, ...]
+        batch = {
+            g.name: GroupBatch(
+                obs=stack(steps[g.name]["obs"]), action=stack(steps[g.name]["action"]),
+                logp=stack(steps[g.name]["logp"]), value=stack(steps[g.name]["value"]),
+                reward=stack(steps[g.name]["reward"]), done=stack(steps[g.name]["done"]), mask=None,
+                reset=stack(steps[g.name]["reset"]) if self.rnn else None,
+                hidden=stack(steps[g.name]["hidden"]) if self.rnn else None, world=None,
+            )  # fmt: skip
+            for g in groups
+        }
+        last_value = {g.name: np.asarray(last[g.name][2]) for g in groups}
+        return Trajectory(batch, last_value, EpisodeStats(return_sum, length_sum, count))
