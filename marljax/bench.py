@@ -225,7 +225,7 @@ def count_flops(config: Config, trainer: Trainer) -> dict[str, float]:
     # one minibatch: the shapes of one rollout step's batch, as [1, L * E, ...]
     as_minibatch = lambda x: jax.ShapeDtypeStruct((1, L * E) + x.shape[1:], x.dtype)  # noqa: E731
     minibatch = {
-        g: (jax.tree.map(as_minibatch, b), as_minibatch(b.value), as_minibatch(b.value))  # batch, adv, target
+        g: (jax.tree.map(as_minibatch, b), as_minibatch(b.value), as_minibatch(b.value), None)  # batch, adv, target, weight
         for g, b in step_batch.items()
     }
     hp = hparams_from_config(config)
@@ -297,9 +297,9 @@ def bench_swap(config: Config, mesh: Mesh, trainer: Trainer, update_s: float) ->
     # one update's trajectories in the acting layout, per seed: [T, E, A_g, ...] (global E, sharded below)
     _, _, _, step = _unsharded_twin(config, trainer)
     S, T = config.num_seeds, config.num_steps
-    traj = lambda x: jax.ShapeDtypeStruct((S, T) + x.shape, x.dtype)  # noqa: E731
-    per_agent = {g: (b._replace(world=None), b.value, b.value) for g, b in step.items()}  # batch, adv, target
-    per_agent = jax.tree.map(traj, per_agent)
+    traj = lambda x, t=T: jax.ShapeDtypeStruct((S, t) + x.shape, x.dtype)  # noqa: E731
+    # what `learn` hands to `to_learning`: the batch and the bootstrap value as a 1-step leaf
+    per_agent = {g: (jax.tree.map(traj, b._replace(world=None)), traj(b.value, 1)) for g, b in step.items()}
     per_env = jax.tree.map(traj, next(iter(step.values())).world)
     specs = state_specs(jax.eval_shape(lambda: state), split).learner.params
     traj_spec = P(SEED, None, (DATA, AGENT))
