@@ -72,6 +72,7 @@ class AsyncRun:
         self.actor_init = None if self.host else jax.jit(jax.vmap(lambda k: self.actor_trainer.init(k).actors))
         self.actor_keys = keys
         self.collect = jax.jit(jax.vmap(self.actor_trainer.collect))
+        self.host_policy = jax.jit(jax.vmap(self.actor_trainer.policy_step))  # host envs: one step, all copies
         traj_specs = Trajectory(batch=P(None, None, DATA), last_value=P(None, DATA), stats=P())
         self.traj_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), traj_specs)
 
@@ -110,7 +111,7 @@ class AsyncRun:
         if self.host:
             from marljax.pipeline.host_rollout import HostCollector
 
-            return HostCollector(self.config, self.env, self.actor_trainer, device, keys, i)
+            return HostCollector(self.config, self.env, self.host_policy, device, keys, i)
         return _JaxCollector(self, device, keys)
 
     # ------------------------------------------------------------------ threads (bodies)

@@ -15,7 +15,9 @@ from marljax.types import EpisodeStats, GroupBatch, Trajectory
 
 
 class HostCollector:
-    def __init__(self, config, adapter, trainer, device, keys: jax.Array, thread_index: int):
+    def __init__(self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int):
+        """policy_step: jitted, seed-vmapped `Trainer.policy_step`, built once and shared by threads
+        (a jit wrapper made per thread would compile again in each one)."""
         self.config, self.adapter, self.device = config, adapter, device
         S, E = config.num_seeds, config.num_envs
         self.S, self.E, self.T = S, E, config.num_steps
@@ -28,8 +30,7 @@ class HostCollector:
         self.ep_return = np.zeros((S * E, adapter.num_agents), np.float32)
         self.ep_length = np.zeros(S * E, np.int64)
         self.keys = keys  # [S, 2] on `device`
-        self.step_fn = jax.jit(jax.vmap(trainer.policy_step))
-        self.fold = jax.jit(jax.vmap(jax.random.fold_in, (0, None)))
+        self.step_fn = policy_step
 
     def _split(self, tree: dict) -> dict:
         """group -> [S*E, ...] -> [S, E, ...]"""
@@ -42,13 +43,13 @@ class HostCollector:
 
     def collect(self, params, ticket: int) -> Trajectory:
         groups, S, E, T = self.adapter.groups, self.S, self.E, self.T
-        key = self.fold(self.keys, ticket)
+        key = _fold(self.keys, ticket)
         steps = {g.name: {f: [] for f in ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")}
                  for g in groups}  # fmt: skip
         return_sum = np.zeros((S, self.adapter.num_agents), np.float32)
         length_sum, count = np.zeros(S, np.float32), np.zeros(S, np.float32)
         for t in range(T):
-            out = self._policy(params, self.fold(key, t))
+            out = self._policy(params, _fold(key, t))
             actions = {g.name: np.asarray(out[g.name][0]).reshape((S * E,) + np.shape(out[g.name][0])[2:]) for g in groups}
             obs, reward, done, ep_done = self.venv.step(actions)
             reward, done = self._split(reward), self._split(done)
@@ -77,7 +78,7 @@ class HostCollector:
             self.ep_length[ep_done] = 0
             self.obs = self._split(obs)
             self.reset = done
-        last = self._policy(params, self.fold(key, T))
+        last = self._policy(params, _fold(key, T))
         stack = lambda xs: np.stack(xs, axis=1)  # noqa: E731  [S, T, E, ...]
         batch = {
             g.name: GroupBatch(
@@ -91,3 +92,6 @@ class HostCollector:
         }
         last_value = {g.name: np.asarray(last[g.name][2]) for g in groups}
         return Trajectory(batch, last_value, EpisodeStats(return_sum, length_sum, count))
+
+
+_fold = jax.jit(jax.vmap(jax.random.fold_in, (0, None)))  # [S, 2] keys, one int -> [S, 2]
