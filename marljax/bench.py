@@ -439,7 +439,7 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
 
 
 # ---------------------------------------------------------------- async mode
-ASYNC_BATCHES = 16  # batches timed for each of generation, learning, sync and async
+ASYNC_BATCHES = 40  # batches timed for each of generation, learning, sync and async
 
 
 def run_async_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
