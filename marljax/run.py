@@ -130,19 +130,24 @@ def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | 
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
-        state, start, rows = _initial_state(config, fns, checkpointer, metrics_path, log)
+        target = abstract_like(fns.shapes, fns.shardings)
+        fresh = lambda: fns.init(seed_keys(config.seed, config.num_seeds))  # noqa: E731
+        state, start, rows = _initial_state(config, target, fresh, checkpointer, metrics_path, log)
         (out_dir / "config.yaml").write_text(dump_yaml(config))
         return _run_chunks(config, env, fns, checkpointer, state, start, rows, log, max_chunks)
     finally:
         checkpointer.close()
 
 
-def _initial_state(config: Config, fns, checkpointer: Checkpointer, metrics_path: Path, log):
-    """(state, first update, metrics rows kept): a restored checkpoint, or a fresh init."""
+def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkpointer, metrics_path: Path, log):
+    """(state, first update, metrics rows kept): a restored checkpoint, or `fresh()`.
+
+    target: ShapeDtypeStructs with the shardings to restore into.
+    """
     if config.resume and checkpointer.steps():
         newest = checkpointer.steps()[-1]
         check_resumable(checkpointer.read_meta(newest)["config"], config, checkpointer.directory)
-        restored = checkpointer.restore_latest(abstract_like(fns.shapes, fns.shardings))
+        restored = checkpointer.restore_latest(target)
         if restored is None:
             raise CheckpointError(f"no checkpoint in {checkpointer.directory} could be read; see the warnings above")
         state, meta = restored
@@ -155,7 +160,7 @@ def _initial_state(config: Config, fns, checkpointer: Checkpointer, metrics_path
         log(f"no checkpoint in {checkpointer.directory}; starting from scratch")
     if metrics_path.exists():
         metrics_path.unlink()
-    return fns.init(seed_keys(config.seed, config.num_seeds)), 0, []
+    return fresh(), 0, []
 
 
 def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[dict], log, max_chunks):
@@ -213,11 +218,14 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
 
 
 def _train_async(config: Config, out_dir: Path, log) -> RunResult:
-    """mode=async: actor threads and the learner joined by the trajectory buffer (marljax.pipeline)."""
+    """mode=async: actor threads and the learner joined by the trajectory buffer (marljax.pipeline).
+
+    Checkpoints hold the learner's state (parameters, Adam, keys, update) and the buffer's
+    counters. A resumed async run continues the learner; the actors start their environments
+    afresh, so it is not bitwise equal to an uninterrupted run.
+    """
     from marljax.pipeline.actor_learner import AsyncRun
 
-    if config.resume:
-        raise ConfigError("resume", "mode=async does not write checkpoints yet; resume works with mode=anakin")
     env = make_adapter(config)
     log(f"marljax {config.algo} (async) on {env.describe()}")
     runner = AsyncRun(config, env, make_trainer, log)
@@ -226,47 +234,61 @@ def _train_async(config: Config, out_dir: Path, log) -> RunResult:
         f"{runner.placement.learner_mesh.devices.size}; K={config.max_staleness} ({config.staleness_policy}), "
         f"correction={config.correction}{', deterministic' if config.deterministic else ''}; out_dir {out_dir}"
     )
+    ckpt_dir, metrics_path = out_dir / "checkpoints", out_dir / "metrics.jsonl"
+    if config.overwrite and ckpt_dir.exists():
+        shutil.rmtree(ckpt_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.yaml").write_text(dump_yaml(config))
-    metrics_path = out_dir / "metrics.jsonl"
-    if metrics_path.exists():
-        metrics_path.unlink()
-    writer = JsonlWriter(metrics_path)
-    rows: list[dict] = []
-    bar = _progress(config)
-    done = [0]
-
-    def on_chunk(metrics: dict, wall: float, extra: dict) -> None:
-        n = int(np.shape(metrics["lr"])[1])
-        done[0] += n
-        row = chunk_row(
-            metrics, update=done[0], env_steps=done[0] * config.env_steps_per_update, wall_s=wall,
-            chunk_env_steps=n * config.env_steps_per_update, num_agents=env.num_agents,
-            groups=tuple((g.name, g.size) for g in env.groups),
-        )  # fmt: skip
-        row.update(extra)
-        writer.write(row)
-        rows.append(row)
-        bad = first_non_finite(row)
-        if config.nan_guard and bad is not None:
-            raise TrainingDiverged(f"update {done[0]}: {bad} is {row[bad]} (non-finite); run stopped")
-        if bar is not None:
-            bar.update(n * config.env_steps_per_update)
-
+    checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
-        final = runner.run(config.num_updates, on_chunk, config.updates_per_chunk)
-        log(
-            f"async counters: produced {final.produced}, consumed {final.consumed}, "
-            f"dropped {sum(final.dropped.values())}, {final.dropped}; staleness {final.staleness_hist}"
-        )
+        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), runner.learner)
+        learner, start, rows = _initial_state(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
+        runner.learner = learner
+        (out_dir / "config.yaml").write_text(dump_yaml(config))
+        writer = JsonlWriter(metrics_path)
+        bar = _progress(config, start)
+        meta = {"config": config.to_dict()}
+        state = {"update": start, "saved": start, "saved_at": []}
+
+        def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
+            n = int(np.shape(metrics["lr"])[1])
+            update = state["update"] = state["update"] + n
+            row = chunk_row(
+                metrics, update=update, env_steps=update * config.env_steps_per_update, wall_s=wall,
+                chunk_env_steps=n * config.env_steps_per_update, num_agents=env.num_agents,
+                groups=tuple((g.name, g.size) for g in env.groups),
+            )  # fmt: skip
+            row.update(extra, policy_version=start + extra["policy_version"])
+            writer.write(row)
+            rows.append(row)
+            if config.nan_guard:
+                _guard(row, TrainState(learner, None), update, checkpointer)
+            last = update == config.num_updates
+            if last or (config.checkpoint_every and update - state["saved"] >= config.checkpoint_every):
+                counters = {k: row[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason")}
+                checkpointer.save(update, learner, {**meta, "env_steps": update * config.env_steps_per_update,
+                                                    "async_counters": counters})  # fmt: skip
+                state["saved"] = update
+                state["saved_at"].append(update)
+            if bar is not None:
+                bar.update(n * config.env_steps_per_update)
+
+        try:
+            final = runner.run(config.num_updates - start, on_chunk, config.updates_per_chunk)
+            log(
+                f"async counters: produced {final.produced}, consumed {final.consumed}, "
+                f"dropped {sum(final.dropped.values())}, {final.dropped}; staleness {final.staleness_hist}"
+            )
+            checkpointer.wait()
+        finally:
+            writer.close()
+            if bar is not None:
+                bar.close()
     finally:
-        writer.close()
-        if bar is not None:
-            bar.close()
+        checkpointer.close()
     if config.plot:
         plot_returns(rows, out_dir / "returns.png", f"{config.algo} (async) on {config.env}, {config.num_seeds} seed(s)")
     log(summary(rows))
-    return RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, [])
+    return RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, state["saved_at"])
 
 
 @jax.jit

@@ -177,3 +177,22 @@ def test_host_env_outside_async_mode_is_a_config_error():
 
     with pytest.raises(ConfigError, match="mode=async"):
         make_adapter(load_config(None, ["env=pettingzoo:marljax.envs.host_spread:parallel_env"]))
+
+
+def test_async_checkpoints_the_learner_and_resumes(tmp_path):
+    cfg = SMALL + ["checkpoint_every=4", f"out_dir={tmp_path}"]
+    first = train(load_config(None, cfg), log=lambda s: None)
+    assert first.checkpoints == [4, 8, 12, 16]
+    logs: list[str] = []
+    more = train(load_config(None, cfg + ["resume=true", "total_timesteps=3072"]), log=logs.append)
+    assert any("resumed from" in line and "update 16 of 24" in line for line in logs)
+    assert [r["update"] for r in more.rows] == [4, 8, 12, 16, 22, 24]
+    assert more.rows[-1]["policy_version"] == 24 and int(more.state.learner.update[0]) == 24
+
+
+def test_async_nan_guard_keeps_the_last_good_checkpoint(tmp_path):
+    cfg = SMALL + ["env=tests.nan_env:make_env", "env_kwargs.p=1e-3", "checkpoint_every=1", "num_chunks=16",
+                   f"out_dir={tmp_path}"]  # fmt: skip
+    with pytest.raises(Exception, match=r"update \d+: loss_\w+ is nan .*last good checkpoint: update \d+") as info:
+        train(load_config(None, cfg), log=lambda s: None)
+    assert "TrainingDiverged" in type(info.value).__name__

@@ -126,12 +126,15 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path):
         pytest.skip("cannot mount a tmpfs here (needs root); the injected-error test covers the handling")
     try:
         out = mnt / "run"
-        with pytest.raises(CheckpointError, match=r"failed .*update 4 is intact"):
+        with pytest.raises(CheckpointError) as info:
             train(_cfg(out), log=lambda s: None)
+        msg = str(info.value)
+        assert "failed" in msg and ("No space left" in msg or "RESOURCE_EXHAUSTED" in msg), msg
+        # which save hits the limit depends on timing; the newest committed one must restore intact
         steps = sorted(int(p.name) for p in (out / "checkpoints").iterdir() if p.name.isdigit())
-        assert steps == [4]
+        assert steps and steps[-1] < 16 and f"update {steps[-1]} is intact" in msg, (steps, msg)
         state, meta = _restore_on_one_device(out, _cfg(out))
-        assert meta["update"] == 4 and int(state.learner.update[0]) == 4
+        assert meta["update"] == steps[-1] and int(state.learner.update[0]) == steps[-1]
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
 

@@ -144,8 +144,9 @@ class AsyncRun:
             buffer.close(exc)
 
     # ------------------------------------------------------------------- driver
-    def run(self, updates: int, on_chunk: Callable[[dict, list, dict], None], chunk: int) -> Any:
-        """Run `updates` learner updates; call on_chunk(stacked metrics [S, n], staleness list, async row)."""
+    def run(self, updates: int, on_chunk: Callable, chunk: int) -> Any:
+        """Run `updates` learner updates; every `chunk` of them call
+        on_chunk(stacked metrics [S, n], wall seconds, async fields of the row, learner state)."""
         config = self.config
         buffer = TrajectoryBuffer(config.buffer_capacity, config.max_staleness, config.staleness_policy)
         store = ParamStore(keep=config.max_staleness + 2)
@@ -188,7 +189,7 @@ class AsyncRun:
                     stacked = jax.tree.map(lambda *xs: np.stack(xs, axis=1), *jax.device_get(pending))
                     now, wall = buffer.stats(), time.perf_counter() - t_chunk
                     row = async_row(now, last, staleness, wall, self.samples_per_batch)
-                    on_chunk(stacked, wall, row)
+                    on_chunk(stacked, wall, row, self.learner)
                     pending, staleness, last, t_chunk = [], [], now, time.perf_counter()
         except BaseException as exc:
             buffer.close(exc)
