@@ -300,8 +300,11 @@ def validate(config: Config) -> Config:
             raise ConfigError(
                 "deterministic", "needs num_actor_threads=1 and staleness_policy=block (lockstep with a fixed lag)"
             )
-        if c.mesh.agent != 1 or c.mesh.data not in (-1, 1) or c.mesh.seed not in (-1, 1):
-            raise ConfigError("mesh", "mode=async places work with actor_devices and learner_devices; leave mesh.* at defaults")
+        if c.mesh.data not in (-1, 1) or c.mesh.seed not in (-1, 1):
+            raise ConfigError(
+                "mesh", "mode=async places work with actor_devices and learner_devices (mesh.agent splits the "
+                "learner's agents); leave mesh.seed and mesh.data at their defaults",
+            )
     for name in _POSITIVE_INTS:
         if getattr(c, name) <= 0:
             raise ConfigError(name, f"must be a positive integer, got {getattr(c, name)}")

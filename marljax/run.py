@@ -227,6 +227,7 @@ def _train_async(config: Config, out_dir: Path, log) -> RunResult:
     from marljax.pipeline.actor_learner import AsyncRun
 
     env = make_adapter(config)
+    check_agent_axis(config, env)
     log(f"marljax {config.algo} (async) on {env.describe()}")
     runner = AsyncRun(config, env, make_trainer, log)
     log(

@@ -196,3 +196,37 @@ def test_async_nan_guard_keeps_the_last_good_checkpoint(tmp_path):
     with pytest.raises(Exception, match=r"update \d+: loss_\w+ is nan .*last good checkpoint: update \d+") as info:
         train(load_config(None, cfg), log=lambda s: None)
     assert "TrainingDiverged" in type(info.value).__name__
+
+
+AGENT_CODE = """
+import json, jax, numpy as np
+from marljax.config import load_config
+from marljax.run import train
+out = {{}}
+for k in (1, 2):
+    cfg = load_config(None, {base!r} + ["actor_devices=1", "learner_devices=2", f"mesh.agent={{k}}",
+                                       "out_dir={out}/" + str(k)])
+    res = train(cfg, log=lambda s: None)
+    leaf = jax.tree.leaves(res.state.learner.params)[0]
+    out[k] = {{
+        "returns": [r["return_mean"] for r in res.rows],
+        "losses": [r["loss_total"] for r in res.rows],
+        "spec": str(leaf.sharding.spec),
+        "params": [np.asarray(x).ravel()[:32].tolist() for x in jax.tree.leaves(jax.device_get(res.state.learner.params))],
+    }}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_async_learner_splits_agents_over_mesh_agent(tmp_path):
+    base = SMALL + ["deterministic=true", "param_sharing=independent", "env_kwargs.num_agents=4",
+                    "env_kwargs.num_landmarks=4", "lr=2.5e-4"]  # fmt: skip
+    res = run_with_devices(AGENT_CODE.format(base=base, out=tmp_path), 3)
+    one, two = res["1"], res["2"]
+    assert "agent" in two["spec"] and "agent" not in one["spec"]  # per-agent sets split on the learner mesh
+    # same pipeline, same data; only reduction order differs (as in tests/test_agent_axis.py)
+    np.testing.assert_allclose(one["returns"], two["returns"], rtol=1e-3)
+    np.testing.assert_allclose(one["losses"], two["losses"], rtol=1e-3, atol=1e-5)
+    for a, b in zip(one["params"], two["params"]):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)

@@ -77,6 +77,17 @@ def mesh_layout(mesh: Mesh) -> Layout:
     return Layout(DATA, mesh.shape[DATA], AGENT, mesh.shape[AGENT])
 
 
+def learner_specs(learner_shape, split: frozenset[str], seed_axis: str | None):
+    """Specs of a LearnerState with leading [S] leaves: per-agent leaves of `split` groups are
+    [S, A_g, ...] and split over `agent`; `seed_axis` (or nothing) splits the seeds."""
+
+    def spec(path, _leaf):
+        in_split = any(isinstance(k, jax.tree_util.DictKey) and k.key in split for k in path)
+        return P(seed_axis, AGENT) if in_split else P(seed_axis)
+
+    return jax.tree_util.tree_map_with_path(spec, learner_shape)
+
+
 def state_specs(state_shape: TrainState, split: frozenset[str]) -> TrainState:
     """PartitionSpecs for a TrainState with a leading [S] seed axis (shapes from `jax.eval_shape`).
 
@@ -84,11 +95,7 @@ def state_specs(state_shape: TrainState, split: frozenset[str]) -> TrainState:
     are [S, A_g, ...] and split over `agent` too; the rest of the learner is split over `seed`.
     """
 
-    def learner_spec(path, _leaf):
-        in_split = any(isinstance(k, jax.tree_util.DictKey) and k.key in split for k in path)
-        return P(SEED, AGENT) if in_split else P(SEED)
-
-    learner = jax.tree_util.tree_map_with_path(learner_spec, state_shape.learner)
+    learner = learner_specs(state_shape.learner, split, SEED)
     actors = jax.tree.map(lambda _: P(SEED, (DATA, AGENT)), state_shape.actors)
     return TrainState(learner=learner, actors=actors)
 
@@ -137,7 +144,7 @@ class AsyncPlacement(NamedTuple):
     """Where the async mode runs: one device per actor thread (round robin), a learner mesh."""
 
     actor_devices: tuple  # device of actor thread i: actor_devices[i % len]
-    learner_mesh: Mesh  # 1-D mesh, axis `data`, splitting each batch's environments
+    learner_mesh: Mesh  # axes (data, agent): `data` splits each batch's environments, `agent` the agents
 
 
 def async_placement(config: Config) -> AsyncPlacement:
@@ -154,9 +161,13 @@ def async_placement(config: Config) -> AsyncPlacement:
                 "actor_devices", f"actor_devices + learner_devices = {n_act + n_learn}, but {len(devices)} devices are visible"
             )
         actor, learner = devices[:n_act], devices[n_act : n_act + n_learn]
+    k = config.mesh.agent
+    if len(learner) % k:
+        raise ConfigError("mesh.agent", f"{k} must divide the {len(learner)} learner devices (learner_devices)")
     if config.num_envs % len(learner):
         raise ConfigError("learner_devices", f"{len(learner)} learner devices must divide num_envs={config.num_envs}")
-    mesh = jax.make_mesh((len(learner),), (DATA,), axis_types=(jax.sharding.AxisType.Auto,), devices=learner)
+    shape = (len(learner) // k, k)
+    mesh = jax.make_mesh(shape, (DATA, AGENT), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=learner)
     return AsyncPlacement(tuple(actor), mesh)
 
 

@@ -38,8 +38,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from marljax.config import Config
-from marljax.parallel.layouts import Layout
-from marljax.parallel.mesh import DATA, async_placement, seed_keys
+from marljax.parallel.layouts import AGENT, Layout
+from marljax.parallel.mesh import DATA, async_placement, learner_specs, seed_keys
 from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
 from marljax.types import Trajectory
 
@@ -59,26 +59,35 @@ class AsyncRun:
     def __init__(self, config: Config, env, make_trainer: Callable, log: Callable[[str], None] = print):
         self.config, self.env, self.log = config, env, log
         self.placement = async_placement(config)
-        n_learn = self.placement.learner_mesh.shape[DATA]
+        mesh = self.placement.learner_mesh
+        n_data, n_agent = mesh.shape[DATA], mesh.shape[AGENT]
+        n_learn = n_data * n_agent
         self.actor_trainer = make_trainer(config, env, Layout())
-        self.learner_trainer = make_trainer(config, env, Layout(DATA, n_learn))
+        self.learner_trainer = make_trainer(config, env, Layout(DATA, n_data, AGENT, n_agent))
         S = config.num_seeds
         keys = seed_keys(config.seed, S)  # [S, 2]
-        mesh = self.placement.learner_mesh
-        replicated = NamedSharding(mesh, P())
-        init = jax.jit(jax.vmap(self.learner_trainer.init_learner), out_shardings=replicated)
+        # learning layout on the learner mesh: per-agent sets split over `agent` (mesh.agent > 1)
+        split = frozenset(g.name for g in env.groups) if n_agent > 1 else frozenset()
+        shapes = jax.eval_shape(jax.vmap(self.learner_trainer.init_learner), keys)
+        learner_spec = learner_specs(shapes, split, None)
+        init = jax.jit(
+            jax.vmap(self.learner_trainer.init_learner),
+            out_shardings=jax.tree.map(lambda spec: NamedSharding(mesh, spec), learner_spec),
+        )
         self.learner = init(keys)  # params, Adam, hparams, keys, update: [S, ...] on the learner mesh
         self.host = getattr(env, "host", False)
         self.actor_init = None if self.host else jax.jit(jax.vmap(lambda k: self.actor_trainer.init(k).actors))
         self.actor_keys = keys
         self.collect = jax.jit(jax.vmap(self.actor_trainer.collect))
         self.host_policy = jax.jit(jax.vmap(self.actor_trainer.policy_step))  # host envs: one step, all copies
-        traj_specs = Trajectory(batch=P(None, None, DATA), last_value=P(None, DATA), stats=P())
+        # a batch arrives in the acting layout: environments split over every learner device
+        envs = (DATA, AGENT)
+        traj_specs = Trajectory(batch=P(None, None, envs), last_value=P(None, envs), stats=P())
         self.traj_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), traj_specs)
 
         def learn_local(learner, traj: Trajectory):
             # the rollout's episode totals are replicated on every learner device; learn sums
-            # them over `data`, so each device contributes its 1/n share
+            # them over all of them, so each device contributes its 1/n share
             traj = traj._replace(stats=jax.tree.map(lambda x: x / n_learn, traj.stats))
 
             def one(state, t):
@@ -88,7 +97,10 @@ class AsyncRun:
             return jax.vmap(one)(learner, traj)
 
         self.learn = jax.jit(
-            jax.shard_map(learn_local, mesh=mesh, in_specs=(P(), traj_specs), out_specs=(P(), P()), check_vma=False),
+            jax.shard_map(
+                learn_local, mesh=mesh, in_specs=(learner_spec, traj_specs), out_specs=(learner_spec, P()),
+                check_vma=False,
+            ),
             donate_argnums=0,
         )
         self.samples_per_batch = config.num_steps * config.num_envs * S
