@@ -93,8 +93,10 @@ class Config:
     # execution mode: anakin (rollout and update fused on device) | async (actor threads and a
     # learner joined by a host-side trajectory buffer; see marljax/pipeline)
     mode: str = "anakin"
-    actor_devices: int = 1  # async: the first this many devices act ...
-    learner_devices: int = 1  # ... the next this many learn (both share device 0 when only one exists)
+    # async devices: a count (the first N devices act, the next M learn) or a list of device
+    # indices (actor_devices=[0,1] learner_devices=[2,3]); on one device both share it
+    actor_devices: Any = 1
+    learner_devices: Any = 1
     num_actor_threads: int = 1  # async: each owns num_envs environments and produces whole batches
     buffer_capacity: int = 2  # async: batches the buffer may hold (started and not consumed, for block)
     max_staleness: int = 1  # async: K, the most policy versions a consumed batch may lag the learner
@@ -288,7 +290,17 @@ def validate(config: Config) -> Config:
     _one_of("mode", c.mode, MODES)
     _one_of("staleness_policy", c.staleness_policy, STALENESS_POLICIES)
     _one_of("correction", c.correction, CORRECTIONS)
-    for name in ("actor_devices", "learner_devices", "num_actor_threads", "buffer_capacity"):
+    for name in ("actor_devices", "learner_devices"):
+        v = getattr(c, name)
+        ok_count = isinstance(v, int) and not isinstance(v, bool) and v >= 1
+        ok_list = isinstance(v, (list, tuple)) and v and all(isinstance(i, int) and i >= 0 for i in v)
+        if not (ok_count or ok_list) or (ok_list and len(set(v)) != len(v)):
+            raise ConfigError(name, f"must be a device count >= 1 or a list of distinct device indices, got {v!r}")
+    if isinstance(c.actor_devices, (list, tuple)) and isinstance(c.learner_devices, (list, tuple)):
+        shared = sorted(set(c.actor_devices) & set(c.learner_devices))
+        if shared:
+            raise ConfigError("learner_devices", f"actor and learner devices must be disjoint; both list {shared}")
+    for name in ("num_actor_threads", "buffer_capacity"):
         if getattr(c, name) < 1:
             raise ConfigError(name, f"must be >= 1, got {getattr(c, name)}")
     if c.max_staleness < 0:

@@ -90,6 +90,12 @@ def test_async_config_errors_before_anything_runs():
         load_config(None, SMALL + ["correction=retrace"])
     with pytest.raises(ConfigError, match="actor_devices"):
         train(load_config(None, SMALL + ["actor_devices=2"]), log=lambda s: None)
+    with pytest.raises(ConfigError, match="disjoint"):
+        load_config(None, SMALL + ["actor_devices=[0,1]", "learner_devices=[1]"])
+    with pytest.raises(ConfigError, match="distinct device indices"):
+        load_config(None, SMALL + ["actor_devices=[0,0]"])
+    with pytest.raises(ConfigError, match="don't exist"):
+        train(load_config(None, SMALL + ["actor_devices=[0]", "learner_devices=[5]"]), log=lambda s: None)
 
 
 LEARN_CODE = """
@@ -203,9 +209,10 @@ import json, jax, numpy as np
 from marljax.config import load_config
 from marljax.run import train
 out = {{}}
+# k=1: counts (actor device 0, learner devices 1-2); k=2: index lists (actor 2, learners 0-1)
+placement = {{1: ["actor_devices=1", "learner_devices=2"], 2: ["actor_devices=[2]", "learner_devices=[0,1]"]}}
 for k in (1, 2):
-    cfg = load_config(None, {base!r} + ["actor_devices=1", "learner_devices=2", f"mesh.agent={{k}}",
-                                       "out_dir={out}/" + str(k)])
+    cfg = load_config(None, {base!r} + placement[k] + [f"mesh.agent={{k}}", "out_dir={out}/" + str(k)])
     res = train(cfg, log=lambda s: None)
     leaf = jax.tree.leaves(res.state.learner.params)[0]
     out[k] = {{

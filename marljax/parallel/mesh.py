@@ -151,7 +151,14 @@ def async_placement(config: Config) -> AsyncPlacement:
     """Disjoint actor and learner devices (`actor_devices`, then `learner_devices`); shared on one device."""
     devices = jax.devices()
     n_act, n_learn = config.actor_devices, config.learner_devices
-    if len(devices) == 1:
+    if isinstance(n_act, (list, tuple)) or isinstance(n_learn, (list, tuple)):
+        if not (isinstance(n_act, (list, tuple)) and isinstance(n_learn, (list, tuple))):
+            raise ConfigError("actor_devices", "give both actor_devices and learner_devices as index lists, or both as counts")
+        bad = [i for i in list(n_act) + list(n_learn) if i >= len(devices)]
+        if bad:
+            raise ConfigError("actor_devices", f"device indices {bad} don't exist; {len(devices)} devices are visible")
+        actor, learner = [devices[i] for i in n_act], [devices[i] for i in n_learn]
+    elif len(devices) == 1:
         if n_act != 1 or n_learn != 1:
             raise ConfigError("actor_devices", "only 1 device is visible; actors and learner share it (set both to 1)")
         actor, learner = devices, devices
