@@ -152,6 +152,12 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
             raise CheckpointError(f"no checkpoint in {checkpointer.directory} could be read; see the warnings above")
         state, meta = restored
         start = int(meta["update"])
+        if start > config.num_updates:
+            raise ConfigError(
+                "total_timesteps",
+                f"the run in {checkpointer.directory.parent} is already at update {start}, past this config's "
+                f"{config.num_updates} updates; raise total_timesteps to continue it",
+            )
         rows = [r for r in read_jsonl(metrics_path) if r["update"] <= start] if metrics_path.exists() else []
         write_jsonl_atomic(metrics_path, rows)  # rows after the checkpoint are replaced, not duplicated
         log(f"resumed from {checkpointer.directory / str(start)} (update {start} of {config.num_updates})")

@@ -237,3 +237,36 @@ def test_async_learner_splits_agents_over_mesh_agent(tmp_path):
     np.testing.assert_allclose(one["losses"], two["losses"], rtol=1e-3, atol=1e-5)
     for a, b in zip(one["params"], two["params"]):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_an_async_run_promptly_and_keeps_its_checkpoints(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "marljax.cli", "train", "mode=async", "total_timesteps=2e6", "num_envs=16",
+           "num_steps=32", "num_chunks=200", "checkpoint_every=20", "progress=false", "plot=false", f"out_dir={out}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})  # fmt: skip
+    metrics, deadline = out / "metrics.jsonl", time.time() + 240
+    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=30)  # no hung actor thread keeps the process alive
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("the run did not stop within 30 s of Ctrl-C")
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    # the checkpoints written before the interrupt are whole: resume continues from the newest
+    logs: list[str] = []
+    res = train(load_config(None, ["mode=async", "total_timesteps=2e6", "num_envs=16", "num_steps=32",
+                                   "num_chunks=200", "checkpoint_every=20", "progress=false", "plot=false",
+                                   f"out_dir={out}", "resume=true", "total_timesteps=4e5"]), log=logs.append)  # fmt: skip
+    assert any(line.startswith("resumed from") for line in logs), logs
+    assert res.rows[-1]["update"] == load_config(None, ["num_envs=16", "num_steps=32", "total_timesteps=4e5"]).num_updates

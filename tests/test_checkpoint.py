@@ -161,9 +161,14 @@ def test_resume_refuses_structural_changes_and_allows_schedule_changes(tmp_path)
         train(_cfg(out, "resume=true", "hidden_size=32", "env_kwargs.num_agents=4"), log=lambda s: None)
     msg = str(info.value)
     assert info.value.field == "resume" and "hidden_size: 64 -> 32" in msg and "env_kwargs" in msg
-    # a longer schedule is fine
+    # a longer schedule is fine; one shorter than the progress made is refused
+    with pytest.raises(ConfigError, match="total_timesteps.*already at update 4"):
+        train(_cfg(out, "resume=true", "total_timesteps=256"), log=lambda s: None)
     res = train(_cfg(out, "resume=true", "total_timesteps=3072"), log=lambda s: None)
     assert res.rows[-1]["update"] == 24
+    # resuming a finished run does nothing more
+    again = train(_cfg(out, "resume=true", "total_timesteps=3072"), log=lambda s: None)
+    assert again.rows[-1]["update"] == 24 and again.checkpoints == []
 
 
 def test_existing_run_is_not_overwritten_without_asking(tmp_path):
