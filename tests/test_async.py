@@ -241,6 +241,7 @@ def test_async_learner_splits_agents_over_mesh_agent(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_stops_an_async_run_promptly_and_keeps_its_checkpoints(tmp_path):
+    import json
     import os
     import signal
     import subprocess
@@ -250,19 +251,26 @@ def test_ctrl_c_stops_an_async_run_promptly_and_keeps_its_checkpoints(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "marljax.cli", "train", "mode=async", "total_timesteps=2e6", "num_envs=16",
            "num_steps=32", "num_chunks=200", "checkpoint_every=20", "progress=false", "plot=false", f"out_dir={out}"]
+    # a child inherits an ignored SIGINT (pytest-xdist workers ignore it), and Python then never
+    # installs its KeyboardInterrupt handler: restore the default disposition in the child
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"})  # fmt: skip
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     metrics, deadline = out / "metrics.jsonl", time.time() + 240
     while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
         time.sleep(0.2)
     assert proc.poll() is None, proc.stderr.read()[-2000:]
+    interrupted_at = time.time()
     proc.send_signal(signal.SIGINT)
     try:
         _, err = proc.communicate(timeout=30)  # no hung actor thread keeps the process alive
     except subprocess.TimeoutExpired:
         proc.kill()
         raise AssertionError("the run did not stop within 30 s of Ctrl-C")
-    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert rows[-1]["update"] < 3906, "the run went on to the end instead of stopping"
+    assert time.time() - interrupted_at < 30
     # the checkpoints written before the interrupt are whole: resume continues from the newest
     logs: list[str] = []
     res = train(load_config(None, ["mode=async", "total_timesteps=2e6", "num_envs=16", "num_steps=32",
