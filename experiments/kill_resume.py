@@ -28,11 +28,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from marljax.config import load_config
 from marljax.metrics import read_jsonl
-from marljax.parallel.mesh import first_device_sharding
-from marljax.checkpoint import Checkpointer, abstract_like
-from marljax.run import make_adapter, make_trainer
+from marljax.policy import restore_run
 
 # ~1000 updates in chunks of 20, a checkpoint every 100: a kill lands before, between and after them
 DEFAULTS = ["num_envs=16", "num_steps=32", "total_timesteps=500000", "num_chunks=50", "checkpoint_every=100",
@@ -64,16 +61,8 @@ def _finish(overrides: list[str]) -> tuple[str, float]:
     return out, compiled_at
 
 
-def _final_state(out_dir: Path, overrides: list[str]):
-    config = load_config(None, overrides + [f"out_dir={out_dir}"])
-    trainer = make_trainer(config, make_adapter(config))
-    shapes = jax.eval_shape(jax.vmap(trainer.init), jax.ShapeDtypeStruct((config.num_seeds, 2), np.uint32))
-    sharding = first_device_sharding()
-    ckpt = Checkpointer(out_dir / "checkpoints", keep=1_000_000, log=print)
-    try:
-        state, meta = ckpt.restore_latest(abstract_like(shapes, jax.tree.map(lambda _: sharding, shapes)))
-    finally:
-        ckpt.close()
+def _final_state(out_dir: Path):
+    state, meta, _ = restore_run(out_dir)
     return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(state))], meta["update"]
 
 
@@ -96,7 +85,7 @@ def main() -> int:
     _, compiled_at = _finish(overrides + [f"out_dir={ref_dir}"])
     ref_wall = time.perf_counter() - t
     ref_rows = _rows(ref_dir)
-    ref_state, ref_update = _final_state(ref_dir, overrides)
+    ref_state, ref_update = _final_state(ref_dir)
     print(f"reference: {len(ref_rows)} rows, final update {ref_update}, {ref_wall:.1f}s wall "
           f"(training from {compiled_at:.1f}s)", flush=True)
 
@@ -117,7 +106,7 @@ def main() -> int:
             out / "checkpoints").exists() else []
         log, _ = _finish(run)
         resumed = next((line for line in log.splitlines() if line.startswith("resumed from")), "started from scratch")
-        state, update = _final_state(out, overrides)
+        state, update = _final_state(out)
         same = _rows(out) == ref_rows and update == ref_update and all(
             a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(state, ref_state)
         )

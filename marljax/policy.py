@@ -51,26 +51,38 @@ def _rebuild(config: Config):
     return env, make_trainer(config, env)
 
 
-def export_policy(run_dir: str | Path, path: str | Path, seed_index: int = 0, log: Callable = print) -> Path:
-    """Write the actors of seed `seed_index` from the newest good checkpoint in `run_dir` to `path`."""
-    run_dir, path = Path(run_dir), Path(path).absolute()
+def restore_run(run_dir: str | Path, log: Callable = print) -> tuple[Any, dict, Config]:
+    """The newest good checkpoint of the run in `run_dir`, on the first device: (state, meta, config).
+
+    state is the whole TrainState for mode=anakin and the LearnerState for mode=async (what
+    each mode checkpoints).
+    """
+    run_dir = Path(run_dir)
     checkpointer = Checkpointer(run_dir / "checkpoints", keep=1_000_000, log=log)
     try:
         if not checkpointer.steps():
-            raise ConfigError("out_dir", f"{run_dir} has no checkpoint to export (looked in {checkpointer.directory})")
+            raise ConfigError("out_dir", f"{run_dir} has no checkpoint (looked in {checkpointer.directory})")
         config = from_dict(checkpointer.read_meta(checkpointer.steps()[-1])["config"])
-        if not 0 <= seed_index < config.num_seeds:
-            raise ConfigError("seed_index", f"must be in [0, {config.num_seeds}) for this run, got {seed_index}")
         _, trainer = _rebuild(config)
-        shapes = jax.eval_shape(jax.vmap(trainer.init), jax.ShapeDtypeStruct((config.num_seeds, 2), jnp.uint32))
+        init = trainer.init_learner if config.mode == "async" else trainer.init
+        shapes = jax.eval_shape(jax.vmap(init), jax.ShapeDtypeStruct((config.num_seeds, 2), jnp.uint32))
         sharding = first_device_sharding()
         restored = checkpointer.restore_latest(abstract_like(shapes, jax.tree.map(lambda _: sharding, shapes)))
         if restored is None:
             raise ConfigError("out_dir", f"no checkpoint in {checkpointer.directory} could be read")
-        state, meta = restored
     finally:
         checkpointer.close()
-    params = {k: jax.tree.map(lambda x: x[seed_index], v) for k, v in state.learner.params.items() if k != CRITIC_KEY}
+    return restored[0], restored[1], config
+
+
+def export_policy(run_dir: str | Path, path: str | Path, seed_index: int = 0, log: Callable = print) -> Path:
+    """Write the actors of seed `seed_index` from the newest good checkpoint in `run_dir` to `path`."""
+    run_dir, path = Path(run_dir), Path(path).absolute()
+    state, meta, config = restore_run(run_dir, log)
+    if not 0 <= seed_index < config.num_seeds:
+        raise ConfigError("seed_index", f"must be in [0, {config.num_seeds}) for this run, got {seed_index}")
+    learner = state if config.mode == "async" else state.learner
+    params = {k: jax.tree.map(lambda x: x[seed_index], v) for k, v in learner.params.items() if k != CRITIC_KEY}
     if path.exists():
         raise ConfigError("path", f"{path} exists; export writes a new directory")
     saver = ocp.StandardCheckpointer()
@@ -111,4 +123,4 @@ def load_policy(path: str | Path) -> Policy:
     return Policy(act, init_carry, config, params, env)
 
 
-__all__ = ["Policy", "export_policy", "load_policy"]
+__all__ = ["Policy", "export_policy", "load_policy", "restore_run"]

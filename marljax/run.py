@@ -176,10 +176,8 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
     compile_s = time.perf_counter() - t0
     log(f"compiled in {compile_s:.1f}s")
 
-    meta = {"config": config.to_dict()}
-    writer = JsonlWriter(metrics_path := Path(config.out_dir) / "metrics.jsonl")
-    bar = _progress(config, start)
-    update, saved, saved_at = start, start, []
+    out_dir = Path(config.out_dir)
+    chunks = _ChunkLog(config, env, checkpointer, rows, start, out_dir / "metrics.jsonl")
     try:
         for i, n in enumerate(schedule):
             if max_chunks is not None and i >= max_chunks:
@@ -187,40 +185,57 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
             t = time.perf_counter()
             state, metrics = compiled[n](state)
             metrics = jax.device_get(metrics)  # waits for the chunk to finish
-            wall = time.perf_counter() - t
-            update += n
-            row = chunk_row(
-                metrics,
-                update=update,
-                env_steps=update * config.env_steps_per_update,
-                wall_s=wall,
-                chunk_env_steps=n * config.env_steps_per_update,
-                num_agents=env.num_agents,
-                groups=tuple((g.name, g.size) for g in env.groups),
-            )
-            writer.write(row)
-            rows.append(row)
-            if config.nan_guard:
-                _guard(row, state, update, checkpointer)
-            last = update == config.num_updates
-            if last or (config.checkpoint_every and update - saved >= config.checkpoint_every):
-                checkpointer.save(update, state, {**meta, "env_steps": update * config.env_steps_per_update})
-                saved = update
-                saved_at.append(update)
-            if bar is not None:
-                bar.update(n * config.env_steps_per_update)
-                ret = row["return_mean"]
-                bar.set_postfix_str(f"return {ret:.2f}" if ret is not None else "return -", refresh=False)
-                bar.set_description_str(f"{row['env_steps_per_s'] / 1e3:.0f}k steps/s")
+            chunks.record(metrics, n, time.perf_counter() - t, state, state.learner.params)
         checkpointer.wait()
     finally:
-        writer.close()
-        if bar is not None:
-            bar.close()
+        chunks.close()
     if config.plot:
-        plot_returns(rows, metrics_path.parent / "returns.png", f"{config.algo} on {config.env}, {config.num_seeds} seed(s)")
+        plot_returns(rows, out_dir / "returns.png", f"{config.algo} on {config.env}, {config.num_seeds} seed(s)")
     log(summary(rows))
-    return RunResult(state, rows, metrics_path.parent, compile_s, saved_at)
+    return RunResult(state, rows, out_dir, compile_s, chunks.saved_at)
+
+
+class _ChunkLog:
+    """What the host does after every chunk, in both modes: one metrics.jsonl row, the NaN guard,
+    a checkpoint when one is due, the progress bar."""
+
+    def __init__(self, config: Config, env, checkpointer: Checkpointer, rows: list[dict], start: int, path: Path):
+        self.config, self.env, self.checkpointer, self.rows = config, env, checkpointer, rows
+        self.writer = JsonlWriter(path)
+        self.bar = _progress(config, start)
+        self.update = self.saved = start
+        self.saved_at: list[int] = []
+        self.meta = {"config": config.to_dict()}
+
+    def record(self, metrics: dict, n: int, wall: float, state, params: dict, extra=None, extra_meta=None) -> None:
+        """metrics: host copies [S, n] of the chunk's n updates; `state` is what a checkpoint saves."""
+        config, steps = self.config, self.config.env_steps_per_update
+        self.update += n
+        row = chunk_row(
+            metrics, update=self.update, env_steps=self.update * steps, wall_s=wall, chunk_env_steps=n * steps,
+            num_agents=self.env.num_agents, groups=tuple((g.name, g.size) for g in self.env.groups),
+        )  # fmt: skip
+        row.update(extra or {})
+        self.writer.write(row)
+        self.rows.append(row)
+        if config.nan_guard:
+            _guard(row, params, self.update, self.checkpointer)
+        last = self.update == config.num_updates
+        if last or (config.checkpoint_every and self.update - self.saved >= config.checkpoint_every):
+            meta = {**self.meta, "env_steps": self.update * steps, **(extra_meta or {})}
+            self.checkpointer.save(self.update, state, meta)
+            self.saved = self.update
+            self.saved_at.append(self.update)
+        if self.bar is not None:
+            self.bar.update(n * steps)
+            ret = row["return_mean"]
+            self.bar.set_postfix_str(f"return {ret:.2f}" if ret is not None else "return -", refresh=False)
+            self.bar.set_description_str(f"{row['env_steps_per_s'] / 1e3:.0f}k steps/s")
+
+    def close(self) -> None:
+        self.writer.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _train_async(config: Config, out_dir: Path, log) -> RunResult:
@@ -251,33 +266,15 @@ def _train_async(config: Config, out_dir: Path, log) -> RunResult:
         learner, start, rows = _initial_state(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
         runner.learner = learner
         (out_dir / "config.yaml").write_text(dump_yaml(config))
-        writer = JsonlWriter(metrics_path)
-        bar = _progress(config, start)
-        meta = {"config": config.to_dict()}
-        state = {"update": start, "saved": start, "saved_at": []}
+        chunks = _ChunkLog(config, env, checkpointer, rows, start, metrics_path)
 
         def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
-            n = int(np.shape(metrics["lr"])[1])
-            update = state["update"] = state["update"] + n
-            row = chunk_row(
-                metrics, update=update, env_steps=update * config.env_steps_per_update, wall_s=wall,
-                chunk_env_steps=n * config.env_steps_per_update, num_agents=env.num_agents,
-                groups=tuple((g.name, g.size) for g in env.groups),
+            counters = {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason")}
+            chunks.record(
+                metrics, int(np.shape(metrics["lr"])[1]), wall, learner, learner.params,
+                extra={**extra, "policy_version": start + extra["policy_version"]},
+                extra_meta={"async_counters": counters},
             )  # fmt: skip
-            row.update(extra, policy_version=start + extra["policy_version"])
-            writer.write(row)
-            rows.append(row)
-            if config.nan_guard:
-                _guard(row, TrainState(learner, None), update, checkpointer)
-            last = update == config.num_updates
-            if last or (config.checkpoint_every and update - state["saved"] >= config.checkpoint_every):
-                counters = {k: row[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason")}
-                checkpointer.save(update, learner, {**meta, "env_steps": update * config.env_steps_per_update,
-                                                    "async_counters": counters})  # fmt: skip
-                state["saved"] = update
-                state["saved_at"].append(update)
-            if bar is not None:
-                bar.update(n * config.env_steps_per_update)
 
         try:
             final = runner.run(config.num_updates - start, on_chunk, config.updates_per_chunk)
@@ -287,15 +284,13 @@ def _train_async(config: Config, out_dir: Path, log) -> RunResult:
             )
             checkpointer.wait()
         finally:
-            writer.close()
-            if bar is not None:
-                bar.close()
+            chunks.close()
     finally:
         checkpointer.close()
     if config.plot:
         plot_returns(rows, out_dir / "returns.png", f"{config.algo} (async) on {config.env}, {config.num_seeds} seed(s)")
     log(summary(rows))
-    return RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, state["saved_at"])
+    return RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, chunks.saved_at)
 
 
 @jax.jit
@@ -304,12 +299,12 @@ def _finite_by_group(params: dict) -> dict:
     return {k: jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(v)])) for k, v in params.items()}
 
 
-def _guard(row: dict, state: TrainState, update: int, checkpointer: Checkpointer) -> None:
+def _guard(row: dict, params: dict, update: int, checkpointer: Checkpointer) -> None:
     """Stop before a non-finite loss or parameter is checkpointed; name what went bad."""
     bad = first_non_finite(row)
     what = f"{bad} is {row[bad]}" if bad is not None else None
     if what is None:
-        finite = jax.device_get(_finite_by_group(state.learner.params))
+        finite = jax.device_get(_finite_by_group(params))
         broken = [k for k, ok in finite.items() if not ok]
         what = f"parameters of {', '.join(broken)} are" if broken else None
     if what is not None:

@@ -278,3 +278,16 @@ def test_ctrl_c_stops_an_async_run_promptly_and_keeps_its_checkpoints(tmp_path):
                                    f"out_dir={out}", "resume=true", "total_timesteps=4e5"]), log=logs.append)  # fmt: skip
     assert any(line.startswith("resumed from") for line in logs), logs
     assert res.rows[-1]["update"] == load_config(None, ["num_envs=16", "num_steps=32", "total_timesteps=4e5"]).num_updates
+
+
+def test_an_async_run_exports_its_policy(tmp_path):
+    import marljax
+    from marljax.policy import export_policy
+
+    res = train(load_config(None, SMALL + [f"out_dir={tmp_path / 'run'}"]), log=lambda s: None)
+    export_policy(tmp_path / "run", tmp_path / "policy", log=lambda s: None)
+    policy = marljax.load_policy(tmp_path / "policy")
+    saved = jax.tree.leaves(jax.device_get(res.state.learner.params["agents"]))
+    loaded = jax.tree.leaves(jax.device_get(policy.params["agents"]))
+    for a, b in zip(saved, loaded):
+        np.testing.assert_array_equal(np.asarray(a)[0], np.asarray(b))

@@ -15,7 +15,7 @@ import pytest
 import marljax
 from marljax.checkpoint import CheckpointError, Checkpointer
 from marljax.config import ConfigError, load_config
-from marljax.policy import export_policy
+from marljax.policy import export_policy, restore_run
 from marljax.run import TrainingDiverged, make_adapter, make_trainer, train
 
 # 16 updates in chunks of 2, a checkpoint every 4 updates
@@ -39,14 +39,9 @@ def _assert_bitwise(a, b) -> None:
 
 def _restore_on_one_device(out: Path, cfg):
     """(state, meta) of the newest good checkpoint in out, on the first device."""
-    ckpt = Checkpointer(out / "checkpoints", keep=3, log=lambda s: None)
-    trainer = make_trainer(cfg, make_adapter(cfg))
-    shapes = jax.eval_shape(jax.vmap(trainer.init), jax.ShapeDtypeStruct((cfg.num_seeds, 2), jnp.uint32))
-    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    try:
-        return ckpt.restore_latest(jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes))
-    finally:
-        ckpt.close()
+    state, meta, saved = restore_run(out, log=lambda s: None)
+    assert saved == cfg
+    return state, meta
 
 
 @pytest.fixture(scope="module")
