@@ -33,7 +33,8 @@ from marljax.config import Config, ConfigError
 # (env, algo, network, sharing, hyperparameters that live in the state, seeds, envs) is structural.
 RESUMABLE_CHANGES = frozenset(
     {"total_timesteps", "num_chunks", "progress", "plot", "out_dir", "overwrite", "resume",
-     "checkpoint_every", "keep_checkpoints", "nan_guard", "mesh", "actor_devices", "learner_devices"}
+     "checkpoint_every", "keep_checkpoints", "nan_guard", "mesh", "actor_devices", "learner_devices",
+     "eval_every", "eval_episodes", "eval_greedy"}
 )  # fmt: skip
 PACKAGES = ("marljax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "jaxmarl")
 

@@ -90,6 +90,13 @@ class Config:
     resume: bool = False  # continue from the newest good checkpoint in out_dir (fresh start if none)
     nan_guard: bool = True  # stop on a non-finite loss or parameter, before it is checkpointed
 
+    # evaluation, separate from the training rollouts (marljax.evaluate): every eval_every updates
+    # (at chunk ends; 0: never) each seed plays eval_episodes fresh episodes; a sweep also keeps
+    # each seed's best parameters and re-evaluates them with 10x the episodes (the absolute metric)
+    eval_every: int = 0
+    eval_episodes: int = 32
+    eval_greedy: bool = True  # the policy's most likely action (false: sample it)
+
     # execution mode: anakin (rollout and update fused on device) | async (actor threads and a
     # learner joined by a host-side trajectory buffer; see marljax/pipeline)
     mode: str = "anakin"
@@ -368,6 +375,10 @@ def validate(config: Config) -> Config:
         )
     if c.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", f"must be >= 0 updates (0: only at the end), got {c.checkpoint_every}")
+    if c.eval_every < 0:
+        raise ConfigError("eval_every", f"must be >= 0 updates (0: no evaluation), got {c.eval_every}")
+    if c.eval_episodes < 1:
+        raise ConfigError("eval_episodes", f"must be >= 1, got {c.eval_episodes}")
     if c.keep_checkpoints < 1:
         raise ConfigError("keep_checkpoints", f"must be >= 1, got {c.keep_checkpoints}")
     if c.resume and not c.out_dir:

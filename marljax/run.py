@@ -23,6 +23,7 @@ from marljax.config import Config, ConfigError, dump_yaml, replace
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
 from marljax.envs.registry import make_env
+from marljax.evaluate import PeriodicEval, eval_due
 from marljax.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns, read_jsonl, write_jsonl_atomic
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import build_mesh, mesh_layout, seed_keys, shard_trainer
@@ -59,6 +60,8 @@ def make_adapter(config: Config) -> EnvAdapter:
     if is_host_env(config.env):
         if config.mode != "async" or config.algo != "ippo":
             raise ConfigError("env", "host (PettingZoo) envs run in mode=async with algo=ippo")
+        if config.eval_every:
+            raise ConfigError("eval_every", "evaluation runs on device; host (PettingZoo) envs have none (set 0)")
         return HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env)
     group_by = "roles" if config.param_sharing == "per_role" else "spaces"
     return EnvAdapter(make_env(config.env, config.env_kwargs), config.env, group_by=group_by)
@@ -134,7 +137,8 @@ def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | 
         fresh = lambda: fns.init(seed_keys(config.seed, config.num_seeds))  # noqa: E731
         state, start, rows = _initial_state(config, target, fresh, checkpointer, metrics_path, log)
         (out_dir / "config.yaml").write_text(dump_yaml(config))
-        return _run_chunks(config, env, fns, checkpointer, state, start, rows, log, max_chunks)
+        evaluator = PeriodicEval(trainer, config.num_seeds) if config.eval_every else None
+        return _run_chunks(config, env, fns, checkpointer, state, start, rows, log, max_chunks, evaluator)
     finally:
         checkpointer.close()
 
@@ -169,7 +173,7 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
     return fresh(), 0, []
 
 
-def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[dict], log, max_chunks):
+def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[dict], log, max_chunks, evaluator=None):
     schedule = chunk_sizes(config.num_updates - start, config.updates_per_chunk)
     t0 = time.perf_counter()
     compiled = {n: fns.chunk.lower(state, n).compile() for n in sorted(set(schedule))}
@@ -177,7 +181,7 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
     log(f"compiled in {compile_s:.1f}s")
 
     out_dir = Path(config.out_dir)
-    chunks = _ChunkLog(config, env, checkpointer, rows, start, out_dir / "metrics.jsonl")
+    chunks = _ChunkLog(config, env, checkpointer, rows, start, out_dir / "metrics.jsonl", evaluator)
     try:
         for i, n in enumerate(schedule):
             if max_chunks is not None and i >= max_chunks:
@@ -196,11 +200,15 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
 
 
 class _ChunkLog:
-    """What the host does after every chunk, in both modes: one metrics.jsonl row, the NaN guard,
-    a checkpoint when one is due, the progress bar."""
+    """What the host does after every chunk, in both modes: one metrics.jsonl row (with an
+    evaluation when one is due), the NaN guard, a checkpoint when one is due, the progress bar."""
 
-    def __init__(self, config: Config, env, checkpointer: Checkpointer, rows: list[dict], start: int, path: Path):
+    def __init__(
+        self, config: Config, env, checkpointer: Checkpointer, rows: list[dict], start: int, path: Path,
+        evaluator: PeriodicEval | None = None,
+    ):  # fmt: skip
         self.config, self.env, self.checkpointer, self.rows = config, env, checkpointer, rows
+        self.evaluator = evaluator
         self.writer = JsonlWriter(path)
         self.bar = _progress(config, start)
         self.update = self.saved = start
@@ -210,12 +218,14 @@ class _ChunkLog:
     def record(self, metrics: dict, n: int, wall: float, state, params: dict, extra=None, extra_meta=None) -> None:
         """metrics: host copies [S, n] of the chunk's n updates; `state` is what a checkpoint saves."""
         config, steps = self.config, self.config.env_steps_per_update
-        self.update += n
+        previous, self.update = self.update, self.update + n
         row = chunk_row(
             metrics, update=self.update, env_steps=self.update * steps, wall_s=wall, chunk_env_steps=n * steps,
             num_agents=self.env.num_agents, groups=tuple((g.name, g.size) for g in self.env.groups),
         )  # fmt: skip
         row.update(extra or {})
+        if self.evaluator is not None and eval_due(self.update, previous, config.eval_every, config.num_updates):
+            row.update(self.evaluator(params, self.update))
         self.writer.write(row)
         self.rows.append(row)
         if config.nan_guard:
@@ -266,7 +276,8 @@ def _train_async(config: Config, out_dir: Path, log) -> RunResult:
         learner, start, rows = _initial_state(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
         runner.learner = learner
         (out_dir / "config.yaml").write_text(dump_yaml(config))
-        chunks = _ChunkLog(config, env, checkpointer, rows, start, metrics_path)
+        evaluator = PeriodicEval(runner.actor_trainer, config.num_seeds) if config.eval_every else None
+        chunks = _ChunkLog(config, env, checkpointer, rows, start, metrics_path, evaluator)
 
         def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
             counters = {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason")}

@@ -1,0 +1,117 @@
+"""Evaluation apart from training: fresh environments, whole episodes, no learning.
+
+`make_evaluator(trainer, episodes, greedy)` returns a jitted function that takes
+parameters with a leading row axis (seeds, or a sweep's cells x seeds) and one key
+per row, and plays `episodes` fresh episodes per row, all at once: each environment
+runs until its first episode ends and is then frozen. The training rollouts never
+see these environments, so evaluation changes nothing about training.
+
+Returns are per agent (the team's summed reward over the episode divided by the
+number of agents), the same unit as training's `return_mean`.
+
+`keep_best` keeps, per row, the parameters with the highest evaluation return so
+far: the "absolute metric" protocol re-evaluates them at the end with 10x the
+episodes (ABSOLUTE_FACTOR).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+ABSOLUTE_FACTOR = 10  # the absolute metric uses this many times the evaluation episodes
+_EVAL_TAG = 0x65_76_61_6C  # folded into the run's seed, so evaluation keys never meet training keys
+
+
+class EvalResult(NamedTuple):
+    returns: Array  # [R, episodes] per-agent return of every episode
+    lengths: Array  # [R, episodes] its length in steps
+
+
+def eval_keys(seed: int, seed_index: Array, evaluation: int) -> Array:
+    """One key per row [R, 2] from its seed index [R]: the same seed meets the same episodes
+    in every cell (paired comparisons) and at evaluation `evaluation`."""
+    base = jax.random.fold_in(jax.random.PRNGKey(seed), _EVAL_TAG)
+    per_seed = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(seed_index, jnp.uint32))
+    return jax.vmap(lambda k: jax.random.fold_in(k, evaluation))(per_seed)
+
+
+def make_evaluator(trainer, episodes: int, greedy: bool = True, max_steps: int = 10_000) -> Callable:
+    """(params with leaves [R, ...], keys [R, 2]) -> EvalResult; jitted.
+
+    `max_steps` caps an episode that never ends (its partial return is counted).
+    """
+    env, config = trainer.env, trainer.config
+    groups = env.groups
+    E = episodes
+
+    def one_row(params, key: Array) -> EvalResult:
+        k_reset, k_run = jax.random.split(key)
+        obs, state = jax.vmap(env.reset)(jax.random.split(k_reset, E))
+        reset = {g.name: jnp.ones((E, g.size), bool) for g in groups}
+        hidden = {g.name: jnp.zeros((E, g.size, config.gru_hidden_size)) for g in groups} if config.recurrent else {}
+        zeros = jnp.zeros((E,), jnp.float32)
+        carry = (obs, state, reset, hidden, zeros, jnp.zeros((E,), jnp.int32), jnp.zeros((E,), bool), 0, k_run)
+
+        def running(c) -> Array:
+            return jnp.logical_and(~jnp.all(c[6]), c[7] < max_steps)
+
+        def step(c):
+            obs, state, reset, hidden, ret, length, finished, t, key = c
+            key, k_act, k_env = jax.random.split(key, 3)
+            masks = jax.vmap(env.action_mask)(state)
+            actions, hidden = trainer.act(params, obs, reset, hidden, masks, k_act, greedy)
+            res = jax.vmap(env.step)(jax.random.split(k_env, E), state, actions)
+            team = sum(jnp.sum(res.reward[g.name], axis=1) for g in groups) / env.num_agents  # [E]
+            live = ~finished
+            ret = ret + jnp.where(live, team, 0.0)
+            length = length + live.astype(jnp.int32)
+            finished = jnp.logical_or(finished, res.episode_done)
+            return res.obs, res.state, res.done, hidden, ret, length, finished, t + 1, key
+
+        out = jax.lax.while_loop(running, step, carry)
+        return EvalResult(out[4], out[5])
+
+    return jax.jit(jax.vmap(one_row))
+
+
+@jax.jit
+def keep_best(best_params, best_score: Array, params, score: Array):
+    """Per row, the parameters with the higher score: (params, score [R]) where score > best_score."""
+    better = score > best_score  # [R]
+
+    def pick(b, p):
+        return jnp.where(better.reshape((-1,) + (1,) * (p.ndim - 1)), p, b)
+
+    return jax.tree.map(pick, best_params, params), jnp.where(better, score, best_score)
+
+
+def eval_due(update: int, previous: int, every: int, last: int) -> bool:
+    """An evaluation is due at a chunk end `update` (previous chunk end `previous`) when a
+    multiple of `every` was passed, or at the run's `last` update."""
+    return every > 0 and (update // every > previous // every or update == last)
+
+
+class PeriodicEval:
+    """`marljax train`'s evaluation at chunk ends: fields for the metrics row."""
+
+    def __init__(self, trainer, num_rows: int):
+        config = trainer.config
+        self.config = config
+        self.evaluate = make_evaluator(trainer, config.eval_episodes, config.eval_greedy)
+        self.seed_index = jnp.arange(num_rows)
+
+    def __call__(self, params, update: int) -> dict:
+        """Evaluate `params` (leaves [S, ...]) with keys of `update`; per-seed means and the pooled mean."""
+        keys = eval_keys(self.config.seed, self.seed_index, update)
+        result = jax.device_get(self.evaluate(params, keys))
+        per_seed = result.returns.mean(axis=1)  # [S]
+        return {
+            "eval_return": float(per_seed.mean()),
+            "eval_return_per_seed": [float(v) for v in per_seed],
+            "eval_episode_length": float(result.lengths.mean()),
+        }
