@@ -1,0 +1,232 @@
+"""A sweep's report: per-cell statistics over seeds with bootstrap confidence intervals.
+
+Statistics follow rliable (Agarwal et al., 2021): the interquartile mean (IQM) next to the
+mean and the median, each with a 95% percentile bootstrap confidence interval over seeds.
+With one task, rliable's stratified bootstrap resamples the runs of a cell with replacement.
+Seeds that have not written a value (NaN) are left out. Nothing here needs JAX.
+
+    report.md    the table and what its numbers mean
+    report.csv   every column of `summarize`
+    curves.png   IQM of the evaluation return against env steps, with its 95% CI band
+    final.png    IQM, mean and median of the final (and absolute) return per cell, with CIs
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from marljax.results import Results
+
+Statistic = Callable[[np.ndarray], np.ndarray]  # reduces the last axis
+
+
+def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Interquartile mean: the mean of the middle 50% of sorted values (scipy's trim_mean(x, 0.25))."""
+    x = np.sort(np.moveaxis(np.asarray(x, np.float64), axis, -1), axis=-1)
+    n = x.shape[-1]
+    cut = int(0.25 * n)  # dropped at each end, as scipy rounds it
+    if n == 0:
+        return np.full(x.shape[:-1], np.nan)
+    return x[..., cut : n - cut].mean(axis=-1)
+
+
+STATISTICS: dict[str, Statistic] = {
+    "mean": lambda x: np.mean(x, axis=-1),
+    "median": lambda x: np.median(x, axis=-1),
+    "iqm": iqm,
+}
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    """The non-NaN entries of a 1-D array, as float64."""
+    values = np.asarray(values, np.float64).ravel()
+    return values[~np.isnan(values)]
+
+
+def point(values: np.ndarray, statistic: Statistic) -> float:
+    """`statistic` of the non-NaN runs in `values` [S]; NaN if there are none."""
+    values = _finite(values)
+    return float(statistic(values)) if values.size else math.nan
+
+
+def bootstrap_ci(
+    values: np.ndarray,
+    statistic: Statistic,
+    *,
+    num_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of `statistic` over the runs `values` [S]; NaN runs are dropped."""
+    values = _finite(values)  # [n]
+    if values.size < 1:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, values.size, size=(num_resamples, values.size))  # [R, n]
+    stats = statistic(values[index])  # [R]
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(stats, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _stat_columns(prefix: str, values: np.ndarray, num_resamples: int, seed: int) -> dict:
+    """{prefix}_{stat}, _low, _high for every statistic of the runs `values` [S]."""
+    row = {}
+    for name, statistic in STATISTICS.items():
+        low, high = bootstrap_ci(values, statistic, num_resamples=num_resamples, seed=seed)
+        row[f"{prefix}_{name}"] = point(values, statistic)
+        row[f"{prefix}_{name}_low"] = low
+        row[f"{prefix}_{name}_high"] = high
+    return row
+
+
+def summarize(results: Results, num_resamples: int = 2000, seed: int = 0) -> list[dict]:
+    """One row per cell: its name and values, seeds counted, and the final and absolute return's
+    mean/median/IQM with 95% bootstrap CIs (columns `final_iqm`, `final_iqm_low`, `absolute_mean`, ...).
+    The cell's swept values come as columns of their own, named by their field."""
+    final = results.final("return")  # [C, S]
+    absolute = results.absolute[..., results.metrics.index("return")]  # [C, S]
+    rows = []
+    for c, cell in enumerate(results.cells):
+        row = {"cell": cell["name"], **cell.get("values", {})}
+        row["seeds"] = int(np.sum(~np.isnan(final[c])))
+        row["absolute_seeds"] = int(np.sum(~np.isnan(absolute[c])))
+        row["num_seeds"] = results.num_seeds
+        row.update(_stat_columns("final", final[c], num_resamples, seed))
+        row.update(_stat_columns("absolute", absolute[c], num_resamples, seed))
+        rows.append(row)
+    return rows
+
+
+def _estimate(row: dict, column: str) -> str:
+    """'12.34 [11.02, 13.50]' for `column` and its CI columns; 'n/a' when nothing was counted."""
+    value, low, high = row[column], row[f"{column}_low"], row[f"{column}_high"]
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:.2f} [{low:.2f}, {high:.2f}]"
+
+
+TABLE_COLUMNS = (  # (header, summarize column)
+    ("final IQM [95% CI]", "final_iqm"),
+    ("final mean [95% CI]", "final_mean"),
+    ("final median [95% CI]", "final_median"),
+    ("absolute IQM [95% CI]", "absolute_iqm"),
+    ("absolute mean [95% CI]", "absolute_mean"),
+    ("absolute median [95% CI]", "absolute_median"),
+)
+
+
+def format_table(rows: list[dict]) -> str:
+    """The markdown table of `summarize` rows: cell, seeds counted, and each estimate with its CI."""
+    header = ["cell", "seeds"] + [title for title, _ in TABLE_COLUMNS]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [str(row["cell"]), f"{row['seeds']}/{row['num_seeds']}"]
+        cells += [_estimate(row, column) for _, column in TABLE_COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _explanation(results: Results) -> str:
+    return (
+        "Each cell is one configuration of the sweep; its seeds are independent runs. "
+        "*final* is the evaluation return at the cell's last evaluation; *absolute* is the return of "
+        f"each run's best parameters (by evaluation return) re-evaluated with {results.absolute_factor}x "
+        "the evaluation episodes. IQM is the interquartile mean over seeds: the mean of the middle 50% "
+        "of runs, robust to outlier runs and less noisy than the median. Brackets hold 95% confidence "
+        "intervals from a percentile bootstrap over seeds (rliable's stratified bootstrap, which with "
+        "a single task resamples a cell's runs with replacement). *seeds* counts the runs with a value; "
+        "runs not yet finished are left out.\n"
+    )
+
+
+def _write_csv(rows: list[dict], path: Path) -> None:
+    fields = list(dict.fromkeys(key for row in rows for key in row))  # union, in first-seen order
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _curve(results: Results, c: int, num_resamples: int, seed: int) -> tuple[np.ndarray, ...]:
+    """Cell c's written evaluations: env steps [k], IQM over seeds [k] and its CI low, high [k]."""
+    returns = results.metric("return")[c]  # [S, K]
+    steps = results.eval_steps[c]  # [K]
+    keep = (steps >= 0) & np.any(~np.isnan(returns), axis=0)  # [K]
+    ks = np.nonzero(keep)[0]
+    middle = np.array([point(returns[:, k], iqm) for k in ks], np.float64)  # [k]
+    cis = [bootstrap_ci(returns[:, k], iqm, num_resamples=num_resamples, seed=seed) for k in ks]
+    low, high = np.array(cis, np.float64).reshape(-1, 2).T  # [k] each
+    return steps[keep], middle, low, high
+
+
+def plot_curves(results: Results, path: Path, num_resamples: int = 2000, seed: int = 0) -> None:
+    """IQM of the evaluation return over seeds against env steps of one run, one line per cell."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for c, cell in enumerate(results.cells):
+        steps, middle, low, high = _curve(results, c, num_resamples, seed)
+        if steps.size == 0:
+            continue
+        (line,) = ax.plot(steps, middle, lw=1.8, marker="." if steps.size < 3 else None, label=cell["name"])
+        ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
+    if ax.lines:
+        ax.legend(fontsize=7, loc="best")
+    ax.set_xlabel("environment steps (one run)")
+    ax.set_ylabel("evaluation return (IQM over seeds)")
+    ax.set_title("evaluation return, IQM and 95% bootstrap CI over seeds", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_final(rows: list[dict], path: Path) -> None:
+    """Interval plot: a panel per statistic, a row per cell, final (and absolute) return with CIs."""
+    plt = _pyplot()
+    y = np.arange(len(rows))  # [C]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 1.2 + 0.45 * max(len(rows), 1)), dpi=110, sharey=True)
+    for ax, name in zip(axes, ("iqm", "mean", "median")):
+        for prefix, offset, color in (("final", -0.12, "tab:blue"), ("absolute", 0.12, "tab:orange")):
+            columns = [f"{prefix}_{name}{end}" for end in ("", "_low", "_high")]
+            values = np.array([[r[col] for col in columns] for r in rows], np.float64).reshape(-1, 3)  # [C, 3]
+            ax.hlines(y + offset, values[:, 1], values[:, 2], color=color, lw=4, alpha=0.4)
+            ax.plot(values[:, 0], y + offset, "o", color=color, ms=4, label=prefix)
+        ax.set_title(name.upper() if name == "iqm" else name, fontsize=9)
+        ax.set_xlabel("return")
+        ax.grid(alpha=0.3, axis="x")
+    axes[0].set_yticks(y, [str(r["cell"]) for r in rows], fontsize=7)
+    axes[0].set_ylim(-0.6, len(rows) - 0.4)
+    axes[0].invert_yaxis()
+    axes[-1].legend(fontsize=7, loc="best")
+    fig.suptitle("final and absolute return per cell, 95% bootstrap CI over seeds", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_report(results: Results, out_dir: Path, num_resamples: int = 2000, seed: int = 0) -> dict[str, Path]:
+    """Write report.md, report.csv, curves.png and final.png into `out_dir`; returns their paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = summarize(results, num_resamples=num_resamples, seed=seed)
+    paths = {name: out_dir / name for name in ("report.md", "report.csv", "curves.png", "final.png")}
+    paths["report.md"].write_text("# Sweep report\n\n" + format_table(rows) + "\n" + _explanation(results))
+    _write_csv(rows, paths["report.csv"])
+    plot_curves(results, paths["curves.png"], num_resamples=num_resamples, seed=seed)
+    plot_final(rows, paths["final.png"])
+    return paths
