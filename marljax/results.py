@@ -1,0 +1,149 @@
+"""The results store of a sweep: zarr arrays written with tensorstore, indexed by
+(cell, seed, evaluation, metric), with their coordinate labels in `coords.json`.
+
+    <sweep_dir>/results/coords.json        cells, seeds, metric names, absolute_factor
+    <sweep_dir>/results/evals.zarr         [C, S, K, M] float32  metrics of evaluation k (NaN: not yet)
+    <sweep_dir>/results/episodes.zarr      [C, S, K, Ep] float32 every evaluation episode's return
+    <sweep_dir>/results/eval_steps.zarr    [C, K] int64          env steps per run at evaluation k (-1: none)
+    <sweep_dir>/results/absolute.zarr      [C, S, M] float32     the best parameters re-evaluated
+    <sweep_dir>/results/absolute_episodes.zarr [C, S, Ep*F]      ... every one of those episodes' returns
+
+One evaluation of one cell is one zarr chunk (`[1, S, 1, ...]`), written whole by one
+call; tensorstore's file store writes a chunk to a temporary file and renames it, so a
+process killed mid-write leaves the chunk as it was (NaN) or complete, never torn.
+`load(DIR)` returns numpy arrays with their labels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import tensorstore as ts
+
+METRICS = ("return", "episode_length")  # per evaluation: mean over its episodes, per run
+
+
+class Results(NamedTuple):
+    """A sweep's evaluations as numpy arrays; NaN (or -1 steps) where nothing was written yet."""
+
+    cells: list[dict]  # per cell: {"name": str, "algo": str, "env": str, "values": {field: value}}
+    num_seeds: int  # S
+    metrics: tuple[str, ...]  # M names, METRICS
+    eval_steps: np.ndarray  # [C, K] int64 env steps of one run at evaluation k; -1 where none
+    evals: np.ndarray  # [C, S, K, M] float32
+    episode_returns: np.ndarray  # [C, S, K, Ep] float32 per-agent return of each evaluation episode
+    absolute: np.ndarray  # [C, S, M] float32: best parameters (by evaluation return) re-evaluated
+    absolute_episode_returns: np.ndarray  # [C, S, Ep * absolute_factor] float32
+    absolute_factor: int  # the absolute metric uses this many times the evaluation episodes
+
+    def metric(self, name: str) -> np.ndarray:
+        """evals[..., m] for metric `name`: [C, S, K]."""
+        return self.evals[..., self.metrics.index(name)]
+
+    def final(self, name: str = "return") -> np.ndarray:
+        """[C, S] the metric at each cell's last written evaluation (NaN where a cell has none)."""
+        values = self.metric(name)
+        out = np.full(values.shape[:2], np.nan, np.float32)
+        for c in range(values.shape[0]):
+            written = np.nonzero(self.eval_steps[c] >= 0)[0]
+            if written.size:
+                out[c] = values[c, :, written[-1]]
+        return out
+
+
+# name -> (dtype, shape given (C, S, K, M, Ep, F), chunk given the same)
+_ARRAYS = {
+    "evals": ("float32", lambda C, S, K, M, Ep, F: [C, S, K, M], lambda C, S, K, M, Ep, F: [1, S, 1, M]),
+    "episodes": ("float32", lambda C, S, K, M, Ep, F: [C, S, K, Ep], lambda C, S, K, M, Ep, F: [1, S, 1, Ep]),
+    "eval_steps": ("int64", lambda C, S, K, M, Ep, F: [C, K], lambda C, S, K, M, Ep, F: [1, K]),
+    "absolute": ("float32", lambda C, S, K, M, Ep, F: [C, S, M], lambda C, S, K, M, Ep, F: [1, S, M]),
+    "absolute_episodes": ("float32", lambda C, S, K, M, Ep, F: [C, S, Ep * F], lambda C, S, K, M, Ep, F: [1, S, Ep * F]),
+}  # fmt: skip
+
+
+def _spec(path: Path) -> dict:
+    return {"driver": "zarr", "kvstore": {"driver": "file", "path": str(path)}}
+
+
+def _write_json_atomic(path: Path, value) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1))
+    os.replace(tmp, path)
+
+
+class ResultsStore:
+    """Writes a sweep's evaluations as they come. Opening an existing store (a resumed sweep)
+    keeps what it holds; `coords` must match it."""
+
+    def __init__(self, directory: str | Path, coords: dict):
+        """coords: {"cells": [...], "num_seeds": S, "metrics": [...], "num_evals": K,
+        "eval_episodes": Ep, "absolute_factor": F}."""
+        self.directory = Path(directory)
+        coords_path = self.directory / "coords.json"
+        if coords_path.exists():
+            saved = json.loads(coords_path.read_text())
+            if saved != coords:
+                raise ValueError(f"{self.directory} holds the results of a different sweep (coords.json differs)")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        dims = (len(coords["cells"]), coords["num_seeds"], coords["num_evals"], len(coords["metrics"]),
+                coords["eval_episodes"], coords["absolute_factor"])  # fmt: skip
+        self.arrays = {}
+        for name, (dtype, shape, chunk) in _ARRAYS.items():
+            fill = -1 if dtype == "int64" else np.nan
+            self.arrays[name] = ts.open(
+                _spec(self.directory / f"{name}.zarr"), create=True, open=True, dtype=dtype, shape=shape(*dims),
+                chunk_layout=ts.ChunkLayout(chunk_shape=chunk(*dims)), fill_value=fill,
+            ).result()  # fmt: skip
+        if not coords_path.exists():
+            _write_json_atomic(coords_path, coords)  # last: a store without coords.json is recreated
+        self.coords = coords
+
+    def write_eval(self, cell: int, k: int, step: int, metrics: np.ndarray, episodes: np.ndarray) -> None:
+        """Evaluation k of `cell`: metrics [S, M], episodes [S, Ep'] (Ep' <= Ep; the rest stays NaN).
+
+        The step is written last: a reader trusts an evaluation only once its step is there.
+        """
+        ep = np.full(self.arrays["episodes"].shape[-1:], np.nan, np.float32)
+        ep = np.broadcast_to(ep, (metrics.shape[0], ep.shape[0])).copy()
+        ep[:, : episodes.shape[1]] = episodes
+        self.arrays["evals"][cell, :, k, :].write(np.asarray(metrics, np.float32)).result()
+        self.arrays["episodes"][cell, :, k, :].write(ep).result()
+        self.arrays["eval_steps"][cell, k].write(np.int64(step)).result()
+
+    def write_absolute(self, cell: int, metrics: np.ndarray, episodes: np.ndarray) -> None:
+        """The absolute metric of `cell`: metrics [S, M], episodes [S, Ep' * F]."""
+        ep = np.full((metrics.shape[0], self.arrays["absolute_episodes"].shape[-1]), np.nan, np.float32)
+        ep[:, : episodes.shape[1]] = episodes
+        self.arrays["absolute_episodes"][cell].write(ep).result()
+        self.arrays["absolute"][cell].write(np.asarray(metrics, np.float32)).result()
+
+    def written(self, cell: int) -> int:
+        """Evaluations of `cell` whose step is written."""
+        return int(np.sum(self.arrays["eval_steps"][cell].read().result() >= 0))
+
+
+def load(directory: str | Path) -> Results:
+    """A sweep's results (`<sweep_dir>` or `<sweep_dir>/results`) as numpy arrays with their labels.
+
+    Evaluations whose step was never written (a sweep still running, or killed) are NaN.
+    """
+    directory = Path(directory)
+    if not (directory / "coords.json").exists() and (directory / "results" / "coords.json").exists():
+        directory = directory / "results"
+    if not (directory / "coords.json").exists():
+        raise FileNotFoundError(f"no results store in {directory} (coords.json is missing)")
+    coords = json.loads((directory / "coords.json").read_text())
+    read = {name: ts.open(_spec(directory / f"{name}.zarr")).result().read().result() for name in _ARRAYS}
+    steps = read["eval_steps"]  # [C, K]
+    unwritten = steps < 0
+    evals = np.where(unwritten[:, None, :, None], np.nan, read["evals"])
+    episodes = np.where(unwritten[:, None, :, None], np.nan, read["episodes"])
+    return Results(
+        cells=coords["cells"], num_seeds=coords["num_seeds"], metrics=tuple(coords["metrics"]), eval_steps=steps,
+        evals=evals, episode_returns=episodes, absolute=read["absolute"],
+        absolute_episode_returns=read["absolute_episodes"], absolute_factor=coords["absolute_factor"],
+    )  # fmt: skip

@@ -1,0 +1,311 @@
+"""`marljax sweep FILE`: every cell of a sweep with its seeds, traced axes vmapped in one program.
+
+A program (see `sweep_spec`) runs R = cells x seeds rows as the `seed` axis of one
+compiled chunk: row (cell c, seed i) starts from seed index i's key (the same key
+in every cell, so cells are compared on paired seeds) and carries cell c's
+hyperparameters in its state (`LearnerState.hparams`). Each row therefore runs what
+`marljax train cells/<c>/config.yaml` runs for seed i, and the rows never mix.
+
+Chunks end at every evaluation (`eval_every` updates; by default 20 evaluations per
+run). After each: one metrics.jsonl row per cell, an evaluation of every row written
+to the results store, each row's best parameters so far kept (by evaluation return),
+a checkpoint of the program when one is due. At the end of a program its best
+parameters are re-evaluated with 10x the episodes (the absolute metric).
+
+    <out_dir>/sweep.yaml             the sweep as resolved; a rerun must match it
+    <out_dir>/progress.json          programs finished (a rerun skips them)
+    <out_dir>/cells/<cell>/          config.yaml, metrics.jsonl, returns.png: like `marljax train`
+    <out_dir>/programs/<p>/checkpoints   a killed program resumes from here
+    <out_dir>/results/               the results store (marljax.results)
+    <out_dir>/metrics.json           marl-eval's format
+    <out_dir>/report/                report.md, report.csv, curves.png, final.png
+
+Rerunning the same command continues a killed sweep: finished programs are skipped,
+an unfinished one resumes from its newest checkpoint, and because every random draw
+is keyed by seed index and update, the numbers come out as in an uninterrupted sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import yaml
+
+from marljax.checkpoint import Checkpointer, abstract_like
+from marljax.config import ConfigError, dump_yaml
+from marljax.evaluate import ABSOLUTE_FACTOR, eval_keys, keep_best, make_evaluator
+from marljax.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, write_jsonl_atomic
+from marljax.parallel.mesh import seed_keys, shard_trainer
+from marljax.results import METRICS, ResultsStore, load
+from marljax.run import check_agent_axis, chunk_sizes, make_adapter, make_trainer
+from marljax.parallel.mesh import build_mesh, mesh_layout
+from marljax.sweep_spec import Program, Sweep
+from marljax.types import HParams
+
+DEFAULT_EVALUATIONS = 20  # eval_every when the sweep leaves it 0: this many evaluations per run
+_ABSOLUTE_EVALUATION = 0x7FFFFFFF  # the key index of the absolute metric's episodes
+
+
+class SweepResult(NamedTuple):
+    out_dir: Path
+    ran: list[str]  # programs run (or continued) by this call
+    skipped: list[str]  # programs already finished
+    report: dict  # name -> path of the report files
+
+
+def eval_every(config) -> int:
+    return config.eval_every or max(1, config.num_updates // DEFAULT_EVALUATIONS)
+
+
+def _prepare(program: Program):
+    """Env, mesh and trainer of a program: everything that can fail on input, before compiling."""
+    config = program.config
+    env = make_adapter(config)
+    if getattr(env, "host", False) or config.mode != "anakin":
+        raise ConfigError(f"program {program.name}: mode", "sweeps run on device (mode=anakin, JaxMARL envs)")
+    check_agent_axis(config, env)
+    mesh = build_mesh(config)
+    return env, mesh, make_trainer(config, env, mesh_layout(mesh))
+
+
+def _coords(sweep: Sweep) -> dict:
+    return {
+        "cells": [{"name": c.name, "algo": c.config.algo, "env": c.config.env, "values": c.values} for c in sweep.cells],
+        "num_seeds": sweep.seeds,
+        "metrics": list(METRICS),
+        "num_evals": max(len(chunk_sizes(p.config.num_updates, eval_every(p.config))) for p in sweep.programs),
+        "eval_episodes": max(c.config.eval_episodes for c in sweep.cells),
+        "absolute_factor": ABSOLUTE_FACTOR,
+    }
+
+
+def _claim_out_dir(sweep: Sweep, overwrite: bool, log) -> None:
+    """Start or continue the sweep in out_dir; refuse a directory that holds a different sweep."""
+    out = sweep.out_dir
+    spec_path = out / "sweep.yaml"
+    if overwrite and out.exists():
+        log(f"overwrite=true: removing {out}")
+        shutil.rmtree(out)
+    if spec_path.exists():
+        saved = yaml.safe_load(spec_path.read_text())
+        if saved != sweep.spec:
+            raise ConfigError(
+                "out_dir",
+                f"{out} holds a different sweep (its sweep.yaml differs); continue that one with its own file, "
+                "replace it with overwrite=true, or set out_dir",
+            )
+    elif out.exists() and any(out.iterdir()):
+        raise ConfigError("out_dir", f"{out} is not empty and holds no sweep; choose another out_dir")
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = spec_path.with_name("sweep.yaml.tmp")
+    tmp.write_text(yaml.safe_dump(sweep.spec, sort_keys=False))
+    tmp.replace(spec_path)
+
+
+def _done(out: Path) -> list[str]:
+    path = out / "progress.json"
+    return json.loads(path.read_text())["done"] if path.exists() else []
+
+
+def _mark_done(out: Path, name: str) -> None:
+    done = _done(out) + [name]
+    tmp = out / "progress.json.tmp"
+    tmp.write_text(json.dumps({"done": done}))
+    tmp.replace(out / "progress.json")
+
+
+def run_sweep(
+    sweep: Sweep, log: Callable[[str], None] = print, *, overwrite: bool = False, progress: bool = True,
+    max_chunks: int | None = None,
+) -> SweepResult:  # fmt: skip
+    """Run (or continue) every program of `sweep`, then write marl-eval's JSON and the report.
+
+    `max_chunks` stops after that many chunks in all, as if the process had been killed
+    there (tests); what was written stays valid and a rerun continues from it.
+    """
+    prepared = [_prepare(p) for p in sweep.programs]  # errors before anything runs
+    _claim_out_dir(sweep, overwrite, log)
+    log(sweep.describe())
+    store = ResultsStore(sweep.out_dir / "results", _coords(sweep))
+    done = _done(sweep.out_dir)
+    bar = _bar(progress, len(sweep.cells) * sweep.seeds, sum(len(p.cells) * sweep.seeds for p in sweep.programs if p.name in done))
+    ran, skipped, budget = [], [], [max_chunks]
+    try:
+        for program, (env, mesh, trainer) in zip(sweep.programs, prepared):
+            if program.name in done:
+                skipped.append(program.name)
+                continue
+            ran.append(program.name)
+            finished = _run_program(sweep, program, env, mesh, trainer, store, log, progress, budget)
+            if not finished:
+                return SweepResult(sweep.out_dir, ran, skipped, {})
+            _mark_done(sweep.out_dir, program.name)
+            if bar is not None:
+                bar.update(len(program.cells) * sweep.seeds)
+    finally:
+        if bar is not None:
+            bar.close()
+    if skipped:
+        log(f"already finished, not rerun: {', '.join(skipped)}")
+    return SweepResult(sweep.out_dir, ran, skipped, finish(sweep.out_dir, log))
+
+
+def finish(out_dir: Path, log: Callable[[str], None] = print) -> dict:
+    """marl-eval's metrics.json and the report of the sweep in `out_dir` (what `marljax report` does)."""
+    from marljax.marl_eval import write_marl_eval
+    from marljax.report import format_table, summarize, write_report
+
+    results = load(out_dir)
+    write_marl_eval(results, Path(out_dir) / "metrics.json")
+    paths = write_report(results, Path(out_dir) / "report")
+    log(format_table(summarize(results)))
+    log(f"report: {paths['report.md'] if 'report.md' in paths else Path(out_dir) / 'report'}; marl-eval: {Path(out_dir) / 'metrics.json'}")
+    return paths
+
+
+def _row_hparams(program: Program, seeds: int) -> HParams:
+    """Every row's hyperparameters [R]: cell c's values for its `seeds` rows."""
+    return HParams(
+        *(
+            jnp.asarray([getattr(c.config, name) for c in program.cells for _ in range(seeds)], jnp.float32)
+            for name in HParams._fields
+        )
+    )
+
+
+def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: ResultsStore, log, progress, budget) -> bool:
+    """Run one program to its end (True) or until the chunk budget is spent (False)."""
+    config, S = program.config, sweep.seeds
+    fns = shard_trainer(trainer, mesh)
+    every = eval_every(config)
+    schedule = chunk_sizes(config.num_updates, every)
+    seed_index = jnp.tile(jnp.arange(S), len(program.cells))  # [R]
+    hp_sharding = fns.shardings.learner.hparams
+
+    def fresh():
+        state = fns.init(jnp.tile(seed_keys(config.seed, S), (len(program.cells), 1)))
+        hparams = jax.device_put(_row_hparams(program, S), hp_sharding)
+        state = state.replace(learner=state.learner.replace(hparams=hparams))
+        best = jax.tree.map(lambda x: x.copy(), state.learner.params)  # a copy: the chunk donates the state
+        return {"state": state, "best_params": best, "best_score": jax.device_put(jnp.full(program.rows, -jnp.inf), hp_sharding.lr)}
+
+    target = abstract_like(
+        {"state": fns.shapes, "best_params": fns.shapes.learner.params, "best_score": jax.ShapeDtypeStruct((program.rows,), jnp.float32)},
+        {"state": fns.shardings, "best_params": fns.shardings.learner.params, "best_score": hp_sharding.lr},
+    )  # fmt: skip
+    checkpointer = Checkpointer(sweep.out_dir / "programs" / str(program.index) / "checkpoints", config.keep_checkpoints, log)
+    try:
+        start, run = 0, None
+        if checkpointer.steps():
+            restored = checkpointer.restore_latest(target)
+            if restored is not None:
+                run, meta = restored
+                start = int(meta["update"])
+                log(f"program {program.name}: resumed at update {start} of {config.num_updates}")
+        run = fresh() if run is None else run
+        writers = _cell_writers(sweep, program, start)
+        evaluate = make_evaluator(trainer, config.eval_episodes, config.eval_greedy)
+        done_chunks = len(chunk_sizes(start, every)) if start else 0
+        todo = schedule[done_chunks:]
+        t0 = time.perf_counter()
+        compiled = {n: fns.chunk.lower(run["state"], n).compile() for n in sorted(set(todo))}
+        log(
+            f"program {program.index + 1}/{len(sweep.programs)} {program.name}: {len(program.cells)} cell(s) x {S} seeds "
+            f"= {program.rows} rows, {config.num_updates} updates, evaluation every {every}; compiled in "
+            f"{time.perf_counter() - t0:.1f}s"
+        )
+        bar = _bar(progress, config.num_updates, start, leave=False, desc=program.name[:40])
+        update, saved = start, start
+        try:
+            for k, n in enumerate(todo, start=done_chunks):
+                if budget[0] is not None:
+                    if budget[0] <= 0:
+                        checkpointer.wait()
+                        return False
+                    budget[0] -= 1
+                t = time.perf_counter()
+                state, metrics = compiled[n](run["state"])
+                metrics = jax.device_get(metrics)
+                wall = time.perf_counter() - t
+                update += n
+                result = evaluate(state.learner.params, eval_keys(config.seed, seed_index, update))
+                score = jnp.mean(result.returns, axis=1)  # [R]
+                best_params, best_score = keep_best(run["best_params"], run["best_score"], state.learner.params, score)
+                run = {"state": state, "best_params": best_params, "best_score": best_score}
+                _record(sweep, program, store, writers, metrics, jax.device_get(result), k, update, n, wall, env)
+                if update == config.num_updates or (config.checkpoint_every and update - saved >= config.checkpoint_every):
+                    checkpointer.save(update, run, {"config": config.to_dict(), "program": program.name})
+                    saved = update
+                if bar is not None:
+                    bar.update(n)
+            checkpointer.wait()
+        finally:
+            for w in writers:
+                w.close()
+            if bar is not None:
+                bar.close()
+        absolute = make_evaluator(trainer, config.eval_episodes * ABSOLUTE_FACTOR, config.eval_greedy)
+        result = jax.device_get(absolute(run["best_params"], eval_keys(config.seed, seed_index, _ABSOLUTE_EVALUATION)))
+        for ci, cell in enumerate(program.cells):
+            rows = slice(ci * S, (ci + 1) * S)
+            store.write_absolute(cell.index, _eval_metrics(result, rows), result.returns[rows])
+            if config.plot:
+                cell_dir = sweep.out_dir / "cells" / cell.dirname
+                plot_returns(read_jsonl(cell_dir / "metrics.jsonl"), cell_dir / "returns.png", f"{cell.name}, {S} seed(s)")
+        return True
+    finally:
+        checkpointer.close()
+
+
+def _eval_metrics(result, rows: slice) -> np.ndarray:
+    """[S, M] in METRICS order: mean return and mean episode length of each row's episodes."""
+    return np.stack([result.returns[rows].mean(axis=1), result.lengths[rows].mean(axis=1)], axis=1)
+
+
+def _cell_writers(sweep: Sweep, program: Program, start: int) -> list[JsonlWriter]:
+    """Each cell's directory like a `marljax train` run's; metrics rows after `start` are dropped."""
+    writers = []
+    for cell in program.cells:
+        cell_dir = sweep.out_dir / "cells" / cell.dirname
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        (cell_dir / "config.yaml").write_text(dump_yaml(cell.config))
+        path = cell_dir / "metrics.jsonl"
+        rows = [r for r in read_jsonl(path) if r["update"] <= start] if path.exists() and start else []
+        write_jsonl_atomic(path, rows)
+        writers.append(JsonlWriter(path))
+    return writers
+
+
+def _record(sweep, program, store, writers, metrics, result, k: int, update: int, n: int, wall: float, env) -> None:
+    """One metrics.jsonl row per cell and evaluation k of every cell in the results store."""
+    config, S = program.config, sweep.seeds
+    steps_per_update = config.num_steps * config.num_envs  # one run's
+    groups = tuple((g.name, g.size) for g in env.groups)
+    for ci, (cell, writer) in enumerate(zip(program.cells, writers)):
+        rows = slice(ci * S, (ci + 1) * S)
+        row = chunk_row(
+            jax.tree.map(lambda x: x[rows], metrics), update=update, env_steps=update * steps_per_update * S,
+            wall_s=wall, chunk_env_steps=n * steps_per_update * S, num_agents=env.num_agents, groups=groups,
+        )  # fmt: skip
+        per_seed = result.returns[rows].mean(axis=1)
+        row.update(
+            eval_return=float(per_seed.mean()), eval_return_per_seed=[float(v) for v in per_seed],
+            eval_episode_length=float(result.lengths[rows].mean()),
+        )  # fmt: skip
+        writer.write(row)
+        store.write_eval(cell.index, k, update * steps_per_update, _eval_metrics(result, rows), result.returns[rows])
+
+
+def _bar(enabled: bool, total: int, initial: int = 0, **kwargs):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, **kwargs)

@@ -1,0 +1,270 @@
+"""Sweep files: a `base` config, grid `axes`, optional `zip` axes, `seeds`; expanded into cells and programs.
+
+    name: lr_sweep                 # optional; default: the file's stem
+    base: {env: MPE_simple_spread_v3, total_timesteps: 1e6, eval_every: 10}
+    axes:                          # the grid: every combination is a cell
+      lr: [1e-4, 3e-4, 1e-3]
+      param_sharing: [shared, independent]
+    zip:                           # optional: varied together, position by position
+      clip_eps: [0.1, 0.2]
+      ent_coef: [0.0, 0.01]
+    seeds: 8                       # runs per cell (seed indices 0..7 of base.seed)
+    traced: [lr]                   # optional; default: every traceable axis
+    out_dir: runs/sweeps/lr_sweep  # optional
+
+A *cell* is one point of the grid; it runs with `seeds` seeds. Axes over values that
+can be traced (TRACEABLE: the hyperparameters a trainer carries in its state) are
+batched with `vmap` inside one compiled *program* together with the seeds; structural
+axes (algo, env, network sizes, sharing mode, ...) change the program, so every
+combination of them is a program of its own. Every error names the key and what is
+allowed, before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from marljax.config import Config, ConfigError, MeshConfig, _merge, _parse_scalar, _set_dotted, _unknown_key, from_dict
+from marljax.types import HParams
+
+TRACEABLE = HParams._fields  # carried as traced scalars in LearnerState.hparams
+SWEEP_KEYS = ("name", "base", "axes", "zip", "seeds", "traced", "out_dir")
+SET_BY_SWEEP = ("num_seeds", "out_dir", "resume", "overwrite", "progress")  # not allowed in base or axes
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    index: int
+    name: str  # "lr=0.001,param_sharing=shared": the varied values, unique in the sweep
+    values: dict  # dotted key -> value, for every axis
+    config: Config  # base + values, num_seeds = seeds: `marljax train` of it gives the same runs
+
+    @property
+    def dirname(self) -> str:
+        """The cell's directory under <out_dir>/cells: its name without '=' and ','."""
+        return self.name.replace("=", "-").replace(",", "_")
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """Cells that differ only in traced values: one compiled program with len(cells) * seeds rows."""
+
+    index: int
+    name: str  # the structural values ("algo=mappo,param_sharing=shared"), or "all"
+    cells: tuple[Cell, ...]
+    config: Config  # the first cell's config with num_seeds = len(cells) * seeds
+
+    @property
+    def rows(self) -> int:
+        return self.config.num_seeds
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    name: str
+    out_dir: Path
+    seeds: int
+    traced: tuple[str, ...]  # axis keys batched with vmap
+    structural: tuple[str, ...]  # axis keys that compile separately
+    cells: tuple[Cell, ...]
+    programs: tuple[Program, ...]
+    spec: dict  # the sweep as resolved (overrides applied): written beside the results
+
+    def describe(self) -> str:
+        trace = ", ".join(f"{k} ({len(_axis_values(self, k))})" for k in self.traced) or "none"
+        struct = ", ".join(f"{k} ({len(_axis_values(self, k))})" for k in self.structural) or "none"
+        return (
+            f"sweep {self.name}: {len(self.cells)} cell(s) x {self.seeds} seed(s) = {len(self.cells) * self.seeds} runs "
+            f"in {len(self.programs)} compiled program(s)\n"
+            f"  traced (vmapped with the seeds inside one program): {trace}\n"
+            f"  structural (one program per combination): {struct}"
+        )
+
+
+def _axis_values(sweep: Sweep, key: str) -> list:
+    seen = []
+    for c in sweep.cells:
+        if c.values[key] not in seen:
+            seen.append(c.values[key])
+    return seen
+
+
+def _config_keys() -> set[str]:
+    return {f.name for f in dataclasses.fields(Config)} | {f"mesh.{f.name}" for f in dataclasses.fields(MeshConfig)}
+
+
+def _check_key(where: str, key: str) -> None:
+    """Axis keys are Config fields, dotted for sections (mesh.data, env_kwargs.scenario)."""
+    if key.startswith("env_kwargs."):
+        return
+    if key not in _config_keys() or key == "mesh":
+        raise _unknown_key(f"{where}.{key}", sorted(_config_keys() - {"mesh"}))
+    if key in SET_BY_SWEEP:
+        raise ConfigError(f"{where}.{key}", f"is set by the sweep (seeds, out_dir); remove it from {where}")
+
+
+def _values_list(where: str, values: Any) -> list:
+    if not isinstance(values, list):
+        raise ConfigError(where, f"expected a list of values, got {values!r}")
+    if not values:
+        raise ConfigError(where, "is empty; give at least one value")
+    values = [_parse_scalar(v) if isinstance(v, str) else v for v in values]  # 1e-4 is a string to YAML
+    dupes = sorted({repr(v) for v in values if values.count(v) > 1})
+    if dupes:
+        raise ConfigError(where, f"repeats {', '.join(dupes)}; every value must be distinct")
+    return values
+
+
+def _flatten(tree: Mapping, prefix: str = "") -> dict:
+    """{"mesh": {"data": 2}} -> {"mesh.data": 2}; env_kwargs values stay whole under their dotted key."""
+    out = {}
+    for k, v in tree.items():
+        full = f"{prefix}{k}"
+        if isinstance(v, Mapping) and (full == "mesh" or full == "env_kwargs"):
+            out.update(_flatten(v, f"{full}."))
+        else:
+            out[full] = v
+    return out
+
+
+def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
+    """Read and check a sweep file; `overrides` (key=value) change `base`, or `seeds=` / `out_dir=`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("sweep", f"file not found: {path}")
+    spec = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(spec, dict):
+        raise ConfigError("sweep", f"{path} must hold a mapping with keys {', '.join(SWEEP_KEYS)}")
+    spec.setdefault("name", path.stem)
+    for arg in overrides:
+        if "=" not in arg:
+            raise ConfigError(arg, "expected key=value (for example seeds=4 or total_timesteps=2e5)")
+        key, text = (s.strip() for s in arg.split("=", 1))
+        if key in ("seeds", "out_dir", "name"):
+            spec[key] = _parse_scalar(text)
+        else:
+            base = dict(spec.get("base") or {})
+            _set_dotted(base, key, _parse_scalar(text))
+            spec["base"] = base
+    return expand(spec)
+
+
+def expand(spec: Mapping[str, Any]) -> Sweep:
+    """Check a sweep mapping and expand it into cells and programs."""
+    for key in spec:
+        if key not in SWEEP_KEYS:
+            close = difflib.get_close_matches(str(key), SWEEP_KEYS, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"sweep.{key}", f"unknown key{hint}; allowed: {', '.join(SWEEP_KEYS)}")
+    base = spec.get("base") or {}
+    if not isinstance(base, Mapping):
+        raise ConfigError("base", "expected a mapping of config keys to values")
+    base_flat = _flatten(base)
+    for key in base_flat:
+        _check_key("base", key)
+    axes = spec.get("axes") or {}
+    zipped = spec.get("zip") or {}
+    for where, table in (("axes", axes), ("zip", zipped)):
+        if not isinstance(table, Mapping):
+            raise ConfigError(where, "expected a mapping of config keys to lists of values")
+    if not axes and not zipped:
+        raise ConfigError("axes", "a sweep needs at least one axis (axes or zip)")
+    grid = {k: _values_list(f"axes.{k}", v) for k, v in axes.items()}
+    zip_values = {k: _values_list(f"zip.{k}", v) for k, v in zipped.items()}
+    for where, table in (("axes", grid), ("zip", zip_values)):
+        for key in table:
+            _check_key(where, key)
+            if key in base_flat:
+                raise ConfigError(
+                    f"{where}.{key}", f"is also set in base ({base_flat[key]!r}); a key is either fixed in base or swept"
+                )
+    both = sorted(set(grid) & set(zip_values))
+    if both:
+        raise ConfigError(f"zip.{both[0]}", "is also an axis in axes; sweep it in one of them")
+    lengths = {len(v) for v in zip_values.values()}
+    if len(lengths) > 1:
+        raise ConfigError("zip", f"every zip axis needs the same number of values, got {({k: len(v) for k, v in zip_values.items()})}")
+
+    seeds = spec.get("seeds", 1)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ConfigError("seeds", f"must be a positive integer (runs per cell), got {seeds!r}")
+
+    axis_keys = list(grid) + list(zip_values)
+    traced_spec = spec.get("traced")
+    if traced_spec is None:
+        traced = tuple(k for k in axis_keys if k in TRACEABLE)
+    else:
+        if not isinstance(traced_spec, list):
+            raise ConfigError("traced", f"expected a list of axis keys, got {traced_spec!r}")
+        for key in traced_spec:
+            if key not in axis_keys:
+                raise ConfigError(f"traced.{key}", f"is not an axis; the axes are {', '.join(axis_keys)}")
+            if key not in TRACEABLE:
+                raise ConfigError(
+                    f"traced.{key}",
+                    f"is structural (it changes the compiled program) and can't be traced; traceable: {', '.join(TRACEABLE)}",
+                )
+        traced = tuple(k for k in axis_keys if k in traced_spec)
+    structural = tuple(k for k in axis_keys if k not in traced)
+
+    # every combination of the grid, times every zip position
+    zip_rows = [dict(zip(zip_values, vals)) for vals in zip(*zip_values.values())] or [{}]
+    combos = [dict(zip(grid, vals)) | z for vals in itertools.product(*grid.values()) for z in zip_rows]
+    varied = [k for k in axis_keys if len({repr(c[k]) for c in combos}) > 1] or axis_keys
+    name = str(spec.get("name") or "sweep")
+    cells = []
+    for i, values in enumerate(combos):
+        cell_name = ",".join(f"{k}={_label(values[k])}" for k in varied)
+        cells.append(Cell(i, cell_name, values, _cell_config(base, values, seeds, f"cell {cell_name}")))
+
+    programs: list[Program] = []
+    by_structure: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        by_structure.setdefault(tuple(repr(cell.values[k]) for k in structural), []).append(cell)
+    for i, members in enumerate(by_structure.values()):
+        pname = ",".join(f"{k}={_label(members[0].values[k])}" for k in structural if k in varied) or "all"
+        rows = len(members) * seeds
+        config = _with(members[0].config, num_seeds=rows, where=f"program {pname}")
+        programs.append(Program(i, pname, tuple(members), config))
+    out_dir = Path(str(spec.get("out_dir") or Path("runs") / "sweeps" / name))
+    resolved = {k: v for k, v in spec.items()} | {"seeds": seeds, "out_dir": str(out_dir), "name": name}
+    return Sweep(name, out_dir, seeds, traced, structural, tuple(cells), tuple(programs), _plain(resolved))
+
+
+def _label(value: Any) -> str:
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", text)
+
+
+def _cell_config(base: Mapping, values: Mapping, seeds: int, where: str) -> Config:
+    tree: dict = _merge({}, base)
+    for key, value in values.items():
+        _set_dotted(tree, key, value)
+    tree.update(num_seeds=seeds, progress=False)
+    try:
+        return from_dict(tree)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc.field}", str(exc).split(": ", 1)[1]) from None
+
+
+def _with(config: Config, *, where: str, **changes) -> Config:
+    try:
+        return from_dict(_merge(config.to_dict(), changes))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc.field}", str(exc).split(": ", 1)[1]) from None
+
+
+def _plain(tree: Any) -> Any:
+    """YAML-safe copy (tuples to lists)."""
+    if isinstance(tree, Mapping):
+        return {str(k): _plain(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [_plain(v) for v in tree]
+    return tree

@@ -1,0 +1,249 @@
+"""Sweeps: grid expansion, traced/structural split, file errors, the runner (resume, reruns,
+vmapped rows equal to single runs), the results store and the report command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from marljax.cli import main
+from marljax.config import ConfigError, load_config
+from marljax.results import ResultsStore, load
+from marljax.run import make_adapter, make_trainer
+from marljax.sweep import run_sweep
+from marljax.sweep_spec import expand, load_sweep
+
+TINY = {"num_envs": 8, "num_steps": 16, "total_timesteps": 1536, "eval_every": 3, "eval_episodes": 4,
+        "checkpoint_every": 3, "plot": False}  # 12 updates, an evaluation and a checkpoint every 3  # fmt: skip
+TIMING = ("wall_s", "env_steps_per_s")
+
+
+def _spec(out: Path | None = None, **extra) -> dict:
+    spec = {"base": dict(TINY), "axes": {"lr": [1e-3, 3e-3], "param_sharing": ["shared", "independent"]}, "seeds": 2}
+    if out is not None:
+        spec["out_dir"] = str(out)
+    return spec | extra
+
+
+# ------------------------------------------------------------------- the sweep file
+
+
+def test_grid_expansion_and_traced_structural_split():
+    sweep = expand(_spec(zip={"ent_coef": [0.0, 0.01, 0.02], "clip_eps": [0.1, 0.2, 0.3]}))
+    assert len(sweep.cells) == 2 * 2 * 3
+    assert sweep.traced == ("lr", "ent_coef", "clip_eps") and sweep.structural == ("param_sharing",)
+    assert [len(p.cells) for p in sweep.programs] == [6, 6]
+    assert [p.rows for p in sweep.programs] == [12, 12]
+    # zip axes move together: (0.0, 0.1), (0.01, 0.2), (0.02, 0.3), never (0.0, 0.3)
+    pairs = {(c.values["ent_coef"], c.values["clip_eps"]) for c in sweep.cells}
+    assert pairs == {(0.0, 0.1), (0.01, 0.2), (0.02, 0.3)}
+    for program in sweep.programs:  # a program's cells share every structural value
+        assert len({c.config.param_sharing for c in program.cells}) == 1
+    cell = sweep.cells[0]
+    assert cell.config.lr == 1e-3 and cell.config.num_seeds == 2 and cell.name.startswith("lr=0.001,")
+    assert len({c.name for c in sweep.cells}) == len(sweep.cells)
+    assert "traced (vmapped" in sweep.describe() and "param_sharing (2)" in sweep.describe()
+
+
+def test_traced_list_forces_structural_compiles():
+    sweep = expand(_spec(traced=[]))
+    assert sweep.traced == () and len(sweep.programs) == 4 and all(p.rows == 2 for p in sweep.programs)
+
+
+@pytest.mark.parametrize(
+    "change, field, words",
+    [
+        ({"axis": {"lr": [1e-3]}}, "sweep.axis", "did you mean 'axes'"),
+        ({"axes": {"learning_rate": [1e-3]}}, "axes.learning_rate", "unknown key"),
+        ({"axes": {"lr": []}}, "axes.lr", "is empty"),
+        ({"axes": {"lr": 1e-3}}, "axes.lr", "expected a list"),
+        ({"axes": {"lr": [1e-3, 1e-3]}}, "axes.lr", "distinct"),
+        ({"base": {**TINY, "lr": 1e-3}}, "axes.lr", "also set in base"),
+        ({"traced": ["param_sharing"]}, "traced.param_sharing", "is structural"),
+        ({"traced": ["gamma"]}, "traced.gamma", "is not an axis"),
+        ({"zip": {"lr": [1e-3, 2e-3]}}, "zip.lr", "also an axis"),
+        ({"zip": {"gamma": [0.9, 0.99], "ent_coef": [0.0]}}, "zip", "same number of values"),
+        ({"seeds": 0}, "seeds", "positive integer"),
+        ({"base": {**TINY, "num_seeds": 4}}, "base.num_seeds", "set by the sweep"),
+        ({"axes": {"num_minibatches": [3]}}, "cell num_minibatches=3: num_minibatches", "must divide num_steps"),
+        ({"axes": {"param_sharing": ["shared", "everything"]}}, "cell param_sharing=everything: param_sharing", "allowed"),
+    ],
+)
+def test_malformed_sweeps_are_refused_with_the_key(change, field, words):
+    with pytest.raises(ConfigError) as info:
+        expand(_spec() | change)
+    assert info.value.field == field and words in str(info.value)
+
+
+def test_cli_refuses_a_bad_sweep_file_before_compiling(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("base: {lr: 1e-3}\naxes: {lr: [1e-3, 3e-3]}\n")
+    assert main(["sweep", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "axes.lr" in err and "also set in base" in err
+    assert not (Path("runs") / "sweeps" / "bad").exists()
+
+
+def test_overrides_change_base_and_seeds(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(_spec(tmp_path / "out")))  # JSON is YAML
+    sweep = load_sweep(path, ["seeds=3", "gamma=0.9"])
+    assert sweep.seeds == 3 and all(c.config.gamma == 0.9 and c.config.num_seeds == 3 for c in sweep.cells)
+    with pytest.raises(ConfigError, match="lr"):
+        load_sweep(path, ["lr=1e-3"])  # an axis can't also be fixed
+
+
+# ------------------------------------------------------------------- the results store
+
+
+def test_results_store_round_trip(tmp_path):
+    coords = {"cells": [{"name": "a", "algo": "ippo", "env": "MPE_x", "values": {"lr": 0.1}},
+                        {"name": "b", "algo": "ippo", "env": "MPE_x", "values": {"lr": 0.2}}],
+              "num_seeds": 3, "metrics": ["return", "episode_length"], "num_evals": 4,
+              "eval_episodes": 5, "absolute_factor": 10}  # fmt: skip
+    store = ResultsStore(tmp_path, coords)
+    m = np.arange(6, dtype=np.float32).reshape(3, 2)
+    store.write_eval(1, 2, 300, m, np.ones((3, 4), np.float32))  # 4 of 5 episodes: the 5th stays NaN
+    store.write_absolute(0, m + 1, np.zeros((3, 50), np.float32))
+    res = load(tmp_path.parent / tmp_path.name)
+    assert res.eval_steps.tolist() == [[-1, -1, -1, -1], [-1, -1, 300, -1]]
+    np.testing.assert_array_equal(res.evals[1, :, 2], m)
+    assert np.isnan(res.evals[0]).all() and np.isnan(res.evals[1, :, :2]).all()
+    np.testing.assert_array_equal(res.episode_returns[1, :, 2, :4], 1.0)
+    assert np.isnan(res.episode_returns[1, :, 2, 4]).all()
+    np.testing.assert_array_equal(res.absolute[0], m + 1)
+    assert res.cells[1]["values"] == {"lr": 0.2} and res.metrics == ("return", "episode_length")
+    assert ResultsStore(tmp_path, coords).written(1) == 1  # reopening keeps what was written
+    with pytest.raises(ValueError, match="different sweep"):
+        ResultsStore(tmp_path, {**coords, "num_seeds": 4})
+
+
+def test_an_evaluation_without_its_step_reads_as_not_written(tmp_path):
+    """The step is written last; values whose step is missing (a kill in between) are NaN."""
+    coords = {"cells": [{"name": "a", "algo": "ippo", "env": "e", "values": {}}], "num_seeds": 2,
+              "metrics": ["return", "episode_length"], "num_evals": 2, "eval_episodes": 1, "absolute_factor": 10}  # fmt: skip
+    store = ResultsStore(tmp_path, coords)
+    store.arrays["evals"][0, :, 0, :].write(np.ones((2, 2), np.float32)).result()  # no step: torn evaluation
+    assert np.isnan(load(tmp_path).evals).all()
+
+
+# ------------------------------------------------------------------- running sweeps
+
+
+def _strip(rows):
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+def _cells_rows(out: Path) -> dict:
+    return {p.name: _strip([json.loads(line) for line in (p / "metrics.jsonl").read_text().splitlines()])
+            for p in sorted((out / "cells").iterdir())}  # fmt: skip
+
+
+def _assert_same_results(a: Path, b: Path) -> None:
+    ra, rb = load(a), load(b)
+    for field in ("eval_steps", "evals", "episode_returns", "absolute", "absolute_episode_returns"):
+        np.testing.assert_array_equal(getattr(ra, field), getattr(rb, field), err_msg=field)
+    assert _cells_rows(a) == _cells_rows(b)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """One uninterrupted sweep: 4 cells (2 traced lr x 2 structural sharing) x 2 seeds."""
+    out = tmp_path_factory.mktemp("sweep") / "ref"
+    logs: list[str] = []
+    result = run_sweep(expand(_spec(out)), log=logs.append, progress=False)
+    return out, result, logs
+
+
+@pytest.mark.slow
+def test_sweep_writes_cells_store_marl_eval_and_report(finished):
+    out, result, logs = finished
+    assert result.ran == ["param_sharing=shared", "param_sharing=independent"] and result.skipped == []
+    res = load(out)
+    assert res.evals.shape == (4, 2, 4, 2) and not np.isnan(res.evals).any()
+    assert res.eval_steps[0].tolist() == [3 * 128, 6 * 128, 9 * 128, 12 * 128]  # env steps of one run
+    assert not np.isnan(res.absolute).any() and res.absolute_episode_returns.shape == (4, 2, 40)
+    # the best parameters' absolute return is one of theirs, re-measured with 10x the episodes:
+    # it must lie within the range of returns those parameters could plausibly get (not a copy)
+    assert not np.array_equal(res.absolute[..., 0], res.evals[..., 0].max(axis=2))
+    for cell in (out / "cells").iterdir():
+        rows = [json.loads(line) for line in (cell / "metrics.jsonl").read_text().splitlines()]
+        assert [r["update"] for r in rows] == [3, 6, 9, 12]
+        assert all(len(r["eval_return_per_seed"]) == 2 for r in rows)
+        assert load_config(cell / "config.yaml").num_seeds == 2
+    metrics = json.loads((out / "metrics.json").read_text())
+    algos = metrics["MPE"]["simple_spread_v3"]
+    assert len(algos) == 4 and set(algos[next(iter(algos))]) == {"seed_0", "seed_1"}
+    report = (out / "report" / "report.md").read_text()
+    assert all(c["name"] in report for c in res.cells)
+    assert (out / "report" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert any("2 compiled program(s)" in line for line in logs)
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_to_the_same_numbers_and_finished_cells_are_not_rerun(tmp_path, finished):
+    ref, _, _ = finished
+    out = tmp_path / "killed"
+    # "killed" after 6 chunks: program 1 done (4 chunks), program 2 stopped after its update 6
+    partial = run_sweep(expand(_spec(out)), log=lambda s: None, progress=False, max_chunks=6)
+    assert partial.report == {} and json.loads((out / "progress.json").read_text())["done"] == ["param_sharing=shared"]
+    assert np.isnan(load(out).evals[1]).any()  # the second program's cells are unfinished
+    logs: list[str] = []
+    resumed = run_sweep(expand(_spec(out)), log=logs.append, progress=False)
+    assert resumed.skipped == ["param_sharing=shared"] and resumed.ran == ["param_sharing=independent"]
+    assert any("resumed at update 6 of 12" in line for line in logs)
+    _assert_same_results(ref, out)
+    again = run_sweep(expand(_spec(out)), log=lambda s: None, progress=False)  # nothing left to run
+    assert again.ran == [] and len(again.skipped) == 2
+    _assert_same_results(ref, out)
+
+
+@pytest.mark.slow
+def test_rerunning_a_sweep_from_scratch_gives_identical_numbers(tmp_path, finished):
+    ref, _, _ = finished
+    run_sweep(expand(_spec(tmp_path / "again")), log=lambda s: None, progress=False)
+    _assert_same_results(ref, tmp_path / "again")
+
+
+def test_a_different_sweep_in_the_same_out_dir_is_refused(tmp_path, finished):
+    ref, _, _ = finished
+    with pytest.raises(ConfigError, match="different sweep"):
+        run_sweep(expand(_spec(ref, seeds=3)), log=lambda s: None, progress=False)
+
+
+@pytest.mark.slow
+def test_a_vmapped_row_runs_what_train_runs_for_its_cell():
+    """Row (cell c, seed i) of a program equals seed i of `marljax train` on cell c's config."""
+    sweep = expand(_spec())
+    program = sweep.programs[0]
+    from marljax.sweep import _row_hparams
+    from marljax.parallel.mesh import seed_keys
+
+    trainer = make_trainer(program.config, make_adapter(program.config))  # unsharded
+    keys = jnp.tile(seed_keys(0, 2), (2, 1))
+    state = jax.vmap(trainer.init)(keys)
+    state = state.replace(learner=state.learner.replace(hparams=_row_hparams(program, 2)))
+    state, _ = jax.jit(jax.vmap(lambda s: trainer.run_updates(s, 4)))(state)
+    for ci, cell in enumerate(program.cells):
+        single = make_trainer(cell.config, make_adapter(cell.config))
+        alone, _ = jax.jit(jax.vmap(lambda s: single.run_updates(s, 4)))(jax.vmap(single.init)(seed_keys(0, 2)))
+        rows = jax.tree.map(lambda x: x[2 * ci : 2 * ci + 2], state.learner.params)
+        for a, b in zip(jax.tree.leaves(rows), jax.tree.leaves(alone.learner.params)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+    # and the cells really trained with their own learning rates
+    first = jax.tree.leaves(state.learner.params)[0]
+    assert not np.allclose(np.asarray(first[:2]), np.asarray(first[2:]), rtol=1e-3)
+
+
+@pytest.mark.slow
+def test_report_command_renders(finished, tmp_path, capsys):
+    ref, _, _ = finished
+    assert main(["report", str(ref)]) == 0
+    printed = capsys.readouterr().out
+    assert "| cell |" in printed and "lr=0.003,param_sharing=independent" in printed
+    assert main(["report", str(tmp_path)]) == 2
