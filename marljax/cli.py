@@ -74,6 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         path, overrides = _split_args(rest)
+        if command == "bench-sweep":
+            from marljax.bench_sweep import DEFAULTS
+
+            overrides = [*DEFAULTS, *overrides]
         config = load_config(path, overrides)
         if command == "train":
             from marljax.checkpoint import CheckpointError

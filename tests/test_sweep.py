@@ -247,3 +247,15 @@ def test_report_command_renders(finished, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| cell |" in printed and "lr=0.003,param_sharing=independent" in printed
     assert main(["report", str(tmp_path)]) == 2
+
+
+@pytest.mark.slow
+def test_bench_sweep_times_the_same_runs_both_ways(capfd):
+    from marljax.bench_sweep import run_sweep_bench
+
+    config = load_config(None, ["num_envs=8", "num_steps=16", "total_timesteps=512", "num_chunks=2", "progress=false"])
+    result = run_sweep_bench(config, log=print, lrs=(1e-3, 3e-3), seeds=2)
+    last = capfd.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last) == result
+    assert result["runs"] == 4 and result["vmapped_run_s"] > 0 and result["sequential_run_s"] > 0
+    assert result["max_param_rel_diff"] < 1e-3  # the vmapped rows are the sequential runs

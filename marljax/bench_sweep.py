@@ -1,0 +1,90 @@
+"""`marljax bench-sweep`: 8 seeds x 4 learning rates as one vmapped program vs 32 runs one after another.
+
+Both sides train the same 32 runs (row (lr, seed i) starts from seed index i's key)
+with the same chunking, and nothing else: no evaluation, no files. The sequential
+side is what `marljax train` does 32 times in one process: build, compile, run.
+Times are taken side by side in one process; the ratio is what this machine says,
+the absolute times mean little on a shared CPU. The last line is JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from marljax.config import Config, replace
+from marljax.parallel.mesh import seed_keys, shard_trainer
+from marljax.run import chunk_sizes, prepare
+from marljax.sweep import _row_hparams
+from marljax.sweep_spec import expand
+
+LRS = (3e-4, 1e-3, 2e-3, 3e-3)
+SEEDS = 8
+# bench-sweep's own defaults (the command line overrides them): 61 updates of 32 envs per run
+DEFAULTS = ("total_timesteps=2.5e5", "num_envs=32", "progress=false", "plot=false")
+
+
+def _timed_run(config: Config, keys: jax.Array, hparams=None) -> tuple[float, float, dict]:
+    """(build+compile seconds, run seconds, final params on the host) of one program."""
+    t0 = time.perf_counter()
+    _, mesh, trainer = prepare(config)
+    fns = shard_trainer(trainer, mesh)
+    state = fns.init(keys)
+    if hparams is not None:
+        state = state.replace(learner=state.learner.replace(hparams=jax.device_put(hparams, fns.shardings.learner.hparams)))
+    schedule = chunk_sizes(config.num_updates, config.updates_per_chunk)
+    compiled = {n: fns.chunk.lower(state, n).compile() for n in sorted(set(schedule))}
+    jax.block_until_ready(state)
+    t1 = time.perf_counter()
+    for n in schedule:
+        state, metrics = compiled[n](state)
+        jax.device_get(metrics)  # as the host loop does after every chunk
+    params = jax.device_get(state.learner.params)
+    return t1 - t0, time.perf_counter() - t1, params
+
+
+def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SEEDS) -> dict:
+    """Time `len(lrs) * seeds` runs both ways; print the figures and a JSON line; return its dict."""
+    base = {k: v for k, v in config.to_dict().items() if k not in ("num_seeds", "out_dir", "resume", "overwrite", "progress", "lr")}
+    sweep = expand({"base": base, "axes": {"lr": list(lrs)}, "seeds": seeds})
+    (program,) = sweep.programs
+    runs, steps = program.rows, config.num_updates * config.num_steps * config.num_envs
+    log(
+        f"bench-sweep: {len(lrs)} learning rates x {seeds} seeds = {runs} runs of {config.num_updates} updates "
+        f"({steps} env steps each) on {config.env}, {jax.devices()[0].platform}"
+    )
+    keys = seed_keys(config.seed, seeds)
+    vm_compile, vm_run, vm_params = _timed_run(program.config, jnp.tile(keys, (len(lrs), 1)), _row_hparams(program, seeds))
+    log(f"  vmapped:    compile {vm_compile:6.1f}s  run {vm_run:7.1f}s  total {vm_compile + vm_run:7.1f}s")
+
+    seq_compile = seq_run = 0.0
+    max_rel = 0.0
+    for ci, cell in enumerate(program.cells):
+        one = replace(cell.config, num_seeds=1)
+        for i in range(seeds):
+            c, r, params = _timed_run(one, keys[i : i + 1])
+            seq_compile, seq_run = seq_compile + c, seq_run + r
+            row = ci * seeds + i
+            for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(vm_params)):
+                a, b = np.asarray(a[0]), np.asarray(b[row])
+                max_rel = max(max_rel, float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-12)))
+    log(f"  sequential: compile {seq_compile:6.1f}s  run {seq_run:7.1f}s  total {seq_compile + seq_run:7.1f}s")
+    total_ratio = (seq_compile + seq_run) / (vm_compile + vm_run)
+    run_ratio = seq_run / vm_run
+    log(f"  speed-up of the vmapped program: {total_ratio:.1f}x end to end, {run_ratio:.1f}x counting run time only")
+    log(f"  same runs: largest parameter difference, relative to the largest parameter: {max_rel:.1e}")
+    result = {
+        "bench": "sweep", "runs": runs, "learning_rates": list(lrs), "seeds": seeds, "updates": config.num_updates,
+        "env_steps_per_run": steps, "num_envs": config.num_envs, "device": jax.devices()[0].platform,
+        "vmapped_compile_s": vm_compile, "vmapped_run_s": vm_run,
+        "sequential_compile_s": seq_compile, "sequential_run_s": seq_run,
+        "speedup_total": total_ratio, "speedup_run_only": run_ratio,
+        "vmapped_env_steps_per_s": runs * steps / vm_run, "sequential_env_steps_per_s": runs * steps / seq_run,
+        "max_param_rel_diff": max_rel,
+    }  # fmt: skip
+    print(json.dumps(result))
+    return result
