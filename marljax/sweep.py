@@ -42,11 +42,11 @@ from marljax.checkpoint import Checkpointer, abstract_like
 from marljax.config import ConfigError, dump_yaml
 from marljax.evaluate import ABSOLUTE_FACTOR, eval_keys, keep_best, make_evaluator
 from marljax.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, write_jsonl_atomic
+from marljax.envs.host import is_host_env
 from marljax.parallel.mesh import seed_keys, shard_trainer
 from marljax.results import METRICS, ResultsStore, load
-from marljax.run import check_agent_axis, chunk_sizes, make_adapter, make_trainer
-from marljax.parallel.mesh import build_mesh, mesh_layout
-from marljax.sweep_spec import Program, Sweep
+from marljax.run import chunk_sizes, prepare
+from marljax.sweep_spec import Program, Sweep, located
 from marljax.types import HParams
 
 DEFAULT_EVALUATIONS = 20  # eval_every when the sweep leaves it 0: this many evaluations per run
@@ -67,12 +67,10 @@ def eval_every(config) -> int:
 def _prepare(program: Program):
     """Env, mesh and trainer of a program: everything that can fail on input, before compiling."""
     config = program.config
-    env = make_adapter(config)
-    if getattr(env, "host", False) or config.mode != "anakin":
+    if is_host_env(config.env) or config.mode != "anakin":
         raise ConfigError(f"program {program.name}: mode", "sweeps run on device (mode=anakin, JaxMARL envs)")
-    check_agent_axis(config, env)
-    mesh = build_mesh(config)
-    return env, mesh, make_trainer(config, env, mesh_layout(mesh))
+    with located(f"program {program.name}"):
+        return prepare(config)
 
 
 def _coords(sweep: Sweep) -> dict:

@@ -22,6 +22,7 @@ allowed, before anything is compiled.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import itertools
@@ -243,22 +244,27 @@ def _label(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]", "_", text)
 
 
+@contextlib.contextmanager
+def located(where: str):
+    """Re-raise a ConfigError with the place it concerns (a cell, a program) before its field."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc.field}", str(exc)[len(exc.field) + 2 :]) from None
+
+
 def _cell_config(base: Mapping, values: Mapping, seeds: int, where: str) -> Config:
     tree: dict = _merge({}, base)
     for key, value in values.items():
         _set_dotted(tree, key, value)
     tree.update(num_seeds=seeds, progress=False)
-    try:
+    with located(where):
         return from_dict(tree)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc.field}", str(exc).split(": ", 1)[1]) from None
 
 
 def _with(config: Config, *, where: str, **changes) -> Config:
-    try:
+    with located(where):
         return from_dict(_merge(config.to_dict(), changes))
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc.field}", str(exc).split(": ", 1)[1]) from None
 
 
 def _plain(tree: Any) -> Any:

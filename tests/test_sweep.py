@@ -259,3 +259,10 @@ def test_bench_sweep_times_the_same_runs_both_ways(capfd):
     assert json.loads(last) == result
     assert result["runs"] == 4 and result["vmapped_run_s"] > 0 and result["sequential_run_s"] > 0
     assert result["max_param_rel_diff"] < 1e-3  # the vmapped rows are the sequential runs
+
+
+def test_a_program_that_cannot_run_is_refused_before_out_dir_is_touched(tmp_path):
+    spec = _spec(tmp_path / "out") | {"base": {**TINY, "mode": "async"}}
+    with pytest.raises(ConfigError, match="program param_sharing=shared: mode"):
+        run_sweep(expand(spec), log=lambda s: None, progress=False)
+    assert not (tmp_path / "out").exists()
