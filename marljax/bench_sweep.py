@@ -24,12 +24,12 @@ from marljax.sweep_spec import expand
 
 LRS = (3e-4, 1e-3, 2e-3, 3e-3)
 SEEDS = 8
-# bench-sweep's own defaults (the command line overrides them): 61 updates of 32 envs per run
+# bench-sweep's own defaults without a config file (key=value overrides them): 61 updates of 32 envs per run
 DEFAULTS = ("total_timesteps=2.5e5", "num_envs=32", "progress=false", "plot=false")
 
 
-def _timed_run(config: Config, keys: jax.Array, hparams=None) -> tuple[float, float, dict]:
-    """(build+compile seconds, run seconds, final params on the host) of one program."""
+def _timed_run(config: Config, keys: jax.Array, hparams=None) -> tuple[float, float, dict, np.ndarray]:
+    """(build+compile seconds, run seconds, final params on the host, last chunk's return per row [R])."""
     t0 = time.perf_counter()
     _, mesh, trainer = prepare(config)
     fns = shard_trainer(trainer, mesh)
@@ -42,9 +42,11 @@ def _timed_run(config: Config, keys: jax.Array, hparams=None) -> tuple[float, fl
     t1 = time.perf_counter()
     for n in schedule:
         state, metrics = compiled[n](state)
-        jax.device_get(metrics)  # as the host loop does after every chunk
+        metrics = jax.device_get(metrics)  # as the host loop does after every chunk
     params = jax.device_get(state.learner.params)
-    return t1 - t0, time.perf_counter() - t1, params
+    ep = metrics["episodes"]
+    returns = ep.return_sum.sum(axis=(1, 2)) / np.maximum(ep.count.sum(axis=1), 1) / ep.return_sum.shape[-1]
+    return t1 - t0, time.perf_counter() - t1, params, returns
 
 
 def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SEEDS) -> dict:
@@ -58,15 +60,16 @@ def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SE
         f"({steps} env steps each) on {config.env}, {jax.devices()[0].platform}"
     )
     keys = seed_keys(config.seed, seeds)
-    vm_compile, vm_run, vm_params = _timed_run(program.config, jnp.tile(keys, (len(lrs), 1)), _row_hparams(program, seeds))
+    vm_compile, vm_run, vm_params, vm_returns = _timed_run(program.config, jnp.tile(keys, (len(lrs), 1)), _row_hparams(program, seeds))
     log(f"  vmapped:    compile {vm_compile:6.1f}s  run {vm_run:7.1f}s  total {vm_compile + vm_run:7.1f}s")
 
     seq_compile = seq_run = 0.0
-    max_rel = 0.0
+    max_rel, seq_returns = 0.0, []
     for ci, cell in enumerate(program.cells):
         one = replace(cell.config, num_seeds=1)
         for i in range(seeds):
-            c, r, params = _timed_run(one, keys[i : i + 1])
+            c, r, params, ret = _timed_run(one, keys[i : i + 1])
+            seq_returns.append(float(ret[0]))
             seq_compile, seq_run = seq_compile + c, seq_run + r
             row = ci * seeds + i
             for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(vm_params)):
@@ -76,7 +79,11 @@ def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SE
     total_ratio = (seq_compile + seq_run) / (vm_compile + vm_run)
     run_ratio = seq_run / vm_run
     log(f"  speed-up of the vmapped program: {total_ratio:.1f}x end to end, {run_ratio:.1f}x counting run time only")
-    log(f"  same runs: largest parameter difference, relative to the largest parameter: {max_rel:.1e}")
+    log(
+        f"  same runs: last-chunk return {np.mean(vm_returns):.2f} vmapped vs {np.mean(seq_returns):.2f} sequential "
+        f"(mean of {runs}); largest final parameter difference {max_rel:.1e} of the largest parameter (the runs start "
+        "equal to ~1e-6 and part as float rounding flips a sampled action, as any two float orderings do)"
+    )
     result = {
         "bench": "sweep", "runs": runs, "learning_rates": list(lrs), "seeds": seeds, "updates": config.num_updates,
         "env_steps_per_run": steps, "num_envs": config.num_envs, "device": jax.devices()[0].platform,
@@ -84,6 +91,7 @@ def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SE
         "sequential_compile_s": seq_compile, "sequential_run_s": seq_run,
         "speedup_total": total_ratio, "speedup_run_only": run_ratio,
         "vmapped_env_steps_per_s": runs * steps / vm_run, "sequential_env_steps_per_s": runs * steps / seq_run,
+        "return_vmapped": float(np.mean(vm_returns)), "return_sequential": float(np.mean(seq_returns)),
         "max_param_rel_diff": max_rel,
     }  # fmt: skip
     print(json.dumps(result))

@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         path, overrides = _split_args(rest)
-        if command == "bench-sweep":
+        if command == "bench-sweep" and path is None:  # its own defaults, unless a file gives the run
             from marljax.bench_sweep import DEFAULTS
 
             overrides = [*DEFAULTS, *overrides]

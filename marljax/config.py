@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import typing
 from pathlib import Path
 from typing import Any, Mapping
@@ -33,6 +34,18 @@ class MeshConfig:
     seed: int = 1  # devices that split the seeds
     data: int = -1  # devices that split the environments (gradients averaged over them)
     agent: int = 1  # devices that split each group's per-agent parameters (param_sharing=independent)
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    """Multi-host runs (marljax.parallel.distributed). `distributed=auto` lets JAX find the
+    cluster itself (Cloud TPU, Slurm, Open MPI); else give all three of the first fields."""
+
+    coordinator: str = ""  # host:port of process 0, reachable from every process
+    num_processes: int = 1  # 1: a single-process run (the default)
+    process_id: int = 0  # this process, 0 .. num_processes-1
+    auto: bool = False  # jax.distributed.initialize() with no arguments
+    timeout_s: int = 120  # joining gives up after this long (a missing process, a wrong address)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +89,7 @@ class Config:
     seed: int = 0
     num_seeds: int = 1
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+    distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
 
     # host loop
     out_dir: str = ""  # empty: runs/<algo>_<env>_<timestamp>
@@ -219,6 +233,8 @@ def _build(cls, values: Mapping[str, Any], prefix: str = ""):
             raise _unknown_key(full, [f"{prefix}{k}" for k in fields])
         hints = typing.get_type_hints(cls)
         hint = hints[key]
+        if hint is DistributedConfig and value == "auto":
+            value = {"auto": True}
         if dataclasses.is_dataclass(hint):
             if not isinstance(value, Mapping):
                 raise ConfigError(full, f"expected a mapping of {', '.join(_fields(hint))}")
@@ -373,6 +389,21 @@ def validate(config: Config) -> Config:
             f"mesh.data*mesh.agent must divide num_envs={c.num_envs} (they split the environments "
             f"while acting); allowed products: {_divisors(c.num_envs)}",
         )
+    d = c.distributed
+    if d.num_processes < 1:
+        raise ConfigError("distributed.num_processes", f"must be >= 1, got {d.num_processes}")
+    if not 0 <= d.process_id < d.num_processes:
+        raise ConfigError(
+            "distributed.process_id", f"must lie in 0..{d.num_processes - 1} (distributed.num_processes - 1), got {d.process_id}"
+        )
+    if d.num_processes > 1 and not d.auto and not re.fullmatch(r"[^:\s]+:\d+", d.coordinator):
+        raise ConfigError(
+            "distributed.coordinator", f"needs host:port of process 0 (e.g. 10.0.0.2:8476) with num_processes > 1, got {d.coordinator!r}"
+        )
+    if d.timeout_s < 1:
+        raise ConfigError("distributed.timeout_s", f"must be >= 1 second, got {d.timeout_s}")
+    if (d.auto or d.num_processes > 1) and c.mode == "async":
+        raise ConfigError("distributed", "mode=async runs in one process (its actor threads share the host); use mode=anakin across hosts")
     if c.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", f"must be >= 0 updates (0: only at the end), got {c.checkpoint_every}")
     if c.eval_every < 0:
@@ -406,6 +437,6 @@ def dump_yaml(config: Config) -> str:
 
 
 __all__ = [
-    "Config", "MeshConfig", "ConfigError", "load_config", "from_dict", "replace", "validate",
+    "Config", "MeshConfig", "DistributedConfig", "ConfigError", "load_config", "from_dict", "replace", "validate",
     "parse_overrides", "dump_yaml",
 ]  # fmt: skip
