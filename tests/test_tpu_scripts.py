@@ -1,0 +1,78 @@
+"""tpu/*.sh: with --dry-run each prints the gcloud commands it would run (parsed back here);
+missing or malformed settings stop it with a message naming the flag."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+TPU = Path(__file__).resolve().parent.parent / "tpu"
+FLAGS = ["--project", "my-proj", "--zone", "us-central2-b", "--bucket", "gs://my-bucket", "--dry-run"]
+
+
+def _dry(script: str, *args: str, env: dict | None = None) -> list[list[str]]:
+    proc = subprocess.run(["bash", str(TPU / script), *args], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [shlex.split(line) for line in proc.stdout.strip().splitlines()]
+
+
+def _flags(argv: list[str]) -> dict:
+    return dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+
+
+def test_create_prints_a_tpu_vm_create_command():
+    (argv,) = _dry("create.sh", *FLAGS, "--accelerator", "v5litepod-16", "--version", "v2-alpha-tpuv5-lite", "--spot")
+    assert argv[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "create", "marljax"]
+    assert _flags(argv) == {"zone": "us-central2-b", "project": "my-proj", "accelerator-type": "v5litepod-16",
+                            "version": "v2-alpha-tpuv5-lite"}  # fmt: skip
+    assert "--spot" in argv
+
+
+def test_setup_ships_this_checkout_to_every_worker_and_installs_it():
+    archive, scp, ssh = _dry("setup.sh", *FLAGS)
+    assert archive[:2] == ["git", "-C"] and "archive" in archive
+    assert scp[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "scp"] and "--worker=all" in scp
+    assert ssh[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "marljax"] and "--worker=all" in ssh
+    remote = _flags(ssh)["command"]
+    assert "pip install" in remote and "jax[tpu]" in remote and "gcsfuse --implicit-dirs my-bucket" in remote
+
+
+@pytest.mark.parametrize("what", ["train", "sweep"])
+def test_launch_runs_marljax_on_all_workers_with_distributed_auto(what):
+    extra = ["experiments/sharing_ablation.yaml"] if what == "sweep" else []
+    (argv,) = _dry("launch.sh", *FLAGS, what, "run-1", *extra, "num_envs=1024", env={"PATH": "/usr/bin:/bin", "TPU_NAME": "pod-a"})
+    assert argv[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "pod-a"] and "--worker=all" in argv
+    remote = shlex.split(_flags(argv)["command"])
+    cli = remote[remote.index("nohup") + 1 :]
+    assert cli[0].endswith("/venv/bin/marljax") and cli[1] == what
+    assert "distributed=auto" in cli and "num_envs=1024" in cli and "out_dir=$HOME/marljax-runs/run-1" in cli
+    assert (what == "train") == ("resume=true" in cli)
+    assert cli[2:3] == extra[:1] or what == "train"
+
+
+def test_logs_fetch_and_delete():
+    (logs,) = _dry("logs.sh", *FLAGS)
+    assert "--worker=0" in logs and "tail" in _flags(logs)["command"]
+    mkdir, copy = _dry("fetch.sh", *FLAGS, "run-1")
+    assert copy == ["gcloud", "storage", "cp", "--recursive", "gs://my-bucket/run-1", "runs/"]
+    (delete,) = _dry("delete.sh", *FLAGS)
+    assert delete[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "delete", "marljax"] and "--quiet" in delete
+
+
+@pytest.mark.parametrize(
+    "script, args, words",
+    [
+        ("create.sh", ["--zone", "z", "--dry-run"], "PROJECT is not set: pass --project"),
+        ("launch.sh", ["--project", "p", "--zone", "z", "--dry-run", "train", "r"], "BUCKET is not set"),
+        ("launch.sh", ["--project", "p", "--zone", "z", "--bucket", "my-bucket", "--dry-run", "train", "r"], "must start with gs://"),
+        ("launch.sh", [*FLAGS, "evaluate", "r"], "must be train or sweep"),
+        ("launch.sh", [*FLAGS, "sweep", "r"], "needs a sweep file"),
+        ("create.sh", [*FLAGS, "--name", "Bad_Name"], "TPU_NAME must be lower-case"),
+    ],
+)
+def test_bad_settings_are_refused(script, args, words):
+    proc = subprocess.run(["bash", str(TPU / script), *args], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and words in proc.stderr and proc.stdout == ""
