@@ -34,7 +34,7 @@ from marljax.config import Config, ConfigError
 RESUMABLE_CHANGES = frozenset(
     {"total_timesteps", "num_chunks", "progress", "plot", "out_dir", "overwrite", "resume",
      "checkpoint_every", "keep_checkpoints", "nan_guard", "mesh", "actor_devices", "learner_devices",
-     "eval_every", "eval_episodes", "eval_greedy"}
+     "eval_every", "eval_episodes", "eval_greedy", "distributed"}
 )  # fmt: skip
 PACKAGES = ("marljax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "jaxmarl")
 
@@ -69,7 +69,9 @@ _fingerprint = jax.jit(lambda tree: [_leaf_bits(x) for x in jax.tree.leaves(tree
 
 def fingerprint(tree) -> list[int]:
     """One uint32 per array of `tree` (computed on the devices, a few bytes come back)."""
-    return [int(v) for v in jax.device_get(_fingerprint(tree))]
+    from marljax.parallel.distributed import host_values
+
+    return [int(v) for v in host_values(_fingerprint(tree))]
 
 
 def structural_changes(saved: dict, config: Config) -> list[str]:

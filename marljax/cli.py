@@ -81,11 +81,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(path, overrides)
         if command == "train":
             from marljax.checkpoint import CheckpointError
+            from marljax.parallel.distributed import DistributedError
             from marljax.run import TrainingDiverged, train
 
             try:
                 train(config)
-            except (TrainingDiverged, CheckpointError) as exc:
+            except (TrainingDiverged, CheckpointError, DistributedError) as exc:
                 print(f"marljax: {exc}", file=sys.stderr)
                 return 1
         elif command == "bench":
@@ -122,10 +123,15 @@ def _sweep(args: list[str]) -> int:
         else:
             rest.append(arg)
     try:
+        from marljax.parallel.distributed import DistributedError
         from marljax.sweep import run_sweep
         from marljax.sweep_spec import load_sweep
 
-        run_sweep(load_sweep(args[0], rest), **options)
+        try:
+            run_sweep(load_sweep(args[0], rest), **options)
+        except DistributedError as exc:
+            print(f"marljax: {exc}", file=sys.stderr)
+            return 1
     except ConfigError as exc:
         print(f"marljax: config error: {exc}", file=sys.stderr)
         return 2

@@ -21,6 +21,8 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from marljax.parallel.distributed import host_values
+
 Array = jax.Array
 
 ABSOLUTE_FACTOR = 10  # the absolute metric uses this many times the evaluation episodes
@@ -108,7 +110,7 @@ class PeriodicEval:
     def __call__(self, params, update: int) -> dict:
         """Evaluate `params` (leaves [S, ...]) with keys of `update`; per-seed means and the pooled mean."""
         keys = eval_keys(self.config.seed, self.seed_index, update)
-        result = jax.device_get(self.evaluate(params, keys))
+        result = host_values(self.evaluate(params, keys))
         per_seed = result.returns.mean(axis=1)  # [S]
         return {
             "eval_return": float(per_seed.mean()),

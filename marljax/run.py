@@ -25,6 +25,8 @@ from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
 from marljax.envs.registry import make_env
 from marljax.evaluate import PeriodicEval, eval_due
 from marljax.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns, read_jsonl, write_jsonl_atomic
+from marljax.parallel import distributed
+from marljax.parallel.distributed import host_values
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import build_mesh, mesh_layout, seed_keys, shard_trainer
 from marljax.types import TrainState
@@ -105,8 +107,15 @@ def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | 
     With `resume=true`, continue from the newest good checkpoint in `out_dir` (or start fresh
     when there is none). `max_chunks` stops after that many chunks, as if the run had been
     killed there (for tests and time-boxed jobs); checkpoints already saved stay valid.
+
+    Multi-host (`distributed.*`): every process calls this with the same config; process 0
+    alone logs and writes files, checkpoints are written by all together.
     """
+    distributed.initialize(config)
+    config, log = primary_only(config, log)
     if not config.out_dir:
+        if jax.process_count() > 1:
+            raise ConfigError("out_dir", "a multi-host run needs an explicit out_dir that every process can reach")
         config = replace(config, out_dir=default_out_dir(config))
     out_dir = Path(config.out_dir)
     metrics_path = out_dir / "metrics.jsonl"
@@ -128,19 +137,33 @@ def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | 
         f"in chunks of {config.updates_per_chunk}; out_dir {out_dir}"
     )
     fns = shard_trainer(trainer, mesh)
-    if config.overwrite and ckpt_dir.exists():
-        shutil.rmtree(ckpt_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _clear_for_overwrite(config, ckpt_dir)
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
         target = abstract_like(fns.shapes, fns.shardings)
         fresh = lambda: fns.init(seed_keys(config.seed, config.num_seeds))  # noqa: E731
         state, start, rows = _initial_state(config, target, fresh, checkpointer, metrics_path, log)
-        (out_dir / "config.yaml").write_text(dump_yaml(config))
+        if distributed.is_primary():
+            (out_dir / "config.yaml").write_text(dump_yaml(config))
         evaluator = PeriodicEval(trainer, config.num_seeds) if config.eval_every else None
         return _run_chunks(config, env, fns, checkpointer, state, start, rows, log, max_chunks, evaluator)
     finally:
         checkpointer.close()
+
+
+def primary_only(config: Config, log: Callable[[str], None]) -> tuple[Config, Callable[[str], None]]:
+    """On processes other than 0 of a multi-host run: no log lines, no progress bar, no plot."""
+    if distributed.is_primary():
+        return config, log
+    return replace(config, progress=False, plot=False), lambda _line: None
+
+
+def _clear_for_overwrite(config: Config, ckpt_dir: Path) -> None:
+    """overwrite=true removes the old checkpoints (process 0), then every process may go on."""
+    if config.overwrite and ckpt_dir.exists() and distributed.is_primary():
+        shutil.rmtree(ckpt_dir)
+    ckpt_dir.parent.mkdir(parents=True, exist_ok=True)
+    distributed.barrier("marljax_out_dir")
 
 
 def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkpointer, metrics_path: Path, log):
@@ -163,12 +186,13 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
                 f"{config.num_updates} updates; raise total_timesteps to continue it",
             )
         rows = [r for r in read_jsonl(metrics_path) if r["update"] <= start] if metrics_path.exists() else []
-        write_jsonl_atomic(metrics_path, rows)  # rows after the checkpoint are replaced, not duplicated
+        if distributed.is_primary():
+            write_jsonl_atomic(metrics_path, rows)  # rows after the checkpoint are replaced, not duplicated
         log(f"resumed from {checkpointer.directory / str(start)} (update {start} of {config.num_updates})")
         return state, start, rows
     if config.resume:
         log(f"no checkpoint in {checkpointer.directory}; starting from scratch")
-    if metrics_path.exists():
+    if metrics_path.exists() and distributed.is_primary():
         metrics_path.unlink()
     return fresh(), 0, []
 
@@ -188,7 +212,7 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
                 break
             t = time.perf_counter()
             state, metrics = compiled[n](state)
-            metrics = jax.device_get(metrics)  # waits for the chunk to finish
+            metrics = host_values(metrics)  # waits for the chunk to finish
             chunks.record(metrics, n, time.perf_counter() - t, state, state.learner.params)
         checkpointer.wait()
     finally:
@@ -209,7 +233,7 @@ class _ChunkLog:
     ):  # fmt: skip
         self.config, self.env, self.checkpointer, self.rows = config, env, checkpointer, rows
         self.evaluator = evaluator
-        self.writer = JsonlWriter(path)
+        self.writer = JsonlWriter(path) if distributed.is_primary() else None
         self.bar = _progress(config, start)
         self.update = self.saved = start
         self.saved_at: list[int] = []
@@ -226,7 +250,8 @@ class _ChunkLog:
         row.update(extra or {})
         if self.evaluator is not None and eval_due(self.update, previous, config.eval_every, config.num_updates):
             row.update(self.evaluator(params, self.update))
-        self.writer.write(row)
+        if self.writer is not None:
+            self.writer.write(row)
         self.rows.append(row)
         if config.nan_guard:
             _guard(row, params, self.update, self.checkpointer)
@@ -243,7 +268,8 @@ class _ChunkLog:
             self.bar.set_description_str(f"{row['env_steps_per_s'] / 1e3:.0f}k steps/s")
 
     def close(self) -> None:
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()
         if self.bar is not None:
             self.bar.close()
 
@@ -267,9 +293,7 @@ def _train_async(config: Config, out_dir: Path, log) -> RunResult:
         f"correction={config.correction}{', deterministic' if config.deterministic else ''}; out_dir {out_dir}"
     )
     ckpt_dir, metrics_path = out_dir / "checkpoints", out_dir / "metrics.jsonl"
-    if config.overwrite and ckpt_dir.exists():
-        shutil.rmtree(ckpt_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _clear_for_overwrite(config, ckpt_dir)
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
         target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), runner.learner)
@@ -315,7 +339,7 @@ def _guard(row: dict, params: dict, update: int, checkpointer: Checkpointer) -> 
     bad = first_non_finite(row)
     what = f"{bad} is {row[bad]}" if bad is not None else None
     if what is None:
-        finite = jax.device_get(_finite_by_group(params))
+        finite = host_values(_finite_by_group(params))
         broken = [k for k, ok in finite.items() if not ok]
         what = f"parameters of {', '.join(broken)} are" if broken else None
     if what is not None:

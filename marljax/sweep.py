@@ -43,6 +43,8 @@ from marljax.config import ConfigError, dump_yaml
 from marljax.evaluate import ABSOLUTE_FACTOR, eval_keys, keep_best, make_evaluator
 from marljax.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, write_jsonl_atomic
 from marljax.envs.host import is_host_env
+from marljax.parallel import distributed
+from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import seed_keys, shard_trainer
 from marljax.results import METRICS, ResultsStore, load
 from marljax.run import chunk_sizes, prepare
@@ -88,12 +90,13 @@ def _claim_out_dir(sweep: Sweep, overwrite: bool, log) -> None:
     """Start or continue the sweep in out_dir; refuse a directory that holds a different sweep."""
     out = sweep.out_dir
     spec_path = out / "sweep.yaml"
+    spec = _comparable(sweep.spec)
     if overwrite and out.exists():
         log(f"overwrite=true: removing {out}")
         shutil.rmtree(out)
     if spec_path.exists():
         saved = yaml.safe_load(spec_path.read_text())
-        if saved != sweep.spec:
+        if _comparable(saved) != spec:
             raise ConfigError(
                 "out_dir",
                 f"{out} holds a different sweep (its sweep.yaml differs); continue that one with its own file, "
@@ -103,8 +106,14 @@ def _claim_out_dir(sweep: Sweep, overwrite: bool, log) -> None:
         raise ConfigError("out_dir", f"{out} is not empty and holds no sweep; choose another out_dir")
     out.mkdir(parents=True, exist_ok=True)
     tmp = spec_path.with_name("sweep.yaml.tmp")
-    tmp.write_text(yaml.safe_dump(sweep.spec, sort_keys=False))
+    tmp.write_text(yaml.safe_dump(spec, sort_keys=False))
     tmp.replace(spec_path)
+
+
+def _comparable(spec: dict) -> dict:
+    """The sweep without `base.distributed`: where it runs, not what it runs."""
+    base = {k: v for k, v in (spec.get("base") or {}).items() if k != "distributed"}
+    return {**spec, "base": base}
 
 
 def _done(out: Path) -> list[str]:
@@ -128,10 +137,16 @@ def run_sweep(
     `max_chunks` stops after that many chunks in all, as if the process had been killed
     there (tests); what was written stays valid and a rerun continues from it.
     """
+    distributed.initialize(sweep.programs[0].config)
+    primary = distributed.is_primary()
+    if not primary:  # multi-host: process 0 alone logs and writes files; all train and checkpoint
+        log, progress = (lambda _line: None), False
     prepared = [_prepare(p) for p in sweep.programs]  # errors before anything runs
-    _claim_out_dir(sweep, overwrite, log)
+    if primary:
+        _claim_out_dir(sweep, overwrite, log)
+    distributed.barrier("marljax_sweep_out_dir")
     log(sweep.describe())
-    store = ResultsStore(sweep.out_dir / "results", _coords(sweep))
+    store = ResultsStore(sweep.out_dir / "results", _coords(sweep)) if primary else None
     done = _done(sweep.out_dir)
     bar = _bar(progress, len(sweep.cells) * sweep.seeds, sum(len(p.cells) * sweep.seeds for p in sweep.programs if p.name in done))
     ran, skipped, budget = [], [], [max_chunks]
@@ -144,7 +159,8 @@ def run_sweep(
             finished = _run_program(sweep, program, env, mesh, trainer, store, log, progress, budget)
             if not finished:
                 return SweepResult(sweep.out_dir, ran, skipped, {})
-            _mark_done(sweep.out_dir, program.name)
+            if primary:
+                _mark_done(sweep.out_dir, program.name)
             if bar is not None:
                 bar.update(len(program.cells) * sweep.seeds)
     finally:
@@ -152,7 +168,7 @@ def run_sweep(
             bar.close()
     if skipped:
         log(f"already finished, not rerun: {', '.join(skipped)}")
-    return SweepResult(sweep.out_dir, ran, skipped, finish(sweep.out_dir, log))
+    return SweepResult(sweep.out_dir, ran, skipped, finish(sweep.out_dir, log) if primary else {})
 
 
 def finish(out_dir: Path, log: Callable[[str], None] = print) -> dict:
@@ -230,14 +246,16 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
                     budget[0] -= 1
                 t = time.perf_counter()
                 state, metrics = compiled[n](run["state"])
-                metrics = jax.device_get(metrics)
+                metrics = host_values(metrics)
                 wall = time.perf_counter() - t
                 update += n
                 result = evaluate(state.learner.params, eval_keys(config.seed, seed_index, update))
                 score = jnp.mean(result.returns, axis=1)  # [R]
                 best_params, best_score = keep_best(run["best_params"], run["best_score"], state.learner.params, score)
                 run = {"state": state, "best_params": best_params, "best_score": best_score}
-                _record(sweep, program, store, writers, metrics, jax.device_get(result), k, update, n, wall, env)
+                result = host_values(result)  # a collective on a multi-host run: every process gathers
+                if store is not None:
+                    _record(sweep, program, store, writers, metrics, result, k, update, n, wall, env)
                 if update == config.num_updates or (config.checkpoint_every and update - saved >= config.checkpoint_every):
                     checkpointer.save(update, run, {"config": config.to_dict(), "program": program.name})
                     saved = update
@@ -245,13 +263,15 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
                     bar.update(n)
             checkpointer.wait()
         finally:
-            for w in writers:
+            for w in writers or ():
                 w.close()
             if bar is not None:
                 bar.close()
         absolute = make_evaluator(trainer, config.eval_episodes * ABSOLUTE_FACTOR, config.eval_greedy)
-        result = jax.device_get(absolute(run["best_params"], eval_keys(config.seed, seed_index, _ABSOLUTE_EVALUATION)))
+        result = host_values(absolute(run["best_params"], eval_keys(config.seed, seed_index, _ABSOLUTE_EVALUATION)))
         for ci, cell in enumerate(program.cells):
+            if store is None:  # not process 0
+                break
             rows = slice(ci * S, (ci + 1) * S)
             store.write_absolute(cell.index, _eval_metrics(result, rows), result.returns[rows])
             if config.plot:
@@ -267,8 +287,11 @@ def _eval_metrics(result, rows: slice) -> np.ndarray:
     return np.stack([result.returns[rows].mean(axis=1), result.lengths[rows].mean(axis=1)], axis=1)
 
 
-def _cell_writers(sweep: Sweep, program: Program, start: int) -> list[JsonlWriter]:
-    """Each cell's directory like a `marljax train` run's; metrics rows after `start` are dropped."""
+def _cell_writers(sweep: Sweep, program: Program, start: int) -> list[JsonlWriter] | None:
+    """Each cell's directory like a `marljax train` run's; metrics rows after `start` are dropped.
+    None on processes other than 0."""
+    if not distributed.is_primary():
+        return None
     writers = []
     for cell in program.cells:
         cell_dir = sweep.out_dir / "cells" / cell.dirname

@@ -26,13 +26,14 @@ import contextlib
 import dataclasses
 import difflib
 import itertools
+import math
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import yaml
 
-from marljax.config import Config, ConfigError, MeshConfig, _merge, _parse_scalar, _set_dotted, _unknown_key, from_dict
+from marljax.config import Config, ConfigError, DistributedConfig, MeshConfig, _merge, _parse_scalar, _set_dotted, _unknown_key, from_dict
 from marljax.types import HParams
 
 TRACEABLE = HParams._fields  # carried as traced scalars in LearnerState.hparams
@@ -97,16 +98,20 @@ def _axis_values(sweep: Sweep, key: str) -> list:
     return seen
 
 
+SECTIONS = {"mesh": MeshConfig, "distributed": DistributedConfig}
+
+
 def _config_keys() -> set[str]:
-    return {f.name for f in dataclasses.fields(Config)} | {f"mesh.{f.name}" for f in dataclasses.fields(MeshConfig)}
+    keys = {f.name for f in dataclasses.fields(Config)} - set(SECTIONS)
+    return keys | {f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
 def _check_key(where: str, key: str) -> None:
     """Axis keys are Config fields, dotted for sections (mesh.data, env_kwargs.scenario)."""
-    if key.startswith("env_kwargs."):
+    if key.startswith("env_kwargs.") or (key == "distributed" and where == "base"):  # distributed=auto
         return
-    if key not in _config_keys() or key == "mesh":
-        raise _unknown_key(f"{where}.{key}", sorted(_config_keys() - {"mesh"}))
+    if key not in _config_keys():
+        raise _unknown_key(f"{where}.{key}", sorted(_config_keys()))
     if key in SET_BY_SWEEP:
         raise ConfigError(f"{where}.{key}", f"is set by the sweep (seeds, out_dir); remove it from {where}")
 
@@ -128,7 +133,7 @@ def _flatten(tree: Mapping, prefix: str = "") -> dict:
     out = {}
     for k, v in tree.items():
         full = f"{prefix}{k}"
-        if isinstance(v, Mapping) and (full == "mesh" or full == "env_kwargs"):
+        if isinstance(v, Mapping) and (full in SECTIONS or full == "env_kwargs"):
             out.update(_flatten(v, f"{full}."))
         else:
             out[full] = v
@@ -232,7 +237,7 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
     for i, members in enumerate(by_structure.values()):
         pname = ",".join(f"{k}={_label(members[0].values[k])}" for k in structural if k in varied) or "all"
         rows = len(members) * seeds
-        config = _with(members[0].config, num_seeds=rows, where=f"program {pname}")
+        config = _cell_config(base, members[0].values, rows, f"program {pname}", fit_mesh=False)
         programs.append(Program(i, pname, tuple(members), config))
     out_dir = Path(str(spec.get("out_dir") or Path("runs") / "sweeps" / name))
     resolved = {k: v for k, v in spec.items()} | {"seeds": seeds, "out_dir": str(out_dir), "name": name}
@@ -253,18 +258,19 @@ def located(where: str):
         raise ConfigError(f"{where}: {exc.field}", str(exc)[len(exc.field) + 2 :]) from None
 
 
-def _cell_config(base: Mapping, values: Mapping, seeds: int, where: str) -> Config:
+def _cell_config(base: Mapping, values: Mapping, seeds: int, where: str, fit_mesh: bool = True) -> Config:
+    """base + values with `seeds` seeds. `fit_mesh`: a cell run alone has only `seeds` rows for the
+    program's mesh.seed devices to split, so mesh.seed shrinks to a divisor of `seeds`."""
     tree: dict = _merge({}, base)
     for key, value in values.items():
         _set_dotted(tree, key, value)
     tree.update(num_seeds=seeds, progress=False)
+    mesh = dict(tree.get("mesh") or {})
+    if fit_mesh and isinstance(mesh.get("seed"), int) and mesh["seed"] > 0:
+        mesh["seed"] = math.gcd(mesh["seed"], seeds)
+        tree["mesh"] = mesh
     with located(where):
         return from_dict(tree)
-
-
-def _with(config: Config, *, where: str, **changes) -> Config:
-    with located(where):
-        return from_dict(_merge(config.to_dict(), changes))
 
 
 def _plain(tree: Any) -> Any:

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
+import sys
+import time
 from typing import Any
 
 import jax
@@ -53,6 +56,16 @@ def initialize(config: Config) -> None:
     kwargs: dict[str, Any] = {"initialization_timeout": d.timeout_s}
     if not d.auto:
         kwargs.update(coordinator_address=d.coordinator, num_processes=d.num_processes, process_id=d.process_id)
+        if d.process_id != 0:
+            _wait_for_coordinator(d.coordinator, d.timeout_s)
+        # A process that never comes makes JAX's runtime stop every process that did (it aborts
+        # from C++ with DEADLINE_EXCEEDED, which Python cannot catch), so say what that means first.
+        print(
+            f"marljax: process {d.process_id} of {d.num_processes} joining via {d.coordinator}; waiting at most "
+            f"{d.timeout_s}s (distributed.timeout_s). If JAX then stops with DEADLINE_EXCEEDED, a process did not "
+            "join in time: check that all were started with the same distributed.num_processes and coordinator",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
     try:
         jax.distributed.initialize(**kwargs)
     except Exception as exc:  # noqa: BLE001 - every failure to join gets the same clear message
@@ -66,40 +79,62 @@ def initialize(config: Config) -> None:
     check_same_config(config)
 
 
+def _wait_for_coordinator(address: str, timeout_s: float) -> None:
+    """DistributedError unless process 0's coordinator accepts a TCP connection within timeout_s."""
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2):
+                return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise DistributedError(
+                    f"the coordinator {address} (distributed.coordinator) did not answer within "
+                    f"distributed.timeout_s={timeout_s}s ({exc}); is process 0 running, and is that address "
+                    "reachable from this host?"
+                ) from None
+            time.sleep(0.5)
+
+
 def is_primary() -> bool:
     return jax.process_index() == 0
 
 
-def _config_bytes(config: Config) -> bytes:
+def _field_hashes(config: Config) -> tuple[list[str], np.ndarray]:
+    """(field names, one uint32 hash per field [F]); distributed.process_id is left out."""
     values = config.to_dict()
     values["distributed"] = {k: v for k, v in values["distributed"].items() if k != "process_id"}
-    return json.dumps(values, sort_keys=True, default=str).encode()
+    names = sorted(values)
+    digest = [hashlib.sha256(json.dumps(values[k], sort_keys=True, default=str).encode()).digest()[:4] for k in names]
+    return names, np.array([int.from_bytes(d, "little") for d in digest], np.uint32)
 
 
 def check_same_config(config: Config) -> None:
-    """ConfigError naming the fields where this process's config differs from process 0's."""
+    """ConfigError naming the fields in which the processes' configs differ."""
     if jax.process_count() == 1:
         return
     from jax.experimental import multihost_utils
 
-    mine = np.frombuffer(hashlib.sha256(_config_bytes(config)).digest(), np.uint8)
-    hashes = np.asarray(multihost_utils.process_allgather(mine))  # [P, 32]
-    if (hashes == hashes[0]).all():
-        return
-    # tell which fields differ: process 0's config, padded to a common length, sent to all
-    text = np.frombuffer(_config_bytes(config), np.uint8)
-    length = int(np.max(multihost_utils.process_allgather(np.int32(text.size))))
-    padded = np.zeros(length, np.uint8)
-    padded[: text.size] = text
-    first = np.asarray(multihost_utils.broadcast_one_to_all(padded)).tobytes().rstrip(b"\0")
-    theirs, ours = json.loads(first), json.loads(_config_bytes(config))
-    fields = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-    differing = [int(i) for i in np.nonzero((hashes != hashes[0]).any(axis=1))[0]]
-    raise ConfigError(
-        "distributed",
-        f"every process must run the same config, but process(es) {differing} differ from process 0"
-        + (f" in: {', '.join(fields)} (this is process {jax.process_index()})" if fields else ""),
-    )
+    names, mine = _field_hashes(config)
+    every = np.asarray(multihost_utils.process_allgather(mine))  # [P, F]
+    differ = ~(every == every[0]).all(axis=0)  # [F]
+    if differ.any():
+        fields = [n for n, d in zip(names, differ) if d]
+        odd = [int(i) for i in np.nonzero((every != every[0]).any(axis=1))[0]]
+        raise ConfigError(
+            "distributed",
+            f"every process must run the same config, but process(es) {odd} differ from process 0 in: "
+            f"{', '.join(fields)}",
+        )
+
+
+def barrier(name: str) -> None:
+    """Every process waits here for the others (no-op in a single process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
 
 
 def host_values(tree: Any) -> Any:

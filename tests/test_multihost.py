@@ -1,0 +1,156 @@
+"""Multi-host on one machine: two local processes over loopback (gloo), 2 fake CPU devices each,
+against one process with 4; a two-process checkpoint resumed in one process; a sweep across
+processes; misconfigurations that must fail fast with a clear message instead of hanging."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+RUN = ["num_envs=8", "num_steps=16", "total_timesteps=2048", "num_seeds=2", "num_chunks=8", "checkpoint_every=4",
+       "keep_checkpoints=5", "progress=false", "plot=false", "mesh.seed=1", "mesh.data=4"]  # fmt: skip
+TIMING = ("wall_s", "env_steps_per_s")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(devices: int) -> dict:
+    env = dict(os.environ)
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", PYTHONUNBUFFERED="1")
+    return env
+
+
+def _marljax(args: list[str], devices: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "marljax.cli", *args], env=_env(devices),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def _two_processes(args: list[str], *, extra: tuple[list[str], list[str]] = ([], []), timeout: int = 400):
+    """Run `marljax ARGS` as processes 0 and 1 of a 2-process job; returns [(rc, output)] per process."""
+    port = _free_port()
+    common = [f"distributed.coordinator=127.0.0.1:{port}", "distributed.num_processes=2", "distributed.timeout_s=60"]
+    procs = [_marljax([*args, *common, f"distributed.process_id={i}", *extra[i]], 2) for i in range(2)]
+    out = []
+    for p in procs:
+        try:
+            text, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError("a two-process run hung") from None
+        out.append((p.returncode, text))
+    return out
+
+
+def _one_process(args: list[str], devices: int = 4) -> str:
+    proc = subprocess.run([sys.executable, "-m", "marljax.cli", *args], env=_env(devices), capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def _rows(path: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in path.read_text().splitlines()]
+
+
+def _assert_rows_close(a: list[dict], b: list[dict]) -> None:
+    assert [r["update"] for r in a] == [r["update"] for r in b]
+    for x, y in zip(a, b):
+        for key in ("return_mean", "loss_total", "loss_actor", "entropy", "grad_norm"):
+            assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-5), (x["update"], key)
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mh") / "two"
+    results = _two_processes(["train", *RUN, f"out_dir={out}"])
+    for rc, text in results:
+        assert rc == 0, text[-3000:]
+    return out, results
+
+
+def test_two_processes_match_one_process_with_the_same_devices(two_process_run, tmp_path):
+    out, results = two_process_run
+    (_, primary), (_, other) = results
+    assert "mesh {'seed': 1, 'data': 4, 'agent': 1} on 4 cpu device(s)" in primary  # the mesh spans both
+    assert "return per agent" in primary and "return per agent" not in other  # process 0 alone logs
+    single = tmp_path / "one"
+    _one_process(["train", *RUN, f"out_dir={single}"])
+    _assert_rows_close(_rows(out / "metrics.jsonl"), _rows(single / "metrics.jsonl"))
+    assert sorted(int(p.name) for p in (out / "checkpoints").iterdir()) == [4, 8, 12, 16]  # written together
+
+
+def test_a_two_process_checkpoint_resumes_in_one_process(two_process_run, tmp_path):
+    out, _ = two_process_run
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    import shutil
+
+    shutil.copytree(out / "checkpoints" / "8", resumed / "checkpoints" / "8")
+    rows = [line for line in (out / "metrics.jsonl").read_text().splitlines() if json.loads(line)["update"] <= 8]
+    (resumed / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    text = _one_process(["train", *RUN, f"out_dir={resumed}", "resume=true"])
+    assert "update 8 of 16" in text
+    _assert_rows_close(_rows(resumed / "metrics.jsonl"), _rows(out / "metrics.jsonl"))
+
+
+def test_a_sweep_across_two_processes_matches_one_process(tmp_path):
+    from marljax.results import load
+
+    spec = {"base": {"num_envs": 8, "num_steps": 16, "total_timesteps": 1024, "eval_every": 4, "eval_episodes": 4,
+                     "plot": False, "mesh": {"seed": 4, "data": 1}},
+            "axes": {"lr": [1e-3, 3e-3]}, "seeds": 2}  # fmt: skip
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(spec))
+    results = _two_processes(["sweep", str(path), f"out_dir={tmp_path / 'two'}", "progress=false"])
+    for rc, text in results:
+        assert rc == 0, text[-3000:]
+    assert "| cell |" in results[0][1] and "| cell |" not in results[1][1]
+    _one_process(["sweep", str(path), f"out_dir={tmp_path / 'one'}", "progress=false"])
+    a, b = load(tmp_path / "two"), load(tmp_path / "one")
+    np.testing.assert_array_equal(a.eval_steps, b.eval_steps)
+    np.testing.assert_allclose(a.evals, b.evals, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(a.absolute, b.absolute, rtol=1e-4, atol=1e-4)
+
+
+def test_an_unreachable_coordinator_fails_fast_with_its_address():
+    port = _free_port()  # nobody listens there
+    t = time.perf_counter()
+    proc = _marljax(["train", "progress=false", "out_dir=unused", f"distributed.coordinator=127.0.0.1:{port}",
+                     "distributed.num_processes=2", "distributed.process_id=1", "distributed.timeout_s=3"], 2)  # fmt: skip
+    text, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and time.perf_counter() - t < 60
+    assert f"coordinator 127.0.0.1:{port}" in text and "did not answer within distributed.timeout_s=3s" in text
+
+
+def test_a_missing_process_stops_the_others_after_the_timeout():
+    port = _free_port()
+    t = time.perf_counter()
+    proc = _marljax(["train", "progress=false", "out_dir=unused", f"distributed.coordinator=127.0.0.1:{port}",
+                     "distributed.num_processes=2", "distributed.process_id=0", "distributed.timeout_s=3"], 2)  # fmt: skip
+    text, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and time.perf_counter() - t < 60  # JAX stops it; no hang
+    assert "process 0 of 2 joining" in text and "did not join in time" in text and "DEADLINE_EXCEEDED" in text
+
+
+def test_processes_with_different_configs_are_refused_naming_the_field(tmp_path):
+    results = _two_processes(["train", *RUN, f"out_dir={tmp_path / 'x'}"], extra=(["lr=1e-3"], ["lr=3e-3"]), timeout=200)
+    for rc, text in results:
+        assert rc == 2, text[-2000:]
+        assert "every process must run the same config" in text and "in: lr" in text
+    assert not (tmp_path / "x" / "checkpoints").exists()
