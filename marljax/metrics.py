@@ -104,13 +104,11 @@ def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
 
 def plot_returns(rows: list[dict], path: Path, title: str) -> None:
     """Return per chunk against environment steps, one faint line per seed and the mean."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: a notebook's backend is left alone
 
     rows = [r for r in rows if r.get("return_mean") is not None]
-    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+    fig = Figure(figsize=(6, 3.6), dpi=110)
+    ax = fig.subplots()
     if rows:
         steps = [r["env_steps"] for r in rows]
         per_seed = np.array([[np.nan if v is None else v for v in r["return_per_seed"]] for r in rows])
@@ -124,4 +122,3 @@ def plot_returns(rows: list[dict], path: Path, title: str) -> None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)

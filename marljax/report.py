@@ -153,13 +153,11 @@ def _write_csv(rows: list[dict], path: Path) -> None:
         writer.writerows(rows)
 
 
-def _pyplot():
-    import matplotlib
+def _figure(**kwargs):
+    """A matplotlib Figure that is not registered with pyplot, so a notebook's backend is left alone."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return Figure(dpi=110, **kwargs)
 
 
 def _curve(results: Results, c: int, num_resamples: int, seed: int) -> tuple[np.ndarray, ...]:
@@ -176,8 +174,8 @@ def _curve(results: Results, c: int, num_resamples: int, seed: int) -> tuple[np.
 
 def plot_curves(results: Results, path: Path, num_resamples: int = 2000, seed: int = 0) -> None:
     """IQM of the evaluation return over seeds against env steps of one run, one line per cell."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    fig = _figure(figsize=(7, 4.2))
+    ax = fig.subplots()
     for c, cell in enumerate(results.cells):
         steps, middle, low, high = _curve(results, c, num_resamples, seed)
         if steps.size == 0:
@@ -192,14 +190,13 @@ def plot_curves(results: Results, path: Path, num_resamples: int = 2000, seed: i
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def plot_final(rows: list[dict], path: Path) -> None:
     """Interval plot: a panel per statistic, a row per cell, final (and absolute) return with CIs."""
-    plt = _pyplot()
     y = np.arange(len(rows))  # [C]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 1.2 + 0.45 * max(len(rows), 1)), dpi=110, sharey=True)
+    fig = _figure(figsize=(11, 1.2 + 0.45 * max(len(rows), 1)))
+    axes = fig.subplots(1, 3, sharey=True)
     for ax, name in zip(axes, ("iqm", "mean", "median")):
         for prefix, offset, color in (("final", -0.12, "tab:blue"), ("absolute", 0.12, "tab:orange")):
             columns = [f"{prefix}_{name}{end}" for end in ("", "_low", "_high")]
@@ -216,7 +213,6 @@ def plot_final(rows: list[dict], path: Path) -> None:
     fig.suptitle("final and absolute return per cell, 95% bootstrap CI over seeds", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def write_report(results: Results, out_dir: Path, num_resamples: int = 2000, seed: int = 0) -> dict[str, Path]:

@@ -239,3 +239,21 @@ def test_bad_env_kwargs_name_the_field():
         make_env("switch_riddle", {"no_such_kwarg": 1})
     assert info.value.field == "env_kwargs"
     assert "no_such_kwarg" in str(info.value)
+
+
+def test_making_an_env_keeps_redirected_stdout():
+    """jaxmarl's MABrax module resets sys.stdout to sys.__stdout__ on import; a notebook's output
+    (a redirected stdout) must survive the first env being made."""
+    import subprocess
+    import sys
+
+    code = (
+        "import io, sys\n"
+        "buf = io.StringIO(); sys.stdout = buf\n"
+        "from marljax.envs.registry import make_env\n"
+        "make_env('MPE_simple_spread_v3')\n"
+        "print('still captured')\n"
+        "sys.stderr.write('OK' if 'still captured' in buf.getvalue() and sys.stdout is buf else 'LOST')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.stderr.strip().endswith("OK"), proc.stderr[-2000:]

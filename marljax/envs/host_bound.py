@@ -16,14 +16,14 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxmarl import make
+from marljax.envs.registry import make_env as _make_jaxmarl_env
 
 
 class HostBoundSpread:
     def __init__(self, step_cost_s: float = 0.002, **kwargs):
         if step_cost_s < 0:
             raise ValueError(f"env_kwargs.step_cost_s must be >= 0 seconds, got {step_cost_s}")
-        self._env = make("MPE_simple_spread_v3", **kwargs)
+        self._env = _make_jaxmarl_env("MPE_simple_spread_v3", kwargs)
         self.step_cost_s = float(step_cost_s)
 
     def __getattr__(self, name):

@@ -8,6 +8,7 @@ out for the algorithms.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any, Mapping
 
 from marljax.config import ConfigError
@@ -23,7 +24,19 @@ _NEEDS = {
 _ROBOTARIUM_PREFIX = "JaxRobotarium"
 
 
+def _import_jaxmarl() -> None:
+    """Import jaxmarl without losing sys.stdout and sys.stderr: its MABrax module resets them to
+    sys.__stdout__ / sys.__stderr__ after trying to import brax, which silenced every later print
+    of a notebook (or any redirected output) once the first env was made."""
+    saved = sys.stdout, sys.stderr
+    try:
+        import jaxmarl.registration  # noqa: F401
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 def registered_env_ids() -> list[str]:
+    _import_jaxmarl()
     from jaxmarl.registration import registered_envs
 
     return list(registered_envs)
