@@ -37,6 +37,63 @@ def gae(
     return adv, adv + value
 
 
+def q_lambda_returns(
+    reward: Array,  # [T, ...]
+    done: Array,  # [T, ...]  the episode ended after step t
+    next_q_max: Array,  # [T, ...]  max_a Q(s_{t+1}, a) (or the double-Q value) for every step
+    gamma: Array | float,
+    lam: Array | float,
+) -> Array:
+    """Peng's Q(lambda) targets, as PQN uses them: G_t = r_t + gamma (1 - d_t) [(1 - lam) q_{t+1} + lam G_{t+1}],
+    bootstrapped with G_T = q_T (`next_q_max[-1]`). lam = 0 gives one-step Q-learning targets. [T, ...]."""
+
+    def step(next_return, xs):
+        r, d, q_next = xs
+        notdone = 1.0 - d.astype(jnp.float32)
+        g = r + gamma * notdone * ((1.0 - lam) * q_next + lam * next_return)
+        return g, g
+
+    _, returns = jax.lax.scan(step, next_q_max[-1], (reward, done, next_q_max), reverse=True)
+    return returns
+
+
+def n_step_returns(reward: Array, done: Array, bootstrap: Array, gamma: Array | float, n: int) -> Array:
+    """n-step targets sum_{k<n} gamma^k r_{t+k} + gamma^n q_{t+n}, cut at episode ends and at T.
+
+    reward, done: [T, ...]; bootstrap: [T, ...] the value of s_{t+1} (max or double-Q) for every t.
+    Near the end of the window the horizon shrinks to what is left. Returns [T, ...].
+    """
+    T = reward.shape[0]
+    t = jnp.arange(T).reshape((T,) + (1,) * (reward.ndim - 1))
+
+    def shifted(x: Array, k: int) -> Array:  # x[t + k], zero past the end
+        return jnp.concatenate([x[k:], jnp.zeros((k,) + x.shape[1:], x.dtype)]) if k else x
+
+    g = jnp.zeros_like(reward)
+    alive = jnp.ones_like(reward)  # no episode end before step t + k
+    for k in range(n):  # n is static and small
+        inside = (t + k < T).astype(reward.dtype)
+        notdone = 1.0 - shifted(done, k).astype(reward.dtype)
+        g = g + inside * alive * gamma**k * shifted(reward, k)
+        last = jnp.logical_or(k == n - 1, t + k == T - 1).astype(reward.dtype)
+        g = g + inside * last * alive * notdone * gamma ** (k + 1) * shifted(bootstrap, k)
+        alive = alive * notdone
+    return g
+
+
+def double_q_value(q_online: Array, q_target: Array, mask: Array | None = None) -> Array:
+    """Q_target(s, argmax_a Q_online(s, a)) over available actions. q_*: [..., A]; mask: [..., A] bool. [...]."""
+    if mask is not None:
+        q_online = jnp.where(mask, q_online, -jnp.inf)
+    best = jnp.argmax(q_online, axis=-1)
+    return jnp.take_along_axis(q_target, best[..., None], axis=-1)[..., 0]
+
+
+def masked_max(q: Array, mask: Array | None = None) -> Array:
+    """max over available actions: q [..., A], mask [..., A] bool -> [...]."""
+    return jnp.max(q if mask is None else jnp.where(mask, q, -jnp.inf), axis=-1)
+
+
 def vtrace(
     reward: Array,  # [T, ...]
     value: Array,  # [T, ...]  V(x_t) under the policy being evaluated

@@ -1,0 +1,40 @@
+"""Value-decomposition mixers for the Q-learning family: VDN's sum and QMIX's monotonic mixer.
+
+Both take per-agent chosen-action values `q [B, N]` and return the team value `[B]`. QMIX
+conditions on the world state `[B, W]` through hypernetworks whose mixing weights pass
+through `abs`, so dQ_tot/dQ_i >= 0 for every agent: the greedy joint action is each agent's
+greedy action (the property that makes decentralised execution consistent).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def vdn(q: Array) -> Array:
+    """Q_tot = sum_i Q_i. q [B, N] -> [B]."""
+    return jnp.sum(q, axis=-1)
+
+
+class QMixer(nn.Module):
+    """QMIX's mixer: a one-hidden-layer network over the agents' values with non-negative weights
+    produced from the world state by hypernetworks."""
+
+    embed_dim: int = 32  # the mixing layer's width
+    hyper_hidden: int = 64  # hidden width of the hypernetworks for the weights
+
+    @nn.compact
+    def __call__(self, q: Array, world: Array) -> Array:
+        """q [B, N] chosen-action values, world [B, W] -> Q_tot [B]."""
+        n = q.shape[-1]
+        w1 = nn.Dense(n * self.embed_dim)(nn.relu(nn.Dense(self.hyper_hidden)(world)))  # [B, N*E]
+        w1 = jnp.abs(w1).reshape(-1, n, self.embed_dim)
+        b1 = nn.Dense(self.embed_dim)(world)  # [B, E]
+        hidden = nn.elu(jnp.einsum("bn,bne->be", q, w1) + b1)  # [B, E]
+        w2 = jnp.abs(nn.Dense(self.embed_dim)(nn.relu(nn.Dense(self.hyper_hidden)(world))))  # [B, E]
+        b2 = nn.Dense(1)(nn.relu(nn.Dense(self.embed_dim)(world)))[:, 0]  # [B]: V(s)
+        return jnp.einsum("be,be->b", hidden, w2) + b2
