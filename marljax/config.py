@@ -52,7 +52,7 @@ class DistributedConfig:
 class Config:
     """One training run. Names follow JaxMARL's IPPO keys in lower case."""
 
-    algo: str = "ippo"  # ippo | mappo (centralised critic on the global state)
+    algo: str = "ippo"  # ippo | mappo (centralised critic on the global state) | pqn_vdn (Q-learning)
     env: str = "MPE_simple_spread_v3"  # a JaxMARL id, or `module:callable` returning an env
     env_kwargs: dict = dataclasses.field(default_factory=dict)
 
@@ -72,6 +72,13 @@ class Config:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     anneal_lr: bool = True
+
+    # Q-learning (algo=pqn_vdn): epsilon-greedy acting, Q(lambda) targets; the PPO keys above give
+    # lr, num_envs, num_steps, update_epochs, num_minibatches, gamma, max_grad_norm, anneal_lr
+    eps_start: float = 1.0
+    eps_finish: float = 0.05
+    eps_decay_steps: int = 1_000_000  # env steps of one seed over which epsilon falls linearly
+    td_lambda: float = 0.65
 
     # networks
     activation: str = "tanh"  # tanh | relu
@@ -149,7 +156,7 @@ class Config:
         return dataclasses.asdict(self)
 
 
-ALGOS = ("ippo", "mappo")
+ALGOS = ("ippo", "mappo", "pqn_vdn")
 ACTIVATIONS = ("tanh", "relu")
 TORSOS = ("auto", "mlp", "cnn")
 SHARING = ("shared", "per_role", "independent")
@@ -162,7 +169,7 @@ _POSITIVE_INTS = (
     "hidden_size", "num_layers", "gru_hidden_size", "num_seeds", "num_chunks",
 )  # fmt: skip
 _NON_NEGATIVE_FLOATS = ("lr", "ent_coef", "vf_coef", "clip_eps", "max_grad_norm")
-_UNIT_FLOATS = ("gamma", "gae_lambda")
+_UNIT_FLOATS = ("gamma", "gae_lambda", "eps_start", "eps_finish", "td_lambda")
 
 
 def _fields(cls) -> dict[str, dataclasses.Field]:
@@ -406,6 +413,17 @@ def validate(config: Config) -> Config:
         raise ConfigError("distributed", "mode=async runs in one process (its actor threads share the host); use mode=anakin across hosts")
     if c.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", f"must be >= 0 updates (0: only at the end), got {c.checkpoint_every}")
+    if c.algo == "pqn_vdn":
+        if c.param_sharing != "shared":
+            raise ConfigError("param_sharing", f"algo=pqn_vdn shares one Q-network per group for now; allowed: shared, got {c.param_sharing!r}")
+        if c.recurrent:
+            raise ConfigError("recurrent", "algo=pqn_vdn is feed-forward for now; set recurrent=false")
+        if c.mode != "anakin":
+            raise ConfigError("mode", "algo=pqn_vdn runs on device; allowed: anakin")
+        if c.eps_finish > c.eps_start:
+            raise ConfigError("eps_finish", f"must be <= eps_start={c.eps_start}, got {c.eps_finish}")
+        if c.eps_decay_steps < 1:
+            raise ConfigError("eps_decay_steps", f"must be >= 1 env step, got {c.eps_decay_steps}")
     if c.eval_every < 0:
         raise ConfigError("eval_every", f"must be >= 0 updates (0: no evaluation), got {c.eval_every}")
     if c.eval_episodes < 1:

@@ -51,14 +51,18 @@ def chunk_row(
             part = float(np.sum(ep.return_sum[..., start : start + size]))
             row[f"return_{name}"] = part / (count * size) if count else None
             start += size
-    for key in LOSS_KEYS:
-        row[key] = float(np.mean(metrics[key]))
+    for key in LOSS_KEYS:  # the PPO family's; other algorithms report what applies to them
+        if key in metrics:
+            row[key] = float(np.mean(metrics[key]))
+    for key, value in metrics.items():  # and any further scalar metric of theirs (q_mean, epsilon, ...)
+        if key not in row and key != "episodes":
+            row[key] = float(np.mean(value))
     return row
 
 
 def first_non_finite(row: Mapping[str, Any]) -> str | None:
     """Name of the first loss metric in `row` that is NaN or infinite, else None."""
-    for key in LOSS_KEYS:
+    for key in (*LOSS_KEYS, *(k for k in row if k.startswith(("loss", "q_")))):
         value = row.get(key)
         if value is not None and not math.isfinite(value):
             return key

@@ -200,3 +200,21 @@ class RecurrentActorCritic(nn.Module):
             return h, dist, jnp.zeros(obs.shape[:1], jnp.float32)
         critic_x = _act(self.activation)(_dense(self.hidden_size, np.sqrt(2))(x))
         return h, dist, _dense(1, 1.0)(critic_x)[:, 0]
+
+
+class QNetwork(nn.Module):
+    """Per-agent action values, PQN style: MLP with LayerNorm before each activation.
+    obs [B, *obs_shape] (+ one-hot id) -> q [B, action_dim]."""
+
+    action_dim: int
+    hidden_size: int = 64
+    num_layers: int = 2
+    activation: str = "relu"
+    cnn: bool = False
+
+    @nn.compact
+    def __call__(self, obs: Array, agent_id: Array | None = None) -> Array:
+        x = _features(obs, agent_id, self.cnn, self.activation, "q")
+        for _ in range(self.num_layers):
+            x = _act(self.activation)(nn.LayerNorm()(_dense(self.hidden_size, np.sqrt(2))(x)))
+        return _dense(self.action_dim, 1.0)(x)
