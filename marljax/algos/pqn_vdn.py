@@ -21,12 +21,12 @@ import jax.numpy as jnp
 import optax
 
 from marljax import ops
-from marljax.algos.ippo import Trainer, _agent_ids, _flat, _local_keys, hparams_from_config
-from marljax.config import Config, ConfigError
-from marljax.envs.adapter import AgentGroup, EnvAdapter
-from marljax.networks import QNetwork
+from marljax.algos.ippo import Trainer, _local_keys, hparams_from_config
+from marljax.algos.q_acting import make_q_acting, shift_in
+from marljax.config import Config
+from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.layouts import Layout
-from marljax.types import ActorState, EpisodeStats, LearnerState, TrainState
+from marljax.types import LearnerState, TrainState
 
 Array = jax.Array
 
@@ -34,115 +34,37 @@ Array = jax.Array
 def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Trainer:
     del correction  # on-policy rollouts on device only
     groups = env.groups
-    bad = [g.name for g in groups if not g.discrete]
-    if bad:
-        raise ConfigError("algo", f"pqn_vdn needs discrete actions; groups with Box actions: {', '.join(bad)}")
-    if layout.agent_parallel:
-        raise ConfigError("mesh.agent", "algo=pqn_vdn has no agent-parallel layout yet; allowed: 1")
-    cnn = lambda g: config.torso == "cnn" or (config.torso == "auto" and len(g.obs_shape) == 3)  # noqa: E731
-    nets = {g.name: QNetwork(g.action_dim, config.hidden_size, config.num_layers, config.activation, cnn(g)) for g in groups}
+    q = make_q_acting(config, env, layout)
     T, E, M = config.num_steps, config.num_envs, config.num_minibatches
     L = config.minibatch_steps
     E_local = E // layout.num_env_shards
     adam = optax.scale_by_adam(eps=1e-5)
     num_updates = max(config.num_updates, 1)
-    decay_updates = max(config.eps_decay_steps / (T * E), 1e-9)  # epsilon falls over this many updates
-
-    def q_values(params, g: AgentGroup, obs: Array) -> Array:
-        """obs [B, A_g, ...] -> q [B, A_g, n_actions] (one shared network, one-hot agent ids)."""
-        p = jax.tree.map(lambda x: x[0], params[g.name])
-        ids = _agent_ids(g, obs.shape[:1], config.agent_id)
-        return nets[g.name].apply(p, _flat(obs, 2), ids).reshape(obs.shape[:2] + (g.action_dim,))
-
-    def epsilon(update: Array) -> Array:
-        frac = jnp.minimum(update.astype(jnp.float32) / decay_updates, 1.0)
-        return config.eps_start + frac * (config.eps_finish - config.eps_start)
-
-    def choose(q: Array, mask: Array, key: Array, eps: Array | float) -> Array:
-        """epsilon-greedy among available actions, one key per environment: q [B, A, n], keys [B]."""
-
-        def one_env(q_e, m_e, k):
-            k_explore, k_random = jax.random.split(k)
-            greedy = jnp.argmax(jnp.where(m_e, q_e, -jnp.inf), axis=-1)  # [A]
-            random = jax.random.categorical(k_random, jnp.where(m_e, 0.0, -jnp.inf))  # [A]
-            explore = jax.random.uniform(k_explore, greedy.shape) < eps
-            return jnp.where(explore, random, greedy)
-
-        return jax.vmap(one_env)(q, mask, key)
-
-    def act(params, obs, reset, hidden, mask, key, greedy: bool = False):
-        """Evaluation: greedy actions (or epsilon_finish-greedy); obs group -> [B, A_g, ...]."""
-        keys = jax.random.split(key, obs[groups[0].name].shape[0])
-        out = {}
-        for gi, g in enumerate(groups):
-            q = q_values(params, g, obs[g.name])
-            m = mask.get(g.name, jnp.ones(q.shape, bool))
-            out[g.name] = choose(q, m, jax.vmap(jax.random.fold_in, (0, None))(keys, gi), 0.0 if greedy else config.eps_finish)
-        return out, {}
 
     def init_learner(key: Array) -> LearnerState:
         k_net, _, k_run = jax.random.split(key, 3)
-        params = {}
-        for gi, g in enumerate(groups):
-            obs = jnp.zeros((g.size,) + g.obs_shape, jnp.float32)
-            ids = _agent_ids(g, (1,), config.agent_id)
-            params[g.name] = jax.vmap(lambda k, g=g, obs=obs, ids=ids: nets[g.name].init(k, obs, ids))(
-                jax.random.fold_in(k_net, gi)[None]
-            )  # leaves [1, ...]: one shared set per group
+        params = q.init_params(k_net)
         return LearnerState(params, adam.init(params), hparams_from_config(config), k_run, jnp.int32(0))
 
     def init(key: Array) -> TrainState:
         _, k_env, _ = jax.random.split(key, 3)
-        obs, env_state = jax.vmap(env.reset)(jax.random.split(k_env, E))
-        actors = ActorState(
-            env_state=env_state, obs=obs, reset={g.name: jnp.ones((E, g.size), bool) for g in groups}, hidden={},
-            ep_return=jnp.zeros((E, env.num_agents), jnp.float32), ep_length=jnp.zeros((E,), jnp.int32),
-        )  # fmt: skip
-        return TrainState(init_learner(key), actors)
-
-    def rollout_step(params, eps, carry, key_t):
-        actors, stats = carry
-        k_act, k_env = jax.random.split(key_t)
-        act_keys = _local_keys(k_act, E, E_local, layout.env_axes)
-        env_keys = _local_keys(k_env, E, E_local, layout.env_axes)
-        masks = jax.vmap(env.action_mask)(actors.env_state)
-        actions = {}
-        for gi, g in enumerate(groups):
-            q = q_values(params, g, actors.obs[g.name])
-            actions[g.name] = choose(q, masks[g.name], jax.vmap(jax.random.fold_in, (0, None))(act_keys, gi), eps)
-        res = jax.vmap(env.step)(env_keys, actors.env_state, actions)
-        reward_all = jnp.concatenate([res.reward[g.name] for g in groups], axis=1)  # [E, N]
-        ep_return, ep_length = actors.ep_return + reward_all, actors.ep_length + 1
-        fin = res.episode_done.astype(jnp.float32)
-        stats = EpisodeStats(
-            stats.return_sum + jnp.sum(fin[:, None] * ep_return, axis=0),
-            stats.length_sum + jnp.sum(fin * ep_length),
-            stats.count + jnp.sum(fin),
-        )
-        step = dict(obs=actors.obs, action=actions, mask=masks, reward=jnp.sum(reward_all, axis=1), done=res.episode_done)
-        actors = actors.replace(
-            env_state=res.state, obs=res.obs, reset=res.done,
-            ep_return=jnp.where(res.episode_done[:, None], 0.0, ep_return),
-            ep_length=jnp.where(res.episode_done, 0, ep_length),
-        )  # fmt: skip
-        return (actors, stats), step
+        return TrainState(init_learner(key), q.init_actors(k_env))
 
     def team_q(params, obs: dict, action: dict) -> Array:
         """Q_tot of the taken actions: obs/action group -> [B, A_g, ...] -> [B]."""
         total = 0.0
         for g in groups:
-            q = q_values(params, g, obs[g.name])
-            total = total + jnp.sum(jnp.take_along_axis(q, action[g.name][..., None], axis=-1)[..., 0], axis=-1)
+            values = q.q_values(params, g, obs[g.name])
+            total = total + jnp.sum(jnp.take_along_axis(values, action[g.name][..., None], axis=-1)[..., 0], axis=-1)
         return total
 
     def team_max(params, obs: dict, mask: dict) -> Array:
         """sum_i max_a Q_i over available actions: [B]."""
-        return sum(jnp.sum(ops.masked_max(q_values(params, g, obs[g.name]), mask[g.name]), axis=-1) for g in groups)
+        return sum(jnp.sum(ops.masked_max(q.q_values(params, g, obs[g.name]), mask[g.name]), axis=-1) for g in groups)
 
     def loss_fn(params, batch, target):
-        q = jax.vmap(partial(team_q, params))(batch["obs"], batch["action"])  # [L, E_local]
-        td = q - target
-        return 0.5 * jnp.mean(td**2), jnp.mean(q)
+        q_tot = jax.vmap(partial(team_q, params))(batch["obs"], batch["action"])  # [L, E_local]
+        return 0.5 * jnp.mean((q_tot - target) ** 2), jnp.mean(q_tot)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -166,17 +88,14 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     def update(state: TrainState):
         learner = state.learner
         key, k_roll, k_epochs = jax.random.split(learner.key, 3)
-        eps = epsilon(learner.update)
-        zero = EpisodeStats(jnp.zeros(env.num_agents), jnp.float32(0), jnp.float32(0))
-        (actors, stats), traj = jax.lax.scan(
-            partial(rollout_step, learner.params, eps), (state.actors, zero), jax.random.split(k_roll, T)
-        )
+        eps = q.epsilon(learner.update)
+        actors, stats, traj, final = q.rollout(learner.params, eps, state.actors, k_roll)
         # targets from the network as it is now: Q(s_{t+1}) for every step, the last from the final obs
-        next_obs = jax.tree.map(lambda seq, last: jnp.concatenate([seq[1:], last[None]]), traj["obs"], actors.obs)
-        last_mask = jax.vmap(env.action_mask)(actors.env_state)
-        next_mask = jax.tree.map(lambda seq, last: jnp.concatenate([seq[1:], last[None]]), traj["mask"], last_mask)
-        next_q = jax.vmap(partial(team_max, learner.params))(next_obs, next_mask)  # [T, E_local]
-        target = ops.q_lambda_returns(traj["reward"], traj["done"], next_q, learner.hparams.gamma, config.td_lambda)
+        next_q = jax.vmap(partial(team_max, learner.params))(
+            shift_in(traj["obs"], final["obs"]), shift_in(traj["mask"], final["mask"])
+        )  # [T, E_local]
+        team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_local]: the sum matches Q_tot = sum_i Q_i
+        target = ops.q_lambda_returns(team_reward, traj["done"], next_q, learner.hparams.gamma, config.td_lambda)
 
         frac = jnp.maximum(1.0 - learner.update.astype(jnp.float32) / num_updates, 0.0)
         lr = learner.hparams.lr * frac if config.anneal_lr else learner.hparams.lr
@@ -205,5 +124,5 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         return run_updates(init(key), config.num_updates)
 
     return Trainer(
-        config, env, nets, init, update, run_updates, train, act, None, None, None, None, init_learner, None, None,
+        config, env, q.nets, init, update, run_updates, train, q.act, None, None, None, None, init_learner, None, None,
     )
