@@ -406,9 +406,9 @@ def _table(result: dict[str, Any]) -> str:
 
 def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure `config` (see the module docstring); print a table, then one JSON line; return the dict."""
-    if config.algo == "pqn_vdn":
+    if config.algo not in ("ippo", "mappo"):
         raise ConfigError(
-            "algo", "marljax bench measures the PPO family (ippo, mappo) for now; `marljax train algo=pqn_vdn` prints its env-steps/s"
+            "algo", f"marljax bench measures the PPO family (ippo, mappo) for now; `marljax train algo={config.algo}` prints its env-steps/s"
         )
     if config.mode == "async":
         return run_async_bench(config, log)

@@ -52,7 +52,9 @@ class DistributedConfig:
 class Config:
     """One training run. Names follow JaxMARL's IPPO keys in lower case."""
 
-    algo: str = "ippo"  # ippo | mappo (centralised critic on the global state) | pqn_vdn (Q-learning)
+    # ippo | mappo (centralised critic on the global state) | pqn_vdn (replay-free Q-learning) |
+    # iql | vdn | qmix (Q-learning with replay and a target network)
+    algo: str = "ippo"
     env: str = "MPE_simple_spread_v3"  # a JaxMARL id, or `module:callable` returning an env
     env_kwargs: dict = dataclasses.field(default_factory=dict)
 
@@ -79,6 +81,12 @@ class Config:
     eps_finish: float = 0.05
     eps_decay_steps: int = 1_000_000  # env steps of one seed over which epsilon falls linearly
     td_lambda: float = 0.65
+    # ... with replay (iql, vdn, qmix): sequences of num_steps steps of one environment
+    buffer_size: int = 5000  # sequences kept (the oldest are overwritten)
+    batch_size: int = 32  # sequences per gradient step; update_epochs gradient steps per update
+    learning_starts: int = 10_000  # env steps of one seed before the first gradient step
+    target_update_interval: int = 10  # updates between target-network copies; 0: Polyak averaging with tau
+    tau: float = 0.005
 
     # networks
     activation: str = "tanh"  # tanh | relu
@@ -156,7 +164,8 @@ class Config:
         return dataclasses.asdict(self)
 
 
-ALGOS = ("ippo", "mappo", "pqn_vdn")
+ALGOS = ("ippo", "mappo", "pqn_vdn", "iql", "vdn", "qmix")
+Q_ALGOS = ("pqn_vdn", "iql", "vdn", "qmix")
 ACTIVATIONS = ("tanh", "relu")
 TORSOS = ("auto", "mlp", "cnn")
 SHARING = ("shared", "per_role", "independent")
@@ -169,7 +178,7 @@ _POSITIVE_INTS = (
     "hidden_size", "num_layers", "gru_hidden_size", "num_seeds", "num_chunks",
 )  # fmt: skip
 _NON_NEGATIVE_FLOATS = ("lr", "ent_coef", "vf_coef", "clip_eps", "max_grad_norm")
-_UNIT_FLOATS = ("gamma", "gae_lambda", "eps_start", "eps_finish", "td_lambda")
+_UNIT_FLOATS = ("gamma", "gae_lambda", "eps_start", "eps_finish", "td_lambda", "tau")
 
 
 def _fields(cls) -> dict[str, dataclasses.Field]:
@@ -413,13 +422,20 @@ def validate(config: Config) -> Config:
         raise ConfigError("distributed", "mode=async runs in one process (its actor threads share the host); use mode=anakin across hosts")
     if c.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", f"must be >= 0 updates (0: only at the end), got {c.checkpoint_every}")
-    if c.algo == "pqn_vdn":
+    if c.algo in Q_ALGOS:
         if c.param_sharing != "shared":
-            raise ConfigError("param_sharing", f"algo=pqn_vdn shares one Q-network per group for now; allowed: shared, got {c.param_sharing!r}")
+            raise ConfigError("param_sharing", f"algo={c.algo} shares one Q-network per group for now; allowed: shared, got {c.param_sharing!r}")
         if c.recurrent:
-            raise ConfigError("recurrent", "algo=pqn_vdn is feed-forward for now; set recurrent=false")
+            raise ConfigError("recurrent", f"algo={c.algo} is feed-forward for now; set recurrent=false")
         if c.mode != "anakin":
-            raise ConfigError("mode", "algo=pqn_vdn runs on device; allowed: anakin")
+            raise ConfigError("mode", f"algo={c.algo} runs on device; allowed: anakin")
+        for name in ("buffer_size", "batch_size"):
+            if getattr(c, name) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(c, name)}")
+        if c.algo != "pqn_vdn" and c.buffer_size < c.num_envs:
+            raise ConfigError("buffer_size", f"must hold at least one rollout: >= num_envs={c.num_envs} sequences, got {c.buffer_size}")
+        if c.learning_starts < 0 or c.target_update_interval < 0:
+            raise ConfigError("learning_starts" if c.learning_starts < 0 else "target_update_interval", "must be >= 0")
         if c.eps_finish > c.eps_start:
             raise ConfigError("eps_finish", f"must be <= eps_start={c.eps_start}, got {c.eps_finish}")
         if c.eps_decay_steps < 1:

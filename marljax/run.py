@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.algos import ippo, mappo, pqn_vdn
+from marljax.algos import ippo, mappo, pqn_vdn, qlearning
 from marljax.checkpoint import CheckpointError, Checkpointer, abstract_like, check_resumable
 from marljax.config import Config, ConfigError, dump_yaml, replace
 from marljax.envs.adapter import EnvAdapter
@@ -88,7 +88,10 @@ def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> 
 
     The off-policy correction applies in async mode only; on device the data is on-policy.
     """
-    make_train = {"ippo": ippo.make_train, "mappo": mappo.make_train, "pqn_vdn": pqn_vdn.make_train}[config.algo]
+    make_train = {
+        "ippo": ippo.make_train, "mappo": mappo.make_train, "pqn_vdn": pqn_vdn.make_train,
+        "iql": qlearning.make_train, "vdn": qlearning.make_train, "qmix": qlearning.make_train,
+    }[config.algo]  # fmt: skip
     correction = config.correction if config.mode == "async" else "none"
     return make_train(config, env, layout=layout, correction=correction)
 

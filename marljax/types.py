@@ -53,6 +53,7 @@ class ActorState:
 class TrainState:
     learner: LearnerState
     actors: ActorState
+    extra: Any = None  # what else an algorithm keeps (the Q-learning family: target network, replay)
 
 
 class GroupBatch(NamedTuple):

@@ -97,7 +97,8 @@ def state_specs(state_shape: TrainState, split: frozenset[str]) -> TrainState:
 
     learner = learner_specs(state_shape.learner, split, SEED)
     actors = jax.tree.map(lambda _: P(SEED, (DATA, AGENT)), state_shape.actors)
-    return TrainState(learner=learner, actors=actors)
+    extra = jax.tree.map(lambda _: P(SEED), state_shape.extra)  # split over seeds only
+    return TrainState(learner=learner, actors=actors, extra=extra)
 
 
 class ShardedFns(NamedTuple):

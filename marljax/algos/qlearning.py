@@ -1,0 +1,189 @@
+"""IQL, VDN and QMIX: off-policy Q-learning with a replay buffer and a target network.
+
+Each update: `num_steps` of epsilon-greedy acting in `num_envs` environments, whose sequences
+(one per environment) go into the replay buffer on the device (`marljax.replay`); then, once
+`learning_starts` env steps have been taken, `update_epochs` gradient steps, each on
+`batch_size` sequences sampled from the buffer. Targets are Peng's Q(lambda) returns along a
+sequence (td_lambda=0: one-step), bootstrapped with double-Q values: the online network picks
+the next action among the available ones, the target network values it. The target network is
+copied every `target_update_interval` updates, or Polyak-averaged with `tau` when that is 0.
+
+* `iql`: every agent learns its own values from its own reward.
+* `vdn`: Q_tot = sum_i Q_i against the summed team reward.
+* `qmix`: Q_tot = QMixer(Q_1..Q_N | world state) (monotonic, see `marljax.mixers`).
+
+The replay buffer and the target network live in `TrainState.extra`, so checkpoints hold
+them: a resumed run continues with the same replay contents.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from marljax import ops, replay
+from marljax.algos.ippo import Trainer, hparams_from_config
+from marljax.algos.q_acting import make_q_acting
+from marljax.config import Config, ConfigError
+from marljax.envs.adapter import EnvAdapter
+from marljax.mixers import QMixer
+from marljax.parallel.layouts import Layout
+from marljax.types import LearnerState, TrainState
+
+Array = jax.Array
+MIXER = "__mixer__"  # params[MIXER]: QMIX's mixer
+
+
+@struct.dataclass
+class QExtra:
+    target: dict  # the target network's parameters (same tree as the learner's)
+    buffer: replay.ReplayState  # sequences [capacity, T + 1, ...]
+
+
+def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Trainer:
+    del correction
+    algo = config.algo
+    if layout.num_env_shards > 1:
+        raise ConfigError(
+            "mesh.data", f"algo={algo} keeps each seed's replay buffer on one device for now; allowed: 1 (mesh.seed adds devices)"
+        )
+    groups = env.groups
+    q = make_q_acting(config, env, layout, world=algo == "qmix")
+    mixer = QMixer()
+    T, E, N = config.num_steps, config.num_envs, env.num_agents
+    adam = optax.scale_by_adam(eps=1e-5)
+    num_updates = max(config.num_updates, 1)
+    start_update = config.learning_starts // (T * E)  # the first update that learns
+
+    def example_sequence(key: Array) -> dict:
+        """One environment's stored sequence, zeros: obs/mask [T + 1, ...] (the last follows step T)."""
+        obs, state = env.reset(key)
+        seq = {
+            "obs": {g.name: jnp.zeros((T + 1,) + obs[g.name].shape) for g in groups},
+            "mask": {g.name: jnp.zeros((T + 1, g.size, g.action_dim), bool) for g in groups},
+            "action": {g.name: jnp.zeros((T, g.size), jnp.int32) for g in groups},
+            "reward": jnp.zeros((T, N)),
+            "done": jnp.zeros((T,), bool),
+        }
+        if algo == "qmix":
+            seq["world"] = jnp.zeros((T + 1,) + env.world_state(state, obs).shape)
+        return seq
+
+    def init_learner(key: Array) -> LearnerState:
+        k_net, _, k_run = jax.random.split(key, 3)
+        params = q.init_params(k_net)
+        if algo == "qmix":
+            world = example_sequence(k_net)["world"][:1]
+            params[MIXER] = mixer.init(jax.random.fold_in(k_net, len(groups)), jnp.zeros((1, N)), world)
+        return LearnerState(params, adam.init(params), hparams_from_config(config), k_run, jnp.int32(0))
+
+    def init(key: Array) -> TrainState:
+        _, k_env, _ = jax.random.split(key, 3)
+        learner = init_learner(key)
+        buffer = replay.init(config.buffer_size, example_sequence(k_env))
+        return TrainState(learner, q.init_actors(k_env), QExtra(learner.params, buffer))
+
+    def chosen_and_next(params, target, seq) -> tuple[Array, Array]:
+        """Per agent, over a batch of sequences: Q(o_t, a_t) [B, T, N] and the double-Q value of
+        o_{t+1} [B, T, N] (online argmax among available actions, target network's value)."""
+        taken, nxt = [], []
+        for g in groups:
+            obs, mask = seq["obs"][g.name], seq["mask"][g.name]  # [B, T+1, A, ...]
+            B = obs.shape[0]
+            flat = obs.reshape((B * (T + 1),) + obs.shape[2:])
+            online = q.q_values(params, g, flat).reshape(B, T + 1, g.size, g.action_dim)
+            tgt = q.q_values(target, g, flat).reshape(B, T + 1, g.size, g.action_dim)
+            action = seq["action"][g.name]  # [B, T, A]
+            taken.append(jnp.take_along_axis(online[:, :-1], action[..., None], axis=-1)[..., 0])
+            nxt.append(ops.double_q_value(online[:, 1:], tgt[:, 1:], mask[:, 1:]))
+        return jnp.concatenate(taken, axis=-1), jax.lax.stop_gradient(jnp.concatenate(nxt, axis=-1))
+
+    def team(params_mixer, values: Array, world: Array) -> Array:
+        """[B, T, N] -> [B, T]: VDN's sum or QMIX's mixer on the world state [B, T, W]."""
+        if algo == "vdn":
+            return jnp.sum(values, axis=-1)
+        B = values.shape[0]
+        out = mixer.apply(params_mixer, values.reshape(B * T, N), world.reshape((B * T,) + world.shape[2:]))
+        return out.reshape(B, T)
+
+    def loss_fn(params, target, seq, hp):
+        taken, nxt = chosen_and_next(params, target, seq)  # [B, T, N]
+        done = seq["done"]  # [B, T]
+        if algo == "iql":
+            reward, q_now, q_next, done = seq["reward"], taken, nxt, jnp.broadcast_to(done[..., None], taken.shape)
+        else:
+            world = seq.get("world")
+            q_now = team(params.get(MIXER), taken, None if world is None else world[:, :-1])
+            q_next = jax.lax.stop_gradient(team(target.get(MIXER), nxt, None if world is None else world[:, 1:]))
+            reward = jnp.sum(seq["reward"], axis=-1)  # the team's reward, summed like the values
+        swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731 - [B, T, ...] <-> [T, B, ...]
+        returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp.gamma, config.td_lambda))
+        return 0.5 * jnp.mean((q_now - jax.lax.stop_gradient(returns)) ** 2), jnp.mean(q_now)
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def gradient_steps(learner: LearnerState, extra: QExtra, key: Array, lr: Array):
+        def one(carry, k):
+            params, opt_state = carry
+            seq, _ = replay.sample(extra.buffer, k, config.batch_size)
+            (loss, q_mean), grads = grad_fn(params, extra.target, seq, learner.hparams)
+            grads, grad_norm = layout.reduce_grads(grads, frozenset())
+            grads = ops.clip_by_norm(grads, grad_norm, learner.hparams.max_grad_norm)
+            updates, opt_state = adam.update(grads, opt_state)
+            return (jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state), (loss, q_mean, grad_norm)
+
+        (params, opt_state), (loss, q_mean, grad_norm) = jax.lax.scan(
+            one, (learner.params, learner.opt_state), jax.random.split(key, config.update_epochs)
+        )
+        return params, opt_state, (jnp.mean(loss), jnp.mean(q_mean), jnp.mean(grad_norm))
+
+    def update(state: TrainState):
+        learner, extra = state.learner, state.extra
+        key, k_roll, k_learn = jax.random.split(learner.key, 3)
+        eps = q.epsilon(learner.update)
+        actors, stats, traj, final = q.rollout(learner.params, eps, state.actors, k_roll)
+        # one sequence per environment: [E, T(+1), ...]
+        with_last = lambda seq, last: jnp.swapaxes(jnp.concatenate([seq, last[None]]), 0, 1)  # noqa: E731
+        sequences = {
+            "obs": jax.tree.map(with_last, traj["obs"], final["obs"]),
+            "mask": jax.tree.map(with_last, traj["mask"], final["mask"]),
+            "action": jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj["action"]),
+            "reward": jnp.swapaxes(traj["reward"], 0, 1),
+            "done": jnp.swapaxes(traj["done"], 0, 1),
+        }
+        if algo == "qmix":
+            sequences["world"] = with_last(traj["world"], final["world"])
+        extra = extra.replace(buffer=replay.add(extra.buffer, sequences))
+
+        frac = jnp.maximum(1.0 - learner.update.astype(jnp.float32) / num_updates, 0.0)
+        lr = learner.hparams.lr * frac if config.anneal_lr else learner.hparams.lr
+
+        def learn(_):
+            return gradient_steps(learner, extra, k_learn, lr)
+
+        def wait(_):
+            return learner.params, learner.opt_state, (jnp.float32(0), jnp.float32(0), jnp.float32(0))
+
+        params, opt_state, (loss, q_mean, grad_norm) = jax.lax.cond(learner.update >= start_update, learn, wait, None)
+        n_done = learner.update + 1
+        if config.target_update_interval:
+            copy = n_done % config.target_update_interval == 0
+            target = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params, extra.target)
+        else:
+            target = jax.tree.map(lambda p, t: config.tau * p + (1.0 - config.tau) * t, params, extra.target)
+        metrics = {"loss_total": loss, "q_mean": q_mean, "grad_norm": grad_norm, "lr": lr, "epsilon": eps,
+                   "replay_size": replay.size(extra.buffer).astype(jnp.float32), "episodes": stats}  # fmt: skip
+        learner = learner.replace(params=params, opt_state=opt_state, key=key, update=n_done)
+        return TrainState(learner, actors, extra.replace(target=target)), metrics
+
+    def run_updates(state: TrainState, n: int):
+        return jax.lax.scan(lambda s, _: update(s), state, None, length=n)
+
+    def train(key: Array):
+        return run_updates(init(key), config.num_updates)
+
+    return Trainer(
+        config, env, q.nets, init, update, run_updates, train, q.act, None, None, None, None, init_learner, None, None,
+    )
