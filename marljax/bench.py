@@ -44,7 +44,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from marljax.algos.ippo import Trainer, hparams_from_config
-from marljax.config import Config, ConfigError
+from marljax.config import Q_ALGOS, Config, ConfigError, replace
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.mesh import AGENT, DATA, SEED, mesh_layout, seed_keys, shard_trainer, split_groups, state_specs
 from marljax.run import make_trainer, prepare
@@ -406,10 +406,8 @@ def _table(result: dict[str, Any]) -> str:
 
 def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure `config` (see the module docstring); print a table, then one JSON line; return the dict."""
-    if config.algo not in ("ippo", "mappo"):
-        raise ConfigError(
-            "algo", f"marljax bench measures the PPO family (ippo, mappo) for now; `marljax train algo={config.algo}` prints its env-steps/s"
-        )
+    if config.algo in Q_ALGOS:
+        return run_q_bench(config, log)
     if config.mode == "async":
         return run_async_bench(config, log)
     env, mesh, trainer = prepare(config)
@@ -438,6 +436,40 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     result["peak_rss_mb"] = peak_rss_mb()
     result = {k: (float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v) for k, v in result.items()}
     log(_table(result))
+    log(json.dumps(result))
+    return result
+
+
+def run_q_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The Q-learning family: training and env-only throughput, gradient steps per second.
+
+    Replay-based algorithms are timed with learning_starts=0, so that every timed update learns.
+    """
+    if config.algo != "pqn_vdn":
+        config = replace(config, learning_starts=0)
+    env, mesh, trainer = prepare(config)
+    log(f"marljax bench: {config.algo} on {env.describe()}")
+    per_update = config.update_epochs * (config.num_minibatches if config.algo == "pqn_vdn" else 1)
+    result: dict[str, Any] = {
+        "algo": config.algo, "env": config.env, "num_envs": config.num_envs, "num_seeds": config.num_seeds,
+        "num_steps": config.num_steps, "gradient_steps_per_update": per_update,
+        "batch": (config.num_steps // config.num_minibatches) * config.num_envs if config.algo == "pqn_vdn"
+        else config.batch_size * config.num_steps,  # transitions per gradient step, per seed
+        "devices": int(mesh.devices.size), "platform": _platform(mesh),
+    }  # fmt: skip
+    result.update(bench_train(config, mesh, trainer))
+    updates_per_s = result["train_env_steps_per_s"] / config.env_steps_per_update
+    result["updates_per_s"] = updates_per_s
+    result["gradient_steps_per_s"] = updates_per_s * per_update * config.num_seeds
+    result.update(bench_env_only(config, mesh, env))
+    result["peak_rss_mb"] = peak_rss_mb()
+    result = {k: (float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v) for k, v in result.items()}
+    for label, key, unit in (
+        ("train", "train_env_steps_per_s", "env-steps/s"), ("updates", "updates_per_s", "/s"),
+        ("gradient steps", "gradient_steps_per_s", "/s (all seeds)"), ("env only", "env_only_env_steps_per_s", "env-steps/s"),
+        ("compile", "compile_s", "s"), ("peak RSS", "peak_rss_mb", "MiB"),
+    ):  # fmt: skip
+        log(f"  {label:<15} {result[key]:>14,.1f} {unit}")
     log(json.dumps(result))
     return result
 

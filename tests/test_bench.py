@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from marljax import bench
 from marljax.config import load_config
 
@@ -51,3 +53,13 @@ def test_checkpoint_bench_reports_both_ways_side_by_side():
     assert all(t > 0 for t in result["seconds_with"] + result["seconds_without"])
     assert math.isfinite(result["overhead"])
     assert json.loads(lines[-1]) == result
+
+
+def test_q_bench_reports_env_and_gradient_steps(capfd):
+    config = load_config(None, ["algo=qmix", "num_envs=4", "num_steps=8", "num_minibatches=1", "update_epochs=2",
+                                "batch_size=4", "buffer_size=16", "total_timesteps=2048", "progress=false"])  # fmt: skip
+    result = bench.run_bench(config, log=print)
+    assert json.loads(capfd.readouterr().out.strip().splitlines()[-1]) == result
+    assert result["gradient_steps_per_update"] == 2 and result["batch"] == 32
+    assert result["gradient_steps_per_s"] == pytest.approx(2 * result["updates_per_s"], rel=1e-4) and result["updates_per_s"] > 0
+    assert math.isfinite(result["train_env_steps_per_s"]) and result["train_env_steps_per_s"] > 0
