@@ -31,6 +31,7 @@ class QMixer(nn.Module):
     def __call__(self, q: Array, world: Array) -> Array:
         """q [B, N] chosen-action values, world [B, W] -> Q_tot [B]."""
         n = q.shape[-1]
+        world = nn.LayerNorm()(world)  # world states come unnormalised (SMAX: up to ~25)
         w1 = nn.Dense(n * self.embed_dim)(nn.relu(nn.Dense(self.hyper_hidden)(world)))  # [B, N*E]
         w1 = jnp.abs(w1).reshape(-1, n, self.embed_dim)
         b1 = nn.Dense(self.embed_dim)(world)  # [B, E]

@@ -18,14 +18,15 @@ SETTINGS = ["activation=relu", "lr=1e-3", "num_envs=16", "num_steps=26", "num_mi
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["iql", "vdn", "qmix"])
 def test_learns_simple_spread(algo, tmp_path):
-    """600k steps, one seed: the greedy evaluation return rises by at least 5 per agent from the
-    first evaluation (after 100 updates) to the last. Measured: iql -41.4 -> -23.5,
-    vdn -53.5 -> -20.6, qmix -33.7 -> -20.9."""
+    """600k steps, one seed: the mean greedy evaluation return of the last three evaluations beats
+    the first chunk's training return (epsilon = 1: a uniformly random team, about -27.4) by at
+    least 2.5 per agent. Measured (last three): iql -24.2, vdn -23.6, qmix -21.7."""
     config = load_config(None, [*SETTINGS, f"algo={algo}", "total_timesteps=6e5", "eval_every=100", "eval_episodes=32",
                                 f"out_dir={tmp_path}"])  # fmt: skip
     rows = train(config, log=lambda s: None).rows
     evals = [r["eval_return"] for r in rows if "eval_return" in r]
-    assert len(evals) >= 10 and evals[-1] >= evals[0] + 5.0, evals
+    random_team = rows[0]["return_mean"]
+    assert len(evals) >= 10 and sum(evals[-3:]) / 3 >= random_team + 2.5, (random_team, evals)
     assert rows[-1]["replay_size"] == 5000 and np.isfinite(rows[-1]["loss_total"])
 
 
