@@ -22,6 +22,8 @@ import jax
 import numpy as np
 import tensorstore as ts
 
+from marljax.metrics import write_text_atomic
+
 STAMPS = ("version", "actor", "seq", "ticket", "learner_version")
 
 
@@ -36,7 +38,8 @@ def _leaf_names(tree: Any) -> list[tuple[str, Any]]:
     return named
 
 
-def _spec(path: Path) -> dict:
+def zarr_spec(path: Path) -> dict:
+    """tensorstore spec of a zarr array in a local directory."""
     return {"driver": "zarr", "kvstore": {"driver": "file", "path": str(path)}}
 
 
@@ -54,7 +57,7 @@ class TrajectoryRecorder:
     def _open(self, name: str, leaf: np.ndarray) -> ts.TensorStore:
         if name not in self._arrays:
             self._arrays[name] = ts.open(
-                _spec(self.path / name), create=True, dtype=leaf.dtype, shape=[0, *leaf.shape],
+                zarr_spec(self.path / name), create=True, dtype=leaf.dtype, shape=[0, *leaf.shape],
                 chunk_layout=ts.ChunkLayout(chunk_shape=[1, *leaf.shape]),
             ).result()  # fmt: skip
         return self._arrays[name]
@@ -72,9 +75,7 @@ class TrajectoryRecorder:
             w.result()
         self.count += 1
         index = {"count": self.count, "leaves": [n for n, _ in leaves]}
-        tmp = self.path / "index.json.tmp"
-        tmp.write_text(json.dumps(index))
-        tmp.replace(self.path / "index.json")
+        write_text_atomic(self.path / "index.json", json.dumps(index))
 
 
 def load_trajectories(path: str | Path) -> dict[str, np.ndarray]:
@@ -82,7 +83,7 @@ def load_trajectories(path: str | Path) -> dict[str, np.ndarray]:
     path = Path(path)
     index = json.loads((path / "index.json").read_text())
     n = index["count"]
-    return {name: ts.open(_spec(path / name)).result()[:n].read().result() for name in index["leaves"]}
+    return {name: ts.open(zarr_spec(path / name)).result()[:n].read().result() for name in index["leaves"]}
 
 
 __all__ = ["TrajectoryRecorder", "load_trajectories"]

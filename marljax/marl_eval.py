@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 
+from marljax.metrics import write_text_atomic
 from marljax.results import Results
 
 
@@ -70,8 +70,4 @@ def to_marl_eval(results: Results) -> dict:
 
 def write_marl_eval(results: Results, path: Path) -> Path:
     """Write `to_marl_eval(results)` as JSON to `path` at once (a temporary file, then a rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(to_marl_eval(results), indent=1, allow_nan=False))
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(path, json.dumps(to_marl_eval(results), indent=1, allow_nan=False))

@@ -98,12 +98,19 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
-def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
-    """Replace `path` with `rows` all at once (a crash leaves the old file or the new, never half)."""
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Replace `path` with `text` all at once: a temporary file, then a rename (a crash leaves the
+    old file or the new, never half of one)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.write_text(text)
     tmp.replace(path)
+    return path
+
+
+def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
+    """Replace `path` with `rows`, one JSON object per line, all at once."""
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def plot_returns(rows: list[dict], path: Path, title: str) -> None:

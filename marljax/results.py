@@ -17,12 +17,14 @@ process killed mid-write leaves the chunk as it was (NaN) or complete, never tor
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import tensorstore as ts
+
+from marljax.data import zarr_spec
+from marljax.metrics import write_text_atomic
 
 METRICS = ("return", "episode_length")  # per evaluation: mean over its episodes, per run
 
@@ -55,24 +57,15 @@ class Results(NamedTuple):
         return out
 
 
-# name -> (dtype, shape given (C, S, K, M, Ep, F), chunk given the same)
+# name -> (dtype, axes, chunk): C cells, S seeds, K evaluations, M metrics, E evaluation episodes,
+# A absolute-metric episodes (E x F); one chunk holds one evaluation of one cell
 _ARRAYS = {
-    "evals": ("float32", lambda C, S, K, M, Ep, F: [C, S, K, M], lambda C, S, K, M, Ep, F: [1, S, 1, M]),
-    "episodes": ("float32", lambda C, S, K, M, Ep, F: [C, S, K, Ep], lambda C, S, K, M, Ep, F: [1, S, 1, Ep]),
-    "eval_steps": ("int64", lambda C, S, K, M, Ep, F: [C, K], lambda C, S, K, M, Ep, F: [1, K]),
-    "absolute": ("float32", lambda C, S, K, M, Ep, F: [C, S, M], lambda C, S, K, M, Ep, F: [1, S, M]),
-    "absolute_episodes": ("float32", lambda C, S, K, M, Ep, F: [C, S, Ep * F], lambda C, S, K, M, Ep, F: [1, S, Ep * F]),
-}  # fmt: skip
-
-
-def _spec(path: Path) -> dict:
-    return {"driver": "zarr", "kvstore": {"driver": "file", "path": str(path)}}
-
-
-def _write_json_atomic(path: Path, value) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1))
-    os.replace(tmp, path)
+    "evals": ("float32", "CSKM", "1S1M"),
+    "episodes": ("float32", "CSKE", "1S1E"),
+    "eval_steps": ("int64", "CK", "1K"),
+    "absolute": ("float32", "CSM", "1SM"),
+    "absolute_episodes": ("float32", "CSA", "1SA"),
+}
 
 
 class ResultsStore:
@@ -89,17 +82,19 @@ class ResultsStore:
             if saved != coords:
                 raise ValueError(f"{self.directory} holds the results of a different sweep (coords.json differs)")
         self.directory.mkdir(parents=True, exist_ok=True)
-        dims = (len(coords["cells"]), coords["num_seeds"], coords["num_evals"], len(coords["metrics"]),
-                coords["eval_episodes"], coords["absolute_factor"])  # fmt: skip
+        episodes = coords["eval_episodes"]
+        size = {"C": len(coords["cells"]), "S": coords["num_seeds"], "K": coords["num_evals"], "M": len(coords["metrics"]),
+                "E": episodes, "A": episodes * coords["absolute_factor"], "1": 1}  # fmt: skip
         self.arrays = {}
-        for name, (dtype, shape, chunk) in _ARRAYS.items():
+        for name, (dtype, axes, chunk) in _ARRAYS.items():
             fill = -1 if dtype == "int64" else np.nan
             self.arrays[name] = ts.open(
-                _spec(self.directory / f"{name}.zarr"), create=True, open=True, dtype=dtype, shape=shape(*dims),
-                chunk_layout=ts.ChunkLayout(chunk_shape=chunk(*dims)), fill_value=fill,
+                zarr_spec(self.directory / f"{name}.zarr"), create=True, open=True, dtype=dtype,
+                shape=[size[a] for a in axes], chunk_layout=ts.ChunkLayout(chunk_shape=[size[a] for a in chunk]),
+                fill_value=fill,
             ).result()  # fmt: skip
         if not coords_path.exists():
-            _write_json_atomic(coords_path, coords)  # last: a store without coords.json is recreated
+            write_text_atomic(coords_path, json.dumps(coords, indent=1))  # last: a store without coords.json is recreated
         self.coords = coords
 
     def write_eval(self, cell: int, k: int, step: int, metrics: np.ndarray, episodes: np.ndarray) -> None:
@@ -137,7 +132,7 @@ def load(directory: str | Path) -> Results:
     if not (directory / "coords.json").exists():
         raise FileNotFoundError(f"no results store in {directory} (coords.json is missing)")
     coords = json.loads((directory / "coords.json").read_text())
-    read = {name: ts.open(_spec(directory / f"{name}.zarr")).result().read().result() for name in _ARRAYS}
+    read = {name: ts.open(zarr_spec(directory / f"{name}.zarr")).result().read().result() for name in _ARRAYS}
     steps = read["eval_steps"]  # [C, K]
     unwritten = steps < 0
     evals = np.where(unwritten[:, None, :, None], np.nan, read["evals"])

@@ -41,7 +41,7 @@ import yaml
 from marljax.checkpoint import Checkpointer, abstract_like
 from marljax.config import ConfigError, dump_yaml
 from marljax.evaluate import ABSOLUTE_FACTOR, eval_keys, keep_best, make_evaluator
-from marljax.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, write_jsonl_atomic
+from marljax.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, write_jsonl_atomic, write_text_atomic
 from marljax.envs.host import is_host_env
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
@@ -105,9 +105,7 @@ def _claim_out_dir(sweep: Sweep, overwrite: bool, log) -> None:
     elif out.exists() and any(out.iterdir()):
         raise ConfigError("out_dir", f"{out} is not empty and holds no sweep; choose another out_dir")
     out.mkdir(parents=True, exist_ok=True)
-    tmp = spec_path.with_name("sweep.yaml.tmp")
-    tmp.write_text(yaml.safe_dump(spec, sort_keys=False))
-    tmp.replace(spec_path)
+    write_text_atomic(spec_path, yaml.safe_dump(spec, sort_keys=False))
 
 
 def _comparable(spec: dict) -> dict:
@@ -122,10 +120,7 @@ def _done(out: Path) -> list[str]:
 
 
 def _mark_done(out: Path, name: str) -> None:
-    done = _done(out) + [name]
-    tmp = out / "progress.json.tmp"
-    tmp.write_text(json.dumps({"done": done}))
-    tmp.replace(out / "progress.json")
+    write_text_atomic(out / "progress.json", json.dumps({"done": _done(out) + [name]}))
 
 
 def run_sweep(
