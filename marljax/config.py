@@ -185,11 +185,24 @@ def _fields(cls) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(cls)}
 
 
-def _unknown_key(key: str, allowed: typing.Iterable[str]) -> ConfigError:
+def _unknown_key(key: str, allowed: typing.Iterable[str], prefix: str = "") -> ConfigError:
+    """ConfigError for field `prefix + key`, with the closest allowed key as a hint."""
     allowed = sorted(allowed)
     close = difflib.get_close_matches(key, allowed, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return ConfigError(key, f"unknown key{hint}; allowed keys: {', '.join(allowed)}")
+    return ConfigError(f"{prefix}{key}", f"unknown key{hint}; allowed keys: {', '.join(allowed)}")
+
+
+def read_yaml_mapping(path: str | Path, field: str, expected: str) -> dict:
+    """The mapping in YAML file `path`; ConfigError(field) when the file is missing or holds
+    something else (`expected` says what it should hold)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(field, f"file not found: {path}")
+    loaded = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(field, f"{path} must hold {expected}")
+    return loaded
 
 
 def _coerce(name: str, value: Any, annotation: Any) -> Any:
@@ -296,15 +309,7 @@ def _merge(base: dict, over: Mapping) -> dict:
 
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
     """Read a YAML file (optional), apply `key=value` overrides, validate, freeze."""
-    values: dict = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError("config", f"file not found: {path}")
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError("config", f"{path} must hold a mapping of keys to values")
-        values = loaded
+    values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
     values = _merge(values, parse_overrides(overrides))
     return validate(_build(Config, values))
 
@@ -472,5 +477,5 @@ def dump_yaml(config: Config) -> str:
 
 __all__ = [
     "Config", "MeshConfig", "DistributedConfig", "ConfigError", "load_config", "from_dict", "replace", "validate",
-    "parse_overrides", "dump_yaml",
+    "parse_overrides", "dump_yaml", "read_yaml_mapping",
 ]  # fmt: skip

@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import itertools
 import math
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
-
-from marljax.config import Config, ConfigError, DistributedConfig, MeshConfig, _merge, _parse_scalar, _set_dotted, _unknown_key, from_dict
+from marljax.config import (
+    Config, ConfigError, DistributedConfig, MeshConfig, _merge, _parse_scalar, _set_dotted, _unknown_key, from_dict,
+    read_yaml_mapping,
+)  # fmt: skip
 from marljax.types import HParams
 
 TRACEABLE = HParams._fields  # carried as traced scalars in LearnerState.hparams
@@ -142,13 +142,8 @@ def _flatten(tree: Mapping, prefix: str = "") -> dict:
 
 def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
     """Read and check a sweep file; `overrides` (key=value) change `base`, or `seeds=` / `out_dir=`."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("sweep", f"file not found: {path}")
-    spec = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(spec, dict):
-        raise ConfigError("sweep", f"{path} must hold a mapping with keys {', '.join(SWEEP_KEYS)}")
-    spec.setdefault("name", path.stem)
+    spec = read_yaml_mapping(path, "sweep", f"a mapping with keys {', '.join(SWEEP_KEYS)}")
+    spec.setdefault("name", Path(path).stem)
     for arg in overrides:
         if "=" not in arg:
             raise ConfigError(arg, "expected key=value (for example seeds=4 or total_timesteps=2e5)")
@@ -166,9 +161,7 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
     """Check a sweep mapping and expand it into cells and programs."""
     for key in spec:
         if key not in SWEEP_KEYS:
-            close = difflib.get_close_matches(str(key), SWEEP_KEYS, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"sweep.{key}", f"unknown key{hint}; allowed: {', '.join(SWEEP_KEYS)}")
+            raise _unknown_key(str(key), SWEEP_KEYS, prefix="sweep.")
     base = spec.get("base") or {}
     if not isinstance(base, Mapping):
         raise ConfigError("base", "expected a mapping of config keys to values")
