@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from marljax.config import Config, replace
-from marljax.parallel.mesh import seed_keys, shard_trainer
+from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.run import chunk_sizes, prepare
 from marljax.sweep import _row_hparams
 from marljax.sweep_spec import expand
@@ -37,7 +37,7 @@ def _timed_run(config: Config, keys: jax.Array, hparams=None) -> tuple[float, fl
     if hparams is not None:
         state = state.replace(learner=state.learner.replace(hparams=jax.device_put(hparams, fns.shardings.learner.hparams)))
     schedule = chunk_sizes(config.num_updates, config.updates_per_chunk)
-    compiled = {n: fns.chunk.lower(state, n).compile() for n in sorted(set(schedule))}
+    compiled = compile_chunks(fns, state, schedule)
     jax.block_until_ready(state)
     t1 = time.perf_counter()
     for n in schedule:

@@ -98,6 +98,16 @@ def eval_due(update: int, previous: int, every: int, last: int) -> bool:
     return every > 0 and (update // every > previous // every or update == last)
 
 
+def eval_fields(returns, lengths) -> dict:
+    """Metrics-row fields of one evaluation of S seeds: returns and lengths [S, episodes] on the host."""
+    per_seed = returns.mean(axis=1)  # [S]
+    return {
+        "eval_return": float(per_seed.mean()),
+        "eval_return_per_seed": [float(v) for v in per_seed],
+        "eval_episode_length": float(lengths.mean()),
+    }
+
+
 class PeriodicEval:
     """`marljax train`'s evaluation at chunk ends: fields for the metrics row."""
 
@@ -111,9 +121,4 @@ class PeriodicEval:
         """Evaluate `params` (leaves [S, ...]) with keys of `update`; per-seed means and the pooled mean."""
         keys = eval_keys(self.config.seed, self.seed_index, update)
         result = host_values(self.evaluate(params, keys))
-        per_seed = result.returns.mean(axis=1)  # [S]
-        return {
-            "eval_return": float(per_seed.mean()),
-            "eval_return_per_seed": [float(v) for v in per_seed],
-            "eval_episode_length": float(result.lengths.mean()),
-        }
+        return eval_fields(result.returns, result.lengths)

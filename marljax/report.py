@@ -215,11 +215,14 @@ def plot_final(rows: list[dict], path: Path) -> None:
     fig.savefig(path)
 
 
-def write_report(results: Results, out_dir: Path, num_resamples: int = 2000, seed: int = 0) -> dict[str, Path]:
-    """Write report.md, report.csv, curves.png and final.png into `out_dir`; returns their paths."""
+def write_report(
+    results: Results, out_dir: Path, num_resamples: int = 2000, seed: int = 0, rows: list[dict] | None = None
+) -> dict[str, Path]:
+    """Write report.md, report.csv, curves.png and final.png into `out_dir`; returns their paths.
+    `rows`: `summarize(results, num_resamples, seed)` when the caller already has it."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = summarize(results, num_resamples=num_resamples, seed=seed)
+    rows = summarize(results, num_resamples=num_resamples, seed=seed) if rows is None else rows
     paths = {name: out_dir / name for name in ("report.md", "report.csv", "curves.png", "final.png")}
     paths["report.md"].write_text("# Sweep report\n\n" + format_table(rows) + "\n" + _explanation(results))
     _write_csv(rows, paths["report.csv"])

@@ -28,7 +28,7 @@ from marljax.metrics import JsonlWriter, chunk_row, first_non_finite, plot_retur
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.layouts import Layout
-from marljax.parallel.mesh import build_mesh, mesh_layout, seed_keys, shard_trainer
+from marljax.parallel.mesh import build_mesh, compile_chunks, mesh_layout, seed_keys, shard_trainer
 from marljax.types import TrainState
 
 
@@ -203,7 +203,7 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
 def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[dict], log, max_chunks, evaluator=None):
     schedule = chunk_sizes(config.num_updates - start, config.updates_per_chunk)
     t0 = time.perf_counter()
-    compiled = {n: fns.chunk.lower(state, n).compile() for n in sorted(set(schedule))}
+    compiled = compile_chunks(fns, state, schedule)
     compile_s = time.perf_counter() - t0
     log(f"compiled in {compile_s:.1f}s")
 
@@ -224,6 +224,11 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
         plot_returns(rows, out_dir / "returns.png", f"{config.algo} on {config.env}, {config.num_seeds} seed(s)")
     log(summary(rows))
     return RunResult(state, rows, out_dir, compile_s, chunks.saved_at)
+
+
+def checkpoint_due(config: Config, update: int, saved: int) -> bool:
+    """A checkpoint is due at the last update, and `checkpoint_every` updates after the last one saved."""
+    return update == config.num_updates or bool(config.checkpoint_every and update - saved >= config.checkpoint_every)
 
 
 class _ChunkLog:
@@ -258,8 +263,7 @@ class _ChunkLog:
         self.rows.append(row)
         if config.nan_guard:
             _guard(row, params, self.update, self.checkpointer)
-        last = self.update == config.num_updates
-        if last or (config.checkpoint_every and self.update - self.saved >= config.checkpoint_every):
+        if checkpoint_due(config, self.update, self.saved):
             meta = {**self.meta, "env_steps": self.update * steps, **(extra_meta or {})}
             self.checkpointer.save(self.update, state, meta)
             self.saved = self.update

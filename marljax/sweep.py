@@ -40,14 +40,14 @@ import yaml
 
 from marljax.checkpoint import Checkpointer, abstract_like
 from marljax.config import ConfigError, dump_yaml
-from marljax.evaluate import ABSOLUTE_FACTOR, eval_keys, keep_best, make_evaluator
+from marljax.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
 from marljax.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, write_jsonl_atomic, write_text_atomic
 from marljax.envs.host import is_host_env
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
-from marljax.parallel.mesh import seed_keys, shard_trainer
+from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.results import METRICS, ResultsStore, load
-from marljax.run import chunk_sizes, prepare
+from marljax.run import checkpoint_due, chunk_sizes, prepare
 from marljax.sweep_spec import Program, Sweep, located
 from marljax.types import HParams
 
@@ -171,11 +171,12 @@ def finish(out_dir: Path, log: Callable[[str], None] = print) -> dict:
     from marljax.marl_eval import write_marl_eval
     from marljax.report import format_table, summarize, write_report
 
-    results = load(out_dir)
-    write_marl_eval(results, Path(out_dir) / "metrics.json")
-    paths = write_report(results, Path(out_dir) / "report")
-    log(format_table(summarize(results)))
-    log(f"report: {paths['report.md'] if 'report.md' in paths else Path(out_dir) / 'report'}; marl-eval: {Path(out_dir) / 'metrics.json'}")
+    results, out_dir = load(out_dir), Path(out_dir)
+    marl_eval = write_marl_eval(results, out_dir / "metrics.json")
+    rows = summarize(results)
+    paths = write_report(results, out_dir / "report", rows=rows)
+    log(format_table(rows))
+    log(f"report: {paths['report.md']}; marl-eval: {marl_eval}")
     return paths
 
 
@@ -224,7 +225,7 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
         done_chunks = len(chunk_sizes(start, every)) if start else 0
         todo = schedule[done_chunks:]
         t0 = time.perf_counter()
-        compiled = {n: fns.chunk.lower(run["state"], n).compile() for n in sorted(set(todo))}
+        compiled = compile_chunks(fns, run["state"], todo)
         log(
             f"program {program.index + 1}/{len(sweep.programs)} {program.name}: {len(program.cells)} cell(s) x {S} seeds "
             f"= {program.rows} rows, {config.num_updates} updates, evaluation every {every}; compiled in "
@@ -251,7 +252,7 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
                 result = host_values(result)  # a collective on a multi-host run: every process gathers
                 if store is not None:
                     _record(sweep, program, store, writers, metrics, result, k, update, n, wall, env)
-                if update == config.num_updates or (config.checkpoint_every and update - saved >= config.checkpoint_every):
+                if checkpoint_due(config, update, saved):
                     checkpointer.save(update, run, {"config": config.to_dict(), "program": program.name})
                     saved = update
                 if bar is not None:
@@ -264,9 +265,7 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
                 bar.close()
         absolute = make_evaluator(trainer, config.eval_episodes * ABSOLUTE_FACTOR, config.eval_greedy)
         result = host_values(absolute(run["best_params"], eval_keys(config.seed, seed_index, _ABSOLUTE_EVALUATION)))
-        for ci, cell in enumerate(program.cells):
-            if store is None:  # not process 0
-                break
+        for ci, cell in enumerate(program.cells if store is not None else ()):  # process 0 writes
             rows = slice(ci * S, (ci + 1) * S)
             store.write_absolute(cell.index, _eval_metrics(result, rows), result.returns[rows])
             if config.plot:
@@ -310,11 +309,7 @@ def _record(sweep, program, store, writers, metrics, result, k: int, update: int
             jax.tree.map(lambda x: x[rows], metrics), update=update, env_steps=update * steps_per_update * S,
             wall_s=wall, chunk_env_steps=n * steps_per_update * S, num_agents=env.num_agents, groups=groups,
         )  # fmt: skip
-        per_seed = result.returns[rows].mean(axis=1)
-        row.update(
-            eval_return=float(per_seed.mean()), eval_return_per_seed=[float(v) for v in per_seed],
-            eval_episode_length=float(result.lengths[rows].mean()),
-        )  # fmt: skip
+        row.update(eval_fields(result.returns[rows], result.lengths[rows]))
         writer.write(row)
         store.write_eval(cell.index, k, update * steps_per_update, _eval_metrics(result, rows), result.returns[rows])
 

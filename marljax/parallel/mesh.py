@@ -141,6 +141,11 @@ def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
     return ShardedFns(init, jax.jit(chunk, static_argnums=1, donate_argnums=0), mesh, shape, shardings)
 
 
+def compile_chunks(fns: ShardedFns, state, sizes) -> dict:
+    """One ahead-of-time compiled chunk per distinct size in `sizes` (a run's chunk schedule)."""
+    return {n: fns.chunk.lower(state, n).compile() for n in sorted(set(sizes))}
+
+
 class AsyncPlacement(NamedTuple):
     """Where the async mode runs: one device per actor thread (round robin), a learner mesh."""
 
