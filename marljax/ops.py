@@ -205,3 +205,18 @@ def clip_by_norm(grads, norm: Array, max_norm: Array | float):
     """Scale `grads`, whose global norm is `norm`, so that it is at most `max_norm` (may be traced)."""
     scale = jnp.minimum(1.0, max_norm / (norm + 1e-6))
     return jax.tree.map(lambda g: g * scale, grads)
+
+
+def descend(params, opt_state, grads, norm: Array, optimizer, lr: Array, max_norm: Array | float):
+    """One step of every algorithm here: clip `grads` (global norm `norm`) to `max_norm`, let
+    `optimizer` (an optax transformation without a learning rate) scale them, subtract lr x that.
+    The learning rate stays outside the optimizer so that it can be traced (sweeps vmap it)."""
+    updates, opt_state = optimizer.update(clip_by_norm(grads, norm, max_norm), opt_state)
+    return jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state
+
+
+def linear_schedule(lr: Array, update: Array, num_updates: int, anneal: bool) -> Array:
+    """`lr` falling linearly to 0 over `num_updates` (when `anneal`), never below 0 past the budget."""
+    if not anneal:
+        return lr
+    return lr * jnp.maximum(1.0 - update.astype(jnp.float32) / num_updates, 0.0)

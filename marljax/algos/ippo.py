@@ -357,9 +357,7 @@ def make_train(
         """One gradient step on one minibatch (group -> (GroupBatch, adv, target, weight|None), leaves [L, E, A_g, ...])."""
         (_, parts), grads = grad_fn(params, minibatch, hp)
         grads, grad_norm = layout.reduce_grads(grads, split)
-        grads = ops.clip_by_norm(grads, grad_norm, hp.max_grad_norm)
-        updates, opt_state = adam.update(grads, opt_state)
-        params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
+        params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, hp.max_grad_norm)
         return (params, opt_state), (parts, grad_norm)
 
     def shuffle_minibatches(data, key: Array):
@@ -420,9 +418,8 @@ def make_train(
             b, last_value = per_agent[g.name]
             data[g.name] = advantages(learner.params, b._replace(world=world_traj), last_value[0], g, hp)
 
-        # linear annealing; clamped so updates past the budget (a benchmark, a resumed run) never flip its sign
-        frac = jnp.maximum(1.0 - learner.update.astype(jnp.float32) / num_updates, 0.0)
-        lr = hp.lr * frac if config.anneal_lr else hp.lr
+        # clamped at 0, so updates past the budget (a benchmark, a resumed run) never flip its sign
+        lr = ops.linear_schedule(hp.lr, learner.update, num_updates, config.anneal_lr)
 
         def epoch(carry, key_e):
             step = lambda c, minibatch: minibatch_step(*c, minibatch, hp, lr)  # noqa: E731

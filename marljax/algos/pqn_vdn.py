@@ -73,9 +73,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         batch, target = minibatch
         (loss, q_mean), grads = grad_fn(params, batch, target)
         grads, grad_norm = layout.reduce_grads(grads, frozenset())
-        grads = ops.clip_by_norm(grads, grad_norm, max_grad_norm)
-        updates, opt_state = adam.update(grads, opt_state)
-        params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
+        params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, max_grad_norm)
         return (params, opt_state), (loss, q_mean, grad_norm)
 
     def shuffle(data, key):
@@ -97,8 +95,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_local]: the sum matches Q_tot = sum_i Q_i
         target = ops.q_lambda_returns(team_reward, traj["done"], next_q, learner.hparams.gamma, config.td_lambda)
 
-        frac = jnp.maximum(1.0 - learner.update.astype(jnp.float32) / num_updates, 0.0)
-        lr = learner.hparams.lr * frac if config.anneal_lr else learner.hparams.lr
+        lr = ops.linear_schedule(learner.hparams.lr, learner.update, num_updates, config.anneal_lr)
         data = ({"obs": traj["obs"], "action": traj["action"]}, jax.lax.stop_gradient(target))
 
         def epoch(carry, key_e):

@@ -130,9 +130,8 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             seq, _ = replay.sample(extra.buffer, k, config.batch_size)
             (loss, q_mean), grads = grad_fn(params, extra.target, seq, learner.hparams)
             grads, grad_norm = layout.reduce_grads(grads, frozenset())
-            grads = ops.clip_by_norm(grads, grad_norm, learner.hparams.max_grad_norm)
-            updates, opt_state = adam.update(grads, opt_state)
-            return (jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state), (loss, q_mean, grad_norm)
+            params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, learner.hparams.max_grad_norm)
+            return (params, opt_state), (loss, q_mean, grad_norm)
 
         (params, opt_state), (loss, q_mean, grad_norm) = jax.lax.scan(
             one, (learner.params, learner.opt_state), jax.random.split(key, config.update_epochs)
@@ -157,8 +156,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             sequences["world"] = with_last(traj["world"], final["world"])
         extra = extra.replace(buffer=replay.add(extra.buffer, sequences))
 
-        frac = jnp.maximum(1.0 - learner.update.astype(jnp.float32) / num_updates, 0.0)
-        lr = learner.hparams.lr * frac if config.anneal_lr else learner.hparams.lr
+        lr = ops.linear_schedule(learner.hparams.lr, learner.update, num_updates, config.anneal_lr)
 
         def learn(_):
             return gradient_steps(learner, extra, k_learn, lr)
