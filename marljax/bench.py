@@ -259,7 +259,7 @@ def _unsharded_twin(config: Config, trainer: Trainer):
     state = jax.eval_shape(twin.init, jax.random.PRNGKey(0))
 
     def rollout_step(params, actors, key):
-        zero = EpisodeStats(jnp.zeros(env.num_agents), jnp.float32(0), jnp.float32(0))
+        zero = EpisodeStats.zero(env.num_agents)
         return twin.rollout_step(params, (actors, zero), key)
 
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)

@@ -75,7 +75,7 @@ class Config:
     max_grad_norm: float = 0.5
     anneal_lr: bool = True
 
-    # Q-learning (algo=pqn_vdn): epsilon-greedy acting, Q(lambda) targets; the PPO keys above give
+    # Q-learning (algo=pqn_vdn|iql|vdn|qmix): epsilon-greedy acting, Q(lambda) targets; the PPO keys above give
     # lr, num_envs, num_steps, update_epochs, num_minibatches, gamma, max_grad_norm, anneal_lr
     eps_start: float = 1.0
     eps_finish: float = 0.05
@@ -428,10 +428,8 @@ def validate(config: Config) -> Config:
     if c.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", f"must be >= 0 updates (0: only at the end), got {c.checkpoint_every}")
     if c.algo in Q_ALGOS:
-        if c.param_sharing != "shared":
-            raise ConfigError("param_sharing", f"algo={c.algo} shares one Q-network per group for now; allowed: shared, got {c.param_sharing!r}")
-        if c.recurrent:
-            raise ConfigError("recurrent", f"algo={c.algo} is feed-forward for now; set recurrent=false")
+        if c.mesh.agent > 1:
+            raise ConfigError("mesh.agent", f"algo={c.algo} has no agent-parallel layout yet; allowed: 1 (mesh.data and mesh.seed add devices)")
         if c.mode != "anakin":
             raise ConfigError("mode", f"algo={c.algo} runs on device; allowed: anakin")
         for name in ("buffer_size", "batch_size"):

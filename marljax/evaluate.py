@@ -7,7 +7,8 @@ runs until its first episode ends and is then frozen. The training rollouts neve
 see these environments, so evaluation changes nothing about training.
 
 Returns are per agent (the team's summed reward over the episode divided by the
-number of agents), the same unit as training's `return_mean`.
+number of agents), the same unit as training's `return_mean`. Envs with a win condition
+(SMAX: `EnvAdapter.won`) also report which episodes were won: `eval_win_rate`.
 
 `keep_best` keeps, per row, the parameters with the highest evaluation return so
 far: the "absolute metric" protocol re-evaluates them at the end with 10x the
@@ -32,6 +33,7 @@ _EVAL_TAG = 0x65_76_61_6C  # folded into the run's seed, so evaluation keys neve
 class EvalResult(NamedTuple):
     returns: Array  # [R, episodes] per-agent return of every episode
     lengths: Array  # [R, episodes] its length in steps
+    won: Array  # [R, episodes] bool: the episode was won (always false without a win condition)
 
 
 def eval_keys(seed: int, seed_index: Array, evaluation: int) -> Array:
@@ -56,14 +58,14 @@ def make_evaluator(trainer, episodes: int, greedy: bool = True, max_steps: int =
         obs, state = jax.vmap(env.reset)(jax.random.split(k_reset, E))
         reset = {g.name: jnp.ones((E, g.size), bool) for g in groups}
         hidden = {g.name: jnp.zeros((E, g.size, config.gru_hidden_size)) for g in groups} if config.recurrent else {}
-        zeros = jnp.zeros((E,), jnp.float32)
-        carry = (obs, state, reset, hidden, zeros, jnp.zeros((E,), jnp.int32), jnp.zeros((E,), bool), 0, k_run)
+        zeros, no = jnp.zeros((E,), jnp.float32), jnp.zeros((E,), bool)
+        carry = (obs, state, reset, hidden, zeros, jnp.zeros((E,), jnp.int32), no, no, 0, k_run)
 
         def running(c) -> Array:
-            return jnp.logical_and(~jnp.all(c[6]), c[7] < max_steps)
+            return jnp.logical_and(~jnp.all(c[6]), c[8] < max_steps)
 
         def step(c):
-            obs, state, reset, hidden, ret, length, finished, t, key = c
+            obs, state, reset, hidden, ret, length, finished, won, t, key = c
             key, k_act, k_env = jax.random.split(key, 3)
             masks = jax.vmap(env.action_mask)(state)
             actions, hidden = trainer.act(params, obs, reset, hidden, masks, k_act, greedy)
@@ -72,11 +74,12 @@ def make_evaluator(trainer, episodes: int, greedy: bool = True, max_steps: int =
             live = ~finished
             ret = ret + jnp.where(live, team, 0.0)
             length = length + live.astype(jnp.int32)
+            won = jnp.logical_or(won, live & jax.vmap(env.won)(res.reward, res.episode_done))
             finished = jnp.logical_or(finished, res.episode_done)
-            return res.obs, res.state, res.done, hidden, ret, length, finished, t + 1, key
+            return res.obs, res.state, res.done, hidden, ret, length, finished, won, t + 1, key
 
         out = jax.lax.while_loop(running, step, carry)
-        return EvalResult(out[4], out[5])
+        return EvalResult(out[4], out[5], out[7])
 
     return jax.jit(jax.vmap(one_row))
 
@@ -98,14 +101,19 @@ def eval_due(update: int, previous: int, every: int, last: int) -> bool:
     return every > 0 and (update // every > previous // every or update == last)
 
 
-def eval_fields(returns, lengths) -> dict:
-    """Metrics-row fields of one evaluation of S seeds: returns and lengths [S, episodes] on the host."""
+def eval_fields(returns, lengths, won=None) -> dict:
+    """Metrics-row fields of one evaluation of S seeds: returns, lengths and (envs with a win
+    condition) won [S, episodes] on the host."""
     per_seed = returns.mean(axis=1)  # [S]
-    return {
+    fields = {
         "eval_return": float(per_seed.mean()),
         "eval_return_per_seed": [float(v) for v in per_seed],
         "eval_episode_length": float(lengths.mean()),
     }
+    if won is not None:
+        fields["eval_win_rate"] = float(won.mean())
+        fields["eval_win_rate_per_seed"] = [float(v) for v in won.mean(axis=1)]
+    return fields
 
 
 class PeriodicEval:
@@ -113,7 +121,7 @@ class PeriodicEval:
 
     def __init__(self, trainer, num_rows: int):
         config = trainer.config
-        self.config = config
+        self.config, self.wins = config, trainer.env.has_win
         self.evaluate = make_evaluator(trainer, config.eval_episodes, config.eval_greedy)
         self.seed_index = jnp.arange(num_rows)
 
@@ -121,4 +129,4 @@ class PeriodicEval:
         """Evaluate `params` (leaves [S, ...]) with keys of `update`; per-seed means and the pooled mean."""
         keys = eval_keys(self.config.seed, self.seed_index, update)
         result = host_values(self.evaluate(params, keys))
-        return eval_fields(result.returns, result.lengths)
+        return eval_fields(result.returns, result.lengths, result.won if self.wins else None)

@@ -50,6 +50,10 @@ def _seed(results: Results, c: int, s: int) -> dict:
             "return": _floats(results.episode_returns[c, s, k]),  # [Ep]
             "episode_length": _floats(evaluation[length : length + 1]),  # [1] the mean we store
         }
+        if "win_rate" in results.metrics:  # older stores have no win rate; NaN: no win condition
+            win = _floats(evaluation[results.metrics.index("win_rate")][None])
+            if win:
+                out[f"step_{k}"]["win_rate"] = win
     absolute = _floats(results.absolute_episode_returns[c, s])  # [Ep * F]
     if absolute:
         out["absolute_metrics"] = {"return": absolute}

@@ -25,8 +25,10 @@ def chunk_row(
     chunk_env_steps: int,
     num_agents: int,
     groups: tuple = (),
+    wins: bool = False,
 ) -> dict:
-    """Aggregate one chunk's per-update metrics into a metrics.jsonl row."""
+    """Aggregate one chunk's per-update metrics into a metrics.jsonl row (`wins`: the env has a
+    win condition, so the row also carries the finished episodes' `win_rate`)."""
     ep = metrics["episodes"]
     count = float(np.sum(ep.count))
     per_seed_count = np.sum(ep.count, axis=1)  # [S]
@@ -44,6 +46,8 @@ def chunk_row(
         ],
         "episode_length": float(np.sum(ep.length_sum)) / count if count else None,
     }
+    if wins:
+        row["win_rate"] = float(np.sum(ep.won_sum)) / count if count else None
     # per-group returns (competitive envs): `groups` holds (name, size) in agent-concat order
     if len(groups) > 1:
         start = 0

@@ -4,6 +4,8 @@
   IPPO), masked categorical head for Discrete actions, diagonal Gaussian for Box.
 * `RecurrentActorCritic`: an embedding, a GRU whose hidden state resets where
   `reset` is true (the observation starts a new episode), then the two heads.
+* `QNetwork` / `RecurrentQNetwork`: per-agent action values for the Q-learning family, with
+  LayerNorm in every hidden layer.
 * The torso is an MLP, or a small CNN for image-like `[H, W, C]` observations.
 
 Both take an optional agent-id one-hot that is joined to the torso's features.
@@ -216,5 +218,30 @@ class QNetwork(nn.Module):
     def __call__(self, obs: Array, agent_id: Array | None = None) -> Array:
         x = _features(obs, agent_id, self.cnn, self.activation, "q")
         for _ in range(self.num_layers):
-            x = _act(self.activation)(nn.LayerNorm()(_dense(self.hidden_size, np.sqrt(2))(x)))
+            x = _normed(x, self.hidden_size, self.activation)
         return _dense(self.action_dim, 1.0)(x)
+
+
+class RecurrentQNetwork(nn.Module):
+    """GRU action values, one time step: (h [B, H], obs [B, ...], reset [B]) -> (h', q [B, action_dim]).
+
+    A LayerNorm'd embedding, a GRU whose state resets where `reset` is true (the observation
+    starts a new episode), then a LayerNorm'd layer and the value head."""
+
+    action_dim: int
+    hidden_size: int = 64
+    gru_hidden_size: int = 128
+    activation: str = "relu"
+    cnn: bool = False
+
+    @nn.compact
+    def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None):
+        x = _normed(_features(obs, agent_id, self.cnn, self.activation, "q"), self.hidden_size, self.activation)
+        h = jnp.where(reset[:, None], jnp.zeros_like(h), h)
+        h, x = nn.GRUCell(self.gru_hidden_size, recurrent_kernel_init=orthogonal(), name="gru")(h, x)
+        return h, _dense(self.action_dim, 1.0)(_normed(x, self.hidden_size, self.activation))
+
+
+def _normed(x: Array, features: int, activation: str) -> Array:
+    """Dense -> LayerNorm -> activation: PQN's layer, which keeps bootstrapped targets stable."""
+    return _act(activation)(nn.LayerNorm()(_dense(features, np.sqrt(2))(x)))

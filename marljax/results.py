@@ -26,7 +26,7 @@ import tensorstore as ts
 from marljax.data import zarr_spec
 from marljax.metrics import write_text_atomic
 
-METRICS = ("return", "episode_length")  # per evaluation: mean over its episodes, per run
+METRICS = ("return", "episode_length", "win_rate")  # per evaluation: mean over its episodes, per run (win_rate: NaN without a win condition)
 
 
 class Results(NamedTuple):

@@ -253,7 +253,7 @@ class _ChunkLog:
         previous, self.update = self.update, self.update + n
         row = chunk_row(
             metrics, update=self.update, env_steps=self.update * steps, wall_s=wall, chunk_env_steps=n * steps,
-            num_agents=self.env.num_agents, groups=tuple((g.name, g.size) for g in self.env.groups),
+            num_agents=self.env.num_agents, groups=tuple((g.name, g.size) for g in self.env.groups), wins=self.env.has_win,
         )  # fmt: skip
         row.update(extra or {})
         if self.evaluator is not None and eval_due(self.update, previous, config.eval_every, config.num_updates):

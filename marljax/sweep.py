@@ -267,7 +267,7 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
         result = host_values(absolute(run["best_params"], eval_keys(config.seed, seed_index, _ABSOLUTE_EVALUATION)))
         for ci, cell in enumerate(program.cells if store is not None else ()):  # process 0 writes
             rows = slice(ci * S, (ci + 1) * S)
-            store.write_absolute(cell.index, _eval_metrics(result, rows), result.returns[rows])
+            store.write_absolute(cell.index, _eval_metrics(result, rows, env.has_win), result.returns[rows])
             if config.plot:
                 cell_dir = sweep.out_dir / "cells" / cell.dirname
                 plot_returns(read_jsonl(cell_dir / "metrics.jsonl"), cell_dir / "returns.png", f"{cell.name}, {S} seed(s)")
@@ -276,9 +276,11 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
         checkpointer.close()
 
 
-def _eval_metrics(result, rows: slice) -> np.ndarray:
-    """[S, M] in METRICS order: mean return and mean episode length of each row's episodes."""
-    return np.stack([result.returns[rows].mean(axis=1), result.lengths[rows].mean(axis=1)], axis=1)
+def _eval_metrics(result, rows: slice, wins: bool) -> np.ndarray:
+    """[S, M] in METRICS order: mean return, episode length and win rate (NaN where the env has
+    no win condition) of each row's episodes."""
+    won = result.won[rows].mean(axis=1) if wins else np.full(result.won[rows].shape[:1], np.nan)
+    return np.stack([result.returns[rows].mean(axis=1), result.lengths[rows].mean(axis=1), won], axis=1)
 
 
 def _cell_writers(sweep: Sweep, program: Program, start: int) -> list[JsonlWriter] | None:
@@ -308,10 +310,11 @@ def _record(sweep, program, store, writers, metrics, result, k: int, update: int
         row = chunk_row(
             jax.tree.map(lambda x: x[rows], metrics), update=update, env_steps=update * steps_per_update * S,
             wall_s=wall, chunk_env_steps=n * steps_per_update * S, num_agents=env.num_agents, groups=groups,
+            wins=env.has_win,
         )  # fmt: skip
-        row.update(eval_fields(result.returns[rows], result.lengths[rows]))
+        row.update(eval_fields(result.returns[rows], result.lengths[rows], result.won[rows] if env.has_win else None))
         writer.write(row)
-        store.write_eval(cell.index, k, update * steps_per_update, _eval_metrics(result, rows), result.returns[rows])
+        store.write_eval(cell.index, k, update * steps_per_update, _eval_metrics(result, rows, env.has_win), result.returns[rows])
 
 
 def _bar(enabled: bool, total: int, initial: int = 0, **kwargs):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 from flax import struct
 
 Array = jax.Array
@@ -85,3 +86,19 @@ class EpisodeStats(NamedTuple):
     return_sum: Array  # [N] per-agent undiscounted return, summed over finished episodes
     length_sum: Array  # [] summed episode lengths
     count: Array  # [] finished episodes
+    won_sum: Array  # [] of those, episodes won (envs with a win condition, e.g. SMAX; else 0)
+
+    @staticmethod
+    def zero(num_agents: int) -> "EpisodeStats":
+        return EpisodeStats(jnp.zeros(num_agents), jnp.float32(0), jnp.float32(0), jnp.float32(0))
+
+    def add(self, ep_return: Array, ep_length: Array, done: Array, won: Array) -> "EpisodeStats":
+        """Count the episodes that end now: ep_return [E, N] and ep_length [E] including this
+        step, done [E] and won [E] bool."""
+        fin = done.astype(jnp.float32)
+        return EpisodeStats(
+            self.return_sum + jnp.sum(fin[:, None] * ep_return, axis=0),
+            self.length_sum + jnp.sum(fin * ep_length),
+            self.count + jnp.sum(fin),
+            self.won_sum + jnp.sum(fin * won.astype(jnp.float32)),
+        )

@@ -31,8 +31,7 @@ def test_pqn_vdn_learns_simple_spread(tmp_path):
 @pytest.mark.parametrize(
     "change, field",
     [
-        (["param_sharing=independent"], "param_sharing"),
-        (["recurrent=true"], "recurrent"),
+        (["param_sharing=independent", "mesh.agent=2"], "mesh.agent"),
         (["eps_start=0.1", "eps_finish=0.5"], "eps_finish"),
         (["td_lambda=1.5"], "td_lambda"),
         (["eps_decay_steps=0"], "eps_decay_steps"),

@@ -82,7 +82,7 @@ def test_checkpoint_with_replay_resumes_bitwise(tmp_path):
 @pytest.mark.parametrize(
     "change, field",
     [(["buffer_size=2"], "buffer_size"), (["batch_size=0"], "batch_size"), (["tau=2"], "tau"),
-     (["param_sharing=independent"], "param_sharing")],
+     (["param_sharing=independent", "mesh.agent=2"], "mesh.agent")],
 )  # fmt: skip
 def test_bad_replay_settings_name_the_field(change, field):
     with pytest.raises(ConfigError) as info:

@@ -93,6 +93,20 @@ class CentralCritic(NamedTuple):
 CRITIC_KEY = "__critic__"  # params[CRITIC_KEY] holds a central critic's parameters
 
 
+def track_episodes(env: EnvAdapter, actors: ActorState, stats: EpisodeStats, res, hidden: dict) -> tuple[ActorState, EpisodeStats]:
+    """After one vmapped env step `res` of E environments: count the episodes that ended (their
+    return, length and whether they were won) and move the actors on to the next step."""
+    reward_all = jnp.concatenate([res.reward[g.name] for g in env.groups], axis=1)  # [E, N]
+    ep_return, ep_length = actors.ep_return + reward_all, actors.ep_length + 1
+    stats = stats.add(ep_return, ep_length, res.episode_done, jax.vmap(env.won)(res.reward, res.episode_done))
+    actors = actors.replace(
+        env_state=res.state, obs=res.obs, reset=res.done, hidden=hidden,
+        ep_return=jnp.where(res.episode_done[:, None], 0.0, ep_return),
+        ep_length=jnp.where(res.episode_done, 0, ep_length),
+    )  # fmt: skip
+    return actors, stats
+
+
 def make_network(config: Config, group: AgentGroup, critic: bool = True) -> nn.Module:
     cnn = config.torso == "cnn" or (config.torso == "auto" and len(group.obs_shape) == 3)
     if config.recurrent:
@@ -292,28 +306,11 @@ def make_train(
         res = jax.vmap(env.step)(env_keys, actors.env_state, actions)
         for g in groups:
             batch[g.name].update(reward=res.reward[g.name], done=res.done[g.name])
-        # episode statistics, inside the jitted loop
-        reward_all = jnp.concatenate([res.reward[g.name] for g in groups], axis=1)  # [E, N]
-        ep_return = actors.ep_return + reward_all
-        ep_length = actors.ep_length + 1
-        fin = res.episode_done.astype(jnp.float32)  # [E]
-        stats = EpisodeStats(
-            stats.return_sum + jnp.sum(fin[:, None] * ep_return, axis=0),
-            stats.length_sum + jnp.sum(fin * ep_length),
-            stats.count + jnp.sum(fin),
-        )
-        actors = actors.replace(
-            env_state=res.state,
-            obs=res.obs,
-            reset=res.done,
-            hidden=hidden,
-            ep_return=jnp.where(res.episode_done[:, None], 0.0, ep_return),
-            ep_length=jnp.where(res.episode_done, 0, ep_length),
-        )
+        actors, stats = track_episodes(env, actors, stats, res, hidden)
         return (actors, stats), {g: GroupBatch(**b) for g, b in batch.items()}
 
     def rollout(params, actors: ActorState, key: Array):
-        zero = EpisodeStats(jnp.zeros(env.num_agents), jnp.float32(0), jnp.float32(0))
+        zero = EpisodeStats.zero(env.num_agents)
         (actors, stats), traj = jax.lax.scan(partial(rollout_step, params), (actors, zero), jax.random.split(key, T))
         return actors, stats, traj
 

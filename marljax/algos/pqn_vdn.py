@@ -8,13 +8,12 @@ reward is the sum of the agents' rewards, so that it matches the sum of their va
 
 The pieces share IPPO's state types, layouts and host loop: `make_train` returns an
 `ippo.Trainer` whose PPO-only fields are None. Minibatches take `num_steps/num_minibatches`
-time steps of every environment (a per-environment shuffle keyed by global env index), so
-the numbers do not depend on `mesh.data`.
+time steps of every environment (feed-forward: a per-environment shuffle keyed by global env
+index; recurrent: consecutive runs replayed from the GRU state recorded at their start, as
+IPPO's recurrent minibatches), so the numbers do not depend on `mesh.data`.
 """
 
 from __future__ import annotations
-
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +21,7 @@ import optax
 
 from marljax import ops
 from marljax.algos.ippo import Trainer, _local_keys, hparams_from_config
-from marljax.algos.q_acting import make_q_acting, shift_in
+from marljax.algos.q_acting import make_q_acting
 from marljax.config import Config
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.layouts import Layout
@@ -36,6 +35,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     groups = env.groups
     q = make_q_acting(config, env, layout)
     T, E, M = config.num_steps, config.num_envs, config.num_minibatches
+    rnn = config.recurrent
     L = config.minibatch_steps
     E_local = E // layout.num_env_shards
     adam = optax.scale_by_adam(eps=1e-5)
@@ -50,20 +50,21 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         _, k_env, _ = jax.random.split(key, 3)
         return TrainState(init_learner(key), q.init_actors(k_env))
 
-    def team_q(params, obs: dict, action: dict) -> Array:
-        """Q_tot of the taken actions: obs/action group -> [B, A_g, ...] -> [B]."""
-        total = 0.0
-        for g in groups:
-            values = q.q_values(params, g, obs[g.name])
-            total = total + jnp.sum(jnp.take_along_axis(values, action[g.name][..., None], axis=-1)[..., 0], axis=-1)
-        return total
+    def group_q(params, g, batch) -> Array:
+        """Group g's values on time-major data [L, B, A_g, ...] -> [L, B, A_g, n]."""
+        return q.unroll(params, g, batch["obs"][g.name], batch["reset"].get(g.name), batch["hidden"].get(g.name))
 
-    def team_max(params, obs: dict, mask: dict) -> Array:
-        """sum_i max_a Q_i over available actions: [B]."""
-        return sum(jnp.sum(ops.masked_max(q.q_values(params, g, obs[g.name]), mask[g.name]), axis=-1) for g in groups)
+    def team_q(params, batch) -> Array:
+        """Q_tot of the taken actions [L, B]."""
+        taken = lambda g: jnp.take_along_axis(group_q(params, g, batch), batch["action"][g.name][..., None], axis=-1)  # noqa: E731
+        return sum(jnp.sum(taken(g)[..., 0], axis=-1) for g in groups)
+
+    def team_max(params, batch) -> Array:
+        """sum_i max_a Q_i over available actions [L, B]."""
+        return sum(jnp.sum(ops.masked_max(group_q(params, g, batch), batch["mask"][g.name]), axis=-1) for g in groups)
 
     def loss_fn(params, batch, target):
-        q_tot = jax.vmap(partial(team_q, params))(batch["obs"], batch["action"])  # [L, E_local]
+        q_tot = team_q(params, batch)  # [L, E_local]
         return 0.5 * jnp.mean((q_tot - target) ** 2), jnp.mean(q_tot)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -77,7 +78,17 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         return (params, opt_state), (loss, q_mean, grad_norm)
 
     def shuffle(data, key):
-        """[T, E_local, ...] -> [M, L, E_local, ...]: L time steps of every environment per minibatch."""
+        """[T, E_local, ...] -> [M, L, E_local, ...]: L time steps of every environment per minibatch.
+
+        Feed-forward: each environment's steps in a random order (keyed by global env index).
+        Recurrent: M runs of L consecutive steps, in a random order, each replayed from the
+        GRU state recorded before its first step."""
+        if rnn:
+            chunks = jax.tree.map(lambda x: x.reshape((M, L) + x.shape[1:]), data)
+            batch, target = chunks
+            batch = {**batch, "hidden": jax.tree.map(lambda h: h[:, 0], batch["hidden"])}  # [M, E_local, A, H]
+            order = jax.random.permutation(key, M)
+            return jax.tree.map(lambda x: x[order], (batch, target))
         keys = _local_keys(key, E, E_local, layout.data_axis)
         perm = jax.vmap(lambda k: jax.random.permutation(k, T))(keys)  # [E_local, T]
         env_idx = jnp.arange(E_local)
@@ -88,15 +99,20 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         key, k_roll, k_epochs = jax.random.split(learner.key, 3)
         eps = q.epsilon(learner.update)
         actors, stats, traj, final = q.rollout(learner.params, eps, state.actors, k_roll)
-        # targets from the network as it is now: Q(s_{t+1}) for every step, the last from the final obs
-        next_q = jax.vmap(partial(team_max, learner.params))(
-            shift_in(traj["obs"], final["obs"]), shift_in(traj["mask"], final["mask"])
-        )  # [T, E_local]
+        # targets from the network as it is now: Q(s_{t+1}) for every step, the last from the final
+        # obs; recurrent: one pass over all T + 1 steps from the rollout's first GRU state
+        with_final = lambda k: jax.tree.map(lambda s, x: jnp.concatenate([s, x[None]]), traj[k], final[k])  # noqa: E731
+        hidden0 = jax.tree.map(lambda h: h[0], traj["hidden"]) if rnn else {}
+        everything = {"obs": with_final("obs"), "mask": with_final("mask"), "hidden": hidden0,
+                      "reset": with_final("reset") if rnn else {}}  # fmt: skip
+        next_q = team_max(learner.params, everything)[1:]  # [T, E_local]
         team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_local]: the sum matches Q_tot = sum_i Q_i
         target = ops.q_lambda_returns(team_reward, traj["done"], next_q, learner.hparams.gamma, config.td_lambda)
 
         lr = ops.linear_schedule(learner.hparams.lr, learner.update, num_updates, config.anneal_lr)
-        data = ({"obs": traj["obs"], "action": traj["action"]}, jax.lax.stop_gradient(target))
+        batch = {"obs": traj["obs"], "action": traj["action"], "reset": traj["reset"] if rnn else {},
+                 "hidden": traj["hidden"] if rnn else {}}  # fmt: skip
+        data = (batch, jax.lax.stop_gradient(target))
 
         def epoch(carry, key_e):
             step = lambda c, mb: minibatch_step(c, mb, lr, learner.hparams.max_grad_norm)  # noqa: E731

@@ -12,6 +12,11 @@ copied every `target_update_interval` updates, or Polyak-averaged with `tau` whe
 * `vdn`: Q_tot = sum_i Q_i against the summed team reward.
 * `qmix`: Q_tot = QMixer(Q_1..Q_N | world state) (monotonic, see `marljax.mixers`).
 
+With `recurrent=true` each stored sequence also holds the GRU's hidden state at its first
+step (as acting computed it) and the per-step reset flags; learning replays the sequence
+from that stored state, for the online and the target network alike (R2D2's "stored state",
+without burn-in). A stored state is as old as its sequence, which is what the replay holds.
+
 The replay buffer and the target network live in `TrainState.extra`, so checkpoints hold
 them: a resumed run continues with the same replay contents.
 """
@@ -56,19 +61,24 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     adam = optax.scale_by_adam(eps=1e-5)
     num_updates = max(config.num_updates, 1)
     start_update = config.learning_starts // (T * E)  # the first update that learns
+    swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731 - batch-major [B, T, ...] <-> time-major [T, B, ...]
 
     def example_sequence(key: Array) -> dict:
-        """One environment's stored sequence, zeros: obs/mask [T + 1, ...] (the last follows step T)."""
+        """One environment's stored sequence, zeros: obs/mask/reset [T + 1, ...] (the last follows
+        step T); hidden [A_g, H]: the GRU's state before the first step (recurrent only)."""
         obs, state = env.reset(key)
         seq = {
             "obs": {g.name: jnp.zeros((T + 1,) + obs[g.name].shape) for g in groups},
             "mask": {g.name: jnp.zeros((T + 1, g.size, g.action_dim), bool) for g in groups},
+            "reset": {g.name: jnp.zeros((T + 1, g.size), bool) for g in groups},
             "action": {g.name: jnp.zeros((T, g.size), jnp.int32) for g in groups},
             "reward": jnp.zeros((T, N)),
             "done": jnp.zeros((T,), bool),
         }
         if algo == "qmix":
             seq["world"] = jnp.zeros((T + 1,) + env.world_state(state, obs).shape)
+        if config.recurrent:
+            seq["hidden"] = {g.name: jnp.zeros((g.size, config.gru_hidden_size)) for g in groups}
         return seq
 
     def init_learner(key: Array) -> LearnerState:
@@ -90,11 +100,10 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         o_{t+1} [B, T, N] (online argmax among available actions, target network's value)."""
         taken, nxt = [], []
         for g in groups:
-            obs, mask = seq["obs"][g.name], seq["mask"][g.name]  # [B, T+1, A, ...]
-            B = obs.shape[0]
-            flat = obs.reshape((B * (T + 1),) + obs.shape[2:])
-            online = q.q_values(params, g, flat).reshape(B, T + 1, g.size, g.action_dim)
-            tgt = q.q_values(target, g, flat).reshape(B, T + 1, g.size, g.action_dim)
+            obs, mask, reset = seq["obs"][g.name], seq["mask"][g.name], seq["reset"][g.name]  # [B, T+1, A, ...]
+            hidden0 = seq["hidden"][g.name] if config.recurrent else None  # [B, A, H]
+            online = swap(q.unroll(params, g, swap(obs), swap(reset), hidden0))  # [B, T+1, A, n]
+            tgt = swap(q.unroll(target, g, swap(obs), swap(reset), hidden0))
             action = seq["action"][g.name]  # [B, T, A]
             taken.append(jnp.take_along_axis(online[:, :-1], action[..., None], axis=-1)[..., 0])
             nxt.append(ops.double_q_value(online[:, 1:], tgt[:, 1:], mask[:, 1:]))
@@ -118,7 +127,6 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             q_now = team(params.get(MIXER), taken, None if world is None else world[:, :-1])
             q_next = jax.lax.stop_gradient(team(target.get(MIXER), nxt, None if world is None else world[:, 1:]))
             reward = jnp.sum(seq["reward"], axis=-1)  # the team's reward, summed like the values
-        swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731 - [B, T, ...] <-> [T, B, ...]
         returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp.gamma, config.td_lambda))
         return 0.5 * jnp.mean((q_now - jax.lax.stop_gradient(returns)) ** 2), jnp.mean(q_now)
 
@@ -144,16 +152,19 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         eps = q.epsilon(learner.update)
         actors, stats, traj, final = q.rollout(learner.params, eps, state.actors, k_roll)
         # one sequence per environment: [E, T(+1), ...]
-        with_last = lambda seq, last: jnp.swapaxes(jnp.concatenate([seq, last[None]]), 0, 1)  # noqa: E731
+        with_last = lambda seq, last: swap(jnp.concatenate([seq, last[None]]))  # noqa: E731
         sequences = {
             "obs": jax.tree.map(with_last, traj["obs"], final["obs"]),
             "mask": jax.tree.map(with_last, traj["mask"], final["mask"]),
-            "action": jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj["action"]),
-            "reward": jnp.swapaxes(traj["reward"], 0, 1),
-            "done": jnp.swapaxes(traj["done"], 0, 1),
+            "reset": jax.tree.map(with_last, traj["reset"], final["reset"]),
+            "action": jax.tree.map(swap, traj["action"]),
+            "reward": swap(traj["reward"]),
+            "done": swap(traj["done"]),
         }
         if algo == "qmix":
             sequences["world"] = with_last(traj["world"], final["world"])
+        if config.recurrent:
+            sequences["hidden"] = jax.tree.map(lambda h: h[0], traj["hidden"])  # [E, A_g, H] before the first step
         extra = extra.replace(buffer=replay.add(extra.buffer, sequences))
 
         lr = ops.linear_schedule(learner.hparams.lr, learner.update, num_updates, config.anneal_lr)

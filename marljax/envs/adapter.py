@@ -106,6 +106,7 @@ class EnvAdapter:
         self._mask_fn = self._find_mask_fn()
         self.groups: tuple[AgentGroup, ...] = self._make_groups(obs_shapes)
         self._world_fn = self._find_world_fn()
+        self._win_bonus = self._find_win_bonus()
 
     # ---------------------------------------------------------------- probing
     def _probe_obs_shapes(self) -> dict:
@@ -141,6 +142,33 @@ class EnvAdapter:
         except (NotImplementedError, TypeError, AttributeError):
             return None
         return fn
+
+    def _find_win_bonus(self) -> float | None:
+        """SMAX's won-battle bonus, where the env (or the SMAX it wraps) pays one.
+
+        SMAX pays every ally the team reward: the enemies' health lost this step, normalised
+        to at most 1, plus the bonus when every enemy is dead and an ally is alive. On an
+        episode's last step the reward therefore exceeds the bonus exactly when the battle was
+        won (a draw, or a loss, pays at most 1 = the bonus, and a won last step always takes
+        some enemy health)."""
+        for env in (self.env, getattr(self.env, "_env", None)):
+            bonus = getattr(env, "won_battle_bonus", None)
+            if bonus is not None and float(bonus) > 0 and not getattr(env, "use_self_play_reward", False):
+                return float(bonus)
+        return None
+
+    @property
+    def has_win(self) -> bool:
+        """The env has a win condition (`won` tells won episodes apart), e.g. SMAX."""
+        return self._win_bonus is not None
+
+    def won(self, reward: dict[str, Array], episode_done: Array) -> Array:
+        """[] bool: this step ended a won episode (always false without a win condition).
+        `reward`: group -> [A_g], the step's rewards as `step` returns them."""
+        if self._win_bonus is None:
+            return jnp.zeros((), bool)
+        team = jnp.max(jnp.concatenate([r.reshape(-1) for r in reward.values()]))
+        return jnp.logical_and(episode_done, team > self._win_bonus)
 
     @property
     def has_world_state(self) -> bool:

@@ -52,6 +52,7 @@ class HostEnvAdapter:
 
     host = True
     has_world_state = False
+    has_win = False  # no win condition is read from host envs
 
     def __init__(self, make_one: Callable[[], Any], name: str):
         self.make_one, self.name = make_one, name

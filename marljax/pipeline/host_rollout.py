@@ -91,7 +91,7 @@ class HostCollector:
             for g in groups
         }
         last_value = {g.name: np.asarray(last[g.name][2]) for g in groups}
-        return Trajectory(batch, last_value, EpisodeStats(return_sum, length_sum, count))
+        return Trajectory(batch, last_value, EpisodeStats(return_sum, length_sum, count, np.zeros(S, np.float32)))  # host envs: no win condition
 
 
 _fold = jax.jit(jax.vmap(jax.random.fold_in, (0, None)))  # [S, 2] keys, one int -> [S, 2]
