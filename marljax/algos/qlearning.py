@@ -1,7 +1,9 @@
 """IQL, VDN and QMIX: off-policy Q-learning with a replay buffer and a target network.
 
 Each update: `num_steps` of epsilon-greedy acting in `num_envs` environments, whose sequences
-(one per environment) go into the replay buffer on the device (`marljax.replay`); then, once
+(one per environment) go into the replay buffer on the device (`marljax.replay`; with
+`mesh.data` = D, each data shard keeps buffer_size/D slots of its own environments' sequences
+and samples batch_size/D of them, and the gradient is averaged over shards); then, once
 `learning_starts` env steps have been taken, `update_epochs` gradient steps, each on
 `batch_size` sequences sampled from the buffer. Targets are Peng's Q(lambda) returns along a
 sequence (td_lambda=0: one-step), bootstrapped with double-Q values: the online network picks
@@ -50,10 +52,11 @@ class QExtra:
 def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Trainer:
     del correction
     algo = config.algo
-    if layout.num_env_shards > 1:
-        raise ConfigError(
-            "mesh.data", f"algo={algo} keeps each seed's replay buffer on one device for now; allowed: 1 (mesh.seed adds devices)"
-        )
+    D = layout.num_data  # data shards: each keeps buffer_size/D slots of its own environments' sequences
+    for name in ("buffer_size", "batch_size"):
+        if getattr(config, name) % D:
+            raise ConfigError(name, f"must divide over mesh.data={D} (each data shard keeps and samples its share); "
+                                    f"got {getattr(config, name)}")  # fmt: skip
     groups = env.groups
     q = make_q_acting(config, env, layout, world=algo == "qmix")
     mixer = QMixer()
@@ -133,9 +136,12 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def gradient_steps(learner: LearnerState, extra: QExtra, key: Array, lr: Array):
+        if D > 1:  # each shard samples its own slots; the gradient is averaged over shards
+            key = jax.random.fold_in(key, jax.lax.axis_index(layout.data_axis))
+
         def one(carry, k):
             params, opt_state = carry
-            seq, _ = replay.sample(extra.buffer, k, config.batch_size)
+            seq, _ = replay.sample(extra.buffer, k, config.batch_size // D)
             (loss, q_mean), grads = grad_fn(params, extra.target, seq, learner.hparams)
             grads, grad_norm = layout.reduce_grads(grads, frozenset())
             params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, learner.hparams.max_grad_norm)
@@ -182,8 +188,11 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             target = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params, extra.target)
         else:
             target = jax.tree.map(lambda p, t: config.tau * p + (1.0 - config.tau) * t, params, extra.target)
+        (loss, q_mean), (replay_size, stats) = ops.psum_tree(
+            ((loss / D, q_mean / D), (replay.size(extra.buffer).astype(jnp.float32), stats)), layout.data_axis
+        )  # over data shards: means of the losses, sums of the slots and episodes
         metrics = {"loss_total": loss, "q_mean": q_mean, "grad_norm": grad_norm, "lr": lr, "epsilon": eps,
-                   "replay_size": replay.size(extra.buffer).astype(jnp.float32), "episodes": stats}  # fmt: skip
+                   "replay_size": replay_size, "episodes": stats}  # fmt: skip
         learner = learner.replace(params=params, opt_state=opt_state, key=key, update=n_done)
         return TrainState(learner, actors, extra.replace(target=target)), metrics
 

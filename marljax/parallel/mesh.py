@@ -97,8 +97,18 @@ def state_specs(state_shape: TrainState, split: frozenset[str]) -> TrainState:
 
     learner = learner_specs(state_shape.learner, split, SEED)
     actors = jax.tree.map(lambda _: P(SEED, (DATA, AGENT)), state_shape.actors)
-    extra = jax.tree.map(lambda _: P(SEED), state_shape.extra)  # split over seeds only
+    extra = jax.tree_util.tree_map_with_path(_extra_spec, state_shape.extra)
     return TrainState(learner=learner, actors=actors, extra=extra)
+
+
+def _extra_spec(path, _leaf) -> P:
+    """An algorithm's extra state is split over seeds, except a replay buffer's slots
+    (`extra.buffer`, leaves [S, capacity, ...]), which are split over `data` too: each data
+    shard keeps the sequences of its own environments. The ring position stays whole (every
+    shard writes the same number of sequences per update, so the positions agree)."""
+    names = [getattr(k, "name", getattr(k, "key", None)) for k in path]
+    per_slot = bool(names) and names[0] == "buffer" and names[-1] != "position"
+    return P(SEED, DATA) if per_slot else P(SEED)
 
 
 class ShardedFns(NamedTuple):
