@@ -451,8 +451,9 @@ def run_q_bench(config: Config, log: Callable[[str], None] = print) -> dict[str,
     log(f"marljax bench: {config.algo} on {env.describe()}")
     per_update = config.update_epochs * (config.num_minibatches if config.algo == "pqn_vdn" else 1)
     result: dict[str, Any] = {
-        "algo": config.algo, "env": config.env, "num_envs": config.num_envs, "num_seeds": config.num_seeds,
-        "num_steps": config.num_steps, "gradient_steps_per_update": per_update,
+        "algo": config.algo, "env": config.env, "recurrent": config.recurrent, "param_sharing": config.param_sharing,
+        "num_envs": config.num_envs, "num_seeds": config.num_seeds, "num_steps": config.num_steps,
+        "gradient_steps_per_update": per_update,
         "batch": (config.num_steps // config.num_minibatches) * config.num_envs if config.algo == "pqn_vdn"
         else config.batch_size * config.num_steps,  # transitions per gradient step, per seed
         "devices": int(mesh.devices.size), "platform": _platform(mesh),

@@ -428,8 +428,8 @@ def validate(config: Config) -> Config:
     if c.checkpoint_every < 0:
         raise ConfigError("checkpoint_every", f"must be >= 0 updates (0: only at the end), got {c.checkpoint_every}")
     if c.algo in Q_ALGOS:
-        if c.mesh.agent > 1:
-            raise ConfigError("mesh.agent", f"algo={c.algo} has no agent-parallel layout yet; allowed: 1 (mesh.data and mesh.seed add devices)")
+        if c.mesh.agent > 1 and c.algo != "pqn_vdn":
+            raise ConfigError("mesh.agent", f"algo={c.algo} has no agent-parallel replay yet; allowed: 1 (mesh.data and mesh.seed add devices; algo=pqn_vdn takes mesh.agent)")
         if c.mode != "anakin":
             raise ConfigError("mode", f"algo={c.algo} runs on device; allowed: anakin")
         for name in ("buffer_size", "batch_size"):

@@ -31,7 +31,7 @@ def test_pqn_vdn_learns_simple_spread(tmp_path):
 @pytest.mark.parametrize(
     "change, field",
     [
-        (["param_sharing=independent", "mesh.agent=2"], "mesh.agent"),
+        (["mesh.agent=2"], "mesh.agent"),  # per-agent parameter sets to split: param_sharing=independent
         (["eps_start=0.1", "eps_finish=0.5"], "eps_finish"),
         (["td_lambda=1.5"], "td_lambda"),
         (["eps_decay_steps=0"], "eps_decay_steps"),
@@ -75,3 +75,20 @@ def test_pqn_vdn_same_numbers_on_one_and_two_data_devices(tmp_path):
     two = run_with_devices(code.format(settings=SETTINGS, data=2, out=tmp_path / "two"), 2)
     assert len(one) == 2 and len(one[1]) == 2  # feed-forward, then recurrent (GRU)
     np.testing.assert_allclose(one, two, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recurrent", ["false", "true"])
+def test_pqn_vdn_independent_agents_on_the_agent_axis_match_one_device(recurrent, tmp_path):
+    """4 agents' Q-networks split over mesh.agent=2 (x mesh.data=2; 4 fake devices): the targets
+    come from the acting layout, each device trains its agents' networks on Q_tot whose other
+    part comes from the other device, and returns, losses and parameters equal one device's."""
+    from tests.test_agent_axis import SPREAD4, _same_run
+    from tests.test_multidevice import CODE
+
+    base = [*SETTINGS, *SPREAD4, f"recurrent={recurrent}", "lr=2.5e-4", "num_envs=16", "num_seeds=1",
+            "total_timesteps=4096", "num_chunks=4"]  # fmt: skip
+    one = run_with_devices(CODE.format(overrides=base, out=tmp_path / "one"), 1)
+    four = run_with_devices(CODE.format(overrides=base + ["mesh.data=2", "mesh.agent=2"], out=tmp_path / "four"), 4)
+    assert four["mesh"]["agent"] == 2 and len(one["returns"]) == 4
+    _same_run(one, four)

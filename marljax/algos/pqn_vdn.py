@@ -11,6 +11,13 @@ The pieces share IPPO's state types, layouts and host loop: `make_train` returns
 time steps of every environment (feed-forward: a per-environment shuffle keyed by global env
 index; recurrent: consecutive runs replayed from the GRU state recorded at their start, as
 IPPO's recurrent minibatches), so the numbers do not depend on `mesh.data`.
+
+With `param_sharing=independent` and `mesh.agent` = K, each device learns the Q-networks of
+A_g/K agents, as IPPO does (`parallel/layouts.py`): acting gathers every network, the targets
+are computed in the acting layout (every agent of an environment at hand), and one all-to-all
+moves the trajectories to the learning layout. There a device's agents give their part of
+Q_tot; the other devices' parts come in by one `psum` over `agent`, without gradient, so each
+device's gradient is exactly the team loss's gradient for its own agents.
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     T, E, M = config.num_steps, config.num_envs, config.num_minibatches
     rnn = config.recurrent
     L = config.minibatch_steps
-    E_local = E // layout.num_env_shards
+    E_learn = E // layout.num_data  # environments per device while learning (all of its data shard's)
+    K = layout.num_agent
+    split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
     adam = optax.scale_by_adam(eps=1e-5)
     num_updates = max(config.num_updates, 1)
 
@@ -64,21 +73,26 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         return sum(jnp.sum(ops.masked_max(group_q(params, g, batch), batch["mask"][g.name]), axis=-1) for g in groups)
 
     def loss_fn(params, batch, target):
-        q_tot = team_q(params, batch)  # [L, E_local]
-        return 0.5 * jnp.mean((q_tot - target) ** 2), jnp.mean(q_tot)
+        q_tot = team_q(params, batch)  # [L, E_learn]
+        if split:  # this device's agents' part of Q_tot, plus (no gradient) the other devices' parts
+            q_tot = q_tot + jax.lax.stop_gradient(jax.lax.psum(q_tot, layout.agent_axis) - q_tot)
+        loss = 0.5 * jnp.mean((q_tot - target) ** 2)
+        # reduce_grads divides split sets' gradients by K (it expects per-agent means); the team
+        # loss is whole on every agent device, so its gradient is scaled up by K first
+        return loss * K if split else loss, (loss, jnp.mean(q_tot))
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def minibatch_step(carry, minibatch, lr, max_grad_norm):
         params, opt_state = carry
         batch, target = minibatch
-        (loss, q_mean), grads = grad_fn(params, batch, target)
-        grads, grad_norm = layout.reduce_grads(grads, frozenset())
+        (_, (loss, q_mean)), grads = grad_fn(params, batch, target)
+        grads, grad_norm = layout.reduce_grads(grads, split)
         params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, max_grad_norm)
         return (params, opt_state), (loss, q_mean, grad_norm)
 
     def shuffle(data, key):
-        """[T, E_local, ...] -> [M, L, E_local, ...]: L time steps of every environment per minibatch.
+        """[T, E_learn, ...] -> [M, L, E_learn, ...]: L time steps of every environment per minibatch.
 
         Feed-forward: each environment's steps in a random order (keyed by global env index).
         Recurrent: M runs of L consecutive steps, in a random order, each replayed from the
@@ -86,33 +100,36 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         if rnn:
             chunks = jax.tree.map(lambda x: x.reshape((M, L) + x.shape[1:]), data)
             batch, target = chunks
-            batch = {**batch, "hidden": jax.tree.map(lambda h: h[:, 0], batch["hidden"])}  # [M, E_local, A, H]
+            batch = {**batch, "hidden": jax.tree.map(lambda h: h[:, 0], batch["hidden"])}  # [M, E_learn, A, H]
             order = jax.random.permutation(key, M)
             return jax.tree.map(lambda x: x[order], (batch, target))
-        keys = _local_keys(key, E, E_local, layout.data_axis)
-        perm = jax.vmap(lambda k: jax.random.permutation(k, T))(keys)  # [E_local, T]
-        env_idx = jnp.arange(E_local)
+        keys = _local_keys(key, E, E_learn, layout.data_axis)
+        perm = jax.vmap(lambda k: jax.random.permutation(k, T))(keys)  # [E_learn, T]
+        env_idx = jnp.arange(E_learn)
         return jax.tree.map(lambda x: x[perm.T, env_idx[None, :]].reshape((M, L) + x.shape[1:]), data)
 
     def update(state: TrainState):
         learner = state.learner
         key, k_roll, k_epochs = jax.random.split(learner.key, 3)
         eps = q.epsilon(learner.update)
-        actors, stats, traj, final = q.rollout(learner.params, eps, state.actors, k_roll)
+        acting = layout.to_acting(learner.params, split)  # every agent's parameters, beside every env
+        actors, stats, traj, final = q.rollout(acting, eps, state.actors, k_roll)
         # targets from the network as it is now: Q(s_{t+1}) for every step, the last from the final
         # obs; recurrent: one pass over all T + 1 steps from the rollout's first GRU state
         with_final = lambda k: jax.tree.map(lambda s, x: jnp.concatenate([s, x[None]]), traj[k], final[k])  # noqa: E731
         hidden0 = jax.tree.map(lambda h: h[0], traj["hidden"]) if rnn else {}
         everything = {"obs": with_final("obs"), "mask": with_final("mask"), "hidden": hidden0,
                       "reset": with_final("reset") if rnn else {}}  # fmt: skip
-        next_q = team_max(learner.params, everything)[1:]  # [T, E_local]
-        team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_local]: the sum matches Q_tot = sum_i Q_i
+        # (in the acting layout, where every agent of an environment is at hand)
+        next_q = team_max(acting, everything)[1:]  # [T, E_act]
+        team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_act]: the sum matches Q_tot = sum_i Q_i
         target = ops.q_lambda_returns(team_reward, traj["done"], next_q, learner.hparams.gamma, config.td_lambda)
+        # environment-major -> agent-major (identity unless mesh.agent > 1): [T, E_learn, A_g/K, ...]
+        fields = ("obs", "action", "reset", "hidden") if rnn else ("obs", "action")
+        per_agent, target = layout.to_learning({k: traj[k] for k in fields}, jax.lax.stop_gradient(target))
 
         lr = ops.linear_schedule(learner.hparams.lr, learner.update, num_updates, config.anneal_lr)
-        batch = {"obs": traj["obs"], "action": traj["action"], "reset": traj["reset"] if rnn else {},
-                 "hidden": traj["hidden"] if rnn else {}}  # fmt: skip
-        data = (batch, jax.lax.stop_gradient(target))
+        data = ({"reset": {}, "hidden": {}, **per_agent}, target)
 
         def epoch(carry, key_e):
             step = lambda c, mb: minibatch_step(c, mb, lr, learner.hparams.max_grad_norm)  # noqa: E731

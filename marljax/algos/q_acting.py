@@ -51,9 +51,9 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
     bad = [g.name for g in groups if not g.discrete]
     if bad:
         raise ConfigError("algo", f"{config.algo} needs discrete actions; groups with Box actions: {', '.join(bad)}")
-    if layout.agent_parallel:
-        raise ConfigError("mesh.agent", f"algo={config.algo} has no agent-parallel layout yet; allowed: 1")
     rnn, independent, H = config.recurrent, config.param_sharing == "independent", config.gru_hidden_size
+    if layout.agent_parallel and not independent:
+        raise ConfigError("mesh.agent", "splits per-agent Q-networks: it needs param_sharing=independent")
     cnn = lambda g: config.torso == "cnn" or (config.torso == "auto" and len(g.obs_shape) == 3)  # noqa: E731
     nets = {
         g.name: RecurrentQNetwork(g.action_dim, config.hidden_size, H, config.activation, cnn(g)) if rnn

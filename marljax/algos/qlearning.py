@@ -52,6 +52,8 @@ class QExtra:
 def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Trainer:
     del correction
     algo = config.algo
+    if layout.agent_parallel:
+        raise ConfigError("mesh.agent", f"algo={algo} has no agent-parallel replay yet; allowed: 1 (algo=pqn_vdn has one)")
     D = layout.num_data  # data shards: each keeps buffer_size/D slots of its own environments' sequences
     for name in ("buffer_size", "batch_size"):
         if getattr(config, name) % D:
