@@ -77,18 +77,35 @@ def test_pqn_vdn_same_numbers_on_one_and_two_data_devices(tmp_path):
     np.testing.assert_allclose(one, two, rtol=1e-4)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("recurrent", ["false", "true"])
-def test_pqn_vdn_independent_agents_on_the_agent_axis_match_one_device(recurrent, tmp_path):
-    """4 agents' Q-networks split over mesh.agent=2 (x mesh.data=2; 4 fake devices): the targets
-    come from the acting layout, each device trains its agents' networks on Q_tot whose other
-    part comes from the other device, and returns, losses and parameters equal one device's."""
-    from tests.test_agent_axis import SPREAD4, _same_run
-    from tests.test_multidevice import CODE
+_AGENT_AXIS_RUNS = """
+import json
+from marljax.config import load_config
+from marljax.run import train
+out = []
+for rnn in ("false", "true"):
+    cfg = load_config(None, {base} + ["recurrent=" + rnn, "out_dir={out}/" + rnn] + {mesh})
+    res = train(cfg, log=lambda s: None)
+    params = jax.device_get(res.state.learner.params)
+    out.append({{"mesh": dict(res.state.learner.key.sharding.mesh.shape), "returns": [r["return_mean"] for r in res.rows],
+                 "losses": [r["loss_total"] for r in res.rows],
+                 "params": [np.asarray(x).ravel()[:64].tolist() for x in jax.tree.leaves(params)]}})
+print(json.dumps(out))
+"""
 
-    base = [*SETTINGS, *SPREAD4, f"recurrent={recurrent}", "lr=2.5e-4", "num_envs=16", "num_seeds=1",
-            "total_timesteps=4096", "num_chunks=4"]  # fmt: skip
-    one = run_with_devices(CODE.format(overrides=base, out=tmp_path / "one"), 1)
-    four = run_with_devices(CODE.format(overrides=base + ["mesh.data=2", "mesh.agent=2"], out=tmp_path / "four"), 4)
-    assert four["mesh"]["agent"] == 2 and len(one["returns"]) == 4
-    _same_run(one, four)
+
+@pytest.mark.slow
+def test_pqn_vdn_independent_agents_on_the_agent_axis_match_one_device(tmp_path):
+    """4 agents' Q-networks split over mesh.agent=2 (x mesh.data=2; 4 fake devices), feed-forward
+    and recurrent: the targets come from the acting layout, each device trains its agents'
+    networks on Q_tot whose other part comes from the other device, and returns, losses and
+    parameters equal one device's."""
+    from tests.test_agent_axis import SPREAD4, _same_run
+
+    base = [*SETTINGS, *SPREAD4, "lr=2.5e-4", "num_envs=16", "total_timesteps=4096", "num_chunks=4",
+            "progress=false", "plot=false"]  # fmt: skip
+    code = "import jax, numpy as np\n" + _AGENT_AXIS_RUNS
+    one = run_with_devices(code.format(base=base, mesh=[], out=tmp_path / "one"), 1)
+    four = run_with_devices(code.format(base=base, mesh=["mesh.data=2", "mesh.agent=2"], out=tmp_path / "four"), 4)
+    for a, b in zip(one, four):  # feed-forward, then recurrent
+        assert b["mesh"]["agent"] == 2 and len(a["returns"]) == 4
+        _same_run(a, b)

@@ -255,10 +255,10 @@ def test_bench_sweep_times_the_same_runs_both_ways(capfd):
     from marljax.bench_sweep import run_sweep_bench
 
     config = load_config(None, ["num_envs=8", "num_steps=16", "total_timesteps=512", "num_chunks=2", "progress=false"])
-    result = run_sweep_bench(config, log=print, lrs=(1e-3, 3e-3), seeds=2)
+    result = run_sweep_bench(config, log=print, lrs=(1e-3,), seeds=2)
     last = capfd.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last) == result
-    assert result["runs"] == 4 and result["vmapped_run_s"] > 0 and result["sequential_run_s"] > 0
+    assert result["runs"] == 2 and result["vmapped_run_s"] > 0 and result["sequential_run_s"] > 0
     assert result["max_param_rel_diff"] < 1e-3  # the vmapped rows are the sequential runs (4 updates: no drift yet)
     assert abs(result["return_vmapped"] - result["return_sequential"]) < 1e-3
 
