@@ -22,7 +22,8 @@ def test_learns_simple_spread(algo, recurrent, steps, tmp_path):
     """One seed: the mean greedy evaluation return of the last three evaluations beats the first
     chunk's training return (epsilon = 1: a uniformly random team, about -27.4) by at least 2.5
     per agent. Feed-forward IQL and QMIX at 600k steps, recurrent (GRU) VDN at 200k. Measured
-    (last three): iql -24.2, qmix -21.7; recurrent vdn -19.3 (feed-forward vdn: -23.6)."""
+    (last three): iql -24.2, qmix -21.7; recurrent vdn -22.9 at 200k (-19.6 at 600k; feed-forward
+    vdn at 600k: -23.6)."""
     config = load_config(None, [*SETTINGS, f"algo={algo}", f"recurrent={recurrent}", f"total_timesteps={steps}",
                                 "eval_every=40" if recurrent else "eval_every=100", "eval_episodes=32",
                                 f"out_dir={tmp_path}"])  # fmt: skip
