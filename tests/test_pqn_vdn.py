@@ -59,21 +59,19 @@ def test_one_update_runs_and_reports_q_metrics():
 
 @pytest.mark.slow
 def test_pqn_vdn_same_numbers_on_one_and_two_data_devices(tmp_path):
-    """Feed-forward and recurrent: splitting the environments over mesh.data changes nothing."""
+    """Shared parameters: splitting the environments over mesh.data changes nothing (the GRU
+    variant on mesh.data x mesh.agent is in the next test)."""
     code = """
     import json
     from marljax.config import load_config
     from marljax.run import train
-    losses = []
-    for rnn in ("false", "true"):
-        cfg = load_config(None, {settings} + ["num_envs=8", "num_steps=16", "total_timesteps=1024", "num_chunks=2",
-                                              "mesh.data={data}", "out_dir={out}/" + rnn, "recurrent=" + rnn])
-        losses.append([r["loss_total"] for r in train(cfg, log=lambda s: None).rows])
-    print(json.dumps(losses))
+    cfg = load_config(None, {settings} + ["num_envs=8", "num_steps=16", "total_timesteps=1024", "num_chunks=2",
+                                          "mesh.data={data}", "out_dir={out}"])
+    print(json.dumps([r["loss_total"] for r in train(cfg, log=lambda s: None).rows]))
     """
     one = run_with_devices(code.format(settings=SETTINGS, data=1, out=tmp_path / "one"), 1)
     two = run_with_devices(code.format(settings=SETTINGS, data=2, out=tmp_path / "two"), 2)
-    assert len(one) == 2 and len(one[1]) == 2  # feed-forward, then recurrent (GRU)
+    assert len(one) == 2
     np.testing.assert_allclose(one, two, rtol=1e-4)
 
 
