@@ -28,7 +28,7 @@ import optax
 
 from marljax import ops
 from marljax.algos.ippo import Trainer, _local_keys, hparams_from_config
-from marljax.algos.q_acting import make_q_acting
+from marljax.algos.q_acting import make_q_acting, through_final
 from marljax.config import Config
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.layouts import Layout
@@ -116,10 +116,9 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         actors, stats, traj, final = q.rollout(acting, eps, state.actors, k_roll)
         # targets from the network as it is now: Q(s_{t+1}) for every step, the last from the final
         # obs; recurrent: one pass over all T + 1 steps from the rollout's first GRU state
-        with_final = lambda k: jax.tree.map(lambda s, x: jnp.concatenate([s, x[None]]), traj[k], final[k])  # noqa: E731
+        whole = through_final(traj, final)  # obs, mask, reset: [T + 1, E_act, ...]
         hidden0 = jax.tree.map(lambda h: h[0], traj["hidden"]) if rnn else {}
-        everything = {"obs": with_final("obs"), "mask": with_final("mask"), "hidden": hidden0,
-                      "reset": with_final("reset") if rnn else {}}  # fmt: skip
+        everything = {"obs": whole["obs"], "mask": whole["mask"], "hidden": hidden0, "reset": whole["reset"] if rnn else {}}
         # (in the acting layout, where every agent of an environment is at hand)
         next_q = team_max(acting, everything)[1:]  # [T, E_act]
         team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_act]: the sum matches Q_tot = sum_i Q_i

@@ -179,3 +179,7 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
 
     return QActing(nets, q_values, unroll, epsilon, act, init_params, init_actors, rollout)
 
+
+def through_final(traj: dict, final: dict) -> dict:
+    """Every field that `final` continues, over all T + 1 steps: traj[k] [T, ...] then final[k]."""
+    return {k: jax.tree.map(lambda s, x: jnp.concatenate([s, x[None]]), traj[k], final[k]) for k in final}

@@ -32,7 +32,7 @@ from flax import struct
 
 from marljax import ops, replay
 from marljax.algos.ippo import Trainer, hparams_from_config
-from marljax.algos.q_acting import make_q_acting
+from marljax.algos.q_acting import make_q_acting, through_final
 from marljax.config import Config, ConfigError
 from marljax.envs.adapter import EnvAdapter
 from marljax.mixers import QMixer
@@ -160,17 +160,12 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         eps = q.epsilon(learner.update)
         actors, stats, traj, final = q.rollout(learner.params, eps, state.actors, k_roll)
         # one sequence per environment: [E, T(+1), ...]
-        with_last = lambda seq, last: swap(jnp.concatenate([seq, last[None]]))  # noqa: E731
         sequences = {
-            "obs": jax.tree.map(with_last, traj["obs"], final["obs"]),
-            "mask": jax.tree.map(with_last, traj["mask"], final["mask"]),
-            "reset": jax.tree.map(with_last, traj["reset"], final["reset"]),
+            **jax.tree.map(swap, through_final(traj, final)),  # obs, mask, reset (, world): [E, T + 1, ...]
             "action": jax.tree.map(swap, traj["action"]),
             "reward": swap(traj["reward"]),
             "done": swap(traj["done"]),
         }
-        if algo == "qmix":
-            sequences["world"] = with_last(traj["world"], final["world"])
         if config.recurrent:
             sequences["hidden"] = jax.tree.map(lambda h: h[0], traj["hidden"])  # [E, A_g, H] before the first step
         extra = extra.replace(buffer=replay.add(extra.buffer, sequences))
