@@ -36,7 +36,7 @@ takes a few minutes; set `MARLJAX_SMALL=1` for a one-minute version."""),
     ("code", SETUP),
     ("code", """import jax
 from marljax.config import load_config
-from marljax.run import train
+from marljax.train.loop import train
 
 print(jax.devices())
 config = load_config(None, [
@@ -62,7 +62,7 @@ environment itself. The plot shows each agent's path (circles: start, squares: e
 landmarks (crosses)."""),
     ("code", """import jax.numpy as jnp
 from marljax import load_policy
-from marljax.policy import export_policy
+from marljax.train.policy import export_policy
 
 export_policy("runs/colab_quickstart", "runs/colab_quickstart_policy", seed_index=0)
 policy = load_policy("runs/colab_quickstart_policy")
@@ -102,7 +102,7 @@ if "jax" not in sys.modules:  # must happen before JAX starts; GPUs and TPUs are
     os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")'''),
     ("code", """import jax
 from marljax.config import load_config
-from marljax.run import train
+from marljax.train.loop import train
 
 devices = jax.devices()
 print(len(devices), "devices:", devices)
@@ -139,8 +139,8 @@ A sweep runs every cell of a grid with every seed. Traced hyperparameters (here 
 `param_sharing`) compile separately. The report gives the IQM, mean and median with 95%
 bootstrap intervals over seeds, and the absolute metric (best parameters re-evaluated)."""),
     ("code", SETUP),
-    ("code", """from marljax.sweep import run_sweep
-from marljax.sweep_spec import expand
+    ("code", """from marljax.sweeps.runner import run_sweep
+from marljax.sweeps.spec import expand
 
 spec = {
     "name": "colab_ablation",
@@ -159,7 +159,7 @@ display(Markdown((result.out_dir / "report" / "report.md").read_text()))
 display(Image(str(result.out_dir / "report" / "curves.png")))
 display(Image(str(result.out_dir / "report" / "final.png")))"""),
     ("md", """The raw numbers are in a tensorstore results store, with their labels:"""),
-    ("code", """from marljax.results import load
+    ("code", """from marljax.sweeps.results import load
 
 res = load(result.out_dir)
 print(res.evals.shape, "= (cells, seeds, evaluations, metrics)", res.metrics)

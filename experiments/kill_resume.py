@@ -28,8 +28,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from marljax.metrics import read_jsonl
-from marljax.policy import restore_run
+from marljax.train.metrics import read_jsonl
+from marljax.train.policy import restore_run
 
 # ~1000 updates in chunks of 20, a checkpoint every 100: a kill lands before, between and after them
 DEFAULTS = ["num_envs=16", "num_steps=32", "total_timesteps=500000", "num_chunks=50", "checkpoint_every=100",

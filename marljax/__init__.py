@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 
 def load_policy(path):
-    """A policy exported with `marljax export` (see `marljax.policy`); imported lazily."""
-    from marljax.policy import load_policy as _load
+    """A policy exported with `marljax export` (see `marljax.train.policy`); imported lazily."""
+    from marljax.train.policy import load_policy as _load
 
     return _load(path)

@@ -75,14 +75,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         path, overrides = _split_args(rest)
         if command == "bench-sweep" and path is None:  # its own defaults, unless a file gives the run
-            from marljax.bench_sweep import DEFAULTS
+            from marljax.bench.sweep import DEFAULTS
 
             overrides = [*DEFAULTS, *overrides]
         config = load_config(path, overrides)
         if command == "train":
-            from marljax.checkpoint import CheckpointError
+            from marljax.train.checkpoint import CheckpointError
             from marljax.parallel.distributed import DistributedError
-            from marljax.run import TrainingDiverged, train
+            from marljax.train.loop import TrainingDiverged, train
 
             try:
                 train(config)
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             run_bench(config)
         elif command == "bench-sweep":
-            from marljax.bench_sweep import run_sweep_bench
+            from marljax.bench.sweep import run_sweep_bench
 
             run_sweep_bench(config)
         else:
@@ -124,8 +124,8 @@ def _sweep(args: list[str]) -> int:
             rest.append(arg)
     try:
         from marljax.parallel.distributed import DistributedError
-        from marljax.sweep import run_sweep
-        from marljax.sweep_spec import load_sweep
+        from marljax.sweeps.runner import run_sweep
+        from marljax.sweeps.spec import load_sweep
 
         try:
             run_sweep(load_sweep(args[0], rest), **options)
@@ -142,7 +142,7 @@ def _report(args: list[str]) -> int:
     if len(args) != 1:
         print(f"marljax: report takes one sweep directory\n\n{USAGE}", file=sys.stderr)
         return 2
-    from marljax.sweep import finish
+    from marljax.sweeps.runner import finish
 
     try:
         finish(Path(args[0]))
@@ -163,7 +163,7 @@ def _export(args: list[str]) -> int:
     except ValueError:
         print(f"marljax: config error: seed_index: expected an integer, got {options['seed_index']!r}", file=sys.stderr)
         return 2
-    from marljax.policy import export_policy
+    from marljax.train.policy import export_policy
 
     try:
         export_policy(positional[0], positional[1], seed_index)

@@ -119,7 +119,7 @@ class Config:
     resume: bool = False  # continue from the newest good checkpoint in out_dir (fresh start if none)
     nan_guard: bool = True  # stop on a non-finite loss or parameter, before it is checkpointed
 
-    # evaluation, separate from the training rollouts (marljax.evaluate): every eval_every updates
+    # evaluation, separate from the training rollouts (marljax.train.evaluate): every eval_every updates
     # (at chunk ends; 0: never) each seed plays eval_episodes fresh episodes; a sweep also keeps
     # each seed's best parameters and re-evaluates them with 10x the episodes (the absolute metric)
     eval_every: int = 0
@@ -139,7 +139,7 @@ class Config:
     staleness_policy: str = "block"  # block: actors wait rather than exceed K | drop: stale batches dropped
     correction: str = "ppo_clip"  # async off-policy correction: none | ppo_clip (decoupled PPO) | vtrace
     deterministic: bool = False  # async: lockstep with a fixed lag of exactly K versions; bitwise reproducible
-    record_trajectories: str = ""  # async: append every consumed batch to this zarr dataset (marljax.data)
+    record_trajectories: str = ""  # async: append every consumed batch to this zarr dataset (marljax.pipeline.recorder)
 
     # ---- derived values: the one place they are computed ----
     @property

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from marljax.config import ConfigError, load_config
-from marljax.run import prepare
+from marljax.train.wiring import prepare
 from tests._subprocess import run_with_devices
 from tests.test_multidevice import BASE, CODE
 
@@ -56,7 +56,7 @@ from jax.sharding import PartitionSpec as P
 from marljax import bench
 from marljax.config import load_config
 from marljax.parallel.layouts import Layout
-from marljax.run import prepare
+from marljax.train.wiring import prepare
 
 # 1. to_learning puts (env e, agent i) on the device that owns agent i and e's data shard
 mesh = jax.make_mesh((2, 2), ("data", "agent"), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=jax.devices()[:4])

@@ -10,7 +10,7 @@ import pytest
 
 from marljax.config import ConfigError, load_config
 from marljax.pipeline.actor_learner import ActorFailed, AsyncRun
-from marljax.run import train
+from marljax.train.loop import train
 from tests._subprocess import run_with_devices
 
 SMALL = ["mode=async", "num_envs=8", "num_steps=16", "total_timesteps=2048", "num_chunks=4",
@@ -101,7 +101,7 @@ def test_async_config_errors_before_anything_runs():
 LEARN_CODE = """
 import json
 from marljax.config import load_config
-from marljax.run import train
+from marljax.train.loop import train
 rows = {{}}
 for mode in ("anakin", "async"):
     cfg = load_config(None, ["total_timesteps=1.5e6", "num_chunks=10", "progress=false", "plot=false",
@@ -126,7 +126,7 @@ def test_async_learns_on_separate_actor_and_learner_devices(tmp_path):
 
 
 def test_recorded_trajectories_round_trip(tmp_path):
-    from marljax.data import TrajectoryRecorder, load_trajectories
+    from marljax.pipeline.recorder import TrajectoryRecorder, load_trajectories
 
     path = tmp_path / "dataset"
     train(load_config(None, SMALL + [f"out_dir={tmp_path / 'run'}", f"record_trajectories={path}"]),
@@ -179,7 +179,7 @@ def test_async_learns_a_host_pettingzoo_env(tmp_path):
 
 
 def test_host_env_outside_async_mode_is_a_config_error():
-    from marljax.run import make_adapter
+    from marljax.train.wiring import make_adapter
 
     with pytest.raises(ConfigError, match="mode=async"):
         make_adapter(load_config(None, ["env=pettingzoo:marljax.envs.host_spread:parallel_env"]))
@@ -207,7 +207,7 @@ def test_async_nan_guard_keeps_the_last_good_checkpoint(tmp_path):
 AGENT_CODE = """
 import json, jax, numpy as np
 from marljax.config import load_config
-from marljax.run import train
+from marljax.train.loop import train
 out = {{}}
 # k=1: counts (actor device 0, learner devices 1-2); k=2: index lists (actor 2, learners 0-1)
 placement = {{1: ["actor_devices=1", "learner_devices=2"], 2: ["actor_devices=[2]", "learner_devices=[0,1]"]}}
@@ -282,7 +282,7 @@ def test_ctrl_c_stops_an_async_run_promptly_and_keeps_its_checkpoints(tmp_path):
 
 def test_an_async_run_exports_its_policy(tmp_path):
     import marljax
-    from marljax.policy import export_policy
+    from marljax.train.policy import export_policy
 
     res = train(load_config(None, SMALL + [f"out_dir={tmp_path / 'run'}"]), log=lambda s: None)
     export_policy(tmp_path / "run", tmp_path / "policy", log=lambda s: None)

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 import marljax
-from marljax.checkpoint import CheckpointError, Checkpointer
+from marljax.train.checkpoint import CheckpointError, Checkpointer
 from marljax.config import ConfigError, load_config
-from marljax.policy import export_policy, restore_run
-from marljax.run import TrainingDiverged, make_adapter, make_trainer, train
+from marljax.train.policy import export_policy, restore_run
+from marljax.train.loop import TrainingDiverged, train
+from marljax.train.wiring import make_adapter, make_trainer
 
 # 16 updates in chunks of 2, a checkpoint every 4 updates
 BASE = ["num_envs=8", "num_steps=16", "total_timesteps=2048", "num_seeds=2", "num_chunks=8",

@@ -8,7 +8,7 @@ from tests._subprocess import run_with_devices
 CODE = """
 import json, jax, numpy as np
 from marljax.config import load_config
-from marljax.run import train
+from marljax.train.loop import train
 cfg = load_config(None, {overrides!r} + ["out_dir={out}", "progress=false", "plot=false"])
 res = train(cfg, log=lambda s: None, max_chunks={max_chunks})
 print(json.dumps({{

@@ -118,7 +118,7 @@ def test_unknown_env_name():
     assert info.value.field == "env"
     assert "did you mean 'MPE_simple_spread_v3'" in str(info.value)
 
-    from marljax.run import prepare
+    from marljax.train.wiring import prepare
 
     config = load_config(None, ["env=not_a_real_env", "num_envs=2", "num_steps=4", "total_timesteps=8"])
     with pytest.raises(ConfigError) as info:

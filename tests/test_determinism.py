@@ -4,7 +4,7 @@ import jax
 import numpy as np
 
 from marljax.config import load_config
-from marljax.run import train
+from marljax.train.loop import train
 
 
 def _run(tmp_path, name):

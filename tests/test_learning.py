@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from marljax.config import load_config
-from marljax.run import train
+from marljax.train.loop import train
 
 
 def _improvement(rows, k=3):

@@ -8,7 +8,8 @@ from marljax.algos import mappo
 from marljax.algos.ippo import CRITIC_KEY
 from marljax.config import load_config
 from marljax.envs import EnvAdapter, make_env
-from marljax.run import make_adapter, train
+from marljax.train.loop import train
+from marljax.train.wiring import make_adapter
 
 TINY = ["num_envs=2", "num_steps=4", "num_minibatches=2", "update_epochs=1", "total_timesteps=16", "hidden_size=8"]
 

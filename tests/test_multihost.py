@@ -110,7 +110,7 @@ def test_a_two_process_checkpoint_resumes_in_one_process(two_process_run, tmp_pa
 
 
 def test_a_sweep_across_two_processes_matches_one_process(tmp_path):
-    from marljax.results import load
+    from marljax.sweeps.results import load
 
     spec = {"base": {"num_envs": 8, "num_steps": 16, "total_timesteps": 1024, "eval_every": 4, "eval_episodes": 4,
                      "plot": False, "mesh": {"seed": 4, "data": 1}},

@@ -1,4 +1,4 @@
-"""Action distributions and actor-critic modules in marljax.networks."""
+"""Action distributions and actor-critic modules in marljax.nn.networks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marljax.networks import ActorCritic, Categorical, DiagGaussian, RecurrentActorCritic
+from marljax.nn.networks import ActorCritic, Categorical, DiagGaussian, RecurrentActorCritic
 
 
 def _random_mask(key, rows: int, k: int) -> jax.Array:

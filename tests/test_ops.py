@@ -1,4 +1,4 @@
-"""Hand-computed checks of the pure RL math in marljax.ops."""
+"""Hand-computed checks of the pure RL math in marljax.nn.ops."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marljax import ops
+from marljax.nn import ops
 
 
 def test_gae_hand_computed_with_done_in_the_middle():

@@ -6,7 +6,8 @@ import pytest
 
 from marljax.algos.ippo import make_train
 from marljax.config import ConfigError, load_config
-from marljax.run import make_adapter, train
+from marljax.train.loop import train
+from marljax.train.wiring import make_adapter
 
 TINY = ["num_envs=2", "num_steps=4", "num_minibatches=2", "update_epochs=1", "total_timesteps=16", "hidden_size=8"]
 

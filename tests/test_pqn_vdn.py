@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from marljax.config import ConfigError, load_config
-from marljax.run import make_adapter, make_trainer, train
+from marljax.train.loop import train
+from marljax.train.wiring import make_adapter, make_trainer
 from tests._subprocess import run_with_devices
 
 SETTINGS = ["algo=pqn_vdn", "activation=relu", "lr=2e-3", "num_envs=64", "num_steps=32", "update_epochs=2",
@@ -64,7 +65,7 @@ def test_pqn_vdn_same_numbers_on_one_and_two_data_devices(tmp_path):
     code = """
     import json
     from marljax.config import load_config
-    from marljax.run import train
+    from marljax.train.loop import train
     cfg = load_config(None, {settings} + ["num_envs=8", "num_steps=16", "total_timesteps=1024", "num_chunks=2",
                                           "mesh.data={data}", "out_dir={out}"])
     print(json.dumps([r["loss_total"] for r in train(cfg, log=lambda s: None).rows]))
@@ -78,7 +79,7 @@ def test_pqn_vdn_same_numbers_on_one_and_two_data_devices(tmp_path):
 _AGENT_AXIS_RUNS = """
 import json
 from marljax.config import load_config
-from marljax.run import train
+from marljax.train.loop import train
 out = []
 for rnn in ("false", "true"):
     cfg = load_config(None, {base} + ["recurrent=" + rnn, "out_dir={out}/" + rnn] + {mesh})

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from marljax.config import ConfigError, load_config
-from marljax.run import make_adapter, make_trainer, train
+from marljax.train.loop import train
+from marljax.train.wiring import make_adapter, make_trainer
 from tests._subprocess import run_with_devices
 
 SETTINGS = ["activation=relu", "lr=1e-3", "num_envs=16", "num_steps=26", "num_minibatches=1", "update_epochs=4",
@@ -111,7 +112,7 @@ import json
 import jax
 import numpy as np
 from marljax.config import load_config
-from marljax.run import train
+from marljax.train.loop import train
 out = {{}}
 for name, starts in (("collect", 10**6), ("learn", 0))[:{runs}]:
     cfg = load_config(None, {settings} + ["algo=qmix", "recurrent=true", "num_envs=8", "num_steps=8",

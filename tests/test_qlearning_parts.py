@@ -9,8 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marljax import ops, replay
-from marljax.mixers import QMixer, vdn
+from marljax.nn import ops
+
+from marljax.algos import replay
+from marljax.algos.mixers import QMixer, vdn
 
 R = jnp.array([1.0, 2.0, 3.0, 4.0])
 NEXT_Q = jnp.array([10.0, 20.0, 30.0, 40.0])  # max_a Q(s_{t+1}, a) for t = 0..3
@@ -107,7 +109,7 @@ def _q_acting(*overrides: str):
     from marljax.algos.q_acting import make_q_acting
     from marljax.config import load_config
     from marljax.parallel.layouts import Layout
-    from marljax.run import make_adapter
+    from marljax.train.wiring import make_adapter
 
     config = load_config(None, ["activation=relu", "num_envs=4", "num_steps=30", "num_minibatches=1", *overrides])
     env = make_adapter(config)

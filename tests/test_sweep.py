@@ -13,10 +13,10 @@ import pytest
 
 from marljax.cli import main
 from marljax.config import ConfigError, load_config
-from marljax.results import ResultsStore, load
-from marljax.run import make_adapter, make_trainer
-from marljax.sweep import run_sweep
-from marljax.sweep_spec import expand, load_sweep
+from marljax.sweeps.results import ResultsStore, load
+from marljax.train.wiring import make_adapter, make_trainer
+from marljax.sweeps.runner import run_sweep
+from marljax.sweeps.spec import expand, load_sweep
 
 from tests._trees import assert_bitwise, assert_close, max_abs_diff
 
@@ -230,7 +230,7 @@ def test_a_vmapped_row_runs_what_train_runs_for_its_cell():
     gradient element near its eps into a 2e-3 step (seen at update 2 on an Intel Xeon), so that
     width is compared for 1 update at 5e-7. Negative control: cell 1's rows are not cell 0's run."""
     from marljax.parallel.mesh import seed_keys
-    from marljax.sweep import _row_hparams
+    from marljax.sweeps.runner import _row_hparams
 
     sweep = expand(_spec())
     program = sweep.programs[0]
@@ -268,7 +268,7 @@ def test_report_command_renders(finished, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_bench_sweep_times_the_same_runs_both_ways(capfd):
-    from marljax.bench_sweep import run_sweep_bench
+    from marljax.bench.sweep import run_sweep_bench
 
     config = load_config(None, ["num_envs=8", "num_steps=16", "total_timesteps=512", "num_chunks=2", "progress=false"])
     result = run_sweep_bench(config, log=print, lrs=(1e-3,), seeds=2)

@@ -36,7 +36,7 @@ def test_orthogonal_init_is_orthogonal_under_vmap():
     import jax
     import jax.numpy as jnp
 
-    from marljax.networks import orthogonal
+    from marljax.nn.networks import orthogonal
 
     w = jax.vmap(lambda k: orthogonal(2.0)(k, (16, 16)))(jax.random.split(jax.random.PRNGKey(1), 3))
     assert w.shape == (3, 16, 16)

@@ -12,7 +12,8 @@ from jaxmarl.environments.smax.smax_env import Scenario
 
 from marljax.config import load_config
 from marljax.envs.adapter import EnvAdapter
-from marljax.run import make_adapter, train
+from marljax.train.loop import train
+from marljax.train.wiring import make_adapter
 
 
 def test_won_matches_the_terminal_state_of_the_battle():

@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from marljax import ops
+from marljax.nn import ops
 from marljax.config import CORRECTIONS, Config
 from marljax.envs.adapter import AgentGroup, EnvAdapter
-from marljax.networks import ActorCritic, RecurrentActorCritic
+from marljax.nn.networks import ActorCritic, RecurrentActorCritic
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
@@ -455,7 +455,7 @@ def make_train(
 
     def train(key: Array) -> tuple[TrainState, dict]:
         if layout.num_env_shards != 1:
-            raise ValueError("train(key) runs unsharded; use marljax.run for a device mesh")
+            raise ValueError("train(key) runs unsharded; use marljax.train.loop for a device mesh")
         return run_updates(init(key), config.num_updates)
 
     return Trainer(

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from marljax.algos import ippo
 from marljax.config import Config
 from marljax.envs.adapter import EnvAdapter
-from marljax.networks import Critic
+from marljax.nn.networks import Critic
 
 Array = jax.Array
 

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from marljax import ops
+from marljax.nn import ops
 from marljax.algos.ippo import Trainer, _local_keys, hparams_from_config
 from marljax.algos.q_acting import make_q_acting, through_final
 from marljax.config import Config
@@ -149,7 +149,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
 
     def train(key: Array):
         if layout.num_env_shards != 1:
-            raise ValueError("train(key) runs unsharded; use marljax.run for a device mesh")
+            raise ValueError("train(key) runs unsharded; use marljax.train.loop for a device mesh")
         return run_updates(init(key), config.num_updates)
 
     return Trainer(

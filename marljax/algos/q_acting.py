@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from marljax.algos.ippo import _agent_ids, _flat, _local_keys, track_episodes
 from marljax.config import Config, ConfigError
 from marljax.envs.adapter import AgentGroup, EnvAdapter
-from marljax.networks import QNetwork, RecurrentQNetwork
+from marljax.nn.networks import QNetwork, RecurrentQNetwork
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats
 

@@ -1,7 +1,7 @@
 """IQL, VDN and QMIX: off-policy Q-learning with a replay buffer and a target network.
 
 Each update: `num_steps` of epsilon-greedy acting in `num_envs` environments, whose sequences
-(one per environment) go into the replay buffer on the device (`marljax.replay`; with
+(one per environment) go into the replay buffer on the device (`marljax.algos.replay`; with
 `mesh.data` = D, each data shard keeps buffer_size/D slots of its own environments' sequences
 and samples batch_size/D of them, and the gradient is averaged over shards); then, once
 `learning_starts` env steps have been taken, `update_epochs` gradient steps, each on
@@ -12,7 +12,7 @@ copied every `target_update_interval` updates, or Polyak-averaged with `tau` whe
 
 * `iql`: every agent learns its own values from its own reward.
 * `vdn`: Q_tot = sum_i Q_i against the summed team reward.
-* `qmix`: Q_tot = QMixer(Q_1..Q_N | world state) (monotonic, see `marljax.mixers`).
+* `qmix`: Q_tot = QMixer(Q_1..Q_N | world state) (monotonic, see `marljax.algos.mixers`).
 
 With `recurrent=true` each stored sequence also holds the GRU's hidden state at its first
 step (as acting computed it) and the per-step reset flags; learning replays the sequence
@@ -30,12 +30,14 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from marljax import ops, replay
+from marljax.nn import ops
+
+from marljax.algos import replay
 from marljax.algos.ippo import Trainer, hparams_from_config
 from marljax.algos.q_acting import make_q_acting, through_final
 from marljax.config import Config, ConfigError
 from marljax.envs.adapter import EnvAdapter
-from marljax.mixers import QMixer
+from marljax.algos.mixers import QMixer
 from marljax.parallel.layouts import Layout
 from marljax.types import LearnerState, TrainState
 

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from marljax import ops
+from marljax.nn import ops
 
 Array = jax.Array
 AGENT = "agent"

@@ -173,7 +173,7 @@ class AsyncRun:
             t.start()
         recorder = None
         if config.record_trajectories:
-            from marljax.data import TrajectoryRecorder
+            from marljax.pipeline.recorder import TrajectoryRecorder
 
             recorder = TrajectoryRecorder(config.record_trajectories)
         pending: list[dict] = []

@@ -47,7 +47,7 @@ from marljax.algos.ippo import Trainer, hparams_from_config
 from marljax.config import Q_ALGOS, Config, ConfigError, replace
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.mesh import AGENT, DATA, SEED, mesh_layout, seed_keys, shard_trainer, split_groups, state_specs
-from marljax.run import make_trainer, prepare
+from marljax.train.wiring import make_trainer, prepare
 from marljax.types import EpisodeStats
 
 Array = jax.Array
@@ -117,7 +117,7 @@ def _random_step(env: EnvAdapter, key: Array, state: Any) -> tuple[Any, Array]:
 
 # ---------------------------------------------------------------- training throughput
 def bench_train(config: Config, mesh: Mesh, trainer: Trainer) -> dict[str, float]:
-    """Compile the sharded chunk as `marljax.run.train` does, warm up once, time a few chunks."""
+    """Compile the sharded chunk as `marljax.train.loop.train` does, warm up once, time a few chunks."""
     fns = shard_trainer(trainer, mesh)
     state = fns.init(seed_keys(config.seed, config.num_seeds))
     n = max(1, min(config.updates_per_chunk, MAX_UPDATES_PER_CHUNK))
@@ -491,7 +491,7 @@ def run_async_bench(config: Config, log: Callable[[str], None] = print) -> dict[
     import threading
 
     from marljax.pipeline.actor_learner import AsyncRun
-    from marljax.run import make_adapter
+    from marljax.train.wiring import make_adapter
 
     env = make_adapter(config)
     runner = AsyncRun(config, env, make_trainer, log=lambda s: None)
@@ -588,14 +588,14 @@ def run_async_bench(config: Config, log: Callable[[str], None] = print) -> dict[
 def run_checkpoint_bench(config: Config, rounds: int = 2, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Training time with periodic checkpoints (`checkpoint_every`) vs only the final one, side by side.
 
-    Runs `marljax.run.train` 2 x `rounds` times, alternating without / with, each into a fresh
+    Runs `marljax.train.loop.train` 2 x `rounds` times, alternating without / with, each into a fresh
     temporary out_dir, and times the run after compilation (training, metrics, saves and the
     final wait for them). overhead = median over rounds of with / without - 1. Prints a JSON line last.
     """
     import tempfile
 
     from marljax.config import replace
-    from marljax.run import train
+    from marljax.train.loop import train
 
     if config.checkpoint_every == 0:
         raise ConfigError("checkpoint_every", "must be > 0 to measure periodic checkpoints against none")

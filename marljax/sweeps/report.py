@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from marljax.results import Results
+from marljax.sweeps.results import Results
 
 Statistic = Callable[[np.ndarray], np.ndarray]  # reduces the last axis
 

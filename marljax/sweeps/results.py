@@ -23,8 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorstore as ts
 
-from marljax.data import zarr_spec
-from marljax.metrics import write_text_atomic
+from marljax.files import write_text_atomic, zarr_spec
 
 METRICS = ("return", "episode_length", "win_rate")  # per evaluation: mean over its episodes, per run (win_rate: NaN without a win condition)
 

@@ -25,10 +25,11 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from marljax.algos.ippo import CRITIC_KEY
-from marljax.checkpoint import Checkpointer, abstract_like, versions
+from marljax.train.checkpoint import Checkpointer, abstract_like, versions
 from marljax.config import Config, ConfigError, from_dict
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.mesh import first_device_sharding
+from marljax.train.wiring import make_adapter, make_trainer
 
 Array = jax.Array
 POLICY_JSON = "policy.json"
@@ -45,7 +46,6 @@ class Policy(NamedTuple):
 
 
 def _rebuild(config: Config):
-    from marljax.run import make_adapter, make_trainer  # run imports this module's neighbours
 
     env = make_adapter(config)
     return env, make_trainer(config, env)

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 import tensorstore as ts
 
-from marljax.metrics import write_text_atomic
+from marljax.files import write_text_atomic, zarr_spec
 
 STAMPS = ("version", "actor", "seq", "ticket", "learner_version")
 
@@ -36,11 +36,6 @@ def _leaf_names(tree: Any) -> list[tuple[str, Any]]:
             parts.append(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))))
         named.append((".".join(parts), leaf))
     return named
-
-
-def zarr_spec(path: Path) -> dict:
-    """tensorstore spec of a zarr array in a local directory."""
-    return {"driver": "zarr", "kvstore": {"driver": "file", "path": str(path)}}
 
 
 class TrajectoryRecorder:

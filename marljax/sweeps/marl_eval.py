@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from marljax.metrics import write_text_atomic
-from marljax.results import Results
+from marljax.files import write_text_atomic
+from marljax.sweeps.results import Results
 
 
 def env_task(env_id: str) -> tuple[str, str]:

@@ -18,9 +18,10 @@ import numpy as np
 
 from marljax.config import Config, replace
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
-from marljax.run import chunk_sizes, prepare
-from marljax.sweep import _row_hparams
-from marljax.sweep_spec import expand
+from marljax.train.loop import chunk_sizes
+from marljax.train.wiring import prepare
+from marljax.sweeps.runner import _row_hparams
+from marljax.sweeps.spec import expand
 
 LRS = (3e-4, 1e-3, 2e-3, 3e-3)
 SEEDS = 8

@@ -13,6 +13,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from marljax.files import write_text_atomic
+
 LOSS_KEYS = ("loss_total", "loss_actor", "loss_value", "entropy", "approx_kl", "clip_frac", "grad_norm", "lr")
 
 
@@ -100,16 +102,6 @@ def read_jsonl(path: Path) -> list[dict]:
                 except json.JSONDecodeError:
                     break
     return rows
-
-
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Replace `path` with `text` all at once: a temporary file, then a rename (a crash leaves the
-    old file or the new, never half of one)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return path
 
 
 def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:

@@ -16,7 +16,7 @@ parameters are re-evaluated with 10x the episodes (the absolute metric).
     <out_dir>/progress.json          programs finished (a rerun skips them)
     <out_dir>/cells/<cell>/          config.yaml, metrics.jsonl, returns.png: like `marljax train`
     <out_dir>/programs/<p>/checkpoints   a killed program resumes from here
-    <out_dir>/results/               the results store (marljax.results)
+    <out_dir>/results/               the results store (marljax.sweeps.results)
     <out_dir>/metrics.json           marl-eval's format
     <out_dir>/report/                report.md, report.csv, curves.png, final.png
 
@@ -38,17 +38,19 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from marljax.checkpoint import Checkpointer, abstract_like
+from marljax.train.checkpoint import Checkpointer, abstract_like
 from marljax.config import ConfigError, dump_yaml
-from marljax.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
-from marljax.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, write_jsonl_atomic, write_text_atomic
+from marljax.train.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
+from marljax.files import write_text_atomic
+from marljax.train.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, write_jsonl_atomic
 from marljax.envs.host import is_host_env
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
-from marljax.results import METRICS, ResultsStore, load
-from marljax.run import checkpoint_due, chunk_sizes, prepare
-from marljax.sweep_spec import Program, Sweep, located
+from marljax.sweeps.results import METRICS, ResultsStore, load
+from marljax.train.loop import checkpoint_due, chunk_sizes
+from marljax.train.wiring import prepare
+from marljax.sweeps.spec import Program, Sweep, located
 from marljax.types import HParams
 
 DEFAULT_EVALUATIONS = 20  # eval_every when the sweep leaves it 0: this many evaluations per run
@@ -168,8 +170,8 @@ def run_sweep(
 
 def finish(out_dir: Path, log: Callable[[str], None] = print) -> dict:
     """marl-eval's metrics.json and the report of the sweep in `out_dir` (what `marljax report` does)."""
-    from marljax.marl_eval import write_marl_eval
-    from marljax.report import format_table, summarize, write_report
+    from marljax.sweeps.marl_eval import write_marl_eval
+    from marljax.sweeps.report import format_table, summarize, write_report
 
     results, out_dir = load(out_dir), Path(out_dir)
     marl_eval = write_marl_eval(results, out_dir / "metrics.json")

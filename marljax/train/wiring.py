@@ -1,0 +1,63 @@
+"""From a config to the pieces a run needs: the env adapter, the algorithm's trainer and the
+mesh it runs on. Everything here can fail on bad input, and does so before anything compiles.
+The host loop, sweeps, policy export and the benchmarks all build their runs here."""
+
+from __future__ import annotations
+
+from marljax.algos import ippo, mappo, pqn_vdn, qlearning
+from marljax.config import Config, ConfigError
+from marljax.envs.adapter import EnvAdapter
+from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
+from marljax.envs.registry import make_env
+from marljax.parallel.layouts import Layout
+from marljax.parallel.mesh import build_mesh, mesh_layout
+
+
+def make_adapter(config: Config) -> EnvAdapter:
+    """The env adapter, grouped as `param_sharing` needs: by role for per_role, else by spaces.
+
+    `env=pettingzoo:module:callable` gives a host-side adapter (mode=async only).
+    """
+    if is_host_env(config.env):
+        if config.mode != "async" or config.algo != "ippo":
+            raise ConfigError("env", "host (PettingZoo) envs run in mode=async with algo=ippo")
+        if config.eval_every:
+            raise ConfigError("eval_every", "evaluation runs on device; host (PettingZoo) envs have none (set 0)")
+        return HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env)
+    group_by = "roles" if config.param_sharing == "per_role" else "spaces"
+    return EnvAdapter(make_env(config.env, config.env_kwargs), config.env, group_by=group_by)
+
+
+def check_agent_axis(config: Config, env: EnvAdapter) -> None:
+    """Every group's agents must split evenly over `mesh.agent` devices."""
+    k = config.mesh.agent
+    bad = [f"{g.name} ({g.size})" for g in env.groups if g.size % k]
+    if bad:
+        smallest = min(g.size for g in env.groups)
+        allowed = [n for n in range(1, smallest + 1) if all(g.size % n == 0 for g in env.groups)]
+        raise ConfigError(
+            "mesh.agent",
+            f"{k} devices must split every agent group of {config.env} evenly, but these groups "
+            f"don't divide: {', '.join(bad)}; allowed: {allowed}",
+        )
+
+
+def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> ippo.Trainer:
+    """`config.algo`'s pure pieces for `env` (unsharded unless `layout` names mesh axes).
+
+    The off-policy correction applies in async mode only; on device the data is on-policy.
+    """
+    make_train = {
+        "ippo": ippo.make_train, "mappo": mappo.make_train, "pqn_vdn": pqn_vdn.make_train,
+        "iql": qlearning.make_train, "vdn": qlearning.make_train, "qmix": qlearning.make_train,
+    }[config.algo]  # fmt: skip
+    correction = config.correction if config.mode == "async" else "none"
+    return make_train(config, env, layout=layout, correction=correction)
+
+
+def prepare(config: Config):
+    """Everything that can fail on bad input, before anything is compiled."""
+    env = make_adapter(config)
+    check_agent_axis(config, env)
+    mesh = build_mesh(config)
+    return env, mesh, make_trainer(config, env, mesh_layout(mesh))
