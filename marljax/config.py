@@ -1,9 +1,18 @@
-"""The typed, frozen run configuration: schema, parsing, validation, derived values.
+"""The typed, frozen run configuration: core schema, per-algorithm sections, parsing, validation.
 
-Every setting lives in one frozen dataclass. Values come from a YAML file and
-`key=value` overrides (dots reach nested sections: `mesh.data=4`,
-`env_kwargs.scenario=3m`). Validation happens here, before anything is
-compiled, and every error names the field and what is allowed.
+A run's settings are one frozen `Config`: the core fields every run has (env, rollout shape,
+optimiser, networks, seeds and devices, host loop, checkpoints, evaluation, execution mode)
+and the sections of the chosen algorithm only (`ppo.*`, `q.*`, `replay.*`, `async.*`, ...).
+Each algorithm registers its sections and its own defaults (`register_schema`, called by
+`marljax.algos.registry`), so `marljax train algo=qmix` starts from QMIX's defaults and a key of
+another algorithm's section is refused with a line naming the section that takes it.
+
+Values come from a YAML file and `key=value` overrides (dots reach nested sections:
+`mesh.data=4`, `ppo.clip_eps=0.1`, `env_kwargs.scenario=3m`). Every field declares, in its
+metadata, one line of help (the CLI's `--help` is generated from it), its allowed values, and
+whether it is `traced` (a float hyperparameter carried in the learner state, so that a sweep
+can vmap it) or `resumable` (may change when a run is resumed). Validation happens here,
+before anything is compiled, and every error names the field and what is allowed.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import math
 import re
 import typing
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import yaml
 
@@ -27,13 +36,53 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {message}")
 
 
+# ----------------------------------------------------------------------------- fields
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    factory: Callable[[], Any] | None = None,
+    choices: tuple = (),
+    minimum: float | None = None,
+    above: float | None = None,
+    maximum: float | None = None,
+    traced: bool = False,
+    resumable: bool = False,
+) -> Any:
+    """A config field with its help line and constraints, checked by `validate`.
+
+    `minimum`/`maximum`: inclusive bounds; `above`: exclusive lower bound. `traced`: a float
+    hyperparameter carried as a traced scalar (sweeps vmap it). `resumable`: may change on resume.
+    """
+    meta = {"help": help, "choices": tuple(choices), "minimum": minimum, "above": above, "maximum": maximum,
+            "traced": traced, "resumable": resumable}  # fmt: skip
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _fields(cls) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+# ----------------------------------------------------------------------------- core sections
+
+ACTIVATIONS = ("tanh", "relu")
+TORSOS = ("auto", "mlp", "cnn")
+SHARING = ("shared", "per_role", "independent")
+MODES = ("anakin", "async")
+
+
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
     """Device mesh shape. -1 on one axis fills it with the devices left over."""
 
-    seed: int = 1  # devices that split the seeds
-    data: int = -1  # devices that split the environments (gradients averaged over them)
-    agent: int = 1  # devices that split each group's per-agent parameters (param_sharing=independent)
+    seed: int = setting(1, "devices that split the seeds (-1: the devices left over)", resumable=True)
+    data: int = setting(-1, "devices that split the environments; gradients are averaged over them", resumable=True)
+    agent: int = setting(1, "devices that split each group's per-agent parameters (param_sharing=independent)",
+                         minimum=1, resumable=True)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,105 +90,192 @@ class DistributedConfig:
     """Multi-host runs (marljax.parallel.distributed). `distributed=auto` lets JAX find the
     cluster itself (Cloud TPU, Slurm, Open MPI); else give all three of the first fields."""
 
-    coordinator: str = ""  # host:port of process 0, reachable from every process
-    num_processes: int = 1  # 1: a single-process run (the default)
-    process_id: int = 0  # this process, 0 .. num_processes-1
-    auto: bool = False  # jax.distributed.initialize() with no arguments
-    timeout_s: int = 120  # joining gives up after this long (a missing process, a wrong address)
+    coordinator: str = setting("", "host:port of process 0, reachable from every process", resumable=True)
+    num_processes: int = setting(1, "processes in the run; 1: a single-process run", minimum=1, resumable=True)
+    process_id: int = setting(0, "this process, 0 .. num_processes-1", resumable=True)
+    auto: bool = setting(False, "jax.distributed.initialize() with no arguments (JAX finds the cluster)", resumable=True)
+    timeout_s: int = setting(120, "seconds before joining gives up (a missing process, a wrong address)",
+                             minimum=1, resumable=True)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class AsyncConfig:
+    """`async.*`: the actor-learner pipeline of mode=async (marljax/pipeline), for algorithms
+    that support it. Actor threads produce version-stamped rollouts into a bounded host buffer."""
+
+    actor_devices: Any = setting(1, "a device count (the first N devices act) or a list of device indices",
+                                 resumable=True)  # fmt: skip
+    learner_devices: Any = setting(1, "a device count (the next M devices learn) or a list of device indices",
+                                   resumable=True)  # fmt: skip
+    num_actor_threads: int = setting(1, "actor threads, each with num_envs environments", minimum=1)
+    buffer_capacity: int = setting(2, "batches the buffer may hold (started and not consumed, for block)", minimum=1)
+    max_staleness: int = setting(1, "K: the most policy versions a consumed batch may lag the learner", minimum=0)
+    staleness_policy: str = setting("block", "block: actors wait rather than exceed K; drop: stale batches are dropped",
+                                    choices=("block", "drop"))  # fmt: skip
+    correction: str = setting("ppo_clip", "off-policy correction: none | ppo_clip (decoupled PPO) | vtrace",
+                              choices=("none", "ppo_clip", "vtrace"))  # fmt: skip
+    deterministic: bool = setting(False, "lockstep with a fixed lag of exactly K versions; bitwise reproducible")
+    record_trajectories: str = setting("", "append every consumed batch to this zarr dataset (marljax.pipeline.recorder)")
+
+    def check(self, config: "Config") -> None:
+        for name in ("actor_devices", "learner_devices"):
+            v = getattr(self, name)
+            ok_count = isinstance(v, int) and not isinstance(v, bool) and v >= 1
+            ok_list = isinstance(v, (list, tuple)) and v and all(isinstance(i, int) and i >= 0 for i in v)
+            if not (ok_count or ok_list) or (ok_list and len(set(v)) != len(v)):
+                raise ConfigError(f"async.{name}", f"must be a device count >= 1 or a list of distinct device indices, got {v!r}")
+        if isinstance(self.actor_devices, (list, tuple)) and isinstance(self.learner_devices, (list, tuple)):
+            shared = sorted(set(self.actor_devices) & set(self.learner_devices))
+            if shared:
+                raise ConfigError("async.learner_devices", f"actor and learner devices must be disjoint; both list {shared}")
+        if self.record_trajectories and config.mode != "async":
+            raise ConfigError("async.record_trajectories", "records the async learner's batches; set mode=async")
+        if config.mode == "async" and self.deterministic and (self.num_actor_threads != 1 or self.staleness_policy != "block"):
+            raise ConfigError(
+                "async.deterministic", "needs async.num_actor_threads=1 and async.staleness_policy=block (lockstep with a fixed lag)"
+            )
+
+
+# ----------------------------------------------------------------------------- the algorithm table
+
+
+@dataclasses.dataclass(frozen=True)
+class Supports:
+    """What an algorithm can run with; config validation refuses the rest before compiling."""
+
+    actions: tuple[str, ...] = ("discrete",)  # discrete and/or continuous
+    recurrent: bool = True
+    param_sharing: tuple[str, ...] = SHARING
+    agent_axis: bool = False  # mesh.agent > 1 (param_sharing=independent)
+    async_mode: bool = False  # mode=async
+    host_envs: bool = False  # PettingZoo envs stepped on the host (mode=async)
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmSchema:
+    """What the config needs to know of one algorithm: its sections, defaults and supports."""
+
+    name: str
+    summary: str  # one line for `--help`
+    sections: Mapping[str, type]  # key -> frozen dataclass (e.g. {"ppo": PPOConfig})
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # nested overrides of field defaults
+    supports: Supports = Supports()
+    check: Callable[["Config"], None] | None = None  # checks across core and section fields
+
+
+_SCHEMAS: dict[str, AlgorithmSchema] = {}
+
+
+def register_schema(schema: AlgorithmSchema) -> None:
+    """Make `algo=schema.name` known to the config (`marljax.algos.registry.register` calls this)."""
+    sections = dict(schema.sections)
+    if schema.supports.async_mode:
+        sections.setdefault("async", AsyncConfig)
+    _SCHEMAS[schema.name] = dataclasses.replace(schema, sections=sections)
+
+
+def algorithm_schema(name: str) -> AlgorithmSchema:
+    _registered()
+    if name not in _SCHEMAS:
+        _one_of("algo", name, tuple(_SCHEMAS))
+    return _SCHEMAS[name]
+
+
+def algorithms() -> tuple[str, ...]:
+    """Every registered algorithm's name, in registration order."""
+    _registered()
+    return tuple(_SCHEMAS)
+
+
+def _registered() -> None:
+    """The algorithms register on import of marljax.algos (marljax/__init__ imports it)."""
+    if not _SCHEMAS:
+        import marljax.algos  # noqa: F401  (registration only)
+
+
+# ----------------------------------------------------------------------------- the core schema
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One training run. Names follow JaxMARL's IPPO keys in lower case."""
+    """One training run: the core fields, plus the chosen algorithm's sections in `sections`
+    (reached as attributes: `config.ppo.clip_eps`; the `async` section as `config.async_`)."""
 
-    # ippo | mappo (centralised critic on the global state) | pqn_vdn (replay-free Q-learning) |
-    # iql | vdn | qmix (Q-learning with replay and a target network)
-    algo: str = "ippo"
-    env: str = "MPE_simple_spread_v3"  # a JaxMARL id, or `module:callable` returning an env
-    env_kwargs: dict = dataclasses.field(default_factory=dict)
+    algo: str = setting("ippo", "the algorithm (marljax train --help lists them)")
+    env: str = setting("MPE_simple_spread_v3", "a JaxMARL env id, or module:callable returning an env "
+                       "(imports and runs that code)")  # fmt: skip
+    env_kwargs: dict = setting(factory=dict, help="keyword arguments of the env's constructor (env_kwargs.name=value)")
 
-    # PPO: JaxMARL's IPPO-FF MPE settings except lr, num_envs and total_timesteps, raised so
-    # that the default run shows a clear rise in a few CPU minutes
-    # (experiments/jaxmarl_ippo_ff_mpe.yaml holds JaxMARL's own values)
-    lr: float = 2e-3
-    num_envs: int = 64
-    num_steps: int = 128
-    total_timesteps: int = 5_000_000
-    update_epochs: int = 4
-    num_minibatches: int = 4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_eps: float = 0.2
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    anneal_lr: bool = True
+    # rollout shape and budget
+    total_timesteps: int = setting(5_000_000, "env steps of one seed over the whole run", minimum=1, resumable=True)
+    num_envs: int = setting(64, "environments stepped in parallel per seed", minimum=1)
+    num_steps: int = setting(128, "steps of every environment per update (the rollout length)", minimum=1)
 
-    # Q-learning (algo=pqn_vdn|iql|vdn|qmix): epsilon-greedy acting, Q(lambda) targets; the PPO keys above give
-    # lr, num_envs, num_steps, update_epochs, num_minibatches, gamma, max_grad_norm, anneal_lr
-    eps_start: float = 1.0
-    eps_finish: float = 0.05
-    eps_decay_steps: int = 1_000_000  # env steps of one seed over which epsilon falls linearly
-    td_lambda: float = 0.65
-    # ... with replay (iql, vdn, qmix): sequences of num_steps steps of one environment
-    buffer_size: int = 5000  # sequences kept (the oldest are overwritten)
-    batch_size: int = 32  # sequences per gradient step; update_epochs gradient steps per update
-    learning_starts: int = 10_000  # env steps of one seed before the first gradient step
-    target_update_interval: int = 10  # updates between target-network copies; 0: Polyak averaging with tau
-    tau: float = 0.005
+    # optimiser (every algorithm)
+    lr: float = setting(2e-3, "Adam learning rate", above=0.0, traced=True)
+    anneal_lr: bool = setting(True, "decay the learning rate linearly to 0 over the run")
+    max_grad_norm: float = setting(0.5, "clip the global gradient norm to this", above=0.0, traced=True)
+    gamma: float = setting(0.99, "discount factor", minimum=0.0, maximum=1.0, traced=True)
 
     # networks
-    activation: str = "tanh"  # tanh | relu
-    hidden_size: int = 64
-    num_layers: int = 2
-    recurrent: bool = False  # GRU actor-critic; hidden state resets at episode ends
-    gru_hidden_size: int = 128
-    torso: str = "auto"  # auto | mlp | cnn  (auto: cnn for [H, W, C] observations)
-    agent_id: bool = True  # append a one-hot agent id where agents share parameters
-    # shared: one set per group of identical spaces | per_role: one per agent class (the env's
-    # agent_classes, split further where spaces differ) | independent: one set per agent
-    param_sharing: str = "shared"
+    activation: str = setting("tanh", "hidden-layer activation", choices=ACTIVATIONS)
+    hidden_size: int = setting(64, "width of the hidden layers", minimum=1)
+    num_layers: int = setting(2, "hidden layers of the feed-forward torso", minimum=1)
+    recurrent: bool = setting(False, "GRU networks; the hidden state resets at episode ends")
+    gru_hidden_size: int = setting(128, "GRU state width (recurrent=true)", minimum=1)
+    torso: str = setting("auto", "observation encoder; auto: cnn for [H, W, C] observations", choices=TORSOS)
+    agent_id: bool = setting(True, "append a one-hot agent id where agents share parameters")
+    param_sharing: str = setting("shared", "shared: one set per group of identical spaces | per_role: one per agent "
+                                 "class | independent: one per agent", choices=SHARING)  # fmt: skip
 
     # seeds and devices
-    seed: int = 0
-    num_seeds: int = 1
-    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
-    distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
+    seed: int = setting(0, "the run's seed; seed i of num_seeds uses a key derived from it")
+    num_seeds: int = setting(1, "independent seeds trained at once (vmapped)", minimum=1)
+    mesh: MeshConfig = setting(factory=MeshConfig, help="device mesh shape: mesh.seed, mesh.data, mesh.agent")
+    distributed: DistributedConfig = setting(factory=DistributedConfig, help="multi-host: distributed.* or distributed=auto")
 
     # host loop
-    out_dir: str = ""  # empty: runs/<algo>_<env>_<timestamp>
-    overwrite: bool = False  # allow replacing a run already in out_dir
-    num_chunks: int = 50  # jitted chunks the run is split into (one metrics row each)
-    progress: bool = True
-    plot: bool = True
+    out_dir: str = setting("", "the run's directory; empty: runs/<algo>_<env>_<timestamp>", resumable=True)
+    overwrite: bool = setting(False, "allow replacing a run already in out_dir", resumable=True)
+    num_chunks: int = setting(50, "jitted chunks the run is split into (one metrics row each)", minimum=1, resumable=True)
+    progress: bool = setting(True, "show a progress bar", resumable=True)
+    plot: bool = setting(True, "write returns.png at the end", resumable=True)
 
     # checkpoints (<out_dir>/checkpoints): the whole training state, saved asynchronously
-    checkpoint_every: int = 100  # updates between checkpoints (at chunk ends); 0: only at the end
-    keep_checkpoints: int = 3  # the newest this many are kept
-    resume: bool = False  # continue from the newest good checkpoint in out_dir (fresh start if none)
-    nan_guard: bool = True  # stop on a non-finite loss or parameter, before it is checkpointed
+    checkpoint_every: int = setting(100, "updates between checkpoints (at chunk ends); 0: only at the end",
+                                    minimum=0, resumable=True)  # fmt: skip
+    keep_checkpoints: int = setting(3, "the newest this many checkpoints are kept", minimum=1, resumable=True)
+    resume: bool = setting(False, "continue from the newest good checkpoint in out_dir", resumable=True)
+    nan_guard: bool = setting(True, "stop on a non-finite loss or parameter, before it is checkpointed", resumable=True)
 
-    # evaluation, separate from the training rollouts (marljax.train.evaluate): every eval_every updates
-    # (at chunk ends; 0: never) each seed plays eval_episodes fresh episodes; a sweep also keeps
-    # each seed's best parameters and re-evaluates them with 10x the episodes (the absolute metric)
-    eval_every: int = 0
-    eval_episodes: int = 32
-    eval_greedy: bool = True  # the policy's most likely action (false: sample it)
+    # evaluation, apart from the training rollouts (marljax.train.evaluate)
+    eval_every: int = setting(0, "updates between greedy evaluations (at chunk ends); 0: never", minimum=0, resumable=True)
+    eval_episodes: int = setting(32, "fresh episodes each seed plays per evaluation", minimum=1, resumable=True)
+    eval_greedy: bool = setting(True, "evaluate the policy's most likely action (false: sample it)", resumable=True)
 
-    # execution mode: anakin (rollout and update fused on device) | async (actor threads and a
-    # learner joined by a host-side trajectory buffer; see marljax/pipeline)
-    mode: str = "anakin"
-    # async devices: a count (the first N devices act, the next M learn) or a list of device
-    # indices (actor_devices=[0,1] learner_devices=[2,3]); on one device both share it
-    actor_devices: Any = 1
-    learner_devices: Any = 1
-    num_actor_threads: int = 1  # async: each owns num_envs environments and produces whole batches
-    buffer_capacity: int = 2  # async: batches the buffer may hold (started and not consumed, for block)
-    max_staleness: int = 1  # async: K, the most policy versions a consumed batch may lag the learner
-    staleness_policy: str = "block"  # block: actors wait rather than exceed K | drop: stale batches dropped
-    correction: str = "ppo_clip"  # async off-policy correction: none | ppo_clip (decoupled PPO) | vtrace
-    deterministic: bool = False  # async: lockstep with a fixed lag of exactly K versions; bitwise reproducible
-    record_trajectories: str = ""  # async: append every consumed batch to this zarr dataset (marljax.pipeline.recorder)
+    # execution mode
+    mode: str = setting("anakin", "anakin: rollout and update fused on device | async: actor threads and a "
+                        "learner joined by a host-side trajectory buffer", choices=MODES)  # fmt: skip
+
+    sections: Mapping[str, Any] = dataclasses.field(default_factory=dict, metadata={"help": "", "section_table": True})
+
+    def __getattr__(self, name: str) -> Any:
+        """`config.ppo` -> the ppo section (`async_` -> the async section)."""
+        sections = self.__dict__.get("sections")
+        key = name[:-1] if name.endswith("_") else name
+        if sections is not None and key in sections:
+            return sections[key]
+        if sections is not None and not name.startswith("__"):
+            raise AttributeError(f"algo={self.__dict__.get('algo')} has no field or section {name!r} "
+                                 f"(its sections: {', '.join(sections) or 'none'})")  # fmt: skip
+        raise AttributeError(name)
+
+    def value(self, dotted: str) -> Any:
+        """The value of a dotted key: `lr`, `ppo.clip_eps`, `mesh.data`."""
+        node: Any = self
+        for part in dotted.split("."):
+            node = node.sections[part] if node is self and part in self.sections else getattr(node, part)
+        return node
 
     # ---- derived values: the one place they are computed ----
     @property
@@ -151,38 +287,82 @@ class Config:
         return max(1, math.ceil(self.num_updates / min(self.num_chunks, self.num_updates)))
 
     @property
-    def minibatch_steps(self) -> int:
-        """Time steps of every environment that one minibatch takes."""
-        return self.num_steps // self.num_minibatches
-
-    @property
     def env_steps_per_update(self) -> int:
         """Environment transitions per update, summed over envs and seeds."""
         return self.num_steps * self.num_envs * self.num_seeds
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Core fields, then the algorithm's sections, as nested plain values (config.yaml)."""
+        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "sections"}
+        out.update({name: _plain(section) for name, section in self.sections.items()})
+        return out
 
 
-ALGOS = ("ippo", "mappo", "pqn_vdn", "iql", "vdn", "qmix")
-Q_ALGOS = ("pqn_vdn", "iql", "vdn", "qmix")
-ACTIVATIONS = ("tanh", "relu")
-TORSOS = ("auto", "mlp", "cnn")
-SHARING = ("shared", "per_role", "independent")
-MODES = ("anakin", "async")
-STALENESS_POLICIES = ("block", "drop")
-CORRECTIONS = ("none", "ppo_clip", "vtrace")
-
-_POSITIVE_INTS = (
-    "num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches",
-    "hidden_size", "num_layers", "gru_hidden_size", "num_seeds", "num_chunks",
-)  # fmt: skip
-_NON_NEGATIVE_FLOATS = ("lr", "ent_coef", "vf_coef", "clip_eps", "max_grad_norm")
-_UNIT_FLOATS = ("gamma", "gae_lambda", "eps_start", "eps_finish", "td_lambda", "tau")
+def _plain(value: Any) -> Any:
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
-def _fields(cls) -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(cls)}
+def core_keys() -> tuple[str, ...]:
+    return tuple(name for name in _fields(Config) if name != "sections")
+
+
+# ----------------------------------------------------------------------------- walking the schema
+
+
+def _walk(cls, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field, type]]:
+    """(dotted key, field, owning class) of every leaf field of a schema class, nested included."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name == "sections":
+            continue
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from _walk(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", f, cls
+
+
+def schema_fields(algo: str) -> list[tuple[str, dataclasses.Field, Any]]:
+    """(dotted key, field, default for this algorithm) of the core and of algo's sections."""
+    defaults = to_flat(load_config(None, [f"algo={algo}"]).to_dict())
+    out = [(key, f, defaults[key]) for key, f, _ in _walk(Config)]
+    for name, cls in algorithm_schema(algo).sections.items():
+        out += [(key, f, defaults[key]) for key, f, _ in _walk(cls, f"{name}.")]
+    return out
+
+
+def traced_keys(config: Config) -> tuple[str, ...]:
+    """Dotted keys of the traced hyperparameters of this config (core, then its sections)."""
+    return tuple(key for key, f, _ in _config_walk(config) if f.metadata.get("traced"))
+
+
+def resumable_keys(config: Config) -> frozenset[str]:
+    """Dotted keys that may change when this run is resumed."""
+    return frozenset(key for key, f, _ in _config_walk(config) if f.metadata.get("resumable"))
+
+
+def _config_walk(config: Config) -> Iterator[tuple[str, dataclasses.Field, type]]:
+    yield from _walk(Config)
+    for name, section in config.sections.items():
+        yield from _walk(type(section), f"{name}.")
+
+
+def hparams_values(config: Config) -> dict[str, float]:
+    """The traced hyperparameters' values, by dotted key."""
+    return {key: float(config.value(key)) for key in traced_keys(config)}
+
+
+def to_flat(tree: Mapping, prefix: str = "") -> dict[str, Any]:
+    """{"mesh": {"data": 2}} -> {"mesh.data": 2}; env_kwargs stays one value."""
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, Mapping) and k != "env_kwargs":
+            out.update(to_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+# ----------------------------------------------------------------------------- reading
 
 
 def _unknown_key(key: str, allowed: typing.Iterable[str], prefix: str = "") -> ConfigError:
@@ -191,6 +371,38 @@ def _unknown_key(key: str, allowed: typing.Iterable[str], prefix: str = "") -> C
     close = difflib.get_close_matches(key, allowed, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return ConfigError(f"{prefix}{key}", f"unknown key{hint}; allowed keys: {', '.join(allowed)}")
+
+
+RENAMED = {"update_epochs": ("ppo.update_epochs", "pqn.update_epochs", "replay.gradient_steps")}  # keys whose name changed
+
+
+def _homes(key: str) -> list[tuple[str, str, list[str]]]:
+    """Where a top-level key that is not core lives: (section, dotted key, algorithms taking it)."""
+    _registered()
+    found: dict[str, tuple[str, list[str]]] = {}
+    for schema in _SCHEMAS.values():
+        for name, cls in schema.sections.items():
+            if key == name:  # a whole section
+                found.setdefault(name, (name, []))[1].append(schema.name)
+            for field in _fields(cls):
+                if field == key or f"{name}.{field}" in RENAMED.get(key, ()):
+                    found.setdefault(f"{name}.{field}", (name, []))[1].append(schema.name)
+    return [(section, dotted, algos) for dotted, (section, algos) in found.items()]
+
+
+def _misplaced(key: str, algo: str, sections: Mapping[str, type]) -> ConfigError:
+    """The error for a top-level key that is neither core nor one of algo's sections."""
+    homes = _homes(key)
+    mine = [dotted for section, dotted, _ in homes if section in sections]
+    if mine:
+        return ConfigError(key, f"is a key of a section now: write {mine[0]}")
+    if homes:
+        where = "; ".join(f"{'the section' if dotted == section else dotted} of algo={', '.join(algos)}"
+                          for section, dotted, algos in homes)  # fmt: skip
+        takes = ", ".join(f"{s}.*" for s in sections) or "no section"
+        return ConfigError(key, f"is {where}; algo={algo} takes {takes}")
+    allowed = list(core_keys()) + [f"{s}.{f}" for s, cls in sections.items() for f in _fields(cls)]
+    return _unknown_key(key, allowed)
 
 
 def read_yaml_mapping(path: str | Path, field: str, expected: str) -> dict:
@@ -254,13 +466,14 @@ def _parse_scalar(text: str) -> Any:
 
 
 def _build(cls, values: Mapping[str, Any], prefix: str = ""):
+    """An instance of schema class `cls` from a mapping (nested classes from nested mappings)."""
     fields = _fields(cls)
+    hints = typing.get_type_hints(cls)
     kwargs = {}
     for key, value in values.items():
         full = f"{prefix}{key}"
-        if key not in fields:
-            raise _unknown_key(full, [f"{prefix}{k}" for k in fields])
-        hints = typing.get_type_hints(cls)
+        if key not in fields or key == "sections":
+            raise _unknown_key(full, [f"{prefix}{k}" for k in fields if k != "sections"])
         hint = hints[key]
         if hint is DistributedConfig and value == "auto":
             value = {"auto": True}
@@ -271,6 +484,26 @@ def _build(cls, values: Mapping[str, Any], prefix: str = ""):
         else:
             kwargs[key] = _coerce(full, value, hint)
     return cls(**kwargs)
+
+
+def _build_config(values: Mapping[str, Any]) -> Config:
+    """The Config of a nested mapping: algo's defaults first, the mapping's values over them."""
+    algo = _coerce("algo", values.get("algo", _fields(Config)["algo"].default), str)
+    schema = algorithm_schema(algo)
+    values = _merge(dict(schema.defaults), values)
+    core, sections = {}, {}
+    for key, value in values.items():
+        if key in schema.sections:
+            if not isinstance(value, Mapping):
+                raise ConfigError(key, f"is a section: give {key}.<field>=value (fields: {', '.join(_fields(schema.sections[key]))})")
+            sections[key] = value
+        elif key in core_keys():
+            core[key] = value
+        else:
+            raise _misplaced(key, algo, schema.sections)
+    config = _build(Config, core)
+    built = {name: _build(cls, sections.get(name, {}), prefix=f"{name}.") for name, cls in schema.sections.items()}
+    return dataclasses.replace(config, sections=built)
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
@@ -311,80 +544,73 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
     """Read a YAML file (optional), apply `key=value` overrides, validate, freeze."""
     values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
     values = _merge(values, parse_overrides(overrides))
-    return validate(_build(Config, values))
+    return validate(_build_config(values))
 
 
 def from_dict(values: Mapping[str, Any]) -> Config:
     """Build and validate a Config from a (nested) mapping, e.g. a saved config.yaml."""
-    return validate(_build(Config, values))
+    return validate(_build_config(values))
 
 
 def replace(config: Config, **changes: Any) -> Config:
-    """A validated copy with some fields changed (configs are never mutated)."""
-    return validate(_build(Config, _merge(config.to_dict(), changes)))
+    """A validated copy with some fields changed (configs are never mutated). Changing `algo`
+    drops the old algorithm's sections: the new one's start from its defaults."""
+    base = config.to_dict()
+    if "algo" in changes and changes["algo"] != config.algo:
+        base = {k: v for k, v in base.items() if k not in config.sections}
+    return validate(_build_config(_merge(base, changes)))
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_field(key: str, value: Any, meta: Mapping) -> None:
+    """The constraints a field declares in its metadata."""
+    if meta.get("choices"):
+        _one_of(key, value, meta["choices"])
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(key, f"must be a finite number, got {value}")
+    low, above, high = meta.get("minimum"), meta.get("above"), meta.get("maximum")
+    if low is not None and high is not None and not low <= value <= high:
+        raise ConfigError(key, f"must lie in [{_num(low)}, {_num(high)}], got {value}")
+    if low is not None and value < low:
+        raise ConfigError(key, f"must be >= {_num(low)}, got {value}")
+    if above is not None and not value > above:
+        raise ConfigError(key, f"must be > {_num(above)}, got {value}")
+    if high is not None and value > high:
+        raise ConfigError(key, f"must be <= {_num(high)}, got {value}")
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 def validate(config: Config) -> Config:
     """Check every field and the relations between them. Devices are checked in parallel.mesh."""
     c = config
-    _one_of("algo", c.algo, ALGOS)
-    _one_of("activation", c.activation, ACTIVATIONS)
-    _one_of("torso", c.torso, TORSOS)
-    _one_of("param_sharing", c.param_sharing, SHARING)
-    _one_of("mode", c.mode, MODES)
-    _one_of("staleness_policy", c.staleness_policy, STALENESS_POLICIES)
-    _one_of("correction", c.correction, CORRECTIONS)
-    for name in ("actor_devices", "learner_devices"):
-        v = getattr(c, name)
-        ok_count = isinstance(v, int) and not isinstance(v, bool) and v >= 1
-        ok_list = isinstance(v, (list, tuple)) and v and all(isinstance(i, int) and i >= 0 for i in v)
-        if not (ok_count or ok_list) or (ok_list and len(set(v)) != len(v)):
-            raise ConfigError(name, f"must be a device count >= 1 or a list of distinct device indices, got {v!r}")
-    if isinstance(c.actor_devices, (list, tuple)) and isinstance(c.learner_devices, (list, tuple)):
-        shared = sorted(set(c.actor_devices) & set(c.learner_devices))
-        if shared:
-            raise ConfigError("learner_devices", f"actor and learner devices must be disjoint; both list {shared}")
-    for name in ("num_actor_threads", "buffer_capacity"):
-        if getattr(c, name) < 1:
-            raise ConfigError(name, f"must be >= 1, got {getattr(c, name)}")
-    if c.max_staleness < 0:
-        raise ConfigError("max_staleness", f"must be >= 0 policy versions, got {c.max_staleness}")
-    if c.record_trajectories and c.mode != "async":
-        raise ConfigError("record_trajectories", "records the async learner's batches; set mode=async")
-    if c.mode == "async":
-        if c.deterministic and (c.num_actor_threads != 1 or c.staleness_policy != "block"):
-            raise ConfigError(
-                "deterministic", "needs num_actor_threads=1 and staleness_policy=block (lockstep with a fixed lag)"
-            )
-        if c.mesh.data not in (-1, 1) or c.mesh.seed not in (-1, 1):
-            raise ConfigError(
-                "mesh", "mode=async places work with actor_devices and learner_devices (mesh.agent splits the "
-                "learner's agents); leave mesh.seed and mesh.data at their defaults",
-            )
-    for name in _POSITIVE_INTS:
-        if getattr(c, name) <= 0:
-            raise ConfigError(name, f"must be a positive integer, got {getattr(c, name)}")
-    for name in _NON_NEGATIVE_FLOATS:
-        value = getattr(c, name)
-        if not (value >= 0 and math.isfinite(value)):
-            raise ConfigError(name, f"must be a finite number >= 0, got {value}")
-    if c.lr <= 0:
-        raise ConfigError("lr", f"must be > 0, got {c.lr}")
-    for name in _UNIT_FLOATS:
-        value = getattr(c, name)
-        if not 0.0 <= value <= 1.0:
-            raise ConfigError(name, f"must lie in [0, 1], got {value}")
-    if c.num_steps % c.num_minibatches:
-        raise ConfigError(
-            "num_minibatches",
-            f"must divide num_steps={c.num_steps} (each minibatch takes num_steps/num_minibatches "
-            f"steps of every environment); allowed: {_divisors(c.num_steps)}",
-        )
+    schema = algorithm_schema(c.algo)
+    if set(c.sections) != set(schema.sections):
+        raise ConfigError("algo", f"algo={c.algo} takes the sections {', '.join(schema.sections) or 'none'}; "
+                                  f"got {', '.join(c.sections) or 'none'}")  # fmt: skip
+    for key, f, _ in _config_walk(c):
+        _check_field(key, c.value(key), f.metadata)
+    for name, section in c.sections.items():
+        if hasattr(section, "check"):
+            section.check(c)
+    _check_supports(c, schema)
+    if not isinstance(c.env_kwargs, dict):
+        raise ConfigError("env_kwargs", "must be a mapping")
     if c.total_timesteps < c.num_steps * c.num_envs:
         raise ConfigError(
             "total_timesteps",
-            f"must be at least num_steps*num_envs={c.num_steps * c.num_envs} (one update), "
-            f"got {c.total_timesteps}",
+            f"must be at least num_steps*num_envs={c.num_steps * c.num_envs} (one update), got {c.total_timesteps}",
+        )
+    if c.mode == "async" and (c.mesh.data not in (-1, 1) or c.mesh.seed not in (-1, 1)):
+        raise ConfigError(
+            "mesh", "mode=async places work with async.actor_devices and async.learner_devices (mesh.agent splits the "
+            "learner's agents); leave mesh.seed and mesh.data at their defaults",
         )
     for axis in ("seed", "data"):
         size = getattr(c.mesh, axis)
@@ -401,18 +627,14 @@ def validate(config: Config) -> Config:
     if c.mesh.seed == -1 and c.mesh.data == -1:
         raise ConfigError("mesh", "only one of mesh.seed and mesh.data may be -1")
     if c.mesh.seed > 0 and c.num_seeds % c.mesh.seed:
-        raise ConfigError(
-            "mesh.seed", f"must divide num_seeds={c.num_seeds}; allowed: {_divisors(c.num_seeds)}"
-        )
+        raise ConfigError("mesh.seed", f"must divide num_seeds={c.num_seeds}; allowed: {divisors(c.num_seeds)}")
     if c.mesh.data > 0 and c.num_envs % (c.mesh.data * c.mesh.agent):
         raise ConfigError(
             "mesh.data",
             f"mesh.data*mesh.agent must divide num_envs={c.num_envs} (they split the environments "
-            f"while acting); allowed products: {_divisors(c.num_envs)}",
+            f"while acting); allowed products: {divisors(c.num_envs)}",
         )
     d = c.distributed
-    if d.num_processes < 1:
-        raise ConfigError("distributed.num_processes", f"must be >= 1, got {d.num_processes}")
     if not 0 <= d.process_id < d.num_processes:
         raise ConfigError(
             "distributed.process_id", f"must lie in 0..{d.num_processes - 1} (distributed.num_processes - 1), got {d.process_id}"
@@ -421,51 +643,45 @@ def validate(config: Config) -> Config:
         raise ConfigError(
             "distributed.coordinator", f"needs host:port of process 0 (e.g. 10.0.0.2:8476) with num_processes > 1, got {d.coordinator!r}"
         )
-    if d.timeout_s < 1:
-        raise ConfigError("distributed.timeout_s", f"must be >= 1 second, got {d.timeout_s}")
     if (d.auto or d.num_processes > 1) and c.mode == "async":
         raise ConfigError("distributed", "mode=async runs in one process (its actor threads share the host); use mode=anakin across hosts")
-    if c.checkpoint_every < 0:
-        raise ConfigError("checkpoint_every", f"must be >= 0 updates (0: only at the end), got {c.checkpoint_every}")
-    if c.algo in Q_ALGOS:
-        if c.mesh.agent > 1 and c.algo != "pqn_vdn":
-            raise ConfigError("mesh.agent", f"algo={c.algo} has no agent-parallel replay yet; allowed: 1 (mesh.data and mesh.seed add devices; algo=pqn_vdn takes mesh.agent)")
-        if c.mode != "anakin":
-            raise ConfigError("mode", f"algo={c.algo} runs on device; allowed: anakin")
-        for name in ("buffer_size", "batch_size"):
-            if getattr(c, name) < 1:
-                raise ConfigError(name, f"must be >= 1, got {getattr(c, name)}")
-        if c.algo != "pqn_vdn" and c.buffer_size < c.num_envs:
-            raise ConfigError("buffer_size", f"must hold at least one rollout: >= num_envs={c.num_envs} sequences, got {c.buffer_size}")
-        if c.learning_starts < 0 or c.target_update_interval < 0:
-            raise ConfigError("learning_starts" if c.learning_starts < 0 else "target_update_interval", "must be >= 0")
-        if c.eps_finish > c.eps_start:
-            raise ConfigError("eps_finish", f"must be <= eps_start={c.eps_start}, got {c.eps_finish}")
-        if c.eps_decay_steps < 1:
-            raise ConfigError("eps_decay_steps", f"must be >= 1 env step, got {c.eps_decay_steps}")
-    if c.eval_every < 0:
-        raise ConfigError("eval_every", f"must be >= 0 updates (0: no evaluation), got {c.eval_every}")
-    if c.eval_episodes < 1:
-        raise ConfigError("eval_episodes", f"must be >= 1, got {c.eval_episodes}")
-    if c.keep_checkpoints < 1:
-        raise ConfigError("keep_checkpoints", f"must be >= 1, got {c.keep_checkpoints}")
     if c.resume and not c.out_dir:
         raise ConfigError("out_dir", "resume=true needs the out_dir of the run to continue")
     if c.resume and c.overwrite:
         raise ConfigError("resume", "resume=true continues the run in out_dir; overwrite=true would delete it. Pick one")
-    if not isinstance(c.env_kwargs, dict):
-        raise ConfigError("env_kwargs", "must be a mapping")
+    if schema.check is not None:
+        schema.check(c)
     return c
 
 
-def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+def _check_supports(c: Config, schema: AlgorithmSchema) -> None:
+    """Refuse what the algorithm does not support, naming the algorithms that do."""
+    s = schema.supports
+
+    def others(pred: Callable[[Supports], bool]) -> str:
+        names = [n for n, other in _SCHEMAS.items() if pred(other.supports)]
+        return f"algo={', '.join(names)}" if names else "no algorithm"
+
+    if c.mode == "async" and not s.async_mode:
+        raise ConfigError("mode", f"algo={c.algo} runs on device; allowed: anakin (mode=async: {others(lambda o: o.async_mode)})")
+    if c.mesh.agent > 1 and not s.agent_axis:
+        raise ConfigError("mesh.agent", f"algo={c.algo} has no agent-parallel learner yet; allowed: 1 (mesh.data and mesh.seed "
+                                        f"add devices; mesh.agent: {others(lambda o: o.agent_axis)})")  # fmt: skip
+    if c.recurrent and not s.recurrent:
+        raise ConfigError("recurrent", f"algo={c.algo} has no recurrent networks; allowed: false")
+    if c.param_sharing not in s.param_sharing:
+        _one_of("param_sharing", c.param_sharing, s.param_sharing)
+
+
+def _one_of(name: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
-        close = difflib.get_close_matches(str(value), allowed, n=1)
+        close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(name, f"got {value!r}{hint}; allowed: {', '.join(allowed)}")
+        raise ConfigError(name, f"got {value!r}{hint}; allowed: {', '.join(str(a) for a in allowed)}")
 
 
-def _divisors(n: int) -> str:
+def divisors(n: int) -> str:
+    """Every divisor of n, for messages that list the allowed values."""
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
@@ -474,6 +690,8 @@ def dump_yaml(config: Config) -> str:
 
 
 __all__ = [
-    "Config", "MeshConfig", "DistributedConfig", "ConfigError", "load_config", "from_dict", "replace", "validate",
-    "parse_overrides", "dump_yaml", "read_yaml_mapping",
+    "Config", "MeshConfig", "DistributedConfig", "AsyncConfig", "ConfigError", "Supports", "AlgorithmSchema",
+    "load_config", "from_dict", "replace", "validate", "parse_overrides", "dump_yaml", "read_yaml_mapping",
+    "register_schema", "algorithm_schema", "algorithms", "setting", "traced_keys", "resumable_keys",
+    "hparams_values", "schema_fields", "to_flat", "divisors",
 ]  # fmt: skip

@@ -15,16 +15,9 @@ from flax import struct
 Array = jax.Array
 
 
-class HParams(NamedTuple):
-    """Hyperparameters carried as traced float32 scalars, so that a sweep can vmap them."""
-
-    lr: Array  # []
-    ent_coef: Array  # []
-    vf_coef: Array  # []
-    clip_eps: Array  # []
-    gamma: Array  # []
-    gae_lambda: Array  # []
-    max_grad_norm: Array  # []
+# The traced hyperparameters, by dotted config key ("lr", "ppo.clip_eps", ...): float32 scalars []
+# carried in the learner state so that a sweep can vmap them (the keys: marljax.config.traced_keys).
+HParams = dict
 
 
 @struct.dataclass

@@ -230,14 +230,14 @@ def test_a_vmapped_row_runs_what_train_runs_for_its_cell():
     gradient element near its eps into a 2e-3 step (seen at update 2 on an Intel Xeon), so that
     width is compared for 1 update at 5e-7. Negative control: cell 1's rows are not cell 0's run."""
     from marljax.parallel.mesh import seed_keys
-    from marljax.sweeps.runner import _row_hparams
+    from marljax.sweeps.runner import row_hparams
 
     sweep = expand(_spec())
     program = sweep.programs[0]
     trainer = make_trainer(program.config, make_adapter(program.config))  # unsharded
     keys = jnp.tile(seed_keys(0, 2), (2, 1))  # [4, 2]: rows (cell, seed)
     state = jax.vmap(trainer.init)(keys)
-    state = state.replace(learner=state.learner.replace(hparams=_row_hparams(program, 2)))
+    state = state.replace(learner=state.learner.replace(hparams=row_hparams(program, 2)))
     swept = jax.jit(jax.vmap(lambda s: trainer.run_updates(s, 4)))(state)
     rows = lambda tree, c: jax.tree.map(lambda x: x[2 * c : 2 * c + 2], tree)  # noqa: E731
     singles = [make_trainer(cell.config, make_adapter(cell.config)) for cell in program.cells]

@@ -21,6 +21,7 @@ agent-major learning layout for the gradient steps.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import Any, Callable, NamedTuple
 
@@ -30,13 +31,25 @@ import jax.numpy as jnp
 import optax
 
 from marljax.nn import ops
-from marljax.config import CORRECTIONS, Config
+from marljax.algos.api import AlgorithmSpec, EpochSchedule, hparams_from_config
+from marljax.config import AlgorithmSchema, Config, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn.networks import ActorCritic, RecurrentActorCritic
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
 Array = jax.Array
+CORRECTIONS = ("none", "ppo_clip", "vtrace")
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig(EpochSchedule):
+    """`ppo.*`: the clipped surrogate of IPPO and MAPPO, learned in epochs of minibatches."""
+
+    gae_lambda: float = setting(0.95, "GAE lambda", minimum=0.0, maximum=1.0, traced=True)
+    clip_eps: float = setting(0.2, "clip range of the probability ratio", minimum=0.0, traced=True)
+    ent_coef: float = setting(0.01, "entropy bonus coefficient", minimum=0.0, traced=True)
+    vf_coef: float = setting(0.5, "value loss coefficient", minimum=0.0, traced=True)
 
 
 class Trainer(NamedTuple):
@@ -55,10 +68,6 @@ class Trainer(NamedTuple):
     init_learner: Callable  # key -> LearnerState (the parameters `init(key)` makes)
     policy_step: Callable  # (params, obs, reset, hidden, key) -> group -> (action, logp, value, hidden)
     learn: Callable  # (learner, Trajectory, key) -> (learner, metrics): one update on that rollout
-
-
-def hparams_from_config(config: Config) -> HParams:
-    return HParams(*(jnp.float32(getattr(config, name)) for name in HParams._fields))
 
 
 def _flat(x: Array, k: int) -> Array:
@@ -144,8 +153,8 @@ def make_train(
     nets = {g.name: make_network(config, g, critic=critic is None) for g in groups}
     rnn = config.recurrent
     independent = config.param_sharing == "independent"
-    T, E, M = config.num_steps, config.num_envs, config.num_minibatches
-    L = config.minibatch_steps
+    T, E, M = config.num_steps, config.num_envs, config.ppo.num_minibatches
+    L = config.ppo.minibatch_steps(config)
     E_act = E // layout.num_env_shards  # environments per device while acting
     E_learn = E // layout.num_data  # ... and while learning (agent-major: a device's agents only)
     split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
@@ -341,7 +350,7 @@ def make_train(
             loss = ops.ppo_loss(
                 logp, _flat(b.logp, 3), dist.entropy(), value, _flat(b.value, 3),
                 ops.normalize(_flat(adv, 3), layout.env_axes), _flat(target, 3),
-                hp.clip_eps, hp.vf_coef, hp.ent_coef, None if weight is None else _flat(weight, 3),
+                hp["ppo.clip_eps"], hp["ppo.vf_coef"], hp["ppo.ent_coef"], None if weight is None else _flat(weight, 3),
             )  # fmt: skip
             total = total + loss.total
             parts.append(loss)
@@ -354,7 +363,7 @@ def make_train(
         """One gradient step on one minibatch (group -> (GroupBatch, adv, target, weight|None), leaves [L, E, A_g, ...])."""
         (_, parts), grads = grad_fn(params, minibatch, hp)
         grads, grad_norm = layout.reduce_grads(grads, split)
-        params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, hp.max_grad_norm)
+        params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, hp["max_grad_norm"])
         return (params, opt_state), (parts, grad_norm)
 
     def shuffle_minibatches(data, key: Array):
@@ -388,7 +397,7 @@ def make_train(
     def advantages(params, b: GroupBatch, last_value: Array, g: AgentGroup, hp: HParams):
         """(batch, advantages, value targets, importance weight or None), learning layout, [T, E, A]."""
         if correction == "none":
-            adv, target = ops.gae(b.reward, b.value, b.done, last_value, hp.gamma, hp.gae_lambda)
+            adv, target = ops.gae(b.reward, b.value, b.done, last_value, hp["gamma"], hp["ppo.gae_lambda"])
             return b, adv, target, None
         dist, value = evaluate_seq(params, g, b)  # the proximal policy: the learner now
         shape = b.reward.shape
@@ -397,9 +406,9 @@ def make_train(
         prox_value = jax.lax.stop_gradient(value.reshape(shape))
         b = b._replace(logp=prox_logp, value=prox_value)
         if correction == "ppo_clip":
-            adv, target = ops.gae(b.reward, prox_value, b.done, last_value, hp.gamma, hp.gae_lambda)
+            adv, target = ops.gae(b.reward, prox_value, b.done, last_value, hp["gamma"], hp["ppo.gae_lambda"])
             return b, adv, target, weight
-        target, adv = ops.vtrace(b.reward, prox_value, b.done, last_value, weight, hp.gamma)
+        target, adv = ops.vtrace(b.reward, prox_value, b.done, last_value, weight, hp["gamma"])
         return b, adv, target, jnp.ones_like(weight)  # V-trace's advantages already carry rho
 
     def learn(learner: LearnerState, traj: Trajectory, k_epochs: Array) -> tuple[LearnerState, dict]:
@@ -416,14 +425,14 @@ def make_train(
             data[g.name] = advantages(learner.params, b._replace(world=world_traj), last_value[0], g, hp)
 
         # clamped at 0, so updates past the budget (a benchmark, a resumed run) never flip its sign
-        lr = ops.linear_schedule(hp.lr, learner.update, num_updates, config.anneal_lr)
+        lr = ops.linear_schedule(hp["lr"], learner.update, num_updates, config.anneal_lr)
 
         def epoch(carry, key_e):
             step = lambda c, minibatch: minibatch_step(*c, minibatch, hp, lr)  # noqa: E731
             return jax.lax.scan(step, carry, shuffle_minibatches(data, key_e))
 
         (params, opt_state), (parts, grad_norm) = jax.lax.scan(
-            epoch, (learner.params, learner.opt_state), jax.random.split(k_epochs, config.update_epochs)
+            epoch, (learner.params, learner.opt_state), jax.random.split(k_epochs, config.ppo.update_epochs)
         )
         # one collective for all metrics: loss means are averaged, episode counts summed
         parts, stats = ops.psum_tree(
@@ -462,3 +471,12 @@ def make_train(
         config, env, nets, init, update, run_updates, train, act, policy, rollout_step, minibatch_step, collect,
         init_learner, policy_step, learn,
     )
+
+
+SPEC = AlgorithmSpec(
+    AlgorithmSchema(
+        "ippo", "independent PPO: one actor-critic per group, role or agent", {"ppo": PPOConfig},
+        supports=Supports(actions=("discrete", "continuous"), agent_axis=True, async_mode=True, host_envs=True),
+    ),
+    make_train,
+)

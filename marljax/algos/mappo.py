@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos import ippo
-from marljax.config import Config
+from marljax.algos.api import AlgorithmSpec
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn.networks import Critic
 
@@ -55,3 +56,12 @@ def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:
 def make_train(config: Config, env: EnvAdapter, **kwargs) -> ippo.Trainer:
     """MAPPO's pure pieces: IPPO's `make_train` with the central critic plugged in."""
     return ippo.make_train(config, env, critic=central_critic(config, env), **kwargs)
+
+
+SPEC = AlgorithmSpec(
+    AlgorithmSchema(
+        "mappo", "MAPPO: IPPO's actors with one centralised critic on the global state", {"ppo": ippo.PPOConfig},
+        supports=Supports(actions=("discrete", "continuous"), agent_axis=True, async_mode=True),
+    ),
+    make_train,
+)

@@ -22,14 +22,17 @@ device's gradient is exactly the team loss's gradient for its own agents.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import optax
 
 from marljax.nn import ops
-from marljax.algos.ippo import Trainer, _local_keys, hparams_from_config
-from marljax.algos.q_acting import make_q_acting, through_final
-from marljax.config import Config
+from marljax.algos.api import AlgorithmSpec, EpochSchedule, hparams_from_config
+from marljax.algos.ippo import Trainer, _local_keys
+from marljax.algos.q_acting import QConfig, make_q_acting, through_final
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.layouts import Layout
 from marljax.types import LearnerState, TrainState
@@ -37,13 +40,18 @@ from marljax.types import LearnerState, TrainState
 Array = jax.Array
 
 
+@dataclasses.dataclass(frozen=True)
+class PQNConfig(EpochSchedule):
+    """`pqn.*`: each rollout is learned in update_epochs x num_minibatches gradient steps."""
+
+
 def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Trainer:
     del correction  # on-policy rollouts on device only
     groups = env.groups
     q = make_q_acting(config, env, layout)
-    T, E, M = config.num_steps, config.num_envs, config.num_minibatches
+    T, E, M = config.num_steps, config.num_envs, config.pqn.num_minibatches
     rnn = config.recurrent
-    L = config.minibatch_steps
+    L = config.pqn.minibatch_steps(config)
     E_learn = E // layout.num_data  # environments per device while learning (all of its data shard's)
     K = layout.num_agent
     split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
@@ -122,20 +130,20 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         # (in the acting layout, where every agent of an environment is at hand)
         next_q = team_max(acting, everything)[1:]  # [T, E_act]
         team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_act]: the sum matches Q_tot = sum_i Q_i
-        target = ops.q_lambda_returns(team_reward, traj["done"], next_q, learner.hparams.gamma, config.td_lambda)
+        target = ops.q_lambda_returns(team_reward, traj["done"], next_q, learner.hparams["gamma"], config.q.td_lambda)
         # environment-major -> agent-major (identity unless mesh.agent > 1): [T, E_learn, A_g/K, ...]
         fields = ("obs", "action", "reset", "hidden") if rnn else ("obs", "action")
         per_agent, target = layout.to_learning({k: traj[k] for k in fields}, jax.lax.stop_gradient(target))
 
-        lr = ops.linear_schedule(learner.hparams.lr, learner.update, num_updates, config.anneal_lr)
+        lr = ops.linear_schedule(learner.hparams["lr"], learner.update, num_updates, config.anneal_lr)
         data = ({"reset": {}, "hidden": {}, **per_agent}, target)
 
         def epoch(carry, key_e):
-            step = lambda c, mb: minibatch_step(c, mb, lr, learner.hparams.max_grad_norm)  # noqa: E731
+            step = lambda c, mb: minibatch_step(c, mb, lr, learner.hparams["max_grad_norm"])  # noqa: E731
             return jax.lax.scan(step, carry, shuffle(data, key_e))
 
         (params, opt_state), (loss, q_mean, grad_norm) = jax.lax.scan(
-            epoch, (learner.params, learner.opt_state), jax.random.split(k_epochs, config.update_epochs)
+            epoch, (learner.params, learner.opt_state), jax.random.split(k_epochs, config.pqn.update_epochs)
         )
         n = layout.num_env_shards
         (loss, q_mean), stats = ops.psum_tree(((jnp.mean(loss) / n, jnp.mean(q_mean) / n), stats), layout.env_axes)
@@ -155,3 +163,12 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     return Trainer(
         config, env, q.nets, init, update, run_updates, train, q.act, None, None, None, None, init_learner, None, None,
     )
+
+
+SPEC = AlgorithmSpec(
+    AlgorithmSchema(
+        "pqn_vdn", "PQN-VDN: replay-free vectorised Q(lambda) learning of a VDN team value",
+        {"q": QConfig, "pqn": PQNConfig}, supports=Supports(agent_axis=True),
+    ),
+    make_train,
+)

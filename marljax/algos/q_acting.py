@@ -14,6 +14,7 @@ action masks are honoured both when acting and in every max over actions.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import Callable, NamedTuple
 
@@ -21,13 +22,28 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos.ippo import _agent_ids, _flat, _local_keys, track_episodes
-from marljax.config import Config, ConfigError
+from marljax.config import Config, ConfigError, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn.networks import QNetwork, RecurrentQNetwork
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats
 
 Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class QConfig:
+    """`q.*`: epsilon-greedy acting and Q(lambda) targets, for every algorithm of the Q family."""
+
+    eps_start: float = setting(1.0, "exploration rate at the start", minimum=0.0, maximum=1.0)
+    eps_finish: float = setting(0.05, "exploration rate after eps_decay_steps (and when evaluating with eval_greedy=false)",
+                                minimum=0.0, maximum=1.0)  # fmt: skip
+    eps_decay_steps: int = setting(1_000_000, "env steps of one seed over which epsilon falls linearly", minimum=1)
+    td_lambda: float = setting(0.65, "lambda of Peng's Q(lambda) targets (0: one-step targets)", minimum=0.0, maximum=1.0)
+
+    def check(self, config: Config) -> None:
+        if self.eps_finish > self.eps_start:
+            raise ConfigError("q.eps_finish", f"must be <= q.eps_start={self.eps_start}, got {self.eps_finish}")
 
 
 class QActing(NamedTuple):
@@ -62,7 +78,7 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
     }  # fmt: skip
     T, E = config.num_steps, config.num_envs
     E_local = E // layout.num_env_shards
-    decay_updates = max(config.eps_decay_steps / (T * E), 1e-9)  # epsilon falls over this many updates
+    decay_updates = max(config.q.eps_decay_steps / (T * E), 1e-9)  # epsilon falls over this many updates
 
     def apply(net, p, obs, ids, hidden, reset):
         """One network on a flat batch: obs [B, ...] -> (q [B, n], hidden' [B, H] | None)."""
@@ -97,7 +113,7 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
 
     def epsilon(update: Array) -> Array:
         frac = jnp.minimum(update.astype(jnp.float32) / decay_updates, 1.0)
-        return config.eps_start + frac * (config.eps_finish - config.eps_start)
+        return config.q.eps_start + frac * (config.q.eps_finish - config.q.eps_start)
 
     def choose(q: Array, mask: Array, key: Array, eps) -> Array:
         """epsilon-greedy among available actions, one key per environment: q [B, A, n], key [B]."""
@@ -116,7 +132,7 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
         for gi, g in enumerate(groups):
             q, h = q_values(params, g, obs[g.name], hidden.get(g.name), reset.get(g.name) if rnn else None)
             m = mask.get(g.name, jnp.ones(q.shape, bool))
-            out[g.name] = choose(q, m, jax.vmap(jax.random.fold_in, (0, None))(keys, gi), 0.0 if greedy else config.eps_finish)
+            out[g.name] = choose(q, m, jax.vmap(jax.random.fold_in, (0, None))(keys, gi), 0.0 if greedy else config.q.eps_finish)
             if rnn:
                 new_hidden[g.name] = h
         return out, new_hidden

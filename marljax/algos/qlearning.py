@@ -25,6 +25,8 @@ them: a resumed run continues with the same replay contents.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -33,9 +35,10 @@ from flax import struct
 from marljax.nn import ops
 
 from marljax.algos import replay
-from marljax.algos.ippo import Trainer, hparams_from_config
-from marljax.algos.q_acting import make_q_acting, through_final
-from marljax.config import Config, ConfigError
+from marljax.algos.api import AlgorithmSpec, hparams_from_config
+from marljax.algos.ippo import Trainer
+from marljax.algos.q_acting import QConfig, make_q_acting, through_final
+from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import EnvAdapter
 from marljax.algos.mixers import QMixer
 from marljax.parallel.layouts import Layout
@@ -43,6 +46,25 @@ from marljax.types import LearnerState, TrainState
 
 Array = jax.Array
 MIXER = "__mixer__"  # params[MIXER]: QMIX's mixer
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayConfig:
+    """`replay.*`: the replay buffer of sequences and the target network (iql, vdn, qmix)."""
+
+    buffer_size: int = setting(5000, "sequences kept (one per environment and update; the oldest are overwritten)",
+                               minimum=1)  # fmt: skip
+    batch_size: int = setting(32, "sequences per gradient step", minimum=1)
+    gradient_steps: int = setting(4, "gradient steps per update, each on a fresh sample", minimum=1)
+    learning_starts: int = setting(10_000, "env steps of one seed before the first gradient step", minimum=0)
+    target_update_interval: int = setting(10, "updates between target-network copies; 0: Polyak averaging with tau",
+                                          minimum=0)  # fmt: skip
+    tau: float = setting(0.005, "Polyak rate of the target network (target_update_interval=0)", minimum=0.0, maximum=1.0)
+
+    def check(self, config: Config) -> None:
+        if self.buffer_size < config.num_envs:
+            raise ConfigError("replay.buffer_size", f"must hold at least one rollout: >= num_envs={config.num_envs} "
+                                                    f"sequences, got {self.buffer_size}")  # fmt: skip
 
 
 @struct.dataclass
@@ -58,16 +80,16 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         raise ConfigError("mesh.agent", f"algo={algo} has no agent-parallel replay yet; allowed: 1 (algo=pqn_vdn has one)")
     D = layout.num_data  # data shards: each keeps buffer_size/D slots of its own environments' sequences
     for name in ("buffer_size", "batch_size"):
-        if getattr(config, name) % D:
-            raise ConfigError(name, f"must divide over mesh.data={D} (each data shard keeps and samples its share); "
-                                    f"got {getattr(config, name)}")  # fmt: skip
+        if getattr(config.replay, name) % D:
+            raise ConfigError(f"replay.{name}", f"must divide over mesh.data={D} (each data shard keeps and samples its "
+                                              f"share); got {getattr(config.replay, name)}")  # fmt: skip
     groups = env.groups
     q = make_q_acting(config, env, layout, world=algo == "qmix")
     mixer = QMixer()
     T, E, N = config.num_steps, config.num_envs, env.num_agents
     adam = optax.scale_by_adam(eps=1e-5)
     num_updates = max(config.num_updates, 1)
-    start_update = config.learning_starts // (T * E)  # the first update that learns
+    start_update = config.replay.learning_starts // (T * E)  # the first update that learns
     swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731 - batch-major [B, T, ...] <-> time-major [T, B, ...]
 
     def example_sequence(key: Array) -> dict:
@@ -99,7 +121,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     def init(key: Array) -> TrainState:
         _, k_env, _ = jax.random.split(key, 3)
         learner = init_learner(key)
-        buffer = replay.init(config.buffer_size, example_sequence(k_env))
+        buffer = replay.init(config.replay.buffer_size, example_sequence(k_env))
         return TrainState(learner, q.init_actors(k_env), QExtra(learner.params, buffer))
 
     def chosen_and_next(params, target, seq) -> tuple[Array, Array]:
@@ -134,7 +156,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             q_now = team(params.get(MIXER), taken, None if world is None else world[:, :-1])
             q_next = jax.lax.stop_gradient(team(target.get(MIXER), nxt, None if world is None else world[:, 1:]))
             reward = jnp.sum(seq["reward"], axis=-1)  # the team's reward, summed like the values
-        returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp.gamma, config.td_lambda))
+        returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp["gamma"], config.q.td_lambda))
         return 0.5 * jnp.mean((q_now - jax.lax.stop_gradient(returns)) ** 2), jnp.mean(q_now)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -145,14 +167,14 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
 
         def one(carry, k):
             params, opt_state = carry
-            seq, _ = replay.sample(extra.buffer, k, config.batch_size // D)
+            seq, _ = replay.sample(extra.buffer, k, config.replay.batch_size // D)
             (loss, q_mean), grads = grad_fn(params, extra.target, seq, learner.hparams)
             grads, grad_norm = layout.reduce_grads(grads, frozenset())
-            params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, learner.hparams.max_grad_norm)
+            params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, learner.hparams["max_grad_norm"])
             return (params, opt_state), (loss, q_mean, grad_norm)
 
         (params, opt_state), (loss, q_mean, grad_norm) = jax.lax.scan(
-            one, (learner.params, learner.opt_state), jax.random.split(key, config.update_epochs)
+            one, (learner.params, learner.opt_state), jax.random.split(key, config.replay.gradient_steps)
         )
         return params, opt_state, (jnp.mean(loss), jnp.mean(q_mean), jnp.mean(grad_norm))
 
@@ -172,7 +194,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             sequences["hidden"] = jax.tree.map(lambda h: h[0], traj["hidden"])  # [E, A_g, H] before the first step
         extra = extra.replace(buffer=replay.add(extra.buffer, sequences))
 
-        lr = ops.linear_schedule(learner.hparams.lr, learner.update, num_updates, config.anneal_lr)
+        lr = ops.linear_schedule(learner.hparams["lr"], learner.update, num_updates, config.anneal_lr)
 
         def learn(_):
             return gradient_steps(learner, extra, k_learn, lr)
@@ -182,11 +204,11 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
 
         params, opt_state, (loss, q_mean, grad_norm) = jax.lax.cond(learner.update >= start_update, learn, wait, None)
         n_done = learner.update + 1
-        if config.target_update_interval:
-            copy = n_done % config.target_update_interval == 0
+        if config.replay.target_update_interval:
+            copy = n_done % config.replay.target_update_interval == 0
             target = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params, extra.target)
         else:
-            target = jax.tree.map(lambda p, t: config.tau * p + (1.0 - config.tau) * t, params, extra.target)
+            target = jax.tree.map(lambda p, t: config.replay.tau * p + (1.0 - config.replay.tau) * t, params, extra.target)
         (loss, q_mean), (replay_size, stats) = ops.psum_tree(
             ((loss / D, q_mean / D), (replay.size(extra.buffer).astype(jnp.float32), stats)), layout.data_axis
         )  # over data shards: means of the losses, sums of the slots and episodes
@@ -204,3 +226,12 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     return Trainer(
         config, env, q.nets, init, update, run_updates, train, q.act, None, None, None, None, init_learner, None, None,
     )
+
+
+def _spec(name: str, summary: str) -> AlgorithmSpec:
+    return AlgorithmSpec(AlgorithmSchema(name, summary, {"q": QConfig, "replay": ReplayConfig}), make_train)
+
+
+IQL = _spec("iql", "independent Q-learning with replay and a target network")
+VDN = _spec("vdn", "VDN: the team's value is the sum of the agents' Q-values (replay, target network)")
+QMIX = _spec("qmix", "QMIX: a monotonic mixer of the agents' Q-values on the world state (replay, target network)")

@@ -43,8 +43,9 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from marljax.algos.ippo import Trainer, hparams_from_config
-from marljax.config import Q_ALGOS, Config, ConfigError, replace
+from marljax.algos.api import hparams_from_config
+from marljax.algos.ippo import Trainer
+from marljax.config import Config, ConfigError, replace
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.mesh import AGENT, DATA, SEED, mesh_layout, seed_keys, shard_trainer, split_groups, state_specs
 from marljax.train.wiring import make_trainer, prepare
@@ -214,7 +215,7 @@ def count_flops(config: Config, trainer: Trainer) -> dict[str, float]:
     with its parts, and `env_flops_per_env_step` (the env step alone).
     """
     env = trainer.env
-    E, T, M, L = config.num_envs, config.num_steps, config.num_minibatches, config.minibatch_steps
+    E, T, M, L = config.num_envs, config.num_steps, config.ppo.num_minibatches, config.ppo.minibatch_steps(config)
     twin, state, rollout_step, step_batch = _unsharded_twin(config, trainer)
     params, actors = state.learner.params, state.actors
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
@@ -238,7 +239,7 @@ def count_flops(config: Config, trainer: Trainer) -> dict[str, float]:
     env_only = _flops(env_step, actors, key)
     grad = _flops(grad_step, params, state.learner.opt_state, minibatch, lr)
     steps = T * E
-    rollout_total, update_total = rollout * T, grad * config.update_epochs * M
+    rollout_total, update_total = rollout * T, grad * config.ppo.update_epochs * M
     return {
         "flops_per_env_step": (rollout_total + update_total) / steps,
         "rollout_flops_per_env_step": rollout_total / steps,
@@ -406,7 +407,7 @@ def _table(result: dict[str, Any]) -> str:
 
 def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure `config` (see the module docstring); print a table, then one JSON line; return the dict."""
-    if config.algo in Q_ALGOS:
+    if "q" in config.sections:  # the Q family
         return run_q_bench(config, log)
     if config.mode == "async":
         return run_async_bench(config, log)
@@ -418,8 +419,8 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
         "num_envs": config.num_envs,
         "num_seeds": config.num_seeds,
         "num_steps": config.num_steps,
-        "update_epochs": config.update_epochs,
-        "num_minibatches": config.num_minibatches,
+        "update_epochs": config.ppo.update_epochs,
+        "num_minibatches": config.ppo.num_minibatches,
         "recurrent": config.recurrent,
         "devices": int(mesh.devices.size),
         "platform": _platform(mesh),
@@ -443,19 +444,19 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
 def run_q_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
     """The Q-learning family: training and env-only throughput, gradient steps per second.
 
-    Replay-based algorithms are timed with learning_starts=0, so that every timed update learns.
+    Replay-based algorithms are timed with replay.learning_starts=0, so that every timed update learns.
     """
-    if config.algo != "pqn_vdn":
-        config = replace(config, learning_starts=0)
+    if "replay" in config.sections:
+        config = replace(config, replay={"learning_starts": 0})
     env, mesh, trainer = prepare(config)
     log(f"marljax bench: {config.algo} on {env.describe()}")
-    per_update = config.update_epochs * (config.num_minibatches if config.algo == "pqn_vdn" else 1)
+    per_update = config.pqn.update_epochs * config.pqn.num_minibatches if "pqn" in config.sections else config.replay.gradient_steps
     result: dict[str, Any] = {
         "algo": config.algo, "env": config.env, "recurrent": config.recurrent, "param_sharing": config.param_sharing,
         "num_envs": config.num_envs, "num_seeds": config.num_seeds, "num_steps": config.num_steps,
         "gradient_steps_per_update": per_update,
-        "batch": (config.num_steps // config.num_minibatches) * config.num_envs if config.algo == "pqn_vdn"
-        else config.batch_size * config.num_steps,  # transitions per gradient step, per seed
+        "batch": config.pqn.minibatch_steps(config) * config.num_envs if "pqn" in config.sections
+        else config.replay.batch_size * config.num_steps,  # transitions per gradient step, per seed
         "devices": int(mesh.devices.size), "platform": _platform(mesh),
     }  # fmt: skip
     result.update(bench_train(config, mesh, trainer))

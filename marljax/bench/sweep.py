@@ -20,7 +20,7 @@ from marljax.config import Config, replace
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.train.loop import chunk_sizes
 from marljax.train.wiring import prepare
-from marljax.sweeps.runner import _row_hparams
+from marljax.sweeps.runner import row_hparams
 from marljax.sweeps.spec import expand
 
 LRS = (3e-4, 1e-3, 2e-3, 3e-3)
@@ -61,7 +61,7 @@ def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SE
         f"({steps} env steps each) on {config.env}, {jax.devices()[0].platform}"
     )
     keys = seed_keys(config.seed, seeds)
-    vm_compile, vm_run, vm_params, vm_returns = _timed_run(program.config, jnp.tile(keys, (len(lrs), 1)), _row_hparams(program, seeds))
+    vm_compile, vm_run, vm_params, vm_returns = _timed_run(program.config, jnp.tile(keys, (len(lrs), 1)), row_hparams(program, seeds))
     log(f"  vmapped:    compile {vm_compile:6.1f}s  run {vm_run:7.1f}s  total {vm_compile + vm_run:7.1f}s")
 
     seq_compile = seq_run = 0.0

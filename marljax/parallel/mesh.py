@@ -166,7 +166,7 @@ class AsyncPlacement(NamedTuple):
 def async_placement(config: Config) -> AsyncPlacement:
     """Disjoint actor and learner devices (`actor_devices`, then `learner_devices`); shared on one device."""
     devices = jax.devices()
-    n_act, n_learn = config.actor_devices, config.learner_devices
+    n_act, n_learn = config.async_.actor_devices, config.async_.learner_devices
     if isinstance(n_act, (list, tuple)) or isinstance(n_learn, (list, tuple)):
         if not (isinstance(n_act, (list, tuple)) and isinstance(n_learn, (list, tuple))):
             raise ConfigError("actor_devices", "give both actor_devices and learner_devices as index lists, or both as counts")

@@ -141,7 +141,7 @@ class AsyncRun:
                 ticket, min_version = buffer.start()
                 if budget is not None and ticket >= budget:
                     return  # block mode: every update's batch is spoken for
-                version, params, waited = store.wait_for(min_version, exact=config.deterministic)
+                version, params, waited = store.wait_for(min_version, exact=config.async_.deterministic)
                 buffer.record_actor_wait(waited)
                 traj = collector.collect(params[collector.device], ticket)
                 for leaf in jax.tree.leaves(traj):
@@ -160,22 +160,22 @@ class AsyncRun:
         """Run `updates` learner updates; every `chunk` of them call
         on_chunk(stacked metrics [S, n], wall seconds, async fields of the row, learner state)."""
         config = self.config
-        buffer = TrajectoryBuffer(config.buffer_capacity, config.max_staleness, config.staleness_policy)
-        store = ParamStore(keep=config.max_staleness + 2)
+        buffer = TrajectoryBuffer(config.async_.buffer_capacity, config.async_.max_staleness, config.async_.staleness_policy)
+        store = ParamStore(keep=config.async_.max_staleness + 2)
         self._publish(store, 0, self.learner.params)
-        budget = updates if config.staleness_policy == "block" else None
+        budget = updates if config.async_.staleness_policy == "block" else None
         errors: list = []
         threads = [
             threading.Thread(target=self._actor, args=(i, buffer, store, budget, errors), name=f"actor{i}", daemon=True)
-            for i in range(config.num_actor_threads)
+            for i in range(config.async_.num_actor_threads)
         ]
         for t in threads:
             t.start()
         recorder = None
-        if config.record_trajectories:
+        if config.async_.record_trajectories:
             from marljax.pipeline.recorder import TrajectoryRecorder
 
-            recorder = TrajectoryRecorder(config.record_trajectories)
+            recorder = TrajectoryRecorder(config.async_.record_trajectories)
         pending: list[dict] = []
         staleness: list[int] = []
         last = buffer.stats()

@@ -182,14 +182,12 @@ def finish(out_dir: Path, log: Callable[[str], None] = print) -> dict:
     return paths
 
 
-def _row_hparams(program: Program, seeds: int) -> HParams:
-    """Every row's hyperparameters [R]: cell c's values for its `seeds` rows."""
-    return HParams(
-        *(
-            jnp.asarray([getattr(c.config, name) for c in program.cells for _ in range(seeds)], jnp.float32)
-            for name in HParams._fields
-        )
-    )
+def row_hparams(program: Program, seeds: int) -> HParams:
+    """Every row's traced hyperparameters [R]: cell c's values for its `seeds` rows."""
+    return {
+        key: jnp.asarray([c.config.value(key) for c in program.cells for _ in range(seeds)], jnp.float32)
+        for key in traced_keys(program.config)
+    }
 
 
 def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: ResultsStore, log, progress, budget) -> bool:
@@ -203,7 +201,7 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
 
     def fresh():
         state = fns.init(jnp.tile(seed_keys(config.seed, S), (len(program.cells), 1)))
-        hparams = jax.device_put(_row_hparams(program, S), hp_sharding)
+        hparams = jax.device_put(row_hparams(program, S), hp_sharding)
         state = state.replace(learner=state.learner.replace(hparams=hparams))
         best = jax.tree.map(lambda x: x.copy(), state.learner.params)  # a copy: the chunk donates the state
         return {"state": state, "best_params": best, "best_score": jax.device_put(jnp.full(program.rows, -jnp.inf), hp_sharding.lr)}

@@ -6,14 +6,14 @@
       lr: [1e-4, 3e-4, 1e-3]
       param_sharing: [shared, independent]
     zip:                           # optional: varied together, position by position
-      clip_eps: [0.1, 0.2]
-      ent_coef: [0.0, 0.01]
+      ppo.clip_eps: [0.1, 0.2]
+      ppo.ent_coef: [0.0, 0.01]
     seeds: 8                       # runs per cell (seed indices 0..7 of base.seed)
     traced: [lr]                   # optional; default: every traceable axis
     out_dir: runs/sweeps/lr_sweep  # optional
 
 A *cell* is one point of the grid; it runs with `seeds` seeds. Axes over values that
-can be traced (TRACEABLE: the hyperparameters a trainer carries in its state) are
+can be traced (the fields declared `traced`: the hyperparameters a trainer carries in its state) are
 batched with `vmap` inside one compiled *program* together with the seeds; structural
 axes (algo, env, network sizes, sharing mode, ...) change the program, so every
 combination of them is a program of its own. Every error names the key and what is
@@ -31,12 +31,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from marljax.config import (
-    Config, ConfigError, DistributedConfig, MeshConfig, _merge, _parse_scalar, _set_dotted, _unknown_key, from_dict,
-    read_yaml_mapping,
+    Config, ConfigError, _merge, _parse_scalar, _set_dotted, _unknown_key, from_dict, read_yaml_mapping, to_flat,
+    traced_keys,
 )  # fmt: skip
-from marljax.types import HParams
 
-TRACEABLE = HParams._fields  # carried as traced scalars in LearnerState.hparams
 SWEEP_KEYS = ("name", "base", "axes", "zip", "seeds", "traced", "out_dir")
 SET_BY_SWEEP = ("num_seeds", "out_dir", "resume", "overwrite", "progress")  # not allowed in base or axes
 
@@ -98,20 +96,9 @@ def _axis_values(sweep: Sweep, key: str) -> list:
     return seen
 
 
-SECTIONS = {"mesh": MeshConfig, "distributed": DistributedConfig}
-
-
-def _config_keys() -> set[str]:
-    keys = {f.name for f in dataclasses.fields(Config)} - set(SECTIONS)
-    return keys | {f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
-
-
 def _check_key(where: str, key: str) -> None:
-    """Axis keys are Config fields, dotted for sections (mesh.data, env_kwargs.scenario)."""
-    if key.startswith("env_kwargs.") or (key == "distributed" and where == "base"):  # distributed=auto
-        return
-    if key not in _config_keys():
-        raise _unknown_key(f"{where}.{key}", sorted(_config_keys()))
+    """Keys the sweep sets itself may not appear in base or axes; every other key is checked
+    with each cell's config (a key of an algorithm's section is valid where that algorithm runs)."""
     if key in SET_BY_SWEEP:
         raise ConfigError(f"{where}.{key}", f"is set by the sweep (seeds, out_dir); remove it from {where}")
 
@@ -126,18 +113,6 @@ def _values_list(where: str, values: Any) -> list:
     if dupes:
         raise ConfigError(where, f"repeats {', '.join(dupes)}; every value must be distinct")
     return values
-
-
-def _flatten(tree: Mapping, prefix: str = "") -> dict:
-    """{"mesh": {"data": 2}} -> {"mesh.data": 2}; env_kwargs values stay whole under their dotted key."""
-    out = {}
-    for k, v in tree.items():
-        full = f"{prefix}{k}"
-        if isinstance(v, Mapping) and (full in SECTIONS or full == "env_kwargs"):
-            out.update(_flatten(v, f"{full}."))
-        else:
-            out[full] = v
-    return out
 
 
 def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
@@ -165,7 +140,7 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
     base = spec.get("base") or {}
     if not isinstance(base, Mapping):
         raise ConfigError("base", "expected a mapping of config keys to values")
-    base_flat = _flatten(base)
+    base_flat = to_flat(base)
     for key in base_flat:
         _check_key("base", key)
     axes = spec.get("axes") or {}
@@ -196,23 +171,6 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
         raise ConfigError("seeds", f"must be a positive integer (runs per cell), got {seeds!r}")
 
     axis_keys = list(grid) + list(zip_values)
-    traced_spec = spec.get("traced")
-    if traced_spec is None:
-        traced = tuple(k for k in axis_keys if k in TRACEABLE)
-    else:
-        if not isinstance(traced_spec, list):
-            raise ConfigError("traced", f"expected a list of axis keys, got {traced_spec!r}")
-        for key in traced_spec:
-            if key not in axis_keys:
-                raise ConfigError(f"traced.{key}", f"is not an axis; the axes are {', '.join(axis_keys)}")
-            if key not in TRACEABLE:
-                raise ConfigError(
-                    f"traced.{key}",
-                    f"is structural (it changes the compiled program) and can't be traced; traceable: {', '.join(TRACEABLE)}",
-                )
-        traced = tuple(k for k in axis_keys if k in traced_spec)
-    structural = tuple(k for k in axis_keys if k not in traced)
-
     # every combination of the grid, times every zip position
     zip_rows = [dict(zip(zip_values, vals)) for vals in zip(*zip_values.values())] or [{}]
     combos = [dict(zip(grid, vals)) | z for vals in itertools.product(*grid.values()) for z in zip_rows]
@@ -222,6 +180,25 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
     for i, values in enumerate(combos):
         cell_name = ",".join(f"{k}={_label(values[k])}" for k in varied)
         cells.append(Cell(i, cell_name, values, _cell_config(base, values, seeds, f"cell {cell_name}")))
+    # traceable: carried as traced scalars in every cell's learner state (marljax.config.traced_keys)
+    traceable = [k for k in traced_keys(cells[0].config) if all(k in traced_keys(c.config) for c in cells)]
+
+    traced_spec = spec.get("traced")
+    if traced_spec is None:
+        traced = tuple(k for k in axis_keys if k in traceable)
+    else:
+        if not isinstance(traced_spec, list):
+            raise ConfigError("traced", f"expected a list of axis keys, got {traced_spec!r}")
+        for key in traced_spec:
+            if key not in axis_keys:
+                raise ConfigError(f"traced.{key}", f"is not an axis; the axes are {', '.join(axis_keys)}")
+            if key not in traceable:
+                raise ConfigError(
+                    f"traced.{key}",
+                    f"is structural (it changes the compiled program) and can't be traced; traceable: {', '.join(traceable)}",
+                )
+        traced = tuple(k for k in axis_keys if k in traced_spec)
+    structural = tuple(k for k in axis_keys if k not in traced)
 
     programs: list[Program] = []
     by_structure: dict[tuple, list[Cell]] = {}

@@ -27,15 +27,10 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from marljax.config import Config, ConfigError
+from marljax.config import Config, ConfigError, core_keys, from_dict, resumable_keys, to_flat
 
 # Fields a resumed run may change: when and how it runs, not what it trains. Everything else
 # (env, algo, network, sharing, hyperparameters that live in the state, seeds, envs) is structural.
-RESUMABLE_CHANGES = frozenset(
-    {"total_timesteps", "num_chunks", "progress", "plot", "out_dir", "overwrite", "resume",
-     "checkpoint_every", "keep_checkpoints", "nan_guard", "mesh", "actor_devices", "learner_devices",
-     "eval_every", "eval_episodes", "eval_greedy", "distributed"}
-)  # fmt: skip
 PACKAGES = ("marljax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "jaxmarl")
 
 
@@ -75,12 +70,14 @@ def fingerprint(tree) -> list[int]:
 
 
 def structural_changes(saved: dict, config: Config) -> list[str]:
-    """Fields of `config` that differ from the saved config and a resume may not change."""
-    now = config.to_dict()
+    """Dotted keys of `config` that differ from the saved config and a resume may not change
+    (the fields declared `resumable` may; see marljax.config)."""
+    before, now = to_flat(saved), to_flat(config.to_dict())
+    resumable = resumable_keys(config)
     return sorted(
-        f"{k}: {saved.get(k)!r} -> {now.get(k)!r}"
-        for k in set(saved) | set(now)
-        if k not in RESUMABLE_CHANGES and saved.get(k) != now.get(k)
+        f"{k}: {before.get(k)!r} -> {now.get(k)!r}"
+        for k in set(before) | set(now)
+        if k not in resumable and before.get(k) != now.get(k)
     )
 
 
@@ -163,12 +160,18 @@ def _first_line(exc: Exception) -> str:
 
 def check_resumable(saved_config: dict, config: Config, where: Path) -> None:
     """ConfigError listing the structural fields that differ from the run being resumed."""
+    stale = sorted(k for k in saved_config if k not in core_keys() and k not in config.sections)
+    if stale:
+        raise ConfigError(
+            "resume", f"the run in {where} was saved by an older marljax whose config this version does not read "
+            f"(keys {', '.join(stale[:6])}{', ...' if len(stale) > 6 else ''}); start a new run in another out_dir",
+        )
     changes = structural_changes(saved_config, config)
     if changes:
         raise ConfigError(
             "resume",
             f"the run in {where} was trained with a different setup; these fields may not change on "
-            f"resume: {'; '.join(changes)}. Only {', '.join(sorted(RESUMABLE_CHANGES - {'resume'}))} may",
+            f"resume: {'; '.join(changes)}. Only {', '.join(sorted(resumable_keys(config) - {'resume'}))} may",
         )
 
 
@@ -178,9 +181,12 @@ def abstract_like(shapes: Any, shardings: Any) -> Any:
 
 
 def config_from_meta(meta: dict) -> Config:
-    from marljax.config import from_dict
-
-    return from_dict(meta["config"])
+    """The run's config as its checkpoint saved it; ConfigError when this version cannot read it."""
+    try:
+        return from_dict(meta["config"])
+    except ConfigError as exc:
+        raise ConfigError(exc.field, f"{str(exc)[len(exc.field) + 2:]} (the checkpoint's config.yaml was written by "
+                                     "another marljax version)") from None
 
 
 __all__ = [

@@ -241,9 +241,9 @@ def _train_async(config: Config, out_dir: Path, log) -> RunResult:
     log(f"marljax {config.algo} (async) on {env.describe()}")
     runner = AsyncRun(config, env, make_trainer, log)
     log(
-        f"actors: {config.num_actor_threads} thread(s) on {len(runner.placement.actor_devices)} device(s); learner on "
-        f"{runner.placement.learner_mesh.devices.size}; K={config.max_staleness} ({config.staleness_policy}), "
-        f"correction={config.correction}{', deterministic' if config.deterministic else ''}; out_dir {out_dir}"
+        f"actors: {config.async_.num_actor_threads} thread(s) on {len(runner.placement.actor_devices)} device(s); learner on "
+        f"{runner.placement.learner_mesh.devices.size}; K={config.async_.max_staleness} ({config.async_.staleness_policy}), "
+        f"correction={config.async_.correction}{', deterministic' if config.async_.deterministic else ''}; out_dir {out_dir}"
     )
     ckpt_dir, metrics_path = out_dir / "checkpoints", out_dir / "metrics.jsonl"
     _clear_for_overwrite(config, ckpt_dir)

@@ -4,8 +4,9 @@ The host loop, sweeps, policy export and the benchmarks all build their runs her
 
 from __future__ import annotations
 
-from marljax.algos import ippo, mappo, pqn_vdn, qlearning
-from marljax.config import Config, ConfigError
+from marljax.algos import registry
+from marljax.algos.api import Trainer
+from marljax.config import Config, ConfigError, algorithm_schema
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
 from marljax.envs.registry import make_env
@@ -19,8 +20,9 @@ def make_adapter(config: Config) -> EnvAdapter:
     `env=pettingzoo:module:callable` gives a host-side adapter (mode=async only).
     """
     if is_host_env(config.env):
-        if config.mode != "async" or config.algo != "ippo":
-            raise ConfigError("env", "host (PettingZoo) envs run in mode=async with algo=ippo")
+        hosts = [name for name in registry.names() if algorithm_schema(name).supports.host_envs]
+        if config.mode != "async" or config.algo not in hosts:
+            raise ConfigError("env", f"host (PettingZoo) envs run in mode=async with algo={' or '.join(hosts)}")
         if config.eval_every:
             raise ConfigError("eval_every", "evaluation runs on device; host (PettingZoo) envs have none (set 0)")
         return HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env)
@@ -42,17 +44,13 @@ def check_agent_axis(config: Config, env: EnvAdapter) -> None:
         )
 
 
-def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> ippo.Trainer:
+def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> Trainer:
     """`config.algo`'s pure pieces for `env` (unsharded unless `layout` names mesh axes).
 
     The off-policy correction applies in async mode only; on device the data is on-policy.
     """
-    make_train = {
-        "ippo": ippo.make_train, "mappo": mappo.make_train, "pqn_vdn": pqn_vdn.make_train,
-        "iql": qlearning.make_train, "vdn": qlearning.make_train, "qmix": qlearning.make_train,
-    }[config.algo]  # fmt: skip
-    correction = config.correction if config.mode == "async" else "none"
-    return make_train(config, env, layout=layout, correction=correction)
+    correction = config.async_.correction if config.mode == "async" else "none"
+    return registry.get(config.algo).make_train(config, env, layout=layout, correction=correction)
 
 
 def prepare(config: Config):
