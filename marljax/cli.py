@@ -1,6 +1,6 @@
 """`marljax train | sweep | report | bench | bench-checkpoint | bench-sweep | export`: the command line.
 
-    marljax train [CONFIG.yaml] [key=value ...]
+    marljax train [CONFIG.yaml] [key=value ...]     (marljax train [algo=NAME] --help: every setting)
     marljax sweep SWEEP.yaml [key=value ...]
     marljax report SWEEP_DIR
     marljax bench [CONFIG.yaml] [key=value ...]
@@ -12,6 +12,7 @@ prints one line naming the field and exits with code 2 before compiling.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -22,10 +23,12 @@ USAGE = """usage: marljax {train,bench,bench-checkpoint,bench-sweep} [CONFIG.yam
        marljax sweep SWEEP.yaml [key=value ...]
        marljax report SWEEP_DIR
        marljax export RUN_DIR POLICY_DIR [seed_index=N]
+       marljax COMMAND --help     (train --help lists every setting; algo=NAME --help another algorithm's)
+       marljax --version
 
   train   train a team of agents (default: IPPO on MPE_simple_spread_v3)
           out_dir=D resume=true continues the run in D from its newest good checkpoint
-  sweep   every cell of a sweep file with its seeds; traced axes (lr, ent_coef, ...) are vmapped
+  sweep   every cell of a sweep file with its seeds; traced axes (lr, ppo.ent_coef, ...) are vmapped
           in one program. Rerun to continue a killed sweep; overwrite=true starts it over,
           progress=false hides the bars, other key=value change the sweep's base (or seeds=N)
   report  mean, median and IQM with bootstrap CIs, plots and marl-eval JSON of a sweep directory
@@ -38,12 +41,80 @@ USAGE = """usage: marljax {train,bench,bench-checkpoint,bench-sweep} [CONFIG.yam
 
 examples:
   marljax train
+  marljax train algo=qmix --help
   marljax train algo=ippo env=MPE_simple_spread_v3 total_timesteps=2e6 num_envs=64 num_seeds=4 out_dir=runs/demo
   marljax train env=HeuristicEnemySMAX env_kwargs.scenario=3m recurrent=true
   marljax bench num_envs=1024
   marljax sweep experiments/sharing_ablation.yaml
   marljax report runs/sweeps/sharing_ablation
 """
+
+COMMAND_USAGE = {
+    "sweep": """usage: marljax sweep SWEEP.yaml [key=value ...]
+
+Run every cell of a sweep file with its seeds. Axes over traced hyperparameters (lr, gamma,
+max_grad_norm, ppo.clip_eps, ...) are vmapped with the seeds in one compiled program; other axes
+compile one program each. Rerunning the same command continues a killed sweep.
+
+  overwrite=true    start the sweep over in its out_dir
+  progress=false    hide the progress bars
+  seeds=N           runs per cell
+  out_dir=D         where the results go (default runs/sweeps/<name>)
+  key=value         any other key changes the sweep's base config (marljax train --help lists them)
+
+A sweep file holds: name, base (a config mapping), axes (key -> list of values: the grid), zip
+(key -> list, varied together), seeds, traced (axis keys to vmap; default every traceable one),
+out_dir. See experiments/lr_sweep.yaml.""",
+    "report": """usage: marljax report SWEEP_DIR
+
+Summarise a finished (or partial) sweep: mean, median and IQM with bootstrap confidence
+intervals per cell, the absolute metric, plots and marl-eval JSON, written into SWEEP_DIR.""",
+    "export": """usage: marljax export RUN_DIR POLICY_DIR [seed_index=N]
+
+Write seed N's trained actors (from the newest good checkpoint of RUN_DIR) to POLICY_DIR;
+load them with `marljax.load_policy(POLICY_DIR)`.""",
+}
+CONFIG_COMMANDS = {
+    "train": "Train a team of agents; writes metrics.jsonl, checkpoints, config.yaml and returns.png to out_dir.",
+    "bench": "Measure throughput, FLOPs, MFU, compile time and memory of the config's training; prints a JSON line last.",
+    "bench-checkpoint": "Training time with checkpoints every checkpoint_every updates vs only at the end.",
+    "bench-sweep": "4 learning rates x 8 seeds: one vmapped program vs the same runs one after another.",
+}
+
+
+def config_help(command: str, algo: str) -> str:
+    """`marljax COMMAND --help`: every setting of the core schema and of algo's sections, with
+    its default for that algorithm and its help line, generated from the config's dataclasses."""
+    from marljax.config import algorithm_schema, algorithms, schema_fields
+
+    schema = algorithm_schema(algo)
+    lines = [
+        f"usage: marljax {command} [CONFIG.yaml] [key=value ...]",
+        "",
+        CONFIG_COMMANDS[command],
+        f"Settings of algo={algo} ({schema.summary}), with its defaults; `algo=NAME --help` shows another's.",
+        f"algorithms: {', '.join(algorithms())}",
+        "Nested keys take dots (mesh.data=4, ppo.clip_eps=0.1, env_kwargs.scenario=3m).",
+    ]
+    heading = None
+    for key, field, default in schema_fields(algo):
+        section = key.split(".")[0] if key.split(".")[0] in schema.sections else "core"
+        if section != heading:
+            heading = section
+            doc = "settings every algorithm has" if section == "core" else schema.sections[section].__doc__.strip().splitlines()[0]
+            lines += ["", f"{section}: {re.sub(r'^`[a-z_]+[.][*]`: ', '', doc)}"]
+        shown = "''" if default == "" else str(default).lower() if isinstance(default, bool) else str(default)
+        lines.append(f"  {key:<30} {shown:<21} {field.metadata.get('help', '')}")
+    return "\n".join(lines)
+
+
+def _help_algo(path: str | None, overrides: list[str]) -> str:
+    """The algorithm a help request is about: algo=NAME, else the config file's, else the default."""
+    from marljax.config import parse_overrides, read_yaml_mapping
+
+    values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
+    algo = parse_overrides([a for a in overrides if a.startswith("algo=")]).get("algo", values.get("algo", "ippo"))
+    return str(algo)
 
 
 def _split_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -62,7 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(USAGE)
             return 0
+    if argv[0] in ("--version", "-V", "version"):
+        import jax
+
+        from marljax import __version__
+
+        print(f"marljax {__version__} (jax {jax.__version__})")
+        return 0
     command, rest = argv[0], argv[1:]
+    if "--help" in rest or "-h" in rest:
+        return _command_help(command, [a for a in rest if a not in ("--help", "-h")])
     if command == "export":
         return _export(rest)
     if command == "sweep":
@@ -101,6 +181,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             from marljax.bench import run_checkpoint_bench
 
             run_checkpoint_bench(config)
+    except ConfigError as exc:
+        print(f"marljax: config error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _command_help(command: str, rest: list[str]) -> int:
+    """`marljax COMMAND --help`: the command's usage (for config commands, every setting)."""
+    if command in COMMAND_USAGE:
+        print(COMMAND_USAGE[command])
+        return 0
+    if command not in CONFIG_COMMANDS:
+        print(f"marljax: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        print(config_help(command, _help_algo(*_split_args(rest))))
     except ConfigError as exc:
         print(f"marljax: config error: {exc}", file=sys.stderr)
         return 2

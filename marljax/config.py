@@ -100,8 +100,10 @@ class DistributedConfig:
 
 @dataclasses.dataclass(frozen=True)
 class AsyncConfig:
-    """`async.*`: the actor-learner pipeline of mode=async (marljax/pipeline), for algorithms
-    that support it. Actor threads produce version-stamped rollouts into a bounded host buffer."""
+    """`async.*`: the actor-learner pipeline of mode=async (marljax/pipeline).
+
+    For algorithms that support it: actor threads produce version-stamped rollouts into a bounded
+    host-side buffer that the learner consumes."""
 
     actor_devices: Any = setting(1, "a device count (the first N devices act) or a list of device indices",
                                  resumable=True)  # fmt: skip

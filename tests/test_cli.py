@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from marljax.cli import main
+
 NUM_ENVS, NUM_STEPS, TOTAL, CHUNKS = 4, 8, 256, 2
 
 
@@ -134,3 +136,38 @@ def test_non_finite_loss_stops_the_run_with_a_clear_message(tmp_path):
     # the rows up to and including the bad chunk were written, then the run stopped
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert 1 <= len(rows) <= 4
+
+
+def test_help_is_generated_from_the_schema_for_the_chosen_algorithm(capsys):
+    from marljax.config import algorithm_schema, schema_fields
+
+    for algo in ("ippo", "qmix"):
+        assert main(["train", f"algo={algo}", "--help"]) == 0
+        printed = capsys.readouterr().out
+        keys = [line.split()[0] for line in printed.splitlines() if line.startswith("  ") and line.split()]
+        fields = schema_fields(algo)
+        assert keys == [key for key, _, _ in fields]  # every key of the core and of algo's sections, in order
+        for key, field, default in fields:  # each with its default for this algorithm and its help line
+            line = next(x for x in printed.splitlines() if x.split() and x.split()[0] == key)
+            assert field.metadata["help"] in line, key
+            assert (str(default).lower() if isinstance(default, bool) else str(default) or "''") in line, key
+        assert set(algorithm_schema(algo).sections) == {k.split(".")[0] for k in keys if k.split(".")[0] in
+                                                        algorithm_schema(algo).sections}  # fmt: skip
+    assert main(["train", "algo=qmix", "--help"]) == 0
+    printed = capsys.readouterr().out
+    assert "replay.buffer_size" in printed and "\n  ppo." not in printed and "algo=qmix" in printed
+
+
+@pytest.mark.parametrize("command, words", [("sweep", "SWEEP.yaml"), ("report", "SWEEP_DIR"), ("export", "POLICY_DIR")])
+def test_command_help_prints_usage_instead_of_reading_a_file(command, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main([command, "--help"]) == 0
+    assert f"usage: marljax {command}" in capsys.readouterr().out and words
+    assert list(tmp_path.iterdir()) == []  # nothing was created
+
+
+def test_version(capsys):
+    from marljax import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith(f"marljax {__version__} (jax ")
