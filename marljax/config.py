@@ -367,7 +367,7 @@ def to_flat(tree: Mapping, prefix: str = "") -> dict[str, Any]:
 # ----------------------------------------------------------------------------- reading
 
 
-def _unknown_key(key: str, allowed: typing.Iterable[str], prefix: str = "") -> ConfigError:
+def unknown_key(key: str, allowed: typing.Iterable[str], prefix: str = "") -> ConfigError:
     """ConfigError for field `prefix + key`, with the closest allowed key as a hint."""
     allowed = sorted(allowed)
     close = difflib.get_close_matches(key, allowed, n=1)
@@ -404,7 +404,29 @@ def _misplaced(key: str, algo: str, sections: Mapping[str, type]) -> ConfigError
         takes = ", ".join(f"{s}.*" for s in sections) or "no section"
         return ConfigError(key, f"is {where}; algo={algo} takes {takes}")
     allowed = list(core_keys()) + [f"{s}.{f}" for s, cls in sections.items() for f in _fields(cls)]
-    return _unknown_key(key, allowed)
+    return unknown_key(key, allowed)
+
+
+def check_key(dotted: str, algo: str) -> None:
+    """ConfigError (naming `dotted`) unless `dotted` is a key that algo's config takes."""
+    schema = algorithm_schema(algo)
+    head, _, rest = dotted.partition(".")
+    if head == "env_kwargs" or (head == "distributed" and not rest):
+        return
+    if head in schema.sections or (head in core_keys() and dataclasses.is_dataclass(typing.get_type_hints(Config)[head])):
+        cls = schema.sections.get(head) or typing.get_type_hints(Config)[head]
+        allowed = [k for k, _, _ in _walk(cls, f"{head}.")]
+        if dotted not in allowed:
+            raise unknown_key(dotted, allowed)
+    elif not rest:
+        if head not in core_keys():
+            raise _misplaced(dotted, algo, schema.sections)
+    else:  # a dotted key whose head is not a section of algo
+        homes = [algos for section, dotted_home, algos in _homes(head) if dotted_home == section]
+        if homes:
+            takes = ", ".join(f"{s}.*" for s in schema.sections) or "no section"
+            raise ConfigError(dotted, f"is in section {head}.* of algo={', '.join(homes[0])}; algo={algo} takes {takes}")
+        raise _misplaced(head, algo, schema.sections)
 
 
 def read_yaml_mapping(path: str | Path, field: str, expected: str) -> dict:
@@ -434,7 +456,7 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
         if isinstance(value, bool):
             raise ConfigError(name, f"expected an integer, got {value!r}")
         if isinstance(value, str):
-            value = _parse_scalar(value)
+            value = parse_scalar(value)
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, int):
@@ -442,7 +464,7 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
         raise ConfigError(name, f"expected an integer, got {value!r}")
     if kind is float:
         if isinstance(value, str):
-            value = _parse_scalar(value)
+            value = parse_scalar(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         raise ConfigError(name, f"expected a number, got {value!r}")
@@ -457,7 +479,7 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
     return value
 
 
-def _parse_scalar(text: str) -> Any:
+def parse_scalar(text: str) -> Any:
     """Parse a CLI value: numbers like 2e6 (which YAML reads as a string), else YAML."""
     for cast in (int, float):
         try:
@@ -475,7 +497,7 @@ def _build(cls, values: Mapping[str, Any], prefix: str = ""):
     for key, value in values.items():
         full = f"{prefix}{key}"
         if key not in fields or key == "sections":
-            raise _unknown_key(full, [f"{prefix}{k}" for k in fields if k != "sections"])
+            raise unknown_key(full, [f"{prefix}{k}" for k in fields if k != "sections"])
         hint = hints[key]
         if hint is DistributedConfig and value == "auto":
             value = {"auto": True}
@@ -492,7 +514,7 @@ def _build_config(values: Mapping[str, Any]) -> Config:
     """The Config of a nested mapping: algo's defaults first, the mapping's values over them."""
     algo = _coerce("algo", values.get("algo", _fields(Config)["algo"].default), str)
     schema = algorithm_schema(algo)
-    values = _merge(dict(schema.defaults), values)
+    values = merge(dict(schema.defaults), values)
     core, sections = {}, {}
     for key, value in values.items():
         if key in schema.sections:
@@ -508,7 +530,7 @@ def _build_config(values: Mapping[str, Any]) -> Config:
     return dataclasses.replace(config, sections=built)
 
 
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+def set_dotted(tree: dict, dotted: str, value: Any) -> None:
     parts = dotted.split(".")
     node = tree
     for part in parts[:-1]:
@@ -526,15 +548,15 @@ def parse_overrides(args: typing.Sequence[str]) -> dict:
         if "=" not in arg:
             raise ConfigError(arg, "expected key=value (for example lr=3e-4 or mesh.data=4)")
         key, text = arg.split("=", 1)
-        _set_dotted(tree, key.strip(), _parse_scalar(text.strip()))
+        set_dotted(tree, key.strip(), parse_scalar(text.strip()))
     return tree
 
 
-def _merge(base: dict, over: Mapping) -> dict:
+def merge(base: dict, over: Mapping) -> dict:
     out = dict(base)
     for k, v in over.items():
         if k != "env_kwargs" and isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = _merge(out[k], v)
+            out[k] = merge(out[k], v)
         elif k == "env_kwargs" and isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
             out[k] = {**out[k], **v}
         else:
@@ -545,7 +567,7 @@ def _merge(base: dict, over: Mapping) -> dict:
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
     """Read a YAML file (optional), apply `key=value` overrides, validate, freeze."""
     values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
-    values = _merge(values, parse_overrides(overrides))
+    values = merge(values, parse_overrides(overrides))
     return validate(_build_config(values))
 
 
@@ -560,7 +582,7 @@ def replace(config: Config, **changes: Any) -> Config:
     base = config.to_dict()
     if "algo" in changes and changes["algo"] != config.algo:
         base = {k: v for k, v in base.items() if k not in config.sections}
-    return validate(_build_config(_merge(base, changes)))
+    return validate(_build_config(merge(base, changes)))
 
 
 # ----------------------------------------------------------------------------- validation

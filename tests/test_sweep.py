@@ -36,14 +36,15 @@ def _spec(out: Path | None = None, **extra) -> dict:
 
 
 def test_grid_expansion_and_traced_structural_split():
-    sweep = expand(_spec(zip={"ent_coef": [0.0, 0.01, 0.02], "clip_eps": [0.1, 0.2, 0.3]}))
+    sweep = expand(_spec(zip={"ppo.ent_coef": [0.0, 0.01, 0.02], "ppo.clip_eps": [0.1, 0.2, 0.3]}))
     assert len(sweep.cells) == 2 * 2 * 3
-    assert sweep.traced == ("lr", "ent_coef", "clip_eps") and sweep.structural == ("param_sharing",)
+    assert sweep.traced == ("lr", "ppo.ent_coef", "ppo.clip_eps") and sweep.structural == ("param_sharing",)
     assert [len(p.cells) for p in sweep.programs] == [6, 6]
     assert [p.rows for p in sweep.programs] == [12, 12]
     # zip axes move together: (0.0, 0.1), (0.01, 0.2), (0.02, 0.3), never (0.0, 0.3)
-    pairs = {(c.values["ent_coef"], c.values["clip_eps"]) for c in sweep.cells}
+    pairs = {(c.values["ppo.ent_coef"], c.values["ppo.clip_eps"]) for c in sweep.cells}
     assert pairs == {(0.0, 0.1), (0.01, 0.2), (0.02, 0.3)}
+    assert {(c.config.ppo.ent_coef, c.config.ppo.clip_eps) for c in sweep.cells} == pairs  # the dotted keys reach the section
     for program in sweep.programs:  # a program's cells share every structural value
         assert len({c.config.param_sharing for c in program.cells}) == 1
     cell = sweep.cells[0]
@@ -69,10 +70,13 @@ def test_traced_list_forces_structural_compiles():
         ({"traced": ["param_sharing"]}, "traced.param_sharing", "is structural"),
         ({"traced": ["gamma"]}, "traced.gamma", "is not an axis"),
         ({"zip": {"lr": [1e-3, 2e-3]}}, "zip.lr", "also an axis"),
-        ({"zip": {"gamma": [0.9, 0.99], "ent_coef": [0.0]}}, "zip", "same number of values"),
+        ({"zip": {"gamma": [0.9, 0.99], "ppo.ent_coef": [0.0]}}, "zip", "same number of values"),
         ({"seeds": 0}, "seeds", "positive integer"),
         ({"base": {**TINY, "num_seeds": 4}}, "base.num_seeds", "set by the sweep"),
-        ({"axes": {"num_minibatches": [3]}}, "cell num_minibatches=3: num_minibatches", "must divide num_steps"),
+        ({"axes": {"ppo.num_minibatches": [3]}}, "cell ppo.num_minibatches=3: ppo.num_minibatches", "must divide num_steps"),
+        ({"axes": {"ent_coef": [0.0, 0.1]}}, "axes.ent_coef", "write ppo.ent_coef"),  # a flat key of old
+        ({"axes": {"q.td_lambda": [0.5]}}, "axes.q.td_lambda", "section q.* of algo=pqn_vdn"),  # another algo's section
+        ({"base": {"replay": {"tau": 0.1}}}, "base.replay.tau", "algo=ippo takes ppo.*"),
         ({"axes": {"param_sharing": ["shared", "everything"]}}, "cell param_sharing=everything: param_sharing", "allowed"),
     ],
 )

@@ -18,7 +18,7 @@ import numpy as np
 
 from marljax.config import Config, replace
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
-from marljax.train.loop import chunk_sizes
+from marljax.train.chunks import chunk_sizes, run_chunks
 from marljax.train.wiring import prepare
 from marljax.sweeps.runner import row_hparams
 from marljax.sweeps.spec import expand
@@ -41,11 +41,10 @@ def _timed_run(config: Config, keys: jax.Array, hparams=None) -> tuple[float, fl
     compiled = compile_chunks(fns, state, schedule)
     jax.block_until_ready(state)
     t1 = time.perf_counter()
-    for n in schedule:
-        state, metrics = compiled[n](state)
-        metrics = jax.device_get(metrics)  # as the host loop does after every chunk
+    chunk_metrics = []
+    state, _ = run_chunks(compiled, state, schedule, lambda _s, metrics, _n, _w: chunk_metrics.append(metrics))
     params = jax.device_get(state.learner.params)
-    ep = metrics["episodes"]
+    ep = chunk_metrics[-1]["episodes"]
     returns = ep.return_sum.sum(axis=(1, 2)) / np.maximum(ep.count.sum(axis=1), 1) / ep.return_sum.shape[-1]
     return t1 - t0, time.perf_counter() - t1, params, returns
 

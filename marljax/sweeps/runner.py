@@ -39,7 +39,7 @@ import numpy as np
 import yaml
 
 from marljax.train.checkpoint import Checkpointer, abstract_like
-from marljax.config import ConfigError, dump_yaml
+from marljax.config import ConfigError, dump_yaml, traced_keys
 from marljax.train.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
 from marljax.files import write_text_atomic
 from marljax.train.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, write_jsonl_atomic
@@ -48,7 +48,7 @@ from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.sweeps.results import METRICS, ResultsStore, load
-from marljax.train.loop import checkpoint_due, chunk_sizes
+from marljax.train.chunks import ChunkBudget, checkpoint_due, chunk_sizes, run_chunks
 from marljax.train.wiring import prepare
 from marljax.sweeps.spec import Program, Sweep, located
 from marljax.types import HParams
@@ -146,7 +146,7 @@ def run_sweep(
     store = ResultsStore(sweep.out_dir / "results", _coords(sweep)) if primary else None
     done = _done(sweep.out_dir)
     bar = _bar(progress, len(sweep.cells) * sweep.seeds, sum(len(p.cells) * sweep.seeds for p in sweep.programs if p.name in done))
-    ran, skipped, budget = [], [], [max_chunks]
+    ran, skipped, budget = [], [], ChunkBudget(max_chunks)
     try:
         for program, (env, mesh, trainer) in zip(sweep.programs, prepared):
             if program.name in done:
@@ -204,11 +204,11 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
         hparams = jax.device_put(row_hparams(program, S), hp_sharding)
         state = state.replace(learner=state.learner.replace(hparams=hparams))
         best = jax.tree.map(lambda x: x.copy(), state.learner.params)  # a copy: the chunk donates the state
-        return {"state": state, "best_params": best, "best_score": jax.device_put(jnp.full(program.rows, -jnp.inf), hp_sharding.lr)}
+        return {"state": state, "best_params": best, "best_score": jax.device_put(jnp.full(program.rows, -jnp.inf), hp_sharding["lr"])}
 
     target = abstract_like(
         {"state": fns.shapes, "best_params": fns.shapes.learner.params, "best_score": jax.ShapeDtypeStruct((program.rows,), jnp.float32)},
-        {"state": fns.shardings, "best_params": fns.shardings.learner.params, "best_score": hp_sharding.lr},
+        {"state": fns.shardings, "best_params": fns.shardings.learner.params, "best_score": hp_sharding["lr"]},
     )  # fmt: skip
     checkpointer = Checkpointer(sweep.out_dir / "programs" / str(program.index) / "checkpoints", config.keep_checkpoints, log)
     try:
@@ -232,32 +232,30 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
             f"{time.perf_counter() - t0:.1f}s"
         )
         bar = _bar(progress, config.num_updates, start, leave=False, desc=program.name[:40])
-        update, saved = start, start
+        update, saved, k = start, start, done_chunks
+
+        def on_chunk(state, metrics: dict, n: int, wall: float) -> None:
+            nonlocal update, saved, k, run
+            update += n
+            result = evaluate(state.learner.params, eval_keys(config.seed, seed_index, update))
+            score = jnp.mean(result.returns, axis=1)  # [R]
+            best_params, best_score = keep_best(run["best_params"], run["best_score"], state.learner.params, score)
+            run = {"state": state, "best_params": best_params, "best_score": best_score}
+            result = host_values(result)  # a collective on a multi-host run: every process gathers
+            if store is not None:
+                _record(sweep, program, store, writers, metrics, result, k, update, n, wall, env)
+            k += 1
+            if checkpoint_due(config, update, saved):
+                checkpointer.save(update, run, {"config": config.to_dict(), "program": program.name})
+                saved = update
+            if bar is not None:
+                bar.update(n)
+
         try:
-            for k, n in enumerate(todo, start=done_chunks):
-                if budget[0] is not None:
-                    if budget[0] <= 0:
-                        checkpointer.wait()
-                        return False
-                    budget[0] -= 1
-                t = time.perf_counter()
-                state, metrics = compiled[n](run["state"])
-                metrics = host_values(metrics)
-                wall = time.perf_counter() - t
-                update += n
-                result = evaluate(state.learner.params, eval_keys(config.seed, seed_index, update))
-                score = jnp.mean(result.returns, axis=1)  # [R]
-                best_params, best_score = keep_best(run["best_params"], run["best_score"], state.learner.params, score)
-                run = {"state": state, "best_params": best_params, "best_score": best_score}
-                result = host_values(result)  # a collective on a multi-host run: every process gathers
-                if store is not None:
-                    _record(sweep, program, store, writers, metrics, result, k, update, n, wall, env)
-                if checkpoint_due(config, update, saved):
-                    checkpointer.save(update, run, {"config": config.to_dict(), "program": program.name})
-                    saved = update
-                if bar is not None:
-                    bar.update(n)
+            _, finished = run_chunks(compiled, run["state"], todo, on_chunk, budget)
             checkpointer.wait()
+            if not finished:
+                return False
         finally:
             for w in writers or ():
                 w.close()

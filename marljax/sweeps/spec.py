@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from marljax.config import (
-    Config, ConfigError, _merge, _parse_scalar, _set_dotted, _unknown_key, from_dict, read_yaml_mapping, to_flat,
+    Config, ConfigError, check_key, merge, parse_scalar, set_dotted, unknown_key, from_dict, read_yaml_mapping, to_flat,
     traced_keys,
 )  # fmt: skip
 
@@ -96,9 +96,14 @@ def _axis_values(sweep: Sweep, key: str) -> list:
     return seen
 
 
-def _check_key(where: str, key: str) -> None:
-    """Keys the sweep sets itself may not appear in base or axes; every other key is checked
-    with each cell's config (a key of an algorithm's section is valid where that algorithm runs)."""
+def _check_key(where: str, key: str, algos: Sequence[str]) -> None:
+    """Axis and base keys: config keys (dotted for sections) of every algorithm the sweep runs,
+    except the ones the sweep sets itself."""
+    for algo in algos:
+        try:
+            check_key(key, str(algo))
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.{exc.field}", str(exc)[len(exc.field) + 2 :]) from None
     if key in SET_BY_SWEEP:
         raise ConfigError(f"{where}.{key}", f"is set by the sweep (seeds, out_dir); remove it from {where}")
 
@@ -108,7 +113,7 @@ def _values_list(where: str, values: Any) -> list:
         raise ConfigError(where, f"expected a list of values, got {values!r}")
     if not values:
         raise ConfigError(where, "is empty; give at least one value")
-    values = [_parse_scalar(v) if isinstance(v, str) else v for v in values]  # 1e-4 is a string to YAML
+    values = [parse_scalar(v) if isinstance(v, str) else v for v in values]  # 1e-4 is a string to YAML
     dupes = sorted({repr(v) for v in values if values.count(v) > 1})
     if dupes:
         raise ConfigError(where, f"repeats {', '.join(dupes)}; every value must be distinct")
@@ -124,10 +129,10 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
             raise ConfigError(arg, "expected key=value (for example seeds=4 or total_timesteps=2e5)")
         key, text = (s.strip() for s in arg.split("=", 1))
         if key in ("seeds", "out_dir", "name"):
-            spec[key] = _parse_scalar(text)
+            spec[key] = parse_scalar(text)
         else:
             base = dict(spec.get("base") or {})
-            _set_dotted(base, key, _parse_scalar(text))
+            set_dotted(base, key, parse_scalar(text))
             spec["base"] = base
     return expand(spec)
 
@@ -136,13 +141,11 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
     """Check a sweep mapping and expand it into cells and programs."""
     for key in spec:
         if key not in SWEEP_KEYS:
-            raise _unknown_key(str(key), SWEEP_KEYS, prefix="sweep.")
+            raise unknown_key(str(key), SWEEP_KEYS, prefix="sweep.")
     base = spec.get("base") or {}
     if not isinstance(base, Mapping):
         raise ConfigError("base", "expected a mapping of config keys to values")
     base_flat = to_flat(base)
-    for key in base_flat:
-        _check_key("base", key)
     axes = spec.get("axes") or {}
     zipped = spec.get("zip") or {}
     for where, table in (("axes", axes), ("zip", zipped)):
@@ -152,9 +155,12 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
         raise ConfigError("axes", "a sweep needs at least one axis (axes or zip)")
     grid = {k: _values_list(f"axes.{k}", v) for k, v in axes.items()}
     zip_values = {k: _values_list(f"zip.{k}", v) for k, v in zipped.items()}
+    algos = grid.get("algo") or zip_values.get("algo") or [base_flat.get("algo", "ippo")]  # the algorithms it runs
+    for key in base_flat:
+        _check_key("base", key, algos)
     for where, table in (("axes", grid), ("zip", zip_values)):
         for key in table:
-            _check_key(where, key)
+            _check_key(where, key, algos)
             if key in base_flat:
                 raise ConfigError(
                     f"{where}.{key}", f"is also set in base ({base_flat[key]!r}); a key is either fixed in base or swept"
@@ -231,9 +237,9 @@ def located(where: str):
 def _cell_config(base: Mapping, values: Mapping, seeds: int, where: str, fit_mesh: bool = True) -> Config:
     """base + values with `seeds` seeds. `fit_mesh`: a cell run alone has only `seeds` rows for the
     program's mesh.seed devices to split, so mesh.seed shrinks to a divisor of `seeds`."""
-    tree: dict = _merge({}, base)
+    tree: dict = merge({}, base)
     for key, value in values.items():
-        _set_dotted(tree, key, value)
+        set_dotted(tree, key, value)
     tree.update(num_seeds=seeds, progress=False)
     mesh = dict(tree.get("mesh") or {})
     if fit_mesh and isinstance(mesh.get("seed"), int) and mesh["seed"] > 0:

@@ -24,6 +24,7 @@ from marljax.train.metrics import JsonlWriter, chunk_row, first_non_finite, plot
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
+from marljax.train.chunks import ChunkBudget, checkpoint_due, chunk_sizes, run_chunks
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare
 from marljax.types import TrainState
 
@@ -43,11 +44,6 @@ class RunResult(NamedTuple):
 def default_out_dir(config: Config) -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return str(Path("runs") / f"{config.algo}_{config.env.replace(':', '.')}_{stamp}")
-
-
-def chunk_sizes(num_updates: int, per_chunk: int) -> list[int]:
-    full, rest = divmod(num_updates, per_chunk)
-    return [per_chunk] * full + ([rest] if rest else [])
 
 
 def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | None = None) -> RunResult:
@@ -156,13 +152,8 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
     out_dir = Path(config.out_dir)
     chunks = _ChunkLog(config, env, checkpointer, rows, start, out_dir / "metrics.jsonl", evaluator)
     try:
-        for i, n in enumerate(schedule):
-            if max_chunks is not None and i >= max_chunks:
-                break
-            t = time.perf_counter()
-            state, metrics = compiled[n](state)
-            metrics = host_values(metrics)  # waits for the chunk to finish
-            chunks.record(metrics, n, time.perf_counter() - t, state, state.learner.params)
+        record = lambda state, metrics, n, wall: chunks.record(metrics, n, wall, state, state.learner.params)  # noqa: E731
+        state, _ = run_chunks(compiled, state, schedule, record, ChunkBudget(max_chunks))
         checkpointer.wait()
     finally:
         chunks.close()
@@ -170,11 +161,6 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
         plot_returns(rows, out_dir / "returns.png", f"{config.algo} on {config.env}, {config.num_seeds} seed(s)")
     log(summary(rows))
     return RunResult(state, rows, out_dir, compile_s, chunks.saved_at)
-
-
-def checkpoint_due(config: Config, update: int, saved: int) -> bool:
-    """A checkpoint is due at the last update, and `checkpoint_every` updates after the last one saved."""
-    return update == config.num_updates or bool(config.checkpoint_every and update - saved >= config.checkpoint_every)
 
 
 class _ChunkLog:
