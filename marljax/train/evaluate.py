@@ -44,11 +44,13 @@ def eval_keys(seed: int, seed_index: Array, evaluation: int) -> Array:
     return jax.vmap(lambda k: jax.random.fold_in(k, evaluation))(per_seed)
 
 
-def make_evaluator(trainer, episodes: int, greedy: bool = True, max_steps: int = 10_000) -> Callable:
+def make_evaluator(trainer, episodes: int, greedy: bool = True, max_steps: int = 10_000, act: Callable | None = None) -> Callable:
     """(params with leaves [R, ...], keys [R, 2]) -> EvalResult; jitted.
 
-    `max_steps` caps an episode that never ends (its partial return is counted).
+    `max_steps` caps an episode that never ends (its partial return is counted). `act` replaces
+    the trainer's policy (same signature as `Trainer.act`), e.g. a `baseline_act` reference policy.
     """
+    act = trainer.act if act is None else act
     env, config = trainer.env, trainer.config
     groups = env.groups
     E = episodes
@@ -68,7 +70,7 @@ def make_evaluator(trainer, episodes: int, greedy: bool = True, max_steps: int =
             obs, state, reset, hidden, ret, length, finished, won, t, key = c
             key, k_act, k_env = jax.random.split(key, 3)
             masks = jax.vmap(env.action_mask)(state)
-            actions, hidden = trainer.act(params, obs, reset, hidden, masks, k_act, greedy)
+            actions, hidden = act(params, obs, reset, hidden, masks, k_act, greedy)
             res = jax.vmap(env.step)(jax.random.split(k_env, E), state, actions)
             team = sum(jnp.sum(res.reward[g.name], axis=1) for g in groups) / env.num_agents  # [E]
             live = ~finished
@@ -82,6 +84,35 @@ def make_evaluator(trainer, episodes: int, greedy: bool = True, max_steps: int =
         return EvalResult(out[4], out[5], out[7])
 
     return jax.jit(jax.vmap(one_row))
+
+
+BASELINES = ("noop", "random")
+
+
+def baseline_act(env, kind: str) -> Callable:
+    """A reference policy with `Trainer.act`'s signature that ignores its parameters: `noop`
+    always takes action 0 (MPE's no-op), `random` a uniformly random available action. Played
+    by `make_evaluator(..., act=baseline_act(env, kind))` on the same keys as the trained policy,
+    it meets the same episodes: the fair yardstick for a learning claim."""
+    if kind not in BASELINES:
+        raise ValueError(f"kind must be one of {BASELINES}, got {kind!r}")
+    bad = [g.name for g in env.groups if not g.discrete]
+    if bad:
+        raise ValueError(f"baseline policies take discrete actions; groups with Box actions: {', '.join(bad)}")
+
+    def act(params, obs, reset, hidden, mask, key, greedy=True):
+        del params, reset, greedy
+        out = {}
+        for gi, g in enumerate(env.groups):
+            lead = obs[g.name].shape[:2]  # [E, A_g]
+            if kind == "noop":
+                out[g.name] = jnp.zeros(lead, jnp.int32)
+            else:
+                m = mask.get(g.name, jnp.ones(lead + (g.action_dim,), bool))
+                out[g.name] = jax.random.categorical(jax.random.fold_in(key, gi), jnp.where(m, 0.0, -jnp.inf))
+        return out, hidden
+
+    return act
 
 
 @jax.jit
