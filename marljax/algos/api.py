@@ -25,37 +25,44 @@ Array = jax.Array
 
 
 class CostPiece(NamedTuple):
-    """An unscanned piece of one update, for FLOP counting: XLA counts a scan's body once, so the
-    bench compiles `fn(*args)` alone and multiplies its FLOPs by `trips` per update."""
+    """An unscanned piece of one update, for FLOP counting. XLA's cost analysis counts a scan's
+    body once, whatever its trip count, so the bench compiles `fn(*args)` alone (args may be
+    `jax.ShapeDtypeStruct`s) and multiplies its FLOPs by `trips`."""
 
-    name: str  # e.g. "rollout step", "gradient step"
+    name: str  # what it is, e.g. "rollout step", "gradient step"
+    part: str  # "rollout" (acting in the environments) or "learn" (everything after)
     fn: Callable
     args: tuple
-    trips: int  # times it runs in one update (per seed)
+    trips: int  # times it runs in one update of one seed
 
 
 @dataclasses.dataclass(frozen=True)
 class Trainer:
     """The pure pieces of one algorithm for one env (shapes per seed; vmap over seeds).
 
-    `layout` (marljax.parallel.layouts) said which mesh axes the pieces run under."""
+    `layout` (marljax.parallel.layouts) said which mesh axes the pieces run under; `train` runs
+    unsharded only."""
 
     config: Config
     env: Any  # EnvAdapter
-    networks: Mapping[str, Any]  # group -> flax module
+    networks: Mapping[str, Any]  # group -> flax module; `act` reads params[group] of these groups only
     init: Callable  # key [2] -> TrainState
-    init_learner: Callable  # key [2] -> LearnerState (the parameters init(key) makes; no env touched)
+    init_learner: Callable  # key [2] -> LearnerState: the learner `init(key)` makes (no env touched)
     update: Callable  # TrainState -> (TrainState, metrics): one rollout and its learning
     run_updates: Callable  # (TrainState, n) -> (TrainState, metrics [n]): n updates in one lax.scan
     train: Callable  # key -> (TrainState, metrics): init plus every update (PureJaxRL's train(rng))
-    act: Callable  # (params, obs, reset, hidden, mask, key, greedy) -> (actions, hidden): evaluation, export
-    cost_pieces: Callable  # TrainState (one seed) -> list[CostPiece]
+    # (params, obs, reset, hidden, mask, key, greedy) -> (actions, hidden), every group on a batch of
+    # B envs (obs: group -> [B, A_g, ...]): evaluation and policy export
+    act: Callable
+    cost_pieces: Callable  # TrainState of one seed (arrays or shapes) -> list[CostPiece] of one update
 
 
 @dataclasses.dataclass(frozen=True)
 class AsyncTrainer(Trainer):
-    """A trainer whose update splits into acting and learning (mode=async, marljax/pipeline)."""
+    """A trainer whose update splits into acting and learning (mode=async, marljax/pipeline):
+    `update` is `collect` with the learner's parameters, then `learn` on that trajectory."""
 
+    init_actors: Callable  # key [2] -> ActorState: the actors `init(key)` makes
     collect: Callable  # (acting params, ActorState, key) -> (ActorState, Trajectory): one rollout
     learn: Callable  # (LearnerState, Trajectory, key) -> (LearnerState, metrics): one update on it
     policy_step: Callable  # (params, obs, reset, hidden, key) -> group -> (action, logp, value, hidden): host envs

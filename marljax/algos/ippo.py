@@ -1,39 +1,35 @@
-"""IPPO (independent PPO), feed-forward or recurrent, as pure functions.
+"""IPPO (independent PPO), feed-forward or recurrent: PPO's loss, advantages and update.
 
-`make_train(config, env)` returns a `Trainer` whose pieces are pure and jittable:
+`make_train(config, env)` returns an `api.AsyncTrainer` (see `marljax.algos.api`): one update is
+`collect` (a rollout of `num_steps` on every environment, `marljax.algos.acting`) with the
+learner's parameters, then `learn` (GAE, then `ppo.update_epochs` x `ppo.num_minibatches`
+gradient steps, `marljax.algos.learning`).
 
-* `init(key) -> TrainState` for one seed (vmap it over seeds);
-* `update(state) -> (state, metrics)`: one rollout of `num_steps` on every
-  environment, GAE, then `update_epochs` x `num_minibatches` gradient steps;
-* `run_updates(state, n)`: `n` updates in one `lax.scan` (the jitted chunk);
-* `train(key)`: init plus every update, PureJaxRL's `train(rng)` contract.
-
-Device-independence. `layout` (see `marljax.parallel.layouts`) says which mesh
-axes split the environments and, with `param_sharing=independent`, the agents.
-Every random draw that concerns one environment comes from a key split per
-*global* environment index, and a minibatch takes `num_steps / num_minibatches`
-time steps of *every* environment (a per-environment shuffle), so batches never
-cross a device boundary and a run gives the same numbers, to float tolerance, on
-1 or 8 devices, whatever the mesh. Each update gathers the agents' parameters
-into the acting layout for the rollout, and swaps the trajectories to the
-agent-major learning layout for the gradient steps.
+Device-independence. `layout` (see `marljax.parallel.layouts`) says which mesh axes split the
+environments and, with `param_sharing=independent`, the agents. Every random draw that concerns
+one environment comes from a key split per *global* environment index, and a minibatch takes
+`num_steps / num_minibatches` time steps of *every* environment (a per-environment shuffle), so
+batches never cross a device boundary and a run gives the same numbers, to float tolerance, on
+1 or 8 devices, whatever the mesh. Each update gathers the agents' parameters into the acting
+layout for the rollout, and swaps the trajectories to the agent-major learning layout for the
+gradient steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 
-from marljax.nn import ops
-from marljax.algos.api import AlgorithmSpec, EpochSchedule, hparams_from_config
+from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, group_keys, uses_cnn
+from marljax.algos.api import AlgorithmSpec, AsyncTrainer, CostPiece, EpochSchedule, hparams_from_config
+from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate, loop
 from marljax.config import AlgorithmSchema, Config, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
+from marljax.nn import ops
 from marljax.nn.networks import ActorCritic, RecurrentActorCritic
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
@@ -52,46 +48,6 @@ class PPOConfig(EpochSchedule):
     vf_coef: float = setting(0.5, "value loss coefficient", minimum=0.0, traced=True)
 
 
-class Trainer(NamedTuple):
-    config: Config
-    env: EnvAdapter
-    networks: dict  # group -> flax module
-    init: Callable[[Array], TrainState]
-    update: Callable[[TrainState], tuple[TrainState, dict]]
-    run_updates: Callable[[TrainState, int], tuple[TrainState, dict]]
-    train: Callable[[Array], tuple[TrainState, dict]]
-    act: Callable  # (params, obs, reset, hidden, mask, key) -> (actions, hidden) for evaluation
-    policy: Callable  # (group_params, group, obs [B, A_g, ...], mask, hidden, reset) -> (dist, value, hidden)
-    rollout_step: Callable  # (params, (actors, stats), key) -> ((actors, stats), batch): one env step
-    minibatch_step: Callable  # (params, opt_state, minibatch, hparams, lr) -> ((params, opt_state), aux)
-    collect: Callable  # (acting params, actors, key) -> (actors, Trajectory): one rollout, acting layout
-    init_learner: Callable  # key -> LearnerState (the parameters `init(key)` makes)
-    policy_step: Callable  # (params, obs, reset, hidden, key) -> group -> (action, logp, value, hidden)
-    learn: Callable  # (learner, Trajectory, key) -> (learner, metrics): one update on that rollout
-
-
-def _flat(x: Array, k: int) -> Array:
-    """Merge the first k axes into one."""
-    return x.reshape((-1,) + x.shape[k:])
-
-
-def _agent_ids(group: AgentGroup, lead: tuple[int, ...], enabled: bool) -> Array | None:
-    """One-hot agent ids [prod(lead) * A_g, A_g] in the order of a flattened [*lead, A_g] batch."""
-    if not enabled or group.size == 1:
-        return None
-    eye = jnp.eye(group.size, dtype=jnp.float32)
-    return jnp.broadcast_to(eye, lead + eye.shape).reshape(-1, group.size)
-
-
-def _local_keys(key: Array, n_global: int, n_local: int, axes: str | tuple[str, ...] | None) -> Array:
-    """This shard's slice of `split(key, n_global)`: one key per global environment index."""
-    keys = jax.random.split(key, n_global)
-    if axes is None or n_local == n_global:
-        return keys
-    start = jax.lax.axis_index(axes) * n_local
-    return jax.lax.dynamic_slice_in_dim(keys, start, n_local)
-
-
 class CentralCritic(NamedTuple):
     """A critic that replaces each group's own value head (MAPPO; see algos/mappo.py)."""
 
@@ -102,22 +58,8 @@ class CentralCritic(NamedTuple):
 CRITIC_KEY = "__critic__"  # params[CRITIC_KEY] holds a central critic's parameters
 
 
-def track_episodes(env: EnvAdapter, actors: ActorState, stats: EpisodeStats, res, hidden: dict) -> tuple[ActorState, EpisodeStats]:
-    """After one vmapped env step `res` of E environments: count the episodes that ended (their
-    return, length and whether they were won) and move the actors on to the next step."""
-    reward_all = jnp.concatenate([res.reward[g.name] for g in env.groups], axis=1)  # [E, N]
-    ep_return, ep_length = actors.ep_return + reward_all, actors.ep_length + 1
-    stats = stats.add(ep_return, ep_length, res.episode_done, jax.vmap(env.won)(res.reward, res.episode_done))
-    actors = actors.replace(
-        env_state=res.state, obs=res.obs, reset=res.done, hidden=hidden,
-        ep_return=jnp.where(res.episode_done[:, None], 0.0, ep_return),
-        ep_length=jnp.where(res.episode_done, 0, ep_length),
-    )  # fmt: skip
-    return actors, stats
-
-
 def make_network(config: Config, group: AgentGroup, critic: bool = True) -> nn.Module:
-    cnn = config.torso == "cnn" or (config.torso == "auto" and len(group.obs_shape) == 3)
+    cnn = uses_cnn(config, group)
     if config.recurrent:
         return RecurrentActorCritic(
             group.discrete, group.action_dim, config.hidden_size, config.gru_hidden_size, config.activation, cnn, critic
@@ -134,7 +76,7 @@ def make_train(
     layout: Layout = Layout(),
     critic: CentralCritic | None = None,
     correction: str = "none",
-) -> Trainer:
+) -> AsyncTrainer:
     """Build IPPO's pure pieces for `env`; `layout` names the mesh axes it runs under (none: one device).
 
     With `critic`, every group's value comes from that central critic on the global state
@@ -150,50 +92,21 @@ def make_train(
     if correction not in CORRECTIONS:
         raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
     groups = env.groups
-    nets = {g.name: make_network(config, g, critic=critic is None) for g in groups}
+    nets = GroupNetworks.of(config, {g.name: make_network(config, g, critic=critic is None) for g in groups})
     rnn = config.recurrent
-    independent = config.param_sharing == "independent"
-    T, E, M = config.num_steps, config.num_envs, config.ppo.num_minibatches
-    L = config.ppo.minibatch_steps(config)
-    E_act = E // layout.num_env_shards  # environments per device while acting
-    E_learn = E // layout.num_data  # ... and while learning (agent-major: a device's agents only)
+    vec = VecEnv(env, config.num_envs, layout)
+    batches = Minibatches.of(config, config.ppo, layout)
+    T, E_act = config.num_steps, vec.local  # E_act: environments per device while acting
     split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
-    if split and not independent:
+    if split and not nets.independent:
         raise ValueError("an agent-parallel layout needs param_sharing=independent")
-    adam = optax.scale_by_adam(eps=1e-5)
-    num_updates = max(config.num_updates, 1)
 
     # ------------------------------------------------------------------ acting
     def policy(params, g: AgentGroup, obs, mask, hidden=None, reset=None):
-        """Apply group g's network(s) to obs [B, A_g, *obs] -> (dist over [B*A_g], value [B*A_g], hidden).
-
-        params leaves carry a leading parameter-set axis: 1 (shared by the group's agents, who
-        get a one-hot id) or A_g (`independent`: one network per agent, vmapped over agents).
-        """
-        net = nets[g.name]
-        if not independent:
-            p = jax.tree.map(lambda x: x[0], params)
-            ids = _agent_ids(g, obs.shape[:1], config.agent_id)
-            x = _flat(obs, 2)
-            m = None if mask is None else _flat(mask, 2)
-            if rnn:
-                h, dist, value = net.apply(p, _flat(hidden, 2), x, _flat(reset, 2), ids, m)
-                return dist, value, h.reshape(hidden.shape)
-            dist, value = net.apply(p, x, ids, m)
-            return dist, value, None
-
-        def one_agent(p, o, m, h, r):  # o [B, *obs]: one agent's slice
-            if rnn:
-                h, dist, value = net.apply(p, h, o, r, None, m)
-                return dist, value, h
-            dist, value = net.apply(p, o, None, m)
-            return dist, value, None
-
-        axes = lambda x: None if x is None else 1  # noqa: E731
-        dist, value, h = jax.vmap(one_agent, in_axes=(0, 1, axes(mask), axes(hidden), axes(reset)), out_axes=1)(
-            params, obs, mask, hidden, reset
-        )  # leaves [B, A_g, ...]
-        return jax.tree.map(lambda v: _flat(v, 2), dist), _flat(value, 2), h
+        """Group g's network(s) (`GroupNetworks`) on obs [B, A_g, *obs]
+        -> (dist over [B*A_g], value [B*A_g], hidden [B, A_g, H] | None)."""
+        (dist, value), h = nets.apply(params, g, obs, hidden, reset, mask)
+        return jax.tree.map(lambda v: flat(v, 2), dist), flat(value, 2), h
 
     all_ids = jnp.eye(env.num_agents, dtype=jnp.float32)
 
@@ -214,114 +127,100 @@ def make_train(
         """Sample one action per agent with one key per environment: keys [E]."""
         dist_e = jax.tree.map(lambda v: v.reshape(lead + v.shape[1:]), dist)
         actions = jax.vmap(lambda d, k: d.sample(k))(dist_e, key)
-        logp = dist.log_prob(_flat(actions, 2))
+        logp = dist.log_prob(flat(actions, 2))
         return actions, logp.reshape(lead)
 
     def act(params, obs, reset, hidden, mask, key, greedy: bool = False):
         """Actions for every group on a batch of envs (obs: group -> [B, A_g, ...])."""
-        out, new_hidden = {}, {}
-        keys = jax.random.split(key, obs[groups[0].name].shape[0])
-        for gi, g in enumerate(groups):
-            dist, _, h = policy(
-                params[g.name], g, obs[g.name], mask.get(g.name), hidden.get(g.name), reset.get(g.name)
-            )
+
+        def choose(g: AgentGroup, keys: Array):
+            lead = obs[g.name].shape[:2]
+            dist, _, h = policy(params[g.name], g, obs[g.name], mask.get(g.name), hidden.get(g.name), reset.get(g.name))
             if greedy:
-                out[g.name] = dist.mode().reshape(obs[g.name].shape[:2] + dist.mode().shape[1:])
-            else:
-                out[g.name], _ = sample(dist, jax.vmap(jax.random.fold_in, (0, None))(keys, gi), obs[g.name].shape[:2])
-            if h is not None:
-                new_hidden[g.name] = h
-        return out, new_hidden
+                return dist.mode().reshape(lead + dist.mode().shape[1:]), h
+            return sample(dist, keys, lead)[0], h
+
+        return act_by_group(groups, jax.random.split(key, obs[groups[0].name].shape[0]), choose)
 
     def policy_step(params, obs, reset, hidden, key):
         """One acting step for a host-side rollout (every group, E envs; no masks, no central critic).
 
         obs: group -> [E, A_g, ...]; returns group -> (action [E, A_g(, d)], logp [E, A_g],
-        value [E, A_g], hidden [E, A_g, H] or None). Keys per env, as in `rollout_step`.
+        value [E, A_g], hidden [E, A_g, H] or None). Keys per env, as in the rollout.
         """
         n_env = obs[groups[0].name].shape[0]
         keys = jax.random.split(key, n_env)
         out = {}
         for gi, g in enumerate(groups):
             dist, value, h = evaluate(params, g, obs[g.name], None, hidden.get(g.name), reset.get(g.name), None)
-            action, logp = sample(dist, jax.vmap(jax.random.fold_in, (0, None))(keys, gi), (n_env, g.size))
+            action, logp = sample(dist, group_keys(keys, gi), (n_env, g.size))
             out[g.name] = (action, logp, value.reshape(n_env, g.size), h)
         return out
 
     # -------------------------------------------------------------------- init
-    def init_group_params(key: Array, g: AgentGroup):
-        """Parameters of group g with a leading parameter-set axis: [1, ...] or [A_g, ...]."""
-        n_agents = 1 if independent else g.size
-        obs = jnp.zeros((n_agents,) + g.obs_shape, jnp.float32)
-        mask = jnp.ones((n_agents, g.action_dim), bool) if g.discrete else None
-        ids = None if independent else _agent_ids(g, (1,), config.agent_id)
-
-        def one(k):
-            if rnn:
-                h = jnp.zeros((n_agents, config.gru_hidden_size))
-                return nets[g.name].init(k, h, obs, jnp.zeros(n_agents, bool), ids, mask)
-            return nets[g.name].init(k, obs, ids, mask)
-
-        n_sets = g.size if independent else 1
-        return jax.vmap(one)(jax.random.split(key, n_sets))
-
-    def init_learner(key: Array) -> LearnerState:
-        """The learner's half of `init(key)` (same parameters): no environment is touched."""
-        k_net, _, k_run = jax.random.split(key, 3)
-        params = {g.name: init_group_params(jax.random.fold_in(k_net, gi), g) for gi, g in enumerate(groups)}
+    def init_params(key: Array) -> dict:
+        """Every group's parameter sets (leaves [1 or A_g, ...]) and the central critic's."""
+        params = {}
+        for gi, g in enumerate(groups):
+            mask = jnp.ones((g.action_dim,), bool) if g.discrete else None
+            params[g.name] = nets.init(jax.random.split(jax.random.fold_in(key, gi), nets.num_sets(g)), g, mask)
         if critic is not None:
-            params[CRITIC_KEY] = critic.init(jax.random.fold_in(k_net, len(groups)))
-        return LearnerState(params, adam.init(params), hparams_from_config(config), k_run, jnp.int32(0))
+            params[CRITIC_KEY] = critic.init(jax.random.fold_in(key, len(groups)))
+        return params
+
+    def learner_init(key: Array) -> LearnerState:
+        return init_learner(config, key, init_params)
+
+    def init_actors(key: Array) -> ActorState:
+        return vec.init_actors(init_keys(key).env, nets.gru_size)
 
     def init(key: Array) -> TrainState:
-        _, k_env, _ = jax.random.split(key, 3)
-        obs, env_state = jax.vmap(env.reset)(jax.random.split(k_env, E))
-        actors = ActorState(
-            env_state=env_state,
-            obs=obs,
-            reset={g.name: jnp.ones((E, g.size), bool) for g in groups},
-            hidden={g.name: jnp.zeros((E, g.size, config.gru_hidden_size)) for g in groups} if rnn else {},
-            ep_return=jnp.zeros((E, env.num_agents), jnp.float32),
-            ep_length=jnp.zeros((E,), jnp.int32),
-        )
-        return TrainState(init_learner(key), actors)
+        return TrainState(learner_init(key), init_actors(key))
 
     # ----------------------------------------------------------------- rollout
-    def rollout_step(params, carry: tuple[ActorState, EpisodeStats], key_t: Array):
-        """One env step of every local environment (the body of the rollout scan).
+    def step_policy(params):
+        """The rollout's per-step policy (`acting.StepPolicy`) with `params` in the acting layout;
+        it records each group's step as a GroupBatch's fields (leaves [E, A_g, ...])."""
 
-        Returns ((actors, stats), batch) with batch: group -> GroupBatch of leaves [E, A_g, ...].
-        """
-        actors, stats = carry
-        k_act, k_env = jax.random.split(key_t)
-        act_keys = _local_keys(k_act, E, E_act, layout.env_axes)
-        env_keys = _local_keys(k_env, E, E_act, layout.env_axes)
+        def choose(actors: ActorState, masks: dict, keys: Array):
+            world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]
+            actions, batch, hidden = {}, {}, {}
+            for gi, g in enumerate(groups):
+                mask = masks.get(g.name) if g.has_mask else None
+                obs, hidden_g, reset = actors.obs[g.name], actors.hidden.get(g.name), actors.reset[g.name]
+                dist, value, h = evaluate(params, g, obs, mask, hidden_g, reset, world)
+                actions[g.name], logp = sample(dist, group_keys(keys, gi), (E_act, g.size))
+                batch[g.name] = dict(
+                    obs=obs, action=actions[g.name], logp=logp, value=value.reshape(E_act, g.size), mask=mask,
+                    reset=reset if rnn else None, hidden=hidden_g if rnn else None, world=world,
+                )  # fmt: skip
+                if rnn:
+                    hidden[g.name] = h
+            return actions, hidden, batch
+
+        return choose
+
+    def record(batch: dict, res) -> dict:
+        """group -> GroupBatch of one step: what the policy saw and did, the reward and done."""
+        return {g.name: GroupBatch(**batch[g.name], reward=res.reward[g.name], done=res.done[g.name]) for g in groups}
+
+    def rollout_step(params, actors: ActorState, key: Array):
+        """One env step of every local environment, episodes counted from zero (a cost piece)."""
+        return vec.step(step_policy(params), record, (actors, EpisodeStats.zero(env.num_agents)), key)
+
+    def collect(params, actors: ActorState, key: Array) -> tuple[ActorState, Trajectory]:
+        """One rollout of num_steps on every local env with `params` in the acting layout."""
+        actors, stats, batch = vec.rollout(step_policy(params), record, actors, key, T)
         masks = jax.vmap(env.action_mask)(actors.env_state)
-        world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]
-        actions, batch, hidden = {}, {}, {}
-        for gi, g in enumerate(groups):
-            mask = masks.get(g.name) if g.has_mask else None
-            dist, value, h = evaluate(params, g, actors.obs[g.name], mask, actors.hidden.get(g.name), actors.reset[g.name], world)
-            keys_g = jax.vmap(jax.random.fold_in, (0, None))(act_keys, gi)
-            actions[g.name], logp = sample(dist, keys_g, (E_act, g.size))
-            batch[g.name] = dict(
-                obs=actors.obs[g.name], action=actions[g.name], logp=logp,
-                value=value.reshape(E_act, g.size), mask=mask,
-                reset=actors.reset[g.name] if rnn else None,
-                hidden=actors.hidden[g.name] if rnn else None, world=world,
+        world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)
+        last_value = {}
+        for g in groups:  # bootstrap: the value of the observation after the last step
+            _, v, _ = evaluate(
+                params, g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
+                actors.hidden.get(g.name), actors.reset[g.name], world,
             )  # fmt: skip
-            if rnn:
-                hidden[g.name] = h
-        res = jax.vmap(env.step)(env_keys, actors.env_state, actions)
-        for g in groups:
-            batch[g.name].update(reward=res.reward[g.name], done=res.done[g.name])
-        actors, stats = track_episodes(env, actors, stats, res, hidden)
-        return (actors, stats), {g: GroupBatch(**b) for g, b in batch.items()}
-
-    def rollout(params, actors: ActorState, key: Array):
-        zero = EpisodeStats.zero(env.num_agents)
-        (actors, stats), traj = jax.lax.scan(partial(rollout_step, params), (actors, zero), jax.random.split(key, T))
-        return actors, stats, traj
+            last_value[g.name] = v.reshape(E_act, g.size)
+        return actors, Trajectory(batch, last_value, stats)
 
     # ------------------------------------------------------------------ update
     def evaluate_seq(params, g: AgentGroup, b: GroupBatch):
@@ -336,7 +235,7 @@ def make_train(
                 return h, (dist, value)
 
             _, (dist, value) = jax.lax.scan(rnn_step, b.hidden[0], (b.obs, b.reset, b.mask, b.world))
-            return jax.tree.map(lambda v: _flat(v, 2), dist), _flat(value, 2)
+            return jax.tree.map(lambda v: flat(v, 2), dist), flat(value, 2)
         merge = lambda x: None if x is None else x.reshape((-1,) + x.shape[2:])  # noqa: E731
         dist, value, _ = evaluate(params, g, merge(b.obs), merge(b.mask), None, None, merge(b.world), True)
         return dist, value
@@ -346,11 +245,11 @@ def make_train(
         for g in groups:
             b, adv, target, weight = minibatch[g.name]  # leaves [L, E_learn, A, ...] (A: this device's agents)
             dist, value = evaluate_seq(params, g, b)
-            logp = dist.log_prob(_flat(b.action, 3))
+            logp = dist.log_prob(flat(b.action, 3))
             loss = ops.ppo_loss(
-                logp, _flat(b.logp, 3), dist.entropy(), value, _flat(b.value, 3),
-                ops.normalize(_flat(adv, 3), layout.env_axes), _flat(target, 3),
-                hp["ppo.clip_eps"], hp["ppo.vf_coef"], hp["ppo.ent_coef"], None if weight is None else _flat(weight, 3),
+                logp, flat(b.logp, 3), dist.entropy(), value, flat(b.value, 3),
+                ops.normalize(flat(adv, 3), layout.env_axes), flat(target, 3),
+                hp["ppo.clip_eps"], hp["ppo.vf_coef"], hp["ppo.ent_coef"], None if weight is None else flat(weight, 3),
             )  # fmt: skip
             total = total + loss.total
             parts.append(loss)
@@ -362,37 +261,8 @@ def make_train(
     def minibatch_step(params, opt_state, minibatch, hp: HParams, lr: Array):
         """One gradient step on one minibatch (group -> (GroupBatch, adv, target, weight|None), leaves [L, E, A_g, ...])."""
         (_, parts), grads = grad_fn(params, minibatch, hp)
-        grads, grad_norm = layout.reduce_grads(grads, split)
-        params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, hp["max_grad_norm"])
+        params, opt_state, grad_norm = descend(layout, split, params, opt_state, grads, lr, hp)
         return (params, opt_state), (parts, grad_norm)
-
-    def shuffle_minibatches(data, key: Array):
-        """Per-environment shuffle of time (FF) or of whole L-step chunks (recurrent).
-
-        Returns leaves shaped [M, L, E_learn, ...]; minibatch m holds L steps of every env.
-        """
-        keys = _local_keys(key, E, E_learn, layout.data_axis)
-        env_idx = jnp.arange(E_learn)
-        if rnn:
-            perm = jax.vmap(lambda k: jax.random.permutation(k, M))(keys)  # [E_learn, M]
-            idx = (perm.T[:, None, :], jnp.arange(L)[None, :, None], env_idx[None, None, :])
-            return jax.tree.map(lambda x: x.reshape((M, L) + x.shape[1:])[idx], data)
-        perm = jax.vmap(lambda k: jax.random.permutation(k, T))(keys)  # [E_learn, T]
-        return jax.tree.map(lambda x: x[perm.T, env_idx[None, :]].reshape((M, L) + x.shape[1:]), data)
-
-    def collect(params, actors: ActorState, key: Array) -> tuple[ActorState, Trajectory]:
-        """One rollout of num_steps on every local env with `params` in the acting layout."""
-        actors, stats, batch = rollout(params, actors, key)
-        masks = jax.vmap(env.action_mask)(actors.env_state)
-        world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)
-        last_value = {}
-        for g in groups:  # bootstrap: the value of the observation after the last step
-            _, v, _ = evaluate(
-                params, g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
-                actors.hidden.get(g.name), actors.reset[g.name], world,
-            )  # fmt: skip
-            last_value[g.name] = v.reshape(E_act, g.size)
-        return actors, Trajectory(batch, last_value, stats)
 
     def advantages(params, b: GroupBatch, last_value: Array, g: AgentGroup, hp: HParams):
         """(batch, advantages, value targets, importance weight or None), learning layout, [T, E, A]."""
@@ -401,7 +271,7 @@ def make_train(
             return b, adv, target, None
         dist, value = evaluate_seq(params, g, b)  # the proximal policy: the learner now
         shape = b.reward.shape
-        prox_logp = jax.lax.stop_gradient(dist.log_prob(_flat(b.action, 3)).reshape(shape))
+        prox_logp = jax.lax.stop_gradient(dist.log_prob(flat(b.action, 3)).reshape(shape))
         weight = jnp.minimum(1.0, jnp.exp(prox_logp - b.logp))  # truncated importance weight pi_prox / mu
         prox_value = jax.lax.stop_gradient(value.reshape(shape))
         b = b._replace(logp=prox_logp, value=prox_value)
@@ -424,15 +294,11 @@ def make_train(
             b, last_value = per_agent[g.name]
             data[g.name] = advantages(learner.params, b._replace(world=world_traj), last_value[0], g, hp)
 
-        # clamped at 0, so updates past the budget (a benchmark, a resumed run) never flip its sign
-        lr = ops.linear_schedule(hp["lr"], learner.update, num_updates, config.anneal_lr)
-
-        def epoch(carry, key_e):
-            step = lambda c, minibatch: minibatch_step(*c, minibatch, hp, lr)  # noqa: E731
-            return jax.lax.scan(step, carry, shuffle_minibatches(data, key_e))
-
-        (params, opt_state), (parts, grad_norm) = jax.lax.scan(
-            epoch, (learner.params, learner.opt_state), jax.random.split(k_epochs, config.ppo.update_epochs)
+        lr = learning_rate(config, learner)
+        step = lambda c, minibatch: minibatch_step(*c, minibatch, hp, lr)  # noqa: E731
+        # recurrent: whole runs of L steps, each replayed from the GRU state stored at its start
+        (params, opt_state), (parts, grad_norm) = batches.run(
+            step, (learner.params, learner.opt_state), k_epochs, lambda k: batches.shuffle(data, k, runs=rnn)
         )
         # one collective for all metrics: loss means are averaged, episode counts summed
         parts, stats = ops.psum_tree(
@@ -459,18 +325,37 @@ def make_train(
         learner, metrics = learn(state.learner.replace(key=key), traj, k_epochs)
         return TrainState(learner, actors), metrics
 
-    def run_updates(state: TrainState, n: int) -> tuple[TrainState, dict]:
-        return jax.lax.scan(lambda s, _: update(s), state, None, length=n)
+    # ------------------------------------------------------------------- FLOPs
+    def cost_pieces(state: TrainState) -> list[CostPiece]:
+        """(a) one rollout step (masks, every group's forward pass, sampling, env.step, episode
+        stats) x num_steps; (b) one gradient step (value-and-grad of the PPO loss on one
+        minibatch, clipping, Adam) x update_epochs * num_minibatches. The minibatch is shaped as
+        one time step of L * E environments: the same rows and FLOPs, and a recurrent network's
+        scan has one trip, so its body counts for every row. Not counted: GAE, the shuffle and
+        the bootstrap value after the last step. Run it on an unsharded trainer."""
+        params, opt_state, actors = state.learner.params, state.learner.opt_state, state.actors
+        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+        _, step_batch = jax.eval_shape(rollout_step, params, actors, key)  # group -> GroupBatch [E, A_g, ...]
+        rows = lambda x: jax.ShapeDtypeStruct((1, batches.steps * x.shape[0]) + x.shape[1:], x.dtype)  # noqa: E731
+        minibatch = {g: (jax.tree.map(rows, b), rows(b.value), rows(b.value), None) for g, b in step_batch.items()}
+        hp = hparams_from_config(config)
 
-    def train(key: Array) -> tuple[TrainState, dict]:
-        if layout.num_env_shards != 1:
-            raise ValueError("train(key) runs unsharded; use marljax.train.loop for a device mesh")
-        return run_updates(init(key), config.num_updates)
+        def gradient_step(params, opt_state, minibatch, lr):
+            return minibatch_step(params, opt_state, minibatch, hp, lr)
 
-    return Trainer(
-        config, env, nets, init, update, run_updates, train, act, policy, rollout_step, minibatch_step, collect,
-        init_learner, policy_step, learn,
-    )
+        lr = jax.ShapeDtypeStruct((), jnp.float32)
+        return [
+            CostPiece("rollout step", "rollout", rollout_step, (params, actors, key), T),
+            CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, lr),
+                      batches.epochs * batches.num_minibatches),
+        ]  # fmt: skip
+
+    run = loop(config, layout, init, update)
+    return AsyncTrainer(
+        config=config, env=env, networks=nets.nets, init=init, init_learner=learner_init, update=update,
+        run_updates=run.run_updates, train=run.train, act=act, cost_pieces=cost_pieces,
+        init_actors=init_actors, collect=collect, learn=learn, policy_step=policy_step,
+    )  # fmt: skip
 
 
 SPEC = AlgorithmSpec(

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos import ippo
-from marljax.algos.api import AlgorithmSpec
+from marljax.algos.api import AlgorithmSpec, AsyncTrainer
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn.networks import Critic
@@ -53,7 +53,7 @@ def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:
     return ippo.CentralCritic(init, value)
 
 
-def make_train(config: Config, env: EnvAdapter, **kwargs) -> ippo.Trainer:
+def make_train(config: Config, env: EnvAdapter, **kwargs) -> AsyncTrainer:
     """MAPPO's pure pieces: IPPO's `make_train` with the central critic plugged in."""
     return ippo.make_train(config, env, critic=central_critic(config, env), **kwargs)
 

@@ -6,11 +6,11 @@ Q(lambda) targets for the team value Q_tot = sum_i Q_i(o_i, a_i) from the curren
 then `update_epochs` x `num_minibatches` gradient steps on 0.5 (Q_tot - G)^2. The team
 reward is the sum of the agents' rewards, so that it matches the sum of their values.
 
-The pieces share IPPO's state types, layouts and host loop: `make_train` returns an
-`ippo.Trainer` whose PPO-only fields are None. Minibatches take `num_steps/num_minibatches`
-time steps of every environment (feed-forward: a per-environment shuffle keyed by global env
-index; recurrent: consecutive runs replayed from the GRU state recorded at their start, as
-IPPO's recurrent minibatches), so the numbers do not depend on `mesh.data`.
+`make_train` returns an `api.Trainer`; acting is `marljax.algos.q_acting`'s, the loop's pieces
+are `marljax.algos.learning`'s. Minibatches take `num_steps/num_minibatches` time steps of every
+environment (feed-forward: a per-environment shuffle keyed by global env index; recurrent:
+consecutive runs replayed from the GRU state recorded at their start, as IPPO's recurrent
+minibatches), so the numbers do not depend on `mesh.data`.
 
 With `param_sharing=independent` and `mesh.agent` = K, each device learns the Q-networks of
 A_g/K agents, as IPPO does (`parallel/layouts.py`): acting gathers every network, the targets
@@ -26,16 +26,15 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import optax
 
-from marljax.nn import ops
-from marljax.algos.api import AlgorithmSpec, EpochSchedule, hparams_from_config
-from marljax.algos.ippo import Trainer, _local_keys
+from marljax.algos.api import AlgorithmSpec, CostPiece, EpochSchedule, Trainer, hparams_from_config
+from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate, loop
 from marljax.algos.q_acting import QConfig, make_q_acting, through_final
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
+from marljax.nn import ops
 from marljax.parallel.layouts import Layout
-from marljax.types import LearnerState, TrainState
+from marljax.types import HParams, LearnerState, TrainState
 
 Array = jax.Array
 
@@ -49,23 +48,17 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     del correction  # on-policy rollouts on device only
     groups = env.groups
     q = make_q_acting(config, env, layout)
-    T, E, M = config.num_steps, config.num_envs, config.pqn.num_minibatches
-    rnn = config.recurrent
-    L = config.pqn.minibatch_steps(config)
-    E_learn = E // layout.num_data  # environments per device while learning (all of its data shard's)
+    T, rnn = config.num_steps, config.recurrent
+    batches = Minibatches.of(config, config.pqn, layout)
+    M, L = batches.num_minibatches, batches.steps
     K = layout.num_agent
     split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
-    adam = optax.scale_by_adam(eps=1e-5)
-    num_updates = max(config.num_updates, 1)
 
-    def init_learner(key: Array) -> LearnerState:
-        k_net, _, k_run = jax.random.split(key, 3)
-        params = q.init_params(k_net)
-        return LearnerState(params, adam.init(params), hparams_from_config(config), k_run, jnp.int32(0))
+    def learner_init(key: Array) -> LearnerState:
+        return init_learner(config, key, q.init_params)
 
     def init(key: Array) -> TrainState:
-        _, k_env, _ = jax.random.split(key, 3)
-        return TrainState(init_learner(key), q.init_actors(k_env))
+        return TrainState(learner_init(key), q.init_actors(init_keys(key).env))
 
     def group_q(params, g, batch) -> Array:
         """Group g's values on time-major data [L, B, A_g, ...] -> [L, B, A_g, n]."""
@@ -91,12 +84,11 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def minibatch_step(carry, minibatch, lr, max_grad_norm):
+    def minibatch_step(carry, minibatch, lr: Array, hp: HParams):
         params, opt_state = carry
         batch, target = minibatch
         (_, (loss, q_mean)), grads = grad_fn(params, batch, target)
-        grads, grad_norm = layout.reduce_grads(grads, split)
-        params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, max_grad_norm)
+        params, opt_state, grad_norm = descend(layout, split, params, opt_state, grads, lr, hp)
         return (params, opt_state), (loss, q_mean, grad_norm)
 
     def shuffle(data, key):
@@ -111,10 +103,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             batch = {**batch, "hidden": jax.tree.map(lambda h: h[:, 0], batch["hidden"])}  # [M, E_learn, A, H]
             order = jax.random.permutation(key, M)
             return jax.tree.map(lambda x: x[order], (batch, target))
-        keys = _local_keys(key, E, E_learn, layout.data_axis)
-        perm = jax.vmap(lambda k: jax.random.permutation(k, T))(keys)  # [E_learn, T]
-        env_idx = jnp.arange(E_learn)
-        return jax.tree.map(lambda x: x[perm.T, env_idx[None, :]].reshape((M, L) + x.shape[1:]), data)
+        return batches.shuffle(data, key)
 
     def update(state: TrainState):
         learner = state.learner
@@ -135,15 +124,11 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         fields = ("obs", "action", "reset", "hidden") if rnn else ("obs", "action")
         per_agent, target = layout.to_learning({k: traj[k] for k in fields}, jax.lax.stop_gradient(target))
 
-        lr = ops.linear_schedule(learner.hparams["lr"], learner.update, num_updates, config.anneal_lr)
+        lr = learning_rate(config, learner)
         data = ({"reset": {}, "hidden": {}, **per_agent}, target)
-
-        def epoch(carry, key_e):
-            step = lambda c, mb: minibatch_step(c, mb, lr, learner.hparams["max_grad_norm"])  # noqa: E731
-            return jax.lax.scan(step, carry, shuffle(data, key_e))
-
-        (params, opt_state), (loss, q_mean, grad_norm) = jax.lax.scan(
-            epoch, (learner.params, learner.opt_state), jax.random.split(k_epochs, config.pqn.update_epochs)
+        step = lambda c, mb: minibatch_step(c, mb, lr, learner.hparams)  # noqa: E731
+        (params, opt_state), (loss, q_mean, grad_norm) = batches.run(
+            step, (learner.params, learner.opt_state), k_epochs, lambda k: shuffle(data, k)
         )
         n = layout.num_env_shards
         (loss, q_mean), stats = ops.psum_tree(((jnp.mean(loss) / n, jnp.mean(q_mean) / n), stats), layout.env_axes)
@@ -152,17 +137,49 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         learner = learner.replace(params=params, opt_state=opt_state, key=key, update=learner.update + 1)
         return TrainState(learner, actors), metrics
 
-    def run_updates(state: TrainState, n: int):
-        return jax.lax.scan(lambda s, _: update(s), state, None, length=n)
+    def cost_pieces(state: TrainState) -> list[CostPiece]:
+        """(a) one rollout step (masks, every group's Q-values, epsilon-greedy choice, env.step,
+        episode stats) x num_steps; (b) the targets' pass: the team's max over the T + 1 steps'
+        values, x 1; (c) one gradient step on one minibatch x update_epochs * num_minibatches.
+        (b) and (c) are shaped as one time step of (T + 1) * E and L * E environments, each
+        with its own GRU state: the same rows and FLOPs, and a recurrent network's scan has one
+        trip, so its body counts for every row. Not counted: the Q(lambda) returns and the
+        shuffle. Run it on an unsharded trainer."""
+        params, opt_state, actors = state.learner.params, state.learner.opt_state, state.actors
+        key, scalar = jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct((), jnp.float32)
+        _, step = jax.eval_shape(q.rollout_step, params, scalar, actors, key)  # leaves [E, ...]
 
-    def train(key: Array):
-        if layout.num_env_shards != 1:
-            raise ValueError("train(key) runs unsharded; use marljax.train.loop for a device mesh")
-        return run_updates(init(key), config.num_updates)
+        def rows(n: int, tree):  # [E, ...] -> [1, n * E, ...]
+            return jax.tree.map(lambda x: jax.ShapeDtypeStruct((1, n * x.shape[0]) + x.shape[1:], x.dtype), tree)
 
+        def states(n: int, tree):  # [E, A, H] -> [n * E, A, H]: a GRU state per row
+            return jax.tree.map(lambda x: jax.ShapeDtypeStruct((n * x.shape[0],) + x.shape[1:], x.dtype), tree)
+
+        def batch(n: int, fields: tuple[str, ...]) -> dict:
+            b = {k: rows(n, step[k]) for k in fields}
+            b["reset"] = rows(n, step["reset"]) if rnn else {}
+            b["hidden"] = states(n, step["hidden"]) if rnn else {}
+            return b
+
+        everything = batch(T + 1, ("obs", "mask"))
+        minibatch = (batch(L, ("obs", "action")), jax.ShapeDtypeStruct((1, L * step["done"].shape[0]), jnp.float32))
+        hp = hparams_from_config(config)
+
+        def gradient_step(params, opt_state, minibatch, lr):
+            return minibatch_step((params, opt_state), minibatch, lr, hp)
+
+        return [
+            CostPiece("rollout step", "rollout", q.rollout_step, (params, scalar, actors, key), T),
+            CostPiece("target pass", "learn", team_max, (params, everything), 1),
+            CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, scalar),
+                      batches.epochs * M),
+        ]  # fmt: skip
+
+    run = loop(config, layout, init, update)
     return Trainer(
-        config, env, q.nets, init, update, run_updates, train, q.act, None, None, None, None, init_learner, None, None,
-    )
+        config=config, env=env, networks=q.nets, init=init, init_learner=learner_init, update=update,
+        run_updates=run.run_updates, train=run.train, act=q.act, cost_pieces=cost_pieces,
+    )  # fmt: skip
 
 
 SPEC = AlgorithmSpec(

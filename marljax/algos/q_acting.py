@@ -1,12 +1,12 @@
-"""What the Q-learning family shares: Q-networks per group, epsilon-greedy acting, the rollout.
+"""The Q-learning family's acting: Q-networks per group, epsilon-greedy choice, the rollout.
 
 `make_q_acting(config, env, layout)` returns the pieces that PQN-VDN (algos/pqn_vdn.py) and
-the replay-based IQL / VDN / QMIX (algos/qlearning.py) build on. Discrete actions only;
-action masks are honoured both when acting and in every max over actions.
+the replay-based IQL / VDN / QMIX (algos/qlearning.py) build on, from `marljax.algos.acting`.
+Discrete actions only; action masks are honoured both when acting and in every max over actions.
 
-* Parameters per group carry a leading parameter-set axis, as in IPPO: 1 (shared by the
-  group's agents, told apart by a one-hot id; `param_sharing=per_role` makes one group per
-  role) or A_g (`param_sharing=independent`: one network per agent, vmapped over agents).
+* Parameters per group carry a leading parameter-set axis, as in IPPO (`acting.GroupNetworks`):
+  1 (shared by the group's agents, told apart by a one-hot id; `param_sharing=per_role` makes
+  one group per role) or A_g (`param_sharing=independent`: one network per agent).
 * `recurrent=true`: a GRU Q-network whose hidden state rides in `ActorState.hidden` and
   resets where an observation starts a new episode; `unroll` replays a stored sequence from
   the hidden state recorded at its start.
@@ -15,13 +15,12 @@ action masks are honoured both when acting and in every max over actions.
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from marljax.algos.ippo import _agent_ids, _flat, _local_keys, track_episodes
+from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, uses_cnn
 from marljax.config import Config, ConfigError, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn.networks import QNetwork, RecurrentQNetwork
@@ -51,14 +50,16 @@ class QActing(NamedTuple):
     # (params, group, obs [B, A_g, ...], hidden [B, A_g, H] | None, reset [B, A_g] | None)
     #   -> (q [B, A_g, n_actions], hidden' | None): one time step
     q_values: Callable
-    # (params, group, obs [T, B, A_g, ...], reset [T, B, A_g], hidden0 [B, A_g, H] | None)
-    #   -> q [T, B, A_g, n_actions]: whole sequences, time-major (the GRU starts from hidden0)
+    # (params, group, obs [T, B, A_g, ...], reset [T, B, A_g], hidden0 [B, A_g, H] | None, full=False)
+    #   -> q [T, B, A_g, n_actions]: whole sequences, time-major (the GRU starts from hidden0;
+    #   full: its scan unrolled, so that XLA's cost analysis counts every step)
     unroll: Callable
     epsilon: Callable  # update [] -> epsilon []
     act: Callable  # evaluation: (params, obs, reset, hidden, mask, key, greedy) -> (actions, hidden)
     init_params: Callable  # key -> group -> params with leaves [1 or A_g, ...]
     init_actors: Callable  # key -> ActorState of num_envs environments
     rollout: Callable  # (params, eps, actors, key) -> (actors, EpisodeStats, traj [T, E_local, ...], final)
+    rollout_step: Callable  # (params, eps, actors, key) -> ((actors, stats), one step of traj): a cost piece
 
 
 def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool = False) -> QActing:
@@ -67,49 +68,32 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
     bad = [g.name for g in groups if not g.discrete]
     if bad:
         raise ConfigError("algo", f"{config.algo} needs discrete actions; groups with Box actions: {', '.join(bad)}")
-    rnn, independent, H = config.recurrent, config.param_sharing == "independent", config.gru_hidden_size
-    if layout.agent_parallel and not independent:
-        raise ConfigError("mesh.agent", "splits per-agent Q-networks: it needs param_sharing=independent")
-    cnn = lambda g: config.torso == "cnn" or (config.torso == "auto" and len(g.obs_shape) == 3)  # noqa: E731
-    nets = {
-        g.name: RecurrentQNetwork(g.action_dim, config.hidden_size, H, config.activation, cnn(g)) if rnn
-        else QNetwork(g.action_dim, config.hidden_size, config.num_layers, config.activation, cnn(g))
+    rnn, H = config.recurrent, config.gru_hidden_size
+    nets = GroupNetworks.of(config, {
+        g.name: RecurrentQNetwork(g.action_dim, config.hidden_size, H, config.activation, uses_cnn(config, g)) if rnn
+        else QNetwork(g.action_dim, config.hidden_size, config.num_layers, config.activation, uses_cnn(config, g))
         for g in groups
-    }  # fmt: skip
-    T, E = config.num_steps, config.num_envs
-    E_local = E // layout.num_env_shards
-    decay_updates = max(config.q.eps_decay_steps / (T * E), 1e-9)  # epsilon falls over this many updates
-
-    def apply(net, p, obs, ids, hidden, reset):
-        """One network on a flat batch: obs [B, ...] -> (q [B, n], hidden' [B, H] | None)."""
-        if rnn:
-            h, q = net.apply(p, hidden, obs, reset, ids)
-            return q, h
-        return net.apply(p, obs, ids), None
+    })  # fmt: skip
+    if layout.agent_parallel and not nets.independent:
+        raise ConfigError("mesh.agent", "splits per-agent Q-networks: it needs param_sharing=independent")
+    T = config.num_steps
+    vec = VecEnv(env, config.num_envs, layout)
+    decay_updates = max(config.q.eps_decay_steps / (T * config.num_envs), 1e-9)  # epsilon falls over this many updates
 
     def q_values(params, g: AgentGroup, obs: Array, hidden: Array | None = None, reset: Array | None = None):
-        net, lead = nets[g.name], obs.shape[:2]
-        if not independent:
-            p = jax.tree.map(lambda x: x[0], params[g.name])
-            ids = _agent_ids(g, obs.shape[:1], config.agent_id)
-            flat = lambda x: None if x is None else _flat(x, 2)  # noqa: E731
-            q, h = apply(net, p, _flat(obs, 2), ids, flat(hidden), flat(reset))
-            return q.reshape(lead + (g.action_dim,)), None if h is None else h.reshape(lead + h.shape[1:])
-        axis = lambda x: None if x is None else 1  # noqa: E731 - the agent axis of [B, A_g, ...]
-        one_agent = lambda p, o, h, r: apply(net, p, o, None, h, r)  # noqa: E731
-        return jax.vmap(one_agent, in_axes=(0, 1, axis(hidden), axis(reset)), out_axes=1)(params[g.name], obs, hidden, reset)
+        return nets.apply(params[g.name], g, obs, hidden, reset)
 
-    def unroll(params, g: AgentGroup, obs: Array, reset: Array | None, hidden0: Array | None) -> Array:
+    def unroll(params, g: AgentGroup, obs: Array, reset: Array | None, hidden0: Array | None, full: bool = False):
         """Time-major sequences: obs [T, B, A_g, ...], reset [T, B, A_g] -> q [T, B, A_g, n]."""
         if not rnn:  # every step on its own: one flat batch
-            q, _ = q_values(params, g, _flat(obs, 2))
+            q, _ = q_values(params, g, flat(obs, 2))
             return q.reshape(obs.shape[:3] + q.shape[2:])
 
         def step(h, x):
             q, h = q_values(params, g, x[0], h, x[1])
             return h, q
 
-        return jax.lax.scan(step, hidden0, (obs, reset))[1]
+        return jax.lax.scan(step, hidden0, (obs, reset), unroll=True if full else 1)[1]
 
     def epsilon(update: Array) -> Array:
         frac = jnp.minimum(update.astype(jnp.float32) / decay_updates, 1.0)
@@ -126,74 +110,66 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
 
         return jax.vmap(one_env)(q, mask, key)
 
+    def act_groups(params, obs: dict, reset: dict, hidden: dict, mask: dict, keys: Array, eps):
+        """epsilon-greedy actions of every group on B envs with keys [B, 2] -> (actions, hidden')."""
+
+        def choose_group(g: AgentGroup, keys_g: Array):
+            q, h = q_values(params, g, obs[g.name], hidden.get(g.name), reset.get(g.name) if rnn else None)
+            m = mask[g.name] if g.name in mask else jnp.ones(q.shape, bool)
+            return choose(q, m, keys_g, eps), h
+
+        return act_by_group(groups, keys, choose_group)
+
     def act(params, obs, reset, hidden, mask, key, greedy: bool = False):
         keys = jax.random.split(key, obs[groups[0].name].shape[0])
-        out, new_hidden = {}, {}
-        for gi, g in enumerate(groups):
-            q, h = q_values(params, g, obs[g.name], hidden.get(g.name), reset.get(g.name) if rnn else None)
-            m = mask.get(g.name, jnp.ones(q.shape, bool))
-            out[g.name] = choose(q, m, jax.vmap(jax.random.fold_in, (0, None))(keys, gi), 0.0 if greedy else config.q.eps_finish)
-            if rnn:
-                new_hidden[g.name] = h
-        return out, new_hidden
+        return act_groups(params, obs, reset, hidden, mask, keys, 0.0 if greedy else config.q.eps_finish)
 
     def init_params(key: Array) -> dict:
         params = {}
         for gi, g in enumerate(groups):
-            n = 1 if independent else g.size  # the batch one set of parameters sees at init
-            obs = jnp.zeros((n,) + g.obs_shape, jnp.float32)
-            ids = None if independent else _agent_ids(g, (1,), config.agent_id)
-            if rnn:
-                init = lambda k, g=g, obs=obs, ids=ids, n=n: nets[g.name].init(k, jnp.zeros((n, H)), obs, jnp.zeros(n, bool), ids)  # noqa: E731
-            else:
-                init = lambda k, g=g, obs=obs, ids=ids: nets[g.name].init(k, obs, ids)  # noqa: E731
             k = jax.random.fold_in(key, gi)
-            keys = jax.random.split(k, g.size) if independent else k[None]
-            params[g.name] = jax.vmap(init)(keys)  # leaves [1 or A_g, ...]
+            keys = jax.random.split(k, g.size) if nets.independent else k[None]  # one set: the group's key itself
+            params[g.name] = nets.init(keys, g)  # leaves [1 or A_g, ...]
         return params
 
     def init_actors(key: Array) -> ActorState:
-        obs, env_state = jax.vmap(env.reset)(jax.random.split(key, E))
-        return ActorState(
-            env_state=env_state, obs=obs, reset={g.name: jnp.ones((E, g.size), bool) for g in groups},
-            hidden={g.name: jnp.zeros((E, g.size, H)) for g in groups} if rnn else {},
-            ep_return=jnp.zeros((E, env.num_agents), jnp.float32), ep_length=jnp.zeros((E,), jnp.int32),
-        )  # fmt: skip
+        return vec.init_actors(key, nets.gru_size)
 
-    def step(params, eps, carry, key_t):
-        actors, stats = carry
-        k_act, k_env = jax.random.split(key_t)
-        act_keys = _local_keys(k_act, E, E_local, layout.env_axes)
-        env_keys = _local_keys(k_env, E, E_local, layout.env_axes)
-        masks = jax.vmap(env.action_mask)(actors.env_state)
-        actions, hidden = {}, {}
-        for gi, g in enumerate(groups):
-            q, h = q_values(params, g, actors.obs[g.name], actors.hidden.get(g.name), actors.reset[g.name] if rnn else None)
-            actions[g.name] = choose(q, masks[g.name], jax.vmap(jax.random.fold_in, (0, None))(act_keys, gi), eps)
-            if rnn:
-                hidden[g.name] = h
-        res = jax.vmap(env.step)(env_keys, actors.env_state, actions)
+    def step_policy(params, eps):
+        def policy(actors: ActorState, masks: dict, keys: Array):
+            actions, hidden = act_groups(params, actors.obs, actors.reset, actors.hidden, masks, keys, eps)
+            return actions, hidden, (actors, masks, actions)
+
+        return policy
+
+    def record(before, res) -> dict:
+        """One step of the trajectory (see `rollout`)."""
+        actors, masks, actions = before
         reward_all = jnp.concatenate([res.reward[g.name] for g in groups], axis=1)  # [E, N]
-        record = dict(obs=actors.obs, action=actions, mask=masks, reward=reward_all, done=res.episode_done, reset=actors.reset)
+        entry = dict(
+            obs=actors.obs, action=actions, mask=masks, reward=reward_all, done=res.episode_done, reset=actors.reset
+        )
         if world:
-            record["world"] = jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]
+            entry["world"] = jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]
         if rnn:
-            record["hidden"] = actors.hidden  # the GRU's state before this step's observation
-        return track_episodes(env, actors, stats, res, hidden), record
+            entry["hidden"] = actors.hidden  # the GRU's state before this step's observation
+        return entry
+
+    def rollout_step(params, eps, actors: ActorState, key: Array):
+        return vec.step(step_policy(params, eps), record, (actors, EpisodeStats.zero(env.num_agents)), key)
 
     def rollout(params, eps, actors: ActorState, key: Array):
         """num_steps of epsilon-greedy acting. traj leaves [T, E_local, ...] (reward [T, E, N] per
         agent, done [T, E], reset: the observation starts an episode, hidden: the GRU's state
         before the step, when recurrent); `final` holds what follows
         the last step (obs, mask, reset, world)."""
-        zero = EpisodeStats.zero(env.num_agents)
-        (actors, stats), traj = jax.lax.scan(partial(step, params, eps), (actors, zero), jax.random.split(key, T))
+        actors, stats, traj = vec.rollout(step_policy(params, eps), record, actors, key, T)
         final = dict(obs=actors.obs, mask=jax.vmap(env.action_mask)(actors.env_state), reset=actors.reset)
         if world:
             final["world"] = jax.vmap(env.world_state)(actors.env_state, actors.obs)
         return actors, stats, traj, final
 
-    return QActing(nets, q_values, unroll, epsilon, act, init_params, init_actors, rollout)
+    return QActing(nets.nets, q_values, unroll, epsilon, act, init_params, init_actors, rollout, rollout_step)
 
 
 def through_final(traj: dict, final: dict) -> dict:

@@ -29,20 +29,18 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import struct
 
-from marljax.nn import ops
-
 from marljax.algos import replay
-from marljax.algos.api import AlgorithmSpec, hparams_from_config
-from marljax.algos.ippo import Trainer
-from marljax.algos.q_acting import QConfig, make_q_acting, through_final
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
-from marljax.envs.adapter import EnvAdapter
+from marljax.algos.api import AlgorithmSpec, CostPiece, Trainer, hparams_from_config
+from marljax.algos.learning import descend, init_keys, init_learner, learning_rate, loop
 from marljax.algos.mixers import QMixer
+from marljax.algos.q_acting import QConfig, make_q_acting, through_final
+from marljax.config import AlgorithmSchema, Config, ConfigError, setting
+from marljax.envs.adapter import EnvAdapter
+from marljax.nn import ops
 from marljax.parallel.layouts import Layout
-from marljax.types import LearnerState, TrainState
+from marljax.types import HParams, LearnerState, TrainState
 
 Array = jax.Array
 MIXER = "__mixer__"  # params[MIXER]: QMIX's mixer
@@ -87,8 +85,6 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     q = make_q_acting(config, env, layout, world=algo == "qmix")
     mixer = QMixer()
     T, E, N = config.num_steps, config.num_envs, env.num_agents
-    adam = optax.scale_by_adam(eps=1e-5)
-    num_updates = max(config.num_updates, 1)
     start_update = config.replay.learning_starts // (T * E)  # the first update that learns
     swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731 - batch-major [B, T, ...] <-> time-major [T, B, ...]
 
@@ -110,29 +106,32 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             seq["hidden"] = {g.name: jnp.zeros((g.size, config.gru_hidden_size)) for g in groups}
         return seq
 
-    def init_learner(key: Array) -> LearnerState:
-        k_net, _, k_run = jax.random.split(key, 3)
-        params = q.init_params(k_net)
+    def init_params(key: Array) -> dict:
+        params = q.init_params(key)
         if algo == "qmix":
-            world = example_sequence(k_net)["world"][:1]
-            params[MIXER] = mixer.init(jax.random.fold_in(k_net, len(groups)), jnp.zeros((1, N)), world)
-        return LearnerState(params, adam.init(params), hparams_from_config(config), k_run, jnp.int32(0))
+            world = example_sequence(key)["world"][:1]
+            params[MIXER] = mixer.init(jax.random.fold_in(key, len(groups)), jnp.zeros((1, N)), world)
+        return params
+
+    def learner_init(key: Array) -> LearnerState:
+        return init_learner(config, key, init_params)
 
     def init(key: Array) -> TrainState:
-        _, k_env, _ = jax.random.split(key, 3)
-        learner = init_learner(key)
+        k_env = init_keys(key).env
+        learner = learner_init(key)
         buffer = replay.init(config.replay.buffer_size, example_sequence(k_env))
         return TrainState(learner, q.init_actors(k_env), QExtra(learner.params, buffer))
 
-    def chosen_and_next(params, target, seq) -> tuple[Array, Array]:
+    def chosen_and_next(params, target, seq, full: bool = False) -> tuple[Array, Array]:
         """Per agent, over a batch of sequences: Q(o_t, a_t) [B, T, N] and the double-Q value of
-        o_{t+1} [B, T, N] (online argmax among available actions, target network's value)."""
+        o_{t+1} [B, T, N] (online argmax among available actions, target network's value).
+        `full`: the GRU's scans unrolled (for XLA's cost analysis)."""
         taken, nxt = [], []
         for g in groups:
             obs, mask, reset = seq["obs"][g.name], seq["mask"][g.name], seq["reset"][g.name]  # [B, T+1, A, ...]
             hidden0 = seq["hidden"][g.name] if config.recurrent else None  # [B, A, H]
-            online = swap(q.unroll(params, g, swap(obs), swap(reset), hidden0))  # [B, T+1, A, n]
-            tgt = swap(q.unroll(target, g, swap(obs), swap(reset), hidden0))
+            online = swap(q.unroll(params, g, swap(obs), swap(reset), hidden0, full))  # [B, T+1, A, n]
+            tgt = swap(q.unroll(target, g, swap(obs), swap(reset), hidden0, full))
             action = seq["action"][g.name]  # [B, T, A]
             taken.append(jnp.take_along_axis(online[:, :-1], action[..., None], axis=-1)[..., 0])
             nxt.append(ops.double_q_value(online[:, 1:], tgt[:, 1:], mask[:, 1:]))
@@ -146,8 +145,8 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         out = mixer.apply(params_mixer, values.reshape(B * T, N), world.reshape((B * T,) + world.shape[2:]))
         return out.reshape(B, T)
 
-    def loss_fn(params, target, seq, hp):
-        taken, nxt = chosen_and_next(params, target, seq)  # [B, T, N]
+    def loss_fn(params, target, seq, hp: HParams, full: bool = False):
+        taken, nxt = chosen_and_next(params, target, seq, full)  # [B, T, N]
         done = seq["done"]  # [B, T]
         if algo == "iql":
             reward, q_now, q_next, done = seq["reward"], taken, nxt, jnp.broadcast_to(done[..., None], taken.shape)
@@ -161,17 +160,22 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
+    def gradient_step(params, opt_state, target, buffer: replay.ReplayState, key: Array, hp: HParams, lr: Array,
+                      full: bool = False):  # fmt: skip
+        """One gradient step on batch_size/D sequences sampled from `buffer`
+        -> (params, opt_state, (loss, q_mean, grad_norm))."""
+        seq, _ = replay.sample(buffer, key, config.replay.batch_size // D)
+        (loss, q_mean), grads = grad_fn(params, target, seq, hp, full=full)
+        params, opt_state, grad_norm = descend(layout, frozenset(), params, opt_state, grads, lr, hp)
+        return params, opt_state, (loss, q_mean, grad_norm)
+
     def gradient_steps(learner: LearnerState, extra: QExtra, key: Array, lr: Array):
         if D > 1:  # each shard samples its own slots; the gradient is averaged over shards
             key = jax.random.fold_in(key, jax.lax.axis_index(layout.data_axis))
 
         def one(carry, k):
-            params, opt_state = carry
-            seq, _ = replay.sample(extra.buffer, k, config.replay.batch_size // D)
-            (loss, q_mean), grads = grad_fn(params, extra.target, seq, learner.hparams)
-            grads, grad_norm = layout.reduce_grads(grads, frozenset())
-            params, opt_state = ops.descend(params, opt_state, grads, grad_norm, adam, lr, learner.hparams["max_grad_norm"])
-            return (params, opt_state), (loss, q_mean, grad_norm)
+            params, opt_state, out = gradient_step(*carry, extra.target, extra.buffer, k, learner.hparams, lr)
+            return (params, opt_state), out
 
         (params, opt_state), (loss, q_mean, grad_norm) = jax.lax.scan(
             one, (learner.params, learner.opt_state), jax.random.split(key, config.replay.gradient_steps)
@@ -194,7 +198,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             sequences["hidden"] = jax.tree.map(lambda h: h[0], traj["hidden"])  # [E, A_g, H] before the first step
         extra = extra.replace(buffer=replay.add(extra.buffer, sequences))
 
-        lr = ops.linear_schedule(learner.hparams["lr"], learner.update, num_updates, config.anneal_lr)
+        lr = learning_rate(config, learner)
 
         def learn(_):
             return gradient_steps(learner, extra, k_learn, lr)
@@ -217,15 +221,32 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         learner = learner.replace(params=params, opt_state=opt_state, key=key, update=n_done)
         return TrainState(learner, actors, extra.replace(target=target)), metrics
 
-    def run_updates(state: TrainState, n: int):
-        return jax.lax.scan(lambda s, _: update(s), state, None, length=n)
+    def cost_pieces(state: TrainState) -> list[CostPiece]:
+        """(a) one rollout step (masks, every group's Q-values, epsilon-greedy choice, env.step,
+        episode stats) x num_steps; (b) one gradient step (a sample of batch_size sequences,
+        value-and-grad of the loss on them with the target network's values, clipping, Adam)
+        x gradient_steps, with the GRU's scans over the sequences unrolled so that every step
+        counts. Not counted: the Q(lambda) returns, writing to the buffer and the target
+        network's update. Run it on an unsharded trainer."""
+        learner, extra = state.learner, state.extra
+        key, scalar = jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct((), jnp.float32)
+        hp = hparams_from_config(config)
 
-    def train(key: Array):
-        return run_updates(init(key), config.num_updates)
+        def one_gradient_step(params, opt_state, target, buffer, key, lr):
+            return gradient_step(params, opt_state, target, buffer, key, hp, lr, full=True)
 
+        return [
+            CostPiece("rollout step", "rollout", q.rollout_step, (learner.params, scalar, state.actors, key), T),
+            CostPiece("gradient step", "learn", one_gradient_step,
+                      (learner.params, learner.opt_state, extra.target, extra.buffer, key, scalar),
+                      config.replay.gradient_steps),
+        ]  # fmt: skip
+
+    run = loop(config, layout, init, update)
     return Trainer(
-        config, env, q.nets, init, update, run_updates, train, q.act, None, None, None, None, init_learner, None, None,
-    )
+        config=config, env=env, networks=q.nets, init=init, init_learner=learner_init, update=update,
+        run_updates=run.run_updates, train=run.train, act=q.act, cost_pieces=cost_pieces,
+    )  # fmt: skip
 
 
 def _spec(name: str, summary: str) -> AlgorithmSpec:

@@ -10,7 +10,7 @@
   random (mask-respecting) actions inside one jitted `lax.scan`, at the same
   number of environments and seeds, with no policy and no learning;
 * **FLOPs per environment step** from XLA's cost analysis of the unscanned
-  pieces of one update (see `count_flops` for exactly what is counted);
+  pieces of one update, the algorithm's `cost_pieces` (see `count_flops`);
 * **a peak to compare with**: a float32 matmul timed on the same devices,
   so that MFU = achieved / measured peak (not a datasheet number);
 * **peak resident memory** of the process;
@@ -43,13 +43,11 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from marljax.algos.api import hparams_from_config
-from marljax.algos.ippo import Trainer
+from marljax.algos.api import Trainer
 from marljax.config import Config, ConfigError, replace
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.mesh import AGENT, DATA, SEED, mesh_layout, seed_keys, shard_trainer, split_groups, state_specs
 from marljax.train.wiring import make_trainer, prepare
-from marljax.types import EpisodeStats
 
 Array = jax.Array
 
@@ -188,84 +186,38 @@ def bench_env_only(config: Config, mesh: Mesh, env: EnvAdapter) -> dict[str, flo
 
 # ---------------------------------------------------------------- FLOPs
 def count_flops(config: Config, trainer: Trainer) -> dict[str, float]:
-    """FLOPs per environment step of one IPPO update, from XLA's cost analysis.
+    """FLOPs per environment step of one update, from XLA's cost analysis.
 
-    XLA counts a `scan`/`while` body once, not once per trip, so the update is
-    not analysed whole. The trainer's own two unscanned pieces are analysed, on
-    an unsharded twin built from the same config (the same code without the
-    `data`-axis collectives), for ONE seed with all `num_envs` environments
-    (sharding splits the work but does not change its total), then multiplied
-    by their trip counts:
+    XLA counts a `scan`/`while` body once, not once per trip, so the update is not analysed
+    whole: each of the algorithm's unscanned pieces (`Trainer.cost_pieces`: one rollout step,
+    one gradient step, ...; what each counts is in its docstring) is compiled alone and its
+    FLOPs multiplied by its trips per update. The pieces come from an unsharded twin built from
+    the same config (the same code without the mesh's collectives), for ONE seed with all
+    `num_envs` environments (sharding splits the work but does not change its total).
 
-    (a) `rollout_step`: action masks, every group's network forward pass
-        (actor and critic), sampling and log-probs, `env.step` of every
-        environment, episode statistics.  x `num_steps`.
-    (b) `minibatch_step`: value-and-grad of the PPO loss on one minibatch of
-        `(num_steps / num_minibatches) * num_envs` env steps, global-norm
-        clipping, Adam and the parameter update.  x `update_epochs * num_minibatches`.
-        The minibatch is shaped as one time step of `L * num_envs` environments:
-        the same rows and FLOPs, and for recurrent networks the GRU's scan then
-        has a single trip, so its body is counted for every row.
-
-    Not counted: GAE, the minibatch shuffle and the bootstrap value of the last
-    observation (one more forward pass beside (a)'s num_steps).
-
-    Returns `flops_per_env_step` = (a * num_steps + b * epochs * minibatches)
-    / (num_steps * num_envs), the same per env step for any number of seeds,
-    with its parts, and `env_flops_per_env_step` (the env step alone).
+    Returns `flops_per_env_step` = (rollout + learn FLOPs of one update) / (num_steps * num_envs),
+    the same per env step for any number of seeds, with its parts, and `env_flops_per_env_step`
+    (the env step alone, with random actions).
     """
-    env = trainer.env
-    E, T, M, L = config.num_envs, config.num_steps, config.ppo.num_minibatches, config.ppo.minibatch_steps(config)
-    twin, state, rollout_step, step_batch = _unsharded_twin(config, trainer)
-    params, actors = state.learner.params, state.actors
-    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    env, E = trainer.env, config.num_envs
+    twin = make_trainer(config, env)  # unsharded: no collectives, all E environments
+    state = jax.eval_shape(twin.init, jax.random.PRNGKey(0))
+    totals = {"rollout": 0.0, "learn": 0.0}
+    for piece in twin.cost_pieces(state):
+        totals[piece.part] += _flops(piece.fn, *piece.args) * piece.trips
 
     def env_step(actors, key):
         return jax.vmap(lambda k, s: _random_step(env, k, s))(jax.random.split(key, E), actors.env_state)
 
-    # one minibatch: the shapes of one rollout step's batch, as [1, L * E, ...]
-    as_minibatch = lambda x: jax.ShapeDtypeStruct((1, L * E) + x.shape[1:], x.dtype)  # noqa: E731
-    minibatch = {
-        g: (jax.tree.map(as_minibatch, b), as_minibatch(b.value), as_minibatch(b.value), None)  # batch, adv, target, weight
-        for g, b in step_batch.items()
-    }
-    hp = hparams_from_config(config)
-    lr = jax.ShapeDtypeStruct((), jnp.float32)
-
-    def grad_step(params, opt_state, minibatch, lr):
-        return twin.minibatch_step(params, opt_state, minibatch, hp, lr)
-
-    rollout = _flops(rollout_step, params, actors, key)
-    env_only = _flops(env_step, actors, key)
-    grad = _flops(grad_step, params, state.learner.opt_state, minibatch, lr)
-    steps = T * E
-    rollout_total, update_total = rollout * T, grad * config.ppo.update_epochs * M
+    env_only = _flops(env_step, state.actors, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    steps = config.num_steps * E
     return {
-        "flops_per_env_step": (rollout_total + update_total) / steps,
-        "rollout_flops_per_env_step": rollout_total / steps,
-        "learn_flops_per_env_step": update_total / steps,
+        "flops_per_env_step": (totals["rollout"] + totals["learn"]) / steps,
+        "rollout_flops_per_env_step": totals["rollout"] / steps,
+        "learn_flops_per_env_step": totals["learn"] / steps,
         "env_flops_per_env_step": env_only / E,
-        "flops_per_update_per_seed": rollout_total + update_total,
+        "flops_per_update_per_seed": totals["rollout"] + totals["learn"],
     }
-
-
-def _unsharded_twin(config: Config, trainer: Trainer):
-    """The trainer rebuilt without mesh axes, its state's shapes, and one rollout step's batch shapes.
-
-    Returns (twin, state shapes, rollout_step(params, actors, key), batch: group -> GroupBatch of
-    [E, A_g, ...] shapes). Nothing runs: shapes come from `jax.eval_shape`.
-    """
-    env = trainer.env
-    twin = make_trainer(config, env)  # unsharded: no collectives, all E environments
-    state = jax.eval_shape(twin.init, jax.random.PRNGKey(0))
-
-    def rollout_step(params, actors, key):
-        zero = EpisodeStats.zero(env.num_agents)
-        return twin.rollout_step(params, (actors, zero), key)
-
-    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-    _, step_batch = jax.eval_shape(rollout_step, state.learner.params, state.actors, key)
-    return twin, state, rollout_step, step_batch
 
 
 # ---------------------------------------------------------------- agent-parallel swap
@@ -295,13 +247,19 @@ def bench_swap(config: Config, mesh: Mesh, trainer: Trainer, update_s: float) ->
     if not lay.agent_parallel:
         return result | {"swap_param_bytes": 0, "swap_traj_bytes": 0, "swap_share_of_update": 0.0}
 
-    # one update's trajectories in the acting layout, per seed: [T, E, A_g, ...] (global E, sharded below)
-    _, _, _, step = _unsharded_twin(config, trainer)
+    # what `learn` hands to `to_learning` in one update, per seed: the batch [T, E, A_g, ...] and the
+    # bootstrap value as a 1-step leaf (global E, sharded below), from the unsharded twin's collect
+    twin = make_trainer(config, trainer.env)
+    twin_state = jax.eval_shape(twin.init, jax.random.PRNGKey(0))
+
+    def learning_input(params, actors, key):
+        _, traj = twin.collect(params, actors, key)
+        per_agent = {g: (b._replace(world=None), traj.last_value[g][None]) for g, b in traj.batch.items()}
+        return per_agent, next(iter(traj.batch.values())).world
+
+    shapes = jax.eval_shape(learning_input, twin_state.learner.params, twin_state.actors, jax.random.PRNGKey(0))
     S, T = config.num_seeds, config.num_steps
-    traj = lambda x, t=T: jax.ShapeDtypeStruct((S, t) + x.shape, x.dtype)  # noqa: E731
-    # what `learn` hands to `to_learning`: the batch and the bootstrap value as a 1-step leaf
-    per_agent = {g: (jax.tree.map(traj, b._replace(world=None)), traj(b.value, 1)) for g, b in step.items()}
-    per_env = jax.tree.map(traj, next(iter(step.values())).world)
+    per_agent, per_env = jax.tree.map(lambda x: jax.ShapeDtypeStruct((S,) + x.shape, x.dtype), shapes)
     specs = state_specs(jax.eval_shape(lambda: state), split).learner.params
     traj_spec = P(SEED, None, (DATA, AGENT))
 

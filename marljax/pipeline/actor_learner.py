@@ -76,7 +76,7 @@ class AsyncRun:
         )
         self.learner = init(keys)  # params, Adam, hparams, keys, update: [S, ...] on the learner mesh
         self.host = getattr(env, "host", False)
-        self.actor_init = None if self.host else jax.jit(jax.vmap(lambda k: self.actor_trainer.init(k).actors))
+        self.actor_init = None if self.host else jax.jit(jax.vmap(self.actor_trainer.init_actors))
         self.actor_keys = keys
         self.collect = jax.jit(jax.vmap(self.actor_trainer.collect))
         self.host_policy = jax.jit(jax.vmap(self.actor_trainer.policy_step))  # host envs: one step, all copies

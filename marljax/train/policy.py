@@ -24,7 +24,6 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from marljax.algos.ippo import CRITIC_KEY
 from marljax.train.checkpoint import Checkpointer, abstract_like, versions
 from marljax.config import Config, ConfigError, from_dict
 from marljax.envs.adapter import EnvAdapter
@@ -46,9 +45,13 @@ class Policy(NamedTuple):
 
 
 def _rebuild(config: Config):
-
     env = make_adapter(config)
     return env, make_trainer(config, env)
+
+
+def acting_params(trainer, params: dict) -> dict:
+    """The parameters `trainer.act` reads: its groups' networks (no critic, no mixer)."""
+    return {k: v for k, v in params.items() if k in trainer.networks}
 
 
 def restore_run(run_dir: str | Path, log: Callable = print) -> tuple[Any, dict, Config]:
@@ -82,7 +85,8 @@ def export_policy(run_dir: str | Path, path: str | Path, seed_index: int = 0, lo
     if not 0 <= seed_index < config.num_seeds:
         raise ConfigError("seed_index", f"must be in [0, {config.num_seeds}) for this run, got {seed_index}")
     learner = state if config.mode == "async" else state.learner
-    params = {k: jax.tree.map(lambda x: x[seed_index], v) for k, v in learner.params.items() if k != CRITIC_KEY}
+    _, trainer = _rebuild(config)
+    params = {k: jax.tree.map(lambda x: x[seed_index], v) for k, v in acting_params(trainer, learner.params).items()}
     if path.exists():
         raise ConfigError("path", f"{path} exists; export writes a new directory")
     saver = ocp.StandardCheckpointer()
@@ -100,8 +104,7 @@ def load_policy(path: str | Path) -> Policy:
     info = json.loads((path / POLICY_JSON).read_text())
     config = from_dict(info["config"])
     env, trainer = _rebuild(config)
-    shapes = jax.eval_shape(trainer.init, jax.random.PRNGKey(0)).learner.params
-    shapes = {k: v for k, v in shapes.items() if k != CRITIC_KEY}
+    shapes = acting_params(trainer, jax.eval_shape(trainer.init, jax.random.PRNGKey(0)).learner.params)
     sharding = first_device_sharding()
     target = abstract_like(shapes, jax.tree.map(lambda _: sharding, shapes))
     params = ocp.StandardCheckpointer().restore(path / "params", target)

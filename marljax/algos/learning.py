@@ -1,0 +1,128 @@
+"""Learning, as every algorithm's loop does it: the learner's first state, one gradient step's
+descent, epochs of per-environment minibatches, and the chunked loop of updates.
+
+The pieces are the loop's skeleton; the algorithm supplies its loss, its update and its data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from marljax.algos.acting import local_keys
+from marljax.algos.api import EpochSchedule, hparams_from_config
+from marljax.config import Config
+from marljax.nn import ops
+from marljax.parallel.layouts import Layout
+from marljax.types import HParams, LearnerState, TrainState
+
+Array = jax.Array
+
+# every learner's optimiser: Adam's moments; the learning rate and clipping come in `descend`
+ADAM = optax.scale_by_adam(eps=1e-5)
+
+
+class InitKeys(NamedTuple):
+    """The three keys `init(key)` splits a seed's key into."""
+
+    net: Array  # [2] the parameters
+    env: Array  # [2] the environments (and what is shaped like them)
+    run: Array  # [2] the learner's key, split again by every update
+
+
+def init_keys(key: Array) -> InitKeys:
+    return InitKeys(*jax.random.split(key, 3))
+
+
+def init_learner(config: Config, key: Array, init_params: Callable[[Array], dict]) -> LearnerState:
+    """Parameters from `init_params(InitKeys.net)`, Adam's zero moments, the traced
+    hyperparameters, the run key and no update done. No environment is touched."""
+    keys = init_keys(key)
+    params = init_params(keys.net)
+    return LearnerState(params, ADAM.init(params), hparams_from_config(config), keys.run, jnp.int32(0))
+
+
+def learning_rate(config: Config, learner: LearnerState) -> Array:
+    """This update's learning rate []: linear decay over the run when `anneal_lr`, clamped at 0 so
+    that updates past the budget (a benchmark, a resumed run) never flip its sign."""
+    return ops.linear_schedule(learner.hparams["lr"], learner.update, max(config.num_updates, 1), config.anneal_lr)
+
+
+def descend(layout: Layout, split: frozenset[str], params, opt_state, grads, lr: Array, hp: HParams):
+    """One descent step: gradients reduced over the mesh (`split`: the groups whose sets are split
+    over `agent`), clipped to `max_grad_norm`, Adam. -> (params, opt_state, grad_norm [])."""
+    grads, grad_norm = layout.reduce_grads(grads, split)
+    params, opt_state = ops.descend(params, opt_state, grads, grad_norm, ADAM, lr, hp["max_grad_norm"])
+    return params, opt_state, grad_norm
+
+
+@dataclasses.dataclass(frozen=True)
+class Minibatches:
+    """Epochs of minibatches that each take L = T/M time steps of *every* environment, shuffled
+    per environment with keys per global environment index: a minibatch never crosses a device
+    boundary, and the numbers do not depend on `mesh.data`."""
+
+    num_steps: int  # T
+    num_minibatches: int  # M
+    epochs: int  # passes over each rollout
+    num_envs: int  # E, global
+    local_envs: int  # E_learn: this device's environments while learning
+    data_axis: str | None
+
+    @classmethod
+    def of(cls, config: Config, schedule: EpochSchedule, layout: Layout) -> Minibatches:
+        E = config.num_envs
+        return cls(config.num_steps, schedule.num_minibatches, schedule.update_epochs, E, E // layout.num_data,
+                   layout.data_axis)  # fmt: skip
+
+    @property
+    def steps(self) -> int:
+        """L: time steps of every environment in one minibatch."""
+        return self.num_steps // self.num_minibatches
+
+    def shuffle(self, data: Any, key: Array, runs: bool = False) -> Any:
+        """Leaves [T, E_learn, ...] -> [M, L, E_learn, ...]: minibatch m holds L steps of every env.
+
+        Each environment's time steps in its own random order; `runs`: each environment's M runs
+        of L consecutive steps in its own random order (recurrent networks replay a run)."""
+        M, L, T = self.num_minibatches, self.steps, self.num_steps
+        keys = local_keys(key, self.num_envs, self.local_envs, self.data_axis)
+        env_idx = jnp.arange(self.local_envs)
+        if runs:
+            perm = jax.vmap(lambda k: jax.random.permutation(k, M))(keys)  # [E_learn, M]
+            idx = (perm.T[:, None, :], jnp.arange(L)[None, :, None], env_idx[None, None, :])
+            return jax.tree.map(lambda x: x.reshape((M, L) + x.shape[1:])[idx], data)
+        perm = jax.vmap(lambda k: jax.random.permutation(k, T))(keys)  # [E_learn, T]
+        return jax.tree.map(lambda x: x[perm.T, env_idx[None, :]].reshape((M, L) + x.shape[1:]), data)
+
+    def run(self, step: Callable, carry: Any, key: Array, minibatches: Callable[[Array], Any]):
+        """`epochs` passes, each a scan of `step(carry, minibatch) -> (carry, aux)` over
+        `minibatches(key_e)` (leaves [M, ...]). -> (carry, aux leaves [epochs, M, ...])."""
+
+        def epoch(carry, key_e):
+            return jax.lax.scan(step, carry, minibatches(key_e))
+
+        return jax.lax.scan(epoch, carry, jax.random.split(key, self.epochs))
+
+
+class Loop(NamedTuple):
+    run_updates: Callable[[TrainState, int], tuple[TrainState, dict]]  # n updates in one lax.scan
+    train: Callable[[Array], tuple[TrainState, dict]]  # key -> init plus every update
+
+
+def loop(config: Config, layout: Layout, init: Callable[[Array], TrainState], update: Callable) -> Loop:
+    """The chunked loop of `update(state) -> (state, metrics)`, and PureJaxRL's `train(key)`."""
+
+    def run_updates(state: TrainState, n: int) -> tuple[TrainState, dict]:
+        return jax.lax.scan(lambda s, _: update(s), state, None, length=n)
+
+    def train(key: Array) -> tuple[TrainState, dict]:
+        if layout.num_env_shards != 1:
+            raise ValueError("train(key) runs unsharded; use marljax.train.loop for a device mesh")
+        return run_updates(init(key), config.num_updates)
+
+    return Loop(run_updates, train)
