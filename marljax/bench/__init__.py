@@ -400,7 +400,7 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
 
 
 def run_q_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """The Q-learning family: training and env-only throughput, gradient steps per second.
+    """The Q-learning family: training and env-only throughput, gradient steps per second, FLOPs.
 
     Replay-based algorithms are timed with replay.learning_starts=0, so that every timed update learns.
     """
@@ -422,11 +422,15 @@ def run_q_bench(config: Config, log: Callable[[str], None] = print) -> dict[str,
     result["updates_per_s"] = updates_per_s
     result["gradient_steps_per_s"] = updates_per_s * per_update * config.num_seeds
     result.update(bench_env_only(config, mesh, env))
+    result.update(count_flops(config, trainer))
+    result["achieved_gflops"] = result["flops_per_env_step"] * result["train_env_steps_per_s"] / 1e9
     result["peak_rss_mb"] = peak_rss_mb()
     result = {k: (float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v) for k, v in result.items()}
     for label, key, unit in (
         ("train", "train_env_steps_per_s", "env-steps/s"), ("updates", "updates_per_s", "/s"),
         ("gradient steps", "gradient_steps_per_s", "/s (all seeds)"), ("env only", "env_only_env_steps_per_s", "env-steps/s"),
+        ("FLOPs", "flops_per_env_step", "per env step"), ("  rollout", "rollout_flops_per_env_step", "per env step"),
+        ("  learn", "learn_flops_per_env_step", "per env step"), ("achieved", "achieved_gflops", "GFLOP/s"),
         ("compile", "compile_s", "s"), ("peak RSS", "peak_rss_mb", "MiB"),
     ):  # fmt: skip
         log(f"  {label:<15} {result[key]:>14,.1f} {unit}")
