@@ -8,7 +8,10 @@ An algorithm is a module under `marljax/algos/` with
   line in `marljax/algos/__init__.py`.
 
 The host loop, sweeps, the async pipeline and the benchmarks compose these pieces; none of
-them imports an algorithm by name.
+them imports an algorithm by name. An algorithm builds them from the shared modules beside it:
+`acting.py` (a group's network per `param_sharing`, the actors, the rollout scan, episode
+statistics) and `learning.py` (the learner's first state, descent, epochs of minibatches, the
+chunked loop of updates).
 """
 
 from __future__ import annotations
