@@ -25,14 +25,14 @@ def _rows(res):
 
 @pytest.mark.parametrize(
     "extra",
-    [[], ["staleness_policy=drop", "num_actor_threads=2", "max_staleness=0"], ["correction=vtrace", "recurrent=true"],
-     ["correction=none", "algo=mappo"]],
+    [[], ["async.staleness_policy=drop", "async.num_actor_threads=2", "async.max_staleness=0"],
+     ["async.correction=vtrace", "recurrent=true"], ["async.correction=none", "algo=mappo"]],
     ids=["block", "drop-2-actors", "vtrace-gru", "none-mappo"],
 )
 def test_counters_are_exact_and_staleness_bounded(tmp_path, extra):
     logs: list[str] = []
     res = train(load_config(None, SMALL + extra + [f"out_dir={tmp_path}"]), log=logs.append)
-    k = load_config(None, SMALL + extra).max_staleness
+    k = load_config(None, SMALL + extra).async_.max_staleness
     for r in res.rows:  # at every row: produced = consumed + dropped + held
         assert r["produced"] == r["consumed"] + r["dropped"] + r["buffer_occupancy"]
         assert sum(r["dropped_by_reason"].values()) == r["dropped"]
@@ -48,7 +48,7 @@ def test_counters_are_exact_and_staleness_bounded(tmp_path, extra):
 
 
 def test_deterministic_mode_reproduces_bitwise(tmp_path):
-    cfg = SMALL + ["deterministic=true", "max_staleness=2"]
+    cfg = SMALL + ["async.deterministic=true", "async.max_staleness=2"]
     a = train(load_config(None, cfg + [f"out_dir={tmp_path / 'a'}"]), log=lambda s: None)
     b = train(load_config(None, cfg + [f"out_dir={tmp_path / 'b'}"]), log=lambda s: None)
     assert _rows(a) == _rows(b)
@@ -82,20 +82,21 @@ def test_an_actor_that_raises_stops_the_run_cleanly(tmp_path, monkeypatch):
 
 
 def test_async_config_errors_before_anything_runs():
-    with pytest.raises(ConfigError, match="deterministic"):
-        load_config(None, SMALL + ["deterministic=true", "num_actor_threads=2"])
-    with pytest.raises(ConfigError, match="staleness_policy"):
-        load_config(None, SMALL + ["staleness_policy=sometimes"])
-    with pytest.raises(ConfigError, match="correction"):
-        load_config(None, SMALL + ["correction=retrace"])
-    with pytest.raises(ConfigError, match="actor_devices"):
-        train(load_config(None, SMALL + ["actor_devices=2"]), log=lambda s: None)
+    with pytest.raises(ConfigError, match=r"async\.deterministic"):
+        load_config(None, SMALL + ["async.deterministic=true", "async.num_actor_threads=2"])
+    with pytest.raises(ConfigError, match=r"async\.staleness_policy"):
+        load_config(None, SMALL + ["async.staleness_policy=sometimes"])
+    with pytest.raises(ConfigError, match=r"async\.correction"):
+        load_config(None, SMALL + ["async.correction=retrace"])
+    with pytest.raises(ConfigError, match=r"async\.actor_devices"):
+        train(load_config(None, SMALL + ["async.actor_devices=2"]), log=lambda s: None)
     with pytest.raises(ConfigError, match="disjoint"):
-        load_config(None, SMALL + ["actor_devices=[0,1]", "learner_devices=[1]"])
+        load_config(None, SMALL + ["async.actor_devices=[0,1]", "async.learner_devices=[1]"])
     with pytest.raises(ConfigError, match="distinct device indices"):
-        load_config(None, SMALL + ["actor_devices=[0,0]"])
+        load_config(None, SMALL + ["async.actor_devices=[0,0]"])
     with pytest.raises(ConfigError, match="don't exist"):
-        train(load_config(None, SMALL + ["actor_devices=[0]", "learner_devices=[5]"]), log=lambda s: None)
+        train(load_config(None, SMALL + ["async.actor_devices=[0]", "async.learner_devices=[5]"]),
+              log=lambda s: None)
 
 
 LEARN_CODE = """
@@ -129,7 +130,7 @@ def test_recorded_trajectories_round_trip(tmp_path):
     from marljax.pipeline.recorder import TrajectoryRecorder, load_trajectories
 
     path = tmp_path / "dataset"
-    train(load_config(None, SMALL + [f"out_dir={tmp_path / 'run'}", f"record_trajectories={path}"]),
+    train(load_config(None, SMALL + [f"out_dir={tmp_path / 'run'}", f"async.record_trajectories={path}"]),
           log=lambda s: None)  # fmt: skip
     data = load_trajectories(path)
     assert data["learner_version"].tolist() == list(range(16))  # block mode: one batch per update, in order
@@ -210,7 +211,8 @@ from marljax.config import load_config
 from marljax.train.loop import train
 out = {{}}
 # k=1: counts (actor device 0, learner devices 1-2); k=2: index lists (actor 2, learners 0-1)
-placement = {{1: ["actor_devices=1", "learner_devices=2"], 2: ["actor_devices=[2]", "learner_devices=[0,1]"]}}
+placement = {{1: ["async.actor_devices=1", "async.learner_devices=2"],
+             2: ["async.actor_devices=[2]", "async.learner_devices=[0,1]"]}}
 for k in (1, 2):
     cfg = load_config(None, {base!r} + placement[k] + [f"mesh.agent={{k}}", "out_dir={out}/" + str(k)])
     res = train(cfg, log=lambda s: None)
@@ -227,7 +229,7 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_async_learner_splits_agents_over_mesh_agent(tmp_path):
-    base = SMALL + ["deterministic=true", "param_sharing=independent", "env_kwargs.num_agents=4",
+    base = SMALL + ["async.deterministic=true", "param_sharing=independent", "env_kwargs.num_agents=4",
                     "env_kwargs.num_landmarks=4", "lr=2.5e-4"]  # fmt: skip
     res = run_with_devices(AGENT_CODE.format(base=base, out=tmp_path), 3)
     one, two = res["1"], res["2"]

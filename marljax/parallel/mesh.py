@@ -164,31 +164,33 @@ class AsyncPlacement(NamedTuple):
 
 
 def async_placement(config: Config) -> AsyncPlacement:
-    """Disjoint actor and learner devices (`actor_devices`, then `learner_devices`); shared on one device."""
+    """Disjoint actor and learner devices (`async.actor_devices`, then `async.learner_devices`); shared on one device."""
     devices = jax.devices()
     n_act, n_learn = config.async_.actor_devices, config.async_.learner_devices
     if isinstance(n_act, (list, tuple)) or isinstance(n_learn, (list, tuple)):
         if not (isinstance(n_act, (list, tuple)) and isinstance(n_learn, (list, tuple))):
-            raise ConfigError("actor_devices", "give both actor_devices and learner_devices as index lists, or both as counts")
+            raise ConfigError("async.actor_devices", "give both async.actor_devices and async.learner_devices as index lists, "
+                              "or both as counts")
         bad = [i for i in list(n_act) + list(n_learn) if i >= len(devices)]
         if bad:
-            raise ConfigError("actor_devices", f"device indices {bad} don't exist; {len(devices)} devices are visible")
+            raise ConfigError("async.actor_devices", f"device indices {bad} don't exist; {len(devices)} devices are visible")
         actor, learner = [devices[i] for i in n_act], [devices[i] for i in n_learn]
     elif len(devices) == 1:
         if n_act != 1 or n_learn != 1:
-            raise ConfigError("actor_devices", "only 1 device is visible; actors and learner share it (set both to 1)")
+            raise ConfigError("async.actor_devices", "only 1 device is visible; actors and learner share it (set both to 1)")
         actor, learner = devices, devices
     else:
         if n_act + n_learn > len(devices):
             raise ConfigError(
-                "actor_devices", f"actor_devices + learner_devices = {n_act + n_learn}, but {len(devices)} devices are visible"
+                "async.actor_devices",
+                f"async.actor_devices + async.learner_devices = {n_act + n_learn}, but {len(devices)} devices are visible",
             )
         actor, learner = devices[:n_act], devices[n_act : n_act + n_learn]
     k = config.mesh.agent
     if len(learner) % k:
-        raise ConfigError("mesh.agent", f"{k} must divide the {len(learner)} learner devices (learner_devices)")
+        raise ConfigError("mesh.agent", f"{k} must divide the {len(learner)} learner devices (async.learner_devices)")
     if config.num_envs % len(learner):
-        raise ConfigError("learner_devices", f"{len(learner)} learner devices must divide num_envs={config.num_envs}")
+        raise ConfigError("async.learner_devices", f"{len(learner)} learner devices must divide num_envs={config.num_envs}")
     shape = (len(learner) // k, k)
     mesh = jax.make_mesh(shape, (DATA, AGENT), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=learner)
     return AsyncPlacement(tuple(actor), mesh)

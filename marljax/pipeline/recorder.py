@@ -44,7 +44,7 @@ class TrajectoryRecorder:
     def __init__(self, path: str | Path):
         self.path = Path(path).absolute()
         if (self.path / "index.json").exists():
-            raise FileExistsError(f"record_trajectories: {self.path} already holds a dataset; choose a new path")
+            raise FileExistsError(f"async.record_trajectories: {self.path} already holds a dataset; choose a new path")
         self.path.mkdir(parents=True, exist_ok=True)
         self._arrays: dict[str, ts.TensorStore] = {}
         self.count = 0
