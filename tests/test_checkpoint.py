@@ -114,6 +114,28 @@ def test_save_error_stops_the_run_and_keeps_the_previous_checkpoint(tmp_path, mo
     assert res.rows[-1]["update"] == 16
 
 
+def test_close_does_not_replace_a_reported_save_failure(tmp_path, monkeypatch):
+    """orbax raises a failed asynchronous save again in close(); the run's `finally` closes the
+    checkpointer while the CheckpointError from save propagates, and that error must survive (a
+    timing-dependent failure of the disk-full test below, where the raw OSError replaced it)."""
+    ckpt = Checkpointer(tmp_path / "checkpoints", 2, log=lambda s: None)
+    real_close = ckpt._manager.close
+
+    def enospc(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ckpt._manager, "close", enospc)
+    with pytest.raises(OSError):  # no save failed yet: close's own error is raised as it is
+        ckpt.close()
+    monkeypatch.setattr(ckpt._manager, "save", enospc)
+    with pytest.raises(CheckpointError, match=r"update 8 .*No space left on device"):
+        try:
+            ckpt.save(8, {"x": jnp.zeros(2)}, {})
+        finally:
+            ckpt.close()
+    real_close()
+
+
 def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path):
     """A real ENOSPC: out_dir on a tmpfs too small for a second checkpoint (needs mount rights)."""
     mnt = tmp_path / "small"
@@ -165,6 +187,27 @@ def test_resume_refuses_structural_changes_and_allows_schedule_changes(tmp_path)
     # resuming a finished run does nothing more
     again = train(_cfg(out, "resume=true", "total_timesteps=3072"), log=lambda s: None)
     assert again.rows[-1]["update"] == 24 and again.checkpoints == []
+
+
+def test_resume_names_changed_section_fields_and_refuses_a_flat_config_of_old(tmp_path):
+    """The resume check reads sections by dotted key; a config.yaml from before the sections (flat
+    ppo keys) is refused by name rather than misread."""
+    from marljax.train.checkpoint import check_resumable
+
+    config = load_config(None, BASE + ["mode=async"])
+    saved = config.to_dict()
+    check_resumable(saved, config, tmp_path)  # the same config resumes
+    changed = {**saved, "ppo": {**saved["ppo"], "clip_eps": 0.1},
+               "async": {**saved["async"], "max_staleness": 3, "actor_devices": 2}}  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        check_resumable(changed, config, tmp_path)
+    msg = str(info.value)
+    assert info.value.field == "resume" and "ppo.clip_eps: 0.1 -> 0.2" in msg and "async.max_staleness: 3 -> 1" in msg
+    assert "async.actor_devices:" not in msg  # resumable: placement may change
+    flat = {k: v for k, v in saved.items() if k not in ("ppo", "async")} | saved["ppo"]
+    with pytest.raises(ConfigError) as info:
+        check_resumable(flat, config, tmp_path)
+    assert info.value.field == "resume" and "older marljax" in str(info.value) and "clip_eps" in str(info.value)
 
 
 def test_existing_run_is_not_overwritten_without_asking(tmp_path):

@@ -89,6 +89,7 @@ class Checkpointer:
         self.log = log
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True, create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+        self._failed = False  # a save failure was raised (as CheckpointError) by save or wait
 
     def steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
@@ -104,6 +105,7 @@ class Checkpointer:
                 update, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
             )
         except Exception as exc:  # noqa: BLE001 - any I/O failure stops the run with this message
+            self._failed = True
             raise self._error(update, exc) from exc
 
     def wait(self) -> None:
@@ -111,6 +113,7 @@ class Checkpointer:
         try:
             self._manager.wait_until_finished()
         except Exception as exc:  # noqa: BLE001
+            self._failed = True
             raise self._error(self._manager.latest_step(), exc) from exc
 
     def _error(self, update: int | None, exc: Exception) -> CheckpointError:
@@ -150,7 +153,14 @@ class Checkpointer:
         return None
 
     def close(self) -> None:
-        self._manager.close()
+        """Release the manager. orbax raises a failed asynchronous save again here; once save or
+        wait has raised it as CheckpointError it is not raised a second time, so that the raw
+        OSError cannot replace that CheckpointError in the caller's `finally`."""
+        try:
+            self._manager.close()
+        except Exception:  # noqa: BLE001
+            if not self._failed:
+                raise
 
 
 def _first_line(exc: Exception) -> str:
