@@ -49,15 +49,17 @@ def test_non_integer_float_for_int_field():
 def test_non_positive_count():
     err = _error(["num_envs=0"])
     assert err.field == "num_envs"
-    assert "positive" in str(err)
+    assert "must be >= 1" in str(err)  # the allowed range, from the field's declared minimum
     assert _error(["num_steps=-8"]).field == "num_steps"
 
 
 def test_minibatches_must_divide_num_steps():
-    err = _error(["num_steps=10", "num_minibatches=4"])
-    assert err.field == "num_minibatches"
+    err = _error(["num_steps=10", "ppo.num_minibatches=4"])
+    assert err.field == "ppo.num_minibatches"
     assert "num_steps=10" in str(err)
     assert "1, 2, 5, 10" in str(err)  # the allowed values
+    err = _error(["algo=pqn_vdn", "num_steps=10", "pqn.num_minibatches=4"])  # PQN-VDN's own section
+    assert err.field == "pqn.num_minibatches" and "1, 2, 5, 10" in str(err)
 
 
 def test_mesh_data_must_divide_num_envs():
@@ -133,7 +135,7 @@ def test_total_timesteps_smaller_than_one_update():
     assert "32" in str(err)
 
 
-@pytest.mark.parametrize("field, value", [("gamma", "1.5"), ("gamma", "-0.1"), ("gae_lambda", "2")])
+@pytest.mark.parametrize("field, value", [("gamma", "1.5"), ("gamma", "-0.1"), ("ppo.gae_lambda", "2")])
 def test_unit_interval_fields(field, value):
     err = _error([f"{field}={value}"])
     assert err.field == field
@@ -142,8 +144,10 @@ def test_unit_interval_fields(field, value):
 
 def test_negative_or_zero_floats():
     assert _error(["lr=0"]).field == "lr"
-    assert _error(["ent_coef=-1"]).field == "ent_coef"
+    assert _error(["ppo.ent_coef=-1"]).field == "ppo.ent_coef"
     assert _error(["max_grad_norm=inf"]).field == "max_grad_norm"
+    err = _error(["max_grad_norm=0"])  # 0 would clip every gradient to nothing
+    assert err.field == "max_grad_norm" and "must be > 0" in str(err)
 
 
 @pytest.mark.parametrize(
@@ -242,4 +246,68 @@ def test_derived_values():
     assert config.num_updates == 8
     assert config.updates_per_chunk == 4
     assert config.env_steps_per_update == 8 * 4 * 2
-    assert config.minibatch_steps == 8 // config.num_minibatches
+    assert config.ppo.minibatch_steps(config) == 8 // config.ppo.num_minibatches == 2
+    pqn = load_config(None, ["algo=pqn_vdn", "num_steps=8", "pqn.num_minibatches=2"])
+    assert pqn.pqn.minibatch_steps(pqn) == 4
+
+
+# ------------------------------------------------------------------ algorithm sections
+def test_section_fields_by_dotted_key_and_nested_yaml(tmp_path):
+    config = load_config(None, ["ppo.clip_eps=0.1", "async.max_staleness=3"])
+    assert config.ppo.clip_eps == pytest.approx(0.1) and config.async_.max_staleness == 3
+    assert config.value("ppo.clip_eps") == config.ppo.clip_eps and config.ppo.ent_coef == 0.01  # the rest: defaults
+    path = tmp_path / "run.yaml"
+    path.write_text("algo: qmix\nq:\n  td_lambda: 0.5\nreplay:\n  buffer_size: 64\n  gradient_steps: 2\n")
+    config = load_config(path, ["replay.batch_size=8"])
+    assert (config.q.td_lambda, config.replay.buffer_size, config.replay.gradient_steps, config.replay.batch_size) == (0.5, 64, 2, 8)
+    assert set(config.sections) == {"q", "replay"}
+    with pytest.raises(AttributeError, match="no field or section 'ppo'"):
+        config.ppo  # noqa: B018
+    assert from_dict(config.to_dict()) == config
+
+
+def test_a_flat_key_of_old_names_its_section():
+    err = _error(["update_epochs=2"])
+    assert err.field == "update_epochs" and "is a key of a section now: write ppo.update_epochs" in str(err)
+    err = _error(["algo=qmix", "update_epochs=2"])  # renamed for the replay algorithms
+    assert "write replay.gradient_steps" in str(err)
+    err = _error(["algo=pqn_vdn", "num_minibatches=2"])
+    assert err.field == "num_minibatches" and "write pqn.num_minibatches" in str(err)
+    err = _error(["algo=qmix", "clip_eps=0.1"])  # a key of another algorithm's section
+    assert err.field == "clip_eps"
+    assert str(err) == "clip_eps: is ppo.clip_eps of algo=ippo, mappo; algo=qmix takes q.*, replay.*"
+    err = _error(["algo=qmix", "num_minibatches=1"])  # the replay algorithms have none
+    assert "ppo.num_minibatches of algo=ippo, mappo" in str(err) and "algo=qmix takes q.*, replay.*" in str(err)
+    err = _error(["eps_start=0.5"])
+    assert "q.eps_start of algo=pqn_vdn, iql, vdn, qmix" in str(err) and "algo=ippo takes ppo.*, async.*" in str(err)
+
+
+def test_a_section_of_another_algorithm_is_refused():
+    err = _error(["algo=qmix", "ppo.clip_eps=0.1"])
+    assert err.field == "ppo" and "algo=qmix takes q.*, replay.*" in str(err)
+    err = _error(["algo=pqn_vdn", "async.deterministic=true"])  # pqn_vdn has no mode=async
+    assert err.field == "async" and "the section of algo=ippo, mappo" in str(err)
+    err = _error(["ppo=3"])
+    assert err.field == "ppo" and "is a section" in str(err)
+
+
+def test_unknown_section_key_did_you_mean():
+    err = _error(["ppo.clip_epss=0.1"])
+    assert err.field == "ppo.clip_epss" and "did you mean 'ppo.clip_eps'" in str(err)
+    err = _error(["async.actor_device=1"])
+    assert err.field == "async.actor_device" and "did you mean 'async.actor_devices'" in str(err)
+
+
+def test_replace_takes_nested_sections_and_a_new_algo_starts_from_its_defaults():
+    config = load_config(None, ["ppo.clip_eps=0.1"])
+    changed = replace(config, ppo={"num_minibatches": 2})
+    assert changed.ppo.num_minibatches == 2 and changed.ppo.clip_eps == pytest.approx(0.1)  # the rest kept
+    assert config.ppo.num_minibatches == 4
+    with pytest.raises(ConfigError) as info:
+        replace(config, ppo={"num_minibatches": 3})
+    assert info.value.field == "ppo.num_minibatches"
+    with pytest.raises(ConfigError) as info:
+        replace(config, clip_eps=0.1)
+    assert info.value.field == "clip_eps" and "write ppo.clip_eps" in str(info.value)
+    qmix = replace(config, algo="qmix")
+    assert set(qmix.sections) == {"q", "replay"} and qmix.replay == load_config(None, ["algo=qmix"]).replay
