@@ -56,8 +56,8 @@ def test_checkpoint_bench_reports_both_ways_side_by_side():
 
 
 def test_q_bench_reports_env_and_gradient_steps(capfd):
-    config = load_config(None, ["algo=qmix", "num_envs=4", "num_steps=8", "num_minibatches=1", "update_epochs=2",
-                                "batch_size=4", "buffer_size=16", "total_timesteps=2048", "progress=false"])  # fmt: skip
+    config = load_config(None, ["algo=qmix", "num_envs=4", "num_steps=8", "replay.gradient_steps=2", "replay.batch_size=4",
+                                "replay.buffer_size=16", "total_timesteps=2048", "progress=false"])  # fmt: skip
     result = bench.run_bench(config, log=print)
     assert json.loads(capfd.readouterr().out.strip().splitlines()[-1]) == result
     assert result["gradient_steps_per_update"] == 2 and result["batch"] == 32

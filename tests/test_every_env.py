@@ -19,7 +19,7 @@ ENVS = {
     "hanabi": {}, "overcooked": {}, "overcooked_v2": {}, "coin_game": {}, "jaxnav": {},
 }  # fmt: skip
 
-TINY = ["num_envs=2", "num_steps=4", "num_minibatches=2", "update_epochs=1", "hidden_size=16", "total_timesteps=16"]
+TINY = ["num_envs=2", "num_steps=4", "ppo.num_minibatches=2", "ppo.update_epochs=1", "hidden_size=16", "total_timesteps=16"]
 
 
 @pytest.mark.slow

@@ -12,8 +12,8 @@ from marljax.train.loop import train
 from marljax.train.wiring import make_adapter, make_trainer
 from tests._subprocess import run_with_devices
 
-SETTINGS = ["algo=pqn_vdn", "activation=relu", "lr=2e-3", "num_envs=64", "num_steps=32", "update_epochs=2",
-            "num_minibatches=2", "eps_decay_steps=5e5", "progress=false", "plot=false"]  # fmt: skip
+SETTINGS = ["algo=pqn_vdn", "activation=relu", "lr=2e-3", "num_envs=64", "num_steps=32", "pqn.update_epochs=2",
+            "pqn.num_minibatches=2", "q.eps_decay_steps=5e5", "progress=false", "plot=false"]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -33,9 +33,9 @@ def test_pqn_vdn_learns_simple_spread(tmp_path):
     "change, field",
     [
         (["mesh.agent=2"], "mesh.agent"),  # per-agent parameter sets to split: param_sharing=independent
-        (["eps_start=0.1", "eps_finish=0.5"], "eps_finish"),
-        (["td_lambda=1.5"], "td_lambda"),
-        (["eps_decay_steps=0"], "eps_decay_steps"),
+        (["q.eps_start=0.1", "q.eps_finish=0.5"], "q.eps_finish"),
+        (["q.td_lambda=1.5"], "q.td_lambda"),
+        (["q.eps_decay_steps=0"], "q.eps_decay_steps"),
     ],
 )
 def test_bad_q_learning_settings_name_the_field(change, field):

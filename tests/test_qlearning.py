@@ -13,8 +13,8 @@ from marljax.train.loop import train
 from marljax.train.wiring import make_adapter, make_trainer
 from tests._subprocess import run_with_devices
 
-SETTINGS = ["activation=relu", "lr=1e-3", "num_envs=16", "num_steps=26", "num_minibatches=1", "update_epochs=4",
-            "batch_size=32", "eps_decay_steps=3e5", "learning_starts=1e4", "progress=false", "plot=false"]  # fmt: skip
+SETTINGS = ["activation=relu", "lr=1e-3", "num_envs=16", "num_steps=26", "replay.gradient_steps=4", "replay.batch_size=32",
+            "q.eps_decay_steps=3e5", "replay.learning_starts=1e4", "progress=false", "plot=false"]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -37,7 +37,7 @@ def test_learns_simple_spread(algo, recurrent, steps, tmp_path):
 
 def _tiny(algo: str, *extra: str):
     config = load_config(None, [*SETTINGS, f"algo={algo}", "num_envs=4", "num_steps=8", "total_timesteps=320",
-                                "buffer_size=8", "batch_size=4", *extra])  # fmt: skip
+                                "replay.buffer_size=8", "replay.batch_size=4", *extra])  # fmt: skip
     return make_trainer(config, make_adapter(config))
 
 
@@ -46,7 +46,8 @@ def _leaves_equal(a, b) -> bool:
 
 
 def test_replay_waits_for_learning_starts_and_the_target_follows_its_schedule():
-    trainer = _tiny("vdn", "learning_starts=64", "target_update_interval=2")  # learns from update 2 (64 / 32)
+    # learns from update 2 (64 / 32)
+    trainer = _tiny("vdn", "replay.learning_starts=64", "replay.target_update_interval=2")
     update = jax.jit(trainer.update)
     state = trainer.init(jax.random.PRNGKey(0))
     p0 = state.learner.params
@@ -62,7 +63,7 @@ def test_replay_waits_for_learning_starts_and_the_target_follows_its_schedule():
 
 
 def test_polyak_target_moves_by_tau():
-    trainer = _tiny("qmix", "learning_starts=0", "target_update_interval=0", "tau=0.25")
+    trainer = _tiny("qmix", "replay.learning_starts=0", "replay.target_update_interval=0", "replay.tau=0.25")
     state = trainer.init(jax.random.PRNGKey(0))
     before = state.extra.target
     state, _ = jax.jit(trainer.update)(state)
@@ -76,8 +77,9 @@ def test_checkpoint_with_replay_resumes_bitwise(tmp_path):
     """Recurrent QMIX (its state is the feed-forward one plus GRU states): the replay with the GRU
     states stored at each sequence's start, the target network, the mixer and the acting GRU
     state all come back, so the resumed rows and buffer are the same."""
-    base = [*SETTINGS, "algo=qmix", "recurrent=true", "num_envs=4", "num_steps=8", "total_timesteps=512", "buffer_size=12",
-            "batch_size=4", "learning_starts=32", "num_chunks=8", "checkpoint_every=4"]  # fmt: skip
+    base = [*SETTINGS, "algo=qmix", "recurrent=true", "num_envs=4", "num_steps=8", "total_timesteps=512",
+            "replay.buffer_size=12", "replay.batch_size=4", "replay.learning_starts=32", "num_chunks=8",
+            "checkpoint_every=4"]  # fmt: skip
     ref = train(load_config(None, [*base, f"out_dir={tmp_path / 'ref'}"]), log=lambda s: None)
     out = tmp_path / "killed"
     train(load_config(None, [*base, f"out_dir={out}"]), log=lambda s: None, max_chunks=5)
@@ -89,7 +91,8 @@ def test_checkpoint_with_replay_resumes_bitwise(tmp_path):
 
 @pytest.mark.parametrize(
     "change, field",
-    [(["buffer_size=2"], "buffer_size"), (["batch_size=0"], "batch_size"), (["tau=2"], "tau"),
+    [(["replay.buffer_size=2"], "replay.buffer_size"), (["replay.batch_size=0"], "replay.batch_size"),
+     (["replay.tau=2"], "replay.tau"),
      (["param_sharing=independent", "mesh.agent=2"], "mesh.agent")],
 )  # fmt: skip
 def test_bad_replay_settings_name_the_field(change, field):
@@ -101,10 +104,10 @@ def test_bad_replay_settings_name_the_field(change, field):
 def test_replay_sizes_must_divide_over_the_data_axis():
     from marljax.parallel.layouts import Layout
 
-    config = load_config(None, [*SETTINGS, "algo=iql", "batch_size=31"])
+    config = load_config(None, [*SETTINGS, "algo=iql", "replay.batch_size=31"])
     with pytest.raises(ConfigError, match="mesh.data=2") as info:
         make_trainer(config, make_adapter(config), Layout("data", 2))
-    assert info.value.field == "batch_size"
+    assert info.value.field == "replay.batch_size"
 
 
 _DATA_RUN = """
@@ -116,8 +119,8 @@ from marljax.train.loop import train
 out = {{}}
 for name, starts in (("collect", 10**6), ("learn", 0))[:{runs}]:
     cfg = load_config(None, {settings} + ["algo=qmix", "recurrent=true", "num_envs=8", "num_steps=8",
-        "total_timesteps=256", "num_chunks=2", "buffer_size=32", "batch_size=8", "learning_starts=" + str(starts),
-        "mesh.data={data}", "out_dir={out}/" + name])
+        "total_timesteps=256", "num_chunks=2", "replay.buffer_size=32", "replay.batch_size=8",
+        "replay.learning_starts=" + str(starts), "mesh.data={data}", "out_dir={out}/" + name])
     result = train(cfg, log=lambda s: None)
     rows = [{{k: v for k, v in r.items() if k not in ("wall_s", "env_steps_per_s")}} for r in result.rows]
     obs = np.asarray(result.state.extra.buffer.data["obs"]["agents"])  # [S, C, T+1, A, ...] gathered

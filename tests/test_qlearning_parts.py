@@ -111,7 +111,7 @@ def _q_acting(*overrides: str):
     from marljax.parallel.layouts import Layout
     from marljax.train.wiring import make_adapter
 
-    config = load_config(None, ["activation=relu", "num_envs=4", "num_steps=30", "num_minibatches=1", *overrides])
+    config = load_config(None, ["activation=relu", "num_envs=4", "num_steps=30", *overrides])
     env = make_adapter(config)
     return make_q_acting(config, env, Layout()), env
 

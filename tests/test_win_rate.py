@@ -53,9 +53,10 @@ def test_won_matches_the_terminal_state_of_the_battle():
 
 
 def test_smax_rows_carry_win_rates_and_mpe_rows_do_not(tmp_path):
-    settings = ["activation=relu", "num_envs=8", "num_steps=16", "num_minibatches=1", "update_epochs=1", "batch_size=8",
-                "learning_starts=0", "num_chunks=2", "eval_every=2", "eval_episodes=4", "progress=false", "plot=false"]  # fmt: skip
-    smax = train(load_config(None, [*settings, "algo=qmix", "recurrent=true", "env=HeuristicEnemySMAX",
+    settings = ["activation=relu", "num_envs=8", "num_steps=16", "num_chunks=2", "eval_every=2", "eval_episodes=4",
+                "progress=false", "plot=false"]  # fmt: skip
+    qmix = ["algo=qmix", "replay.gradient_steps=1", "replay.batch_size=8", "replay.learning_starts=0"]
+    smax = train(load_config(None, [*settings, *qmix, "recurrent=true", "env=HeuristicEnemySMAX",
                                     "env_kwargs.scenario=3m", "total_timesteps=1024", f"out_dir={tmp_path / 'smax'}"]),
                  log=lambda s: None).rows  # fmt: skip
     last = smax[-1]
@@ -63,7 +64,8 @@ def test_smax_rows_carry_win_rates_and_mpe_rows_do_not(tmp_path):
     assert any(r["win_rate"] is not None for r in smax)  # some 3m battles end within the run's 128 steps per environment
     assert all(r["win_rate"] is None or 0.0 <= r["win_rate"] <= 1.0 for r in smax)
 
-    config = load_config(None, [*settings, "algo=ippo", "total_timesteps=512", f"out_dir={tmp_path / 'mpe'}"])
+    ippo = ["algo=ippo", "ppo.num_minibatches=1", "ppo.update_epochs=1"]
+    config = load_config(None, [*settings, *ippo, "total_timesteps=512", f"out_dir={tmp_path / 'mpe'}"])
     assert not make_adapter(config).has_win
     mpe = train(config, log=lambda s: None).rows
     assert "eval_return" in mpe[-1] and not any("win_rate" in r or "eval_win_rate" in r for r in mpe)
