@@ -118,10 +118,10 @@ budget = 1e5 if SMALL else 2e6"""),
 result = train(config)
 leaf = jax.tree.leaves(result.state.learner.params)[0]
 print("a parameter leaf of shape", leaf.shape, "is split as", leaf.sharding.spec)"""),
-    ("md", "## Async actor–learner: generation and learning overlap, staleness bounded by `max_staleness`"),
+    ("md", "## Async actor–learner: generation and learning overlap, staleness bounded by `async.max_staleness`"),
     ("code", """two = len(devices) >= 2
 config = load_config(None, [
-    "mode=async", f"actor_devices={1}", f"learner_devices={1}", "max_staleness=1",
+    "mode=async", f"async.actor_devices={1}", f"async.learner_devices={1}", "async.max_staleness=1",
     f"total_timesteps={budget}", "num_envs=32", "progress=false",
     "out_dir=runs/colab_async", "overwrite=true",
 ])
