@@ -186,6 +186,9 @@ SPEC = AlgorithmSpec(
     AlgorithmSchema(
         "pqn_vdn", "PQN-VDN: replay-free vectorised Q(lambda) learning of a VDN team value",
         {"q": QConfig, "pqn": PQNConfig}, supports=Supports(agent_axis=True),
+        # chosen to learn on MPE_simple_spread_v3 in 1M steps (2 seeds: -19.7, -21.3 per agent greedy; no-op -25.3)
+        defaults={"total_timesteps": 1_000_000, "activation": "relu", "lr": 1e-3, "num_envs": 32, "num_steps": 32,
+                  "pqn": {"update_epochs": 4, "num_minibatches": 2}, "q": {"eps_decay_steps": 250_000}},
     ),
     make_train,
 )

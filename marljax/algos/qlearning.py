@@ -249,10 +249,17 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     )  # fmt: skip
 
 
-def _spec(name: str, summary: str) -> AlgorithmSpec:
-    return AlgorithmSpec(AlgorithmSchema(name, summary, {"q": QConfig, "replay": ReplayConfig}), make_train)
+def _spec(name: str, summary: str, **defaults) -> AlgorithmSpec:
+    # shared by the replay family; each then tuned to learn on MPE_simple_spread_v3 in 1M steps
+    base = {"total_timesteps": 1_000_000, "activation": "relu", "lr": 1e-3, "num_envs": 16, "num_steps": 32}
+    return AlgorithmSpec(AlgorithmSchema(name, summary, {"q": QConfig, "replay": ReplayConfig}, defaults={**base, **defaults}),
+                         make_train)  # fmt: skip
 
 
-IQL = _spec("iql", "independent Q-learning with replay and a target network")
-VDN = _spec("vdn", "VDN: the team's value is the sum of the agents' Q-values (replay, target network)")
-QMIX = _spec("qmix", "QMIX: a monotonic mixer of the agents' Q-values on the world state (replay, target network)")
+# greedy returns per agent after 1M steps, 2 seeds (no-op: -25.3): iql -20.1, -20.5; vdn -19.4, -21.4; qmix -20.7, -20.7
+IQL = _spec("iql", "independent Q-learning with replay and a target network",
+            gamma=0.9, hidden_size=128, replay={"batch_size": 64}, q={"eps_decay_steps": 200_000})  # fmt: skip
+VDN = _spec("vdn", "VDN: the team's value is the sum of the agents' Q-values (replay, target network)",
+            gamma=0.9, q={"eps_decay_steps": 200_000})  # fmt: skip
+QMIX = _spec("qmix", "QMIX: a monotonic mixer of the agents' Q-values on the world state (replay, target network)",
+             q={"eps_decay_steps": 300_000})  # fmt: skip
