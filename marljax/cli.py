@@ -170,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"marljax: {exc}", file=sys.stderr)
                 return 1
         elif command == "bench":
-            from marljax.bench import run_bench
+            from marljax.bench.train import run_bench
 
             run_bench(config)
         elif command == "bench-sweep":
@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             run_sweep_bench(config)
         else:
-            from marljax.bench import run_checkpoint_bench
+            from marljax.bench.checkpoint import run_checkpoint_bench
 
             run_checkpoint_bench(config)
     except ConfigError as exc:

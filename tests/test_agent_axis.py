@@ -53,7 +53,7 @@ def test_heterogeneous_groups_split_over_agent_axis(tmp_path):
 SWAP_CODE = """
 import json, jax, jax.numpy as jnp, numpy as np
 from jax.sharding import PartitionSpec as P
-from marljax import bench
+from marljax.bench.swap import bench_swap
 from marljax.config import load_config
 from marljax.parallel.layouts import Layout
 from marljax.train.wiring import prepare
@@ -76,7 +76,7 @@ out = {{}}
 for k in (1, 2, 4):
     cfg = load_config(None, {base!r} + [f"mesh.agent={{k}}", "mesh.seed=1"])
     env, mesh, trainer = prepare(cfg)
-    out[k] = bench.bench_swap(cfg, mesh, trainer, update_s=1.0)
+    out[k] = bench_swap(cfg, mesh, trainer, update_s=1.0)
 print(json.dumps({{"ok_swap": ok_swap, "bench": out}}))
 """
 

@@ -7,7 +7,9 @@ import math
 
 import pytest
 
-from marljax import bench
+from marljax.bench import measure
+from marljax.bench.checkpoint import run_checkpoint_bench
+from marljax.bench.train import run_bench
 from marljax.config import load_config
 
 KEYS = (
@@ -26,11 +28,11 @@ KEYS = (
 
 
 def test_bench_tiny_config_reports_finite_positive_figures(monkeypatch):
-    monkeypatch.setattr(bench, "MATMUL_SIZES", {"cpu": (256,), "default": (256,)})  # keep it quick
+    monkeypatch.setattr(measure, "MATMUL_SIZES", {"cpu": (256,), "default": (256,)})  # keep it quick
     config = load_config(None, ["num_envs=4", "num_steps=8", "total_timesteps=64", "progress=false"])
 
     lines: list[str] = []  # not capsys: importing jaxmarl resets sys.stdout to sys.__stdout__
-    result = bench.run_bench(config, log=lines.append)
+    result = run_bench(config, log=lines.append)
 
     for key in KEYS:
         value = result[key]
@@ -47,7 +49,7 @@ def test_checkpoint_bench_reports_both_ways_side_by_side():
     config = load_config(None, ["num_envs=4", "num_steps=8", "total_timesteps=512", "num_chunks=8",
                                 "checkpoint_every=4", "progress=false"])  # fmt: skip
     lines: list[str] = []
-    result = bench.run_checkpoint_bench(config, rounds=1, log=lines.append)
+    result = run_checkpoint_bench(config, rounds=1, log=lines.append)
     assert result["periodic_saves"] == 3  # after updates 4, 8, 12; the 16th is the final save
     assert len(result["seconds_with"]) == len(result["seconds_without"]) == 1
     assert all(t > 0 for t in result["seconds_with"] + result["seconds_without"])
@@ -55,10 +57,11 @@ def test_checkpoint_bench_reports_both_ways_side_by_side():
     assert json.loads(lines[-1]) == result
 
 
-def test_q_bench_reports_env_and_gradient_steps(capfd):
+def test_q_bench_reports_env_and_gradient_steps(capfd, monkeypatch):
+    monkeypatch.setattr(measure, "MATMUL_SIZES", {"cpu": (256,), "default": (256,)})  # keep it quick
     config = load_config(None, ["algo=qmix", "num_envs=4", "num_steps=8", "replay.gradient_steps=2", "replay.batch_size=4",
                                 "replay.buffer_size=16", "total_timesteps=2048", "progress=false"])  # fmt: skip
-    result = bench.run_bench(config, log=print)
+    result = run_bench(config, log=print)
     assert json.loads(capfd.readouterr().out.strip().splitlines()[-1]) == result
     assert result["gradient_steps_per_update"] == 2 and result["batch"] == 32
     assert result["gradient_steps_per_s"] == pytest.approx(2 * result["updates_per_s"], rel=1e-4) and result["updates_per_s"] > 0

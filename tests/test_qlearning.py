@@ -13,8 +13,11 @@ from marljax.train.loop import train
 from marljax.train.wiring import make_adapter, make_trainer
 from tests._subprocess import run_with_devices
 
-SETTINGS = ["activation=relu", "lr=1e-3", "num_envs=16", "num_steps=26", "replay.gradient_steps=4", "replay.batch_size=32",
-            "q.eps_decay_steps=3e5", "replay.learning_starts=1e4", "progress=false", "plot=false"]  # fmt: skip
+# every setting the figures below were measured with, stated here rather than taken from the
+# algorithms' defaults (which differ: iql and vdn default to gamma 0.9, iql to hidden_size 128)
+SETTINGS = ["activation=relu", "lr=1e-3", "gamma=0.99", "hidden_size=64", "num_envs=16", "num_steps=26",
+            "replay.gradient_steps=4", "replay.batch_size=32", "q.eps_decay_steps=3e5", "replay.learning_starts=1e4",
+            "progress=false", "plot=false"]  # fmt: skip
 
 
 @pytest.mark.slow

@@ -30,13 +30,15 @@ Array = jax.Array
 class CostPiece(NamedTuple):
     """An unscanned piece of one update, for FLOP counting. XLA's cost analysis counts a scan's
     body once, whatever its trip count, so the bench compiles `fn(*args)` alone (args may be
-    `jax.ShapeDtypeStruct`s) and multiplies its FLOPs by `trips`."""
+    `jax.ShapeDtypeStruct`s) and multiplies its FLOPs by `trips`. A gradient step also says how
+    many transitions it learns from: the bench reports gradient steps per second and their batch."""
 
     name: str  # what it is, e.g. "rollout step", "gradient step"
     part: str  # "rollout" (acting in the environments) or "learn" (everything after)
     fn: Callable
     args: tuple
     trips: int  # times it runs in one update of one seed
+    transitions: int = 0  # a gradient step's batch: env steps of one seed it learns from; 0: not a gradient step
 
 
 @dataclasses.dataclass(frozen=True)

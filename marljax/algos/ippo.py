@@ -347,7 +347,7 @@ def make_train(
         return [
             CostPiece("rollout step", "rollout", rollout_step, (params, actors, key), T),
             CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, lr),
-                      batches.epochs * batches.num_minibatches),
+                      batches.epochs * batches.num_minibatches, transitions=batches.steps * batches.num_envs),
         ]  # fmt: skip
 
     run = loop(config, layout, init, update)

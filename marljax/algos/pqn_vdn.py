@@ -172,7 +172,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             CostPiece("rollout step", "rollout", q.rollout_step, (params, scalar, actors, key), T),
             CostPiece("target pass", "learn", team_max, (params, everything), 1),
             CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, scalar),
-                      batches.epochs * M),
+                      batches.epochs * M, transitions=L * batches.num_envs),
         ]  # fmt: skip
 
     run = loop(config, layout, init, update)

@@ -239,7 +239,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             CostPiece("rollout step", "rollout", q.rollout_step, (learner.params, scalar, state.actors, key), T),
             CostPiece("gradient step", "learn", one_gradient_step,
                       (learner.params, learner.opt_state, extra.target, extra.buffer, key, scalar),
-                      config.replay.gradient_steps),
+                      config.replay.gradient_steps, transitions=config.replay.batch_size * T),
         ]  # fmt: skip
 
     run = loop(config, layout, init, update)

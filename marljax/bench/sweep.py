@@ -9,15 +9,16 @@ the absolute times mean little on a shared CPU. The last line is JSON.
 
 from __future__ import annotations
 
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from marljax.bench.table import report
 from marljax.config import Config, replace
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
+from marljax.parallel.placement import place, platform
 from marljax.train.chunks import chunk_sizes, run_chunks
 from marljax.train.wiring import prepare
 from marljax.sweeps.runner import row_hparams
@@ -36,7 +37,7 @@ def _timed_run(config: Config, keys: jax.Array, hparams=None) -> tuple[float, fl
     fns = shard_trainer(trainer, mesh)
     state = fns.init(keys)
     if hparams is not None:
-        state = state.replace(learner=state.learner.replace(hparams=jax.device_put(hparams, fns.shardings.learner.hparams)))
+        state = state.replace(learner=state.learner.replace(hparams=place(hparams, fns.shardings.learner.hparams)))
     schedule = chunk_sizes(config.num_updates, config.updates_per_chunk)
     compiled = compile_chunks(fns, state, schedule)
     jax.block_until_ready(state)
@@ -57,11 +58,11 @@ def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SE
     runs, steps = program.rows, config.num_updates * config.num_steps * config.num_envs
     log(
         f"bench-sweep: {len(lrs)} learning rates x {seeds} seeds = {runs} runs of {config.num_updates} updates "
-        f"({steps} env steps each) on {config.env}, {jax.devices()[0].platform}"
+        f"({steps} env steps each) on {config.env}, {platform()}"
     )
     keys = seed_keys(config.seed, seeds)
     vm_compile, vm_run, vm_params, vm_returns = _timed_run(program.config, jnp.tile(keys, (len(lrs), 1)), row_hparams(program, seeds))
-    log(f"  vmapped:    compile {vm_compile:6.1f}s  run {vm_run:7.1f}s  total {vm_compile + vm_run:7.1f}s")
+    log(f"  vmapped: {vm_compile + vm_run:.1f}s; now the same {runs} runs one after another")
 
     seq_compile = seq_run = 0.0
     max_rel, seq_returns = 0.0, []
@@ -75,18 +76,11 @@ def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SE
             for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(vm_params)):
                 a, b = np.asarray(a[0]), np.asarray(b[row])
                 max_rel = max(max_rel, float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-12)))
-    log(f"  sequential: compile {seq_compile:6.1f}s  run {seq_run:7.1f}s  total {seq_compile + seq_run:7.1f}s")
     total_ratio = (seq_compile + seq_run) / (vm_compile + vm_run)
     run_ratio = seq_run / vm_run
-    log(f"  speed-up of the vmapped program: {total_ratio:.1f}x end to end, {run_ratio:.1f}x counting run time only")
-    log(
-        f"  same runs: last-chunk return {np.mean(vm_returns):.2f} vmapped vs {np.mean(seq_returns):.2f} sequential "
-        f"(mean of {runs}); largest final parameter difference {max_rel:.1e} of the largest parameter (the runs start "
-        "equal to ~1e-6 and part as float rounding flips a sampled action, as any two float orderings do)"
-    )
     result = {
         "bench": "sweep", "runs": runs, "learning_rates": list(lrs), "seeds": seeds, "updates": config.num_updates,
-        "env_steps_per_run": steps, "num_envs": config.num_envs, "device": jax.devices()[0].platform,
+        "env_steps_per_run": steps, "num_envs": config.num_envs, "device": platform(),
         "vmapped_compile_s": vm_compile, "vmapped_run_s": vm_run,
         "sequential_compile_s": seq_compile, "sequential_run_s": seq_run,
         "speedup_total": total_ratio, "speedup_run_only": run_ratio,
@@ -94,5 +88,14 @@ def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SE
         "return_vmapped": float(np.mean(vm_returns)), "return_sequential": float(np.mean(seq_returns)),
         "max_param_rel_diff": max_rel,
     }  # fmt: skip
-    print(json.dumps(result))
-    return result
+    rows = [
+        ("vmapped", f"{vm_compile + vm_run:.1f}", f"s: compile {vm_compile:.1f} + run {vm_run:.1f}"),
+        ("sequential", f"{seq_compile + seq_run:.1f}", f"s: compile {seq_compile:.1f} + run {seq_run:.1f}"),
+        ("speed-up", f"{total_ratio:.1f}x", f"end to end; {run_ratio:.1f}x counting run time only"),
+        ("last-chunk return", f"{np.mean(vm_returns):.2f}",
+         f"vmapped; {np.mean(seq_returns):.2f} sequential (mean of {runs} runs)"),
+        ("largest parameter difference", f"{max_rel:.1e}",
+         "of the largest parameter (the runs start equal to ~1e-6 and part as float rounding flips a sampled "
+         "action, as any two float orderings do)"),
+    ]  # fmt: skip
+    return report(rows, result, log)

@@ -1,4 +1,6 @@
-"""The one module that touches devices: builds the mesh and places / shards the state.
+"""The trainer's mesh: built once from the config; the state's specs; the sharded programs on it.
+
+With `placement.py` and `async_mesh.py`, the only code that touches devices (see placement.py).
 
 Mesh axes:
   * `seed`: splits the seeds (independent runs; no communication);
@@ -23,10 +25,13 @@ from jax.sharding import PartitionSpec as P
 
 from marljax.config import Config, ConfigError
 from marljax.parallel.layouts import AGENT, Layout
+from marljax.parallel.placement import shardings as named
 from marljax.types import TrainState
 
 SEED, DATA = "seed", "data"
 AXES = (SEED, DATA, AGENT)
+ACTING = P(SEED, (DATA, AGENT))  # [S, E, ...]: environments split over every device, as while acting
+ACTING_TRAJECTORY = P(SEED, None, (DATA, AGENT))  # [S, T, E, ...]: a rollout in the acting layout
 
 
 def device_count() -> int:
@@ -96,7 +101,7 @@ def state_specs(state_shape: TrainState, split: frozenset[str]) -> TrainState:
     """
 
     learner = learner_specs(state_shape.learner, split, SEED)
-    actors = jax.tree.map(lambda _: P(SEED, (DATA, AGENT)), state_shape.actors)
+    actors = jax.tree.map(lambda _: ACTING, state_shape.actors)
     extra = jax.tree_util.tree_map_with_path(_extra_spec, state_shape.extra)
     return TrainState(learner=learner, actors=actors, extra=extra)
 
@@ -135,7 +140,7 @@ def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
     """
     shape = jax.eval_shape(jax.vmap(trainer.init), jax.ShapeDtypeStruct((trainer.config.num_seeds, 2), jnp.uint32))
     specs = state_specs(shape, split_groups(trainer))
-    shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs)
+    shardings = named(mesh, specs)
     init = jax.jit(jax.vmap(trainer.init), out_shardings=shardings)
 
     def chunk(state: TrainState, n: int):
@@ -156,44 +161,10 @@ def compile_chunks(fns: ShardedFns, state, sizes) -> dict:
     return {n: fns.chunk.lower(state, n).compile() for n in sorted(set(sizes))}
 
 
-class AsyncPlacement(NamedTuple):
-    """Where the async mode runs: one device per actor thread (round robin), a learner mesh."""
-
-    actor_devices: tuple  # device of actor thread i: actor_devices[i % len]
-    learner_mesh: Mesh  # axes (data, agent): `data` splits each batch's environments, `agent` the agents
-
-
-def async_placement(config: Config) -> AsyncPlacement:
-    """Disjoint actor and learner devices (`async.actor_devices`, then `async.learner_devices`); shared on one device."""
-    devices = jax.devices()
-    n_act, n_learn = config.async_.actor_devices, config.async_.learner_devices
-    if isinstance(n_act, (list, tuple)) or isinstance(n_learn, (list, tuple)):
-        if not (isinstance(n_act, (list, tuple)) and isinstance(n_learn, (list, tuple))):
-            raise ConfigError("async.actor_devices", "give both async.actor_devices and async.learner_devices as index lists, "
-                              "or both as counts")
-        bad = [i for i in list(n_act) + list(n_learn) if i >= len(devices)]
-        if bad:
-            raise ConfigError("async.actor_devices", f"device indices {bad} don't exist; {len(devices)} devices are visible")
-        actor, learner = [devices[i] for i in n_act], [devices[i] for i in n_learn]
-    elif len(devices) == 1:
-        if n_act != 1 or n_learn != 1:
-            raise ConfigError("async.actor_devices", "only 1 device is visible; actors and learner share it (set both to 1)")
-        actor, learner = devices, devices
-    else:
-        if n_act + n_learn > len(devices):
-            raise ConfigError(
-                "async.actor_devices",
-                f"async.actor_devices + async.learner_devices = {n_act + n_learn}, but {len(devices)} devices are visible",
-            )
-        actor, learner = devices[:n_act], devices[n_act : n_act + n_learn]
-    k = config.mesh.agent
-    if len(learner) % k:
-        raise ConfigError("mesh.agent", f"{k} must divide the {len(learner)} learner devices (async.learner_devices)")
-    if config.num_envs % len(learner):
-        raise ConfigError("async.learner_devices", f"{len(learner)} learner devices must divide num_envs={config.num_envs}")
-    shape = (len(learner) // k, k)
-    mesh = jax.make_mesh(shape, (DATA, AGENT), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=learner)
-    return AsyncPlacement(tuple(actor), mesh)
+def shard_seeds(fn: Callable, mesh: Mesh, in_specs: tuple) -> Callable:
+    """jit of `fn` inside `shard_map` over `mesh`: arguments split by `in_specs`, one result per
+    seed [S] (`fn` sees each device's local blocks; its collectives use `mesh_layout(mesh)`)."""
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=P(SEED), check_vma=False))
 
 
 def first_device_sharding() -> NamedSharding:

@@ -34,12 +34,12 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from marljax.config import Config
-from marljax.parallel.layouts import AGENT, Layout
-from marljax.parallel.mesh import DATA, async_placement, learner_specs, seed_keys
+from marljax.parallel.async_mesh import async_placement, learner_on_mesh, shard_learn, trajectory_shardings
+from marljax.parallel.layouts import Layout
+from marljax.parallel.mesh import learner_specs, mesh_layout, seed_keys, split_groups
+from marljax.parallel.placement import copy_to_devices, place
 from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
 from marljax.types import Trajectory
 
@@ -60,30 +60,24 @@ class AsyncRun:
         self.config, self.env, self.log = config, env, log
         self.placement = async_placement(config)
         mesh = self.placement.learner_mesh
-        n_data, n_agent = mesh.shape[DATA], mesh.shape[AGENT]
-        n_learn = n_data * n_agent
+        layout = mesh_layout(mesh)
+        n_learn = layout.num_env_shards  # every learner device
         self.actor_trainer = make_trainer(config, env, Layout())
-        self.learner_trainer = make_trainer(config, env, Layout(DATA, n_data, AGENT, n_agent))
+        self.learner_trainer = make_trainer(config, env, layout)
         S = config.num_seeds
         keys = seed_keys(config.seed, S)  # [S, 2]
         # learning layout on the learner mesh: per-agent sets split over `agent` (mesh.agent > 1)
-        split = frozenset(g.name for g in env.groups) if n_agent > 1 else frozenset()
         shapes = jax.eval_shape(jax.vmap(self.learner_trainer.init_learner), keys)
-        learner_spec = learner_specs(shapes, split, None)
-        init = jax.jit(
-            jax.vmap(self.learner_trainer.init_learner),
-            out_shardings=jax.tree.map(lambda spec: NamedSharding(mesh, spec), learner_spec),
-        )
-        self.learner = init(keys)  # params, Adam, hparams, keys, update: [S, ...] on the learner mesh
+        learner_spec = learner_specs(shapes, split_groups(self.learner_trainer), None)
+        # params, Adam, hparams, keys, update: [S, ...] created on the learner mesh
+        self.learner = learner_on_mesh(self.learner_trainer.init_learner, keys, mesh, learner_spec)
         self.host = getattr(env, "host", False)
         self.actor_init = None if self.host else jax.jit(jax.vmap(self.actor_trainer.init_actors))
         self.actor_keys = keys
         self.collect = jax.jit(jax.vmap(self.actor_trainer.collect))
         self.host_policy = jax.jit(jax.vmap(self.actor_trainer.policy_step))  # host envs: one step, all copies
         # a batch arrives in the acting layout: environments split over every learner device
-        envs = (DATA, AGENT)
-        traj_specs = Trajectory(batch=P(None, None, envs), last_value=P(None, envs), stats=P())
-        self.traj_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), traj_specs)
+        self.traj_shardings = trajectory_shardings(mesh)
 
         def learn_local(learner, traj: Trajectory):
             # the rollout's episode totals are replicated on every learner device; learn sums
@@ -96,14 +90,12 @@ class AsyncRun:
 
             return jax.vmap(one)(learner, traj)
 
-        self.learn = jax.jit(
-            jax.shard_map(
-                learn_local, mesh=mesh, in_specs=(learner_spec, traj_specs), out_specs=(learner_spec, P()),
-                check_vma=False,
-            ),
-            donate_argnums=0,
-        )
+        self.learn = shard_learn(learn_local, mesh, learner_spec)  # donates the learner state
         self.samples_per_batch = config.num_steps * config.num_envs * S
+
+    def to_learner_mesh(self, traj: Trajectory) -> Trajectory:
+        """A batch from the host buffer placed on the learner mesh, as `learn` takes it."""
+        return place(traj, self.traj_shardings)
 
     # ------------------------------------------------------------------ threads
     def thread_keys(self, i: int) -> jax.Array:
@@ -119,7 +111,7 @@ class AsyncRun:
     def make_collector(self, i: int):
         """Actor thread i's rollout maker: `.collect(params_on_its_device, ticket) -> Trajectory`."""
         device = self.placement.actor_devices[i % len(self.placement.actor_devices)]
-        keys = jax.device_put(self.thread_keys(i), device)
+        keys = place(self.thread_keys(i), device)
         if self.host:
             from marljax.pipeline.host_rollout import HostCollector
 
@@ -129,8 +121,8 @@ class AsyncRun:
     # ------------------------------------------------------------------ threads (bodies)
     def _publish(self, store: ParamStore, version: int, params) -> None:
         """Copy params to every actor device (dispatch is asynchronous) and publish them."""
-        # may_alias=False: a real copy even on a shared device, since the learner donates its state
-        store.publish(version, {d: jax.device_put(params, d, may_alias=False) for d in set(self.placement.actor_devices)})
+        # a real copy even on a shared device (never an alias), since the learner donates its state
+        store.publish(version, copy_to_devices(params, self.placement.actor_devices))
 
     def _actor(self, i: int, buffer: TrajectoryBuffer, store: ParamStore, budget: int | None, errors: list) -> None:
         config = self.config
@@ -192,8 +184,7 @@ class AsyncRun:
                     stamps = dict(version=batch.version, actor=batch.actor, seq=batch.seq, ticket=batch.ticket,
                                   learner_version=learner_version)  # fmt: skip
                     recorder.append(batch.data, stamps)
-                traj = jax.device_put(batch.data, self.traj_shardings)
-                self.learner, metrics = self.learn(self.learner, traj)
+                self.learner, metrics = self.learn(self.learner, self.to_learner_mesh(batch.data))
                 version = buffer.finish_update()
                 self._publish(store, version, self.learner.params)
                 pending.append(metrics)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from marljax.parallel.placement import place
 from marljax.types import EpisodeStats, GroupBatch, Trajectory
 
 
@@ -37,7 +38,7 @@ class HostCollector:
         return {k: v.reshape((self.S, self.E) + v.shape[1:]) for k, v in tree.items()}
 
     def _policy(self, params, key):
-        put = lambda x: jax.device_put(x, self.device)  # noqa: E731
+        put = lambda x: place(x, self.device)  # noqa: E731
         out = self.step_fn(params, put(self.obs), put(self.reset), put(self.hidden), key)
         return jax.device_get(out)
 

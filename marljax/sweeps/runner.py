@@ -47,6 +47,7 @@ from marljax.envs.host import is_host_env
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
+from marljax.parallel.placement import place
 from marljax.sweeps.results import METRICS, ResultsStore, load
 from marljax.train.chunks import ChunkBudget, checkpoint_due, chunk_sizes, run_chunks
 from marljax.train.wiring import prepare
@@ -201,10 +202,10 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
 
     def fresh():
         state = fns.init(jnp.tile(seed_keys(config.seed, S), (len(program.cells), 1)))
-        hparams = jax.device_put(row_hparams(program, S), hp_sharding)
+        hparams = place(row_hparams(program, S), hp_sharding)
         state = state.replace(learner=state.learner.replace(hparams=hparams))
         best = jax.tree.map(lambda x: x.copy(), state.learner.params)  # a copy: the chunk donates the state
-        return {"state": state, "best_params": best, "best_score": jax.device_put(jnp.full(program.rows, -jnp.inf), hp_sharding["lr"])}
+        return {"state": state, "best_params": best, "best_score": place(jnp.full(program.rows, -jnp.inf), hp_sharding["lr"])}
 
     target = abstract_like(
         {"state": fns.shapes, "best_params": fns.shapes.learner.params, "best_score": jax.ShapeDtypeStruct((program.rows,), jnp.float32)},

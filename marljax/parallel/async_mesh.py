@@ -1,0 +1,91 @@
+"""Where mode=async runs, and the learner's programs there.
+
+Actor thread i runs on `actor_devices[i % len]`; the learner on a mesh of its own with axes
+(data, agent) (`async.actor_devices`, `async.learner_devices`; disjoint unless one device is
+all there is). The learner state is created on that mesh in the learning layout (per-agent
+sets split over `agent` when mesh.agent > 1, the rest replicated); a batch from the host
+buffer arrives in the acting layout, its environments split over every learner device, and
+`learn` runs inside `shard_map` over the mesh.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from marljax.config import Config, ConfigError
+from marljax.parallel.layouts import AGENT
+from marljax.parallel.mesh import DATA
+from marljax.parallel.placement import shardings
+from marljax.types import Trajectory
+
+
+class AsyncPlacement(NamedTuple):
+    """Where the async mode runs: one device per actor thread (round robin), a learner mesh."""
+
+    actor_devices: tuple  # device of actor thread i: actor_devices[i % len]
+    learner_mesh: Mesh  # axes (data, agent): `data` splits each batch's environments, `agent` the agents
+
+
+def async_placement(config: Config) -> AsyncPlacement:
+    """Disjoint actor and learner devices (`async.actor_devices`, then `async.learner_devices`); shared on one device."""
+    devices = jax.devices()
+    n_act, n_learn = config.async_.actor_devices, config.async_.learner_devices
+    if isinstance(n_act, (list, tuple)) or isinstance(n_learn, (list, tuple)):
+        if not (isinstance(n_act, (list, tuple)) and isinstance(n_learn, (list, tuple))):
+            raise ConfigError("async.actor_devices", "give both async.actor_devices and async.learner_devices as index lists, "
+                              "or both as counts")
+        bad = [i for i in list(n_act) + list(n_learn) if i >= len(devices)]
+        if bad:
+            raise ConfigError("async.actor_devices", f"device indices {bad} don't exist; {len(devices)} devices are visible")
+        actor, learner = [devices[i] for i in n_act], [devices[i] for i in n_learn]
+    elif len(devices) == 1:
+        if n_act != 1 or n_learn != 1:
+            raise ConfigError("async.actor_devices", "only 1 device is visible; actors and learner share it (set both to 1)")
+        actor, learner = devices, devices
+    else:
+        if n_act + n_learn > len(devices):
+            raise ConfigError(
+                "async.actor_devices",
+                f"async.actor_devices + async.learner_devices = {n_act + n_learn}, but {len(devices)} devices are visible",
+            )
+        actor, learner = devices[:n_act], devices[n_act : n_act + n_learn]
+    k = config.mesh.agent
+    if len(learner) % k:
+        raise ConfigError("mesh.agent", f"{k} must divide the {len(learner)} learner devices (async.learner_devices)")
+    if config.num_envs % len(learner):
+        raise ConfigError("async.learner_devices", f"{len(learner)} learner devices must divide num_envs={config.num_envs}")
+    shape = (len(learner) // k, k)
+    mesh = jax.make_mesh(shape, (DATA, AGENT), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=learner)
+    return AsyncPlacement(tuple(actor), mesh)
+
+
+def learner_on_mesh(init_fn: Callable, keys: jax.Array, mesh: Mesh, specs):
+    """`vmap(init_fn)(keys)` created already placed on `mesh` by `specs` (jit with out_shardings)."""
+    return jax.jit(jax.vmap(init_fn), out_shardings=shardings(mesh, specs))(keys)
+
+
+def trajectory_specs() -> Trajectory:
+    """A batch [S, T, E, ...] in the acting layout: environments split over every learner device."""
+    envs = (DATA, AGENT)
+    return Trajectory(batch=P(None, None, envs), last_value=P(None, envs), stats=P())
+
+
+def trajectory_shardings(mesh: Mesh) -> Trajectory:
+    return shardings(mesh, trajectory_specs())
+
+
+def shard_learn(fn: Callable, mesh: Mesh, learner_specs) -> Callable:
+    """`fn(learner, traj) -> (learner, metrics)` on each device's blocks, jitted inside `shard_map`
+    over `mesh`: the learner split by `learner_specs`, the batch by `trajectory_specs()`, metrics
+    replicated. The learner input is donated."""
+    return jax.jit(
+        jax.shard_map(
+            fn, mesh=mesh, in_specs=(learner_specs, trajectory_specs()), out_specs=(learner_specs, P()),
+            check_vma=False,
+        ),
+        donate_argnums=0,
+    )

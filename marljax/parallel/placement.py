@@ -1,0 +1,66 @@
+"""Putting arrays where they run: on a device, on a mesh's shardings, or a copy per actor device.
+
+With `mesh.py` (the trainer's mesh) and `async_mesh.py` (the async mode's actor devices and
+learner mesh), the only code that calls `jax.device_put` or `jax.devices()` or builds a
+`NamedSharding`: the pipeline, sweeps and benchmarks receive meshes, devices and shardings
+and place with these functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+def shardings(mesh: Mesh, specs: Any) -> Any:
+    """A tree of PartitionSpecs (or one) as NamedShardings on `mesh`."""
+    return jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs)
+
+
+def place(tree: Any, where: Any) -> Any:
+    """`tree` committed to a device, or to a sharding / a tree of shardings (dispatch is asynchronous).
+    On the device or sharding it already has, an array may come back as itself."""
+    return jax.device_put(tree, where)
+
+
+def copy_to(tree: Any, device: Any) -> Any:
+    """A real copy of `tree` on `device`, never an alias of the input, even on the same device: the
+    copy outlives an input that a jitted program later donates."""
+    return jax.device_put(tree, device, may_alias=False)
+
+
+def copy_to_devices(tree: Any, devices: Any) -> dict:
+    """`copy_to` each distinct device of `devices`: device -> its copy."""
+    return {d: copy_to(tree, d) for d in set(devices)}
+
+
+def platform(mesh: Mesh | None = None) -> str:
+    """The platform ("cpu", "gpu", "tpu") of the mesh's devices, or of the first visible device."""
+    return (mesh.devices.flat[0] if mesh is not None else jax.devices()[0]).platform
+
+
+def bytes_on_one_device(tree: Any) -> int:
+    """Bytes of `tree` that the device holding its first leaf's first shard keeps."""
+    device = jax.tree.leaves(tree)[0].addressable_shards[0].device
+    return sum(
+        shard.data.nbytes for leaf in jax.tree.leaves(tree) for shard in leaf.addressable_shards if shard.device == device
+    )
+
+
+def every_device_sharding(mesh: Mesh) -> NamedSharding:
+    """Leading axis [n_devices, ...] split over every axis of `mesh`: one slice per device."""
+    return NamedSharding(mesh, _every_device(mesh))
+
+
+def on_every_device(fn: Callable, mesh: Mesh) -> Callable:
+    """jit(fn) run by each device on its own slice of arguments laid out by `every_device_sharding`
+    (`fn` sees [1, ...] blocks and returns [1, ...] blocks; no communication)."""
+    spec = _every_device(mesh)
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=spec))
+
+
+def _every_device(mesh: Mesh) -> P:
+    return P(tuple(mesh.axis_names))
