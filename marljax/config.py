@@ -177,7 +177,6 @@ def register_schema(schema: AlgorithmSchema) -> None:
 
 
 def algorithm_schema(name: str) -> AlgorithmSchema:
-    _registered()
     if name not in _SCHEMAS:
         _one_of("algo", name, tuple(_SCHEMAS))
     return _SCHEMAS[name]
@@ -185,14 +184,7 @@ def algorithm_schema(name: str) -> AlgorithmSchema:
 
 def algorithms() -> tuple[str, ...]:
     """Every registered algorithm's name, in registration order."""
-    _registered()
     return tuple(_SCHEMAS)
-
-
-def _registered() -> None:
-    """The algorithms register on import of marljax.algos (marljax/__init__ imports it)."""
-    if not _SCHEMAS:
-        import marljax.algos  # noqa: F401  (registration only)
 
 
 # ----------------------------------------------------------------------------- the core schema
@@ -380,7 +372,6 @@ RENAMED = {"update_epochs": ("ppo.update_epochs", "pqn.update_epochs", "replay.g
 
 def _homes(key: str) -> list[tuple[str, str, list[str]]]:
     """Where a top-level key that is not core lives: (section, dotted key, algorithms taking it)."""
-    _registered()
     found: dict[str, tuple[str, list[str]]] = {}
     for schema in _SCHEMAS.values():
         for name, cls in schema.sections.items():

@@ -28,8 +28,8 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos.api import AlgorithmSpec, CostPiece, EpochSchedule, Trainer, hparams_from_config
-from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate, loop
-from marljax.algos.q_acting import QConfig, make_q_acting, through_final
+from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate
+from marljax.algos.q_acting import QConfig, make_q_acting, q_trainer, through_final
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn import ops
@@ -175,11 +175,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
                       batches.epochs * M, transitions=L * batches.num_envs),
         ]  # fmt: skip
 
-    run = loop(config, layout, init, update)
-    return Trainer(
-        config=config, env=env, networks=q.nets, init=init, init_learner=learner_init, update=update,
-        run_updates=run.run_updates, train=run.train, act=q.act, cost_pieces=cost_pieces,
-    )  # fmt: skip
+    return q_trainer(config, env, layout, q, init, learner_init, update, cost_pieces)
 
 
 SPEC = AlgorithmSpec(

@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, uses_cnn
+from marljax.algos.api import Trainer
+from marljax.algos.learning import loop
 from marljax.config import Config, ConfigError, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn.networks import QNetwork, RecurrentQNetwork
@@ -170,6 +172,16 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
         return actors, stats, traj, final
 
     return QActing(nets.nets, q_values, unroll, epsilon, act, init_params, init_actors, rollout, rollout_step)
+
+
+def q_trainer(config: Config, env: EnvAdapter, layout: Layout, q: QActing, init, init_learner, update,
+              cost_pieces) -> Trainer:
+    """The Q family's Trainer: its own init / update / cost pieces, the shared chunked loop, Q acting."""
+    run = loop(config, layout, init, update)
+    return Trainer(
+        config=config, env=env, networks=q.nets, init=init, init_learner=init_learner, update=update,
+        run_updates=run.run_updates, train=run.train, act=q.act, cost_pieces=cost_pieces,
+    )  # fmt: skip
 
 
 def through_final(traj: dict, final: dict) -> dict:

@@ -33,9 +33,9 @@ from flax import struct
 
 from marljax.algos import replay
 from marljax.algos.api import AlgorithmSpec, CostPiece, Trainer, hparams_from_config
-from marljax.algos.learning import descend, init_keys, init_learner, learning_rate, loop
+from marljax.algos.learning import descend, init_keys, init_learner, learning_rate
 from marljax.algos.mixers import QMixer
-from marljax.algos.q_acting import QConfig, make_q_acting, through_final
+from marljax.algos.q_acting import QConfig, make_q_acting, q_trainer, through_final
 from marljax.config import AlgorithmSchema, Config, ConfigError, setting
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn import ops
@@ -242,11 +242,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
                       config.replay.gradient_steps, transitions=config.replay.batch_size * T),
         ]  # fmt: skip
 
-    run = loop(config, layout, init, update)
-    return Trainer(
-        config=config, env=env, networks=q.nets, init=init, init_learner=learner_init, update=update,
-        run_updates=run.run_updates, train=run.train, act=q.act, cost_pieces=cost_pieces,
-    )  # fmt: skip
+    return q_trainer(config, env, layout, q, init, learner_init, update, cost_pieces)
 
 
 def _spec(name: str, summary: str, **defaults) -> AlgorithmSpec:

@@ -157,10 +157,7 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
         checkpointer.wait()
     finally:
         chunks.close()
-    if config.plot:
-        plot_returns(rows, out_dir / "returns.png", f"{config.algo} on {config.env}, {config.num_seeds} seed(s)")
-    log(summary(rows))
-    return RunResult(state, rows, out_dir, compile_s, chunks.saved_at)
+    return _finish(config, RunResult(state, rows, out_dir, compile_s, chunks.saved_at), log)
 
 
 class _ChunkLog:
@@ -261,10 +258,17 @@ def _train_async(config: Config, out_dir: Path, log) -> RunResult:
             chunks.close()
     finally:
         checkpointer.close()
+    return _finish(config, RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, chunks.saved_at), log)
+
+
+def _finish(config: Config, result: RunResult, log) -> RunResult:
+    """The end of every run: the returns plot (if asked for) and the one-line summary."""
     if config.plot:
-        plot_returns(rows, out_dir / "returns.png", f"{config.algo} (async) on {config.env}, {config.num_seeds} seed(s)")
-    log(summary(rows))
-    return RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, chunks.saved_at)
+        mode = " (async)" if config.mode == "async" else ""
+        title = f"{config.algo}{mode} on {config.env}, {config.num_seeds} seed(s)"
+        plot_returns(result.rows, result.out_dir / "returns.png", title)
+    log(summary(result.rows))
+    return result
 
 
 @jax.jit
