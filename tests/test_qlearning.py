@@ -1,6 +1,6 @@
-"""IQL, VDN and QMIX with replay: each learns on MPE simple_spread in a CI budget, the target
-network follows its schedule, replay waits for learning_starts, and a checkpoint (replay
-buffer included) resumes bitwise."""
+"""IQL, VDN and QMIX with replay: the target network follows its schedule, replay waits for
+learning_starts, a checkpoint (replay buffer included) resumes bitwise, and the replay sizes
+split over the data axis. That each learns: tests/test_defaults_learn.py."""
 
 from __future__ import annotations
 
@@ -13,29 +13,11 @@ from marljax.train.loop import train
 from marljax.train.wiring import make_adapter, make_trainer
 from tests._subprocess import run_with_devices
 
-# every setting the figures below were measured with, stated here rather than taken from the
-# algorithms' defaults (which differ: iql and vdn default to gamma 0.9, iql to hidden_size 128)
+# stated here rather than taken from the algorithms' defaults (which differ per algorithm), so
+# that the tests below run the same program for iql, vdn and qmix
 SETTINGS = ["activation=relu", "lr=1e-3", "gamma=0.99", "hidden_size=64", "num_envs=16", "num_steps=26",
             "replay.gradient_steps=4", "replay.batch_size=32", "q.eps_decay_steps=3e5", "replay.learning_starts=1e4",
             "progress=false", "plot=false"]  # fmt: skip
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("algo, recurrent, steps", [("iql", False, "6e5"), ("vdn", True, "2e5"), ("qmix", False, "6e5")])
-def test_learns_simple_spread(algo, recurrent, steps, tmp_path):
-    """One seed: the mean greedy evaluation return of the last three evaluations beats the first
-    chunk's training return (epsilon = 1: a uniformly random team, about -27.4) by at least 2.5
-    per agent. Feed-forward IQL and QMIX at 600k steps, recurrent (GRU) VDN at 200k. Measured
-    (last three): iql -24.2, qmix -21.7; recurrent vdn -22.9 at 200k (-19.6 at 600k; feed-forward
-    vdn at 600k: -23.6)."""
-    config = load_config(None, [*SETTINGS, f"algo={algo}", f"recurrent={recurrent}", f"total_timesteps={steps}",
-                                "eval_every=40" if recurrent else "eval_every=100", "eval_episodes=32",
-                                f"out_dir={tmp_path}"])  # fmt: skip
-    rows = train(config, log=lambda s: None).rows
-    evals = [r["eval_return"] for r in rows if "eval_return" in r]
-    random_team = rows[0]["return_mean"]
-    assert len(evals) >= 10 and sum(evals[-3:]) / 3 >= random_team + 2.5, (random_team, evals)
-    assert rows[-1]["replay_size"] == 5000 and np.isfinite(rows[-1]["loss_total"])
 
 
 def _tiny(algo: str, *extra: str):

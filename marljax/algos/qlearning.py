@@ -252,9 +252,9 @@ def _spec(name: str, summary: str, **defaults) -> AlgorithmSpec:
                          make_train)  # fmt: skip
 
 
-# greedy returns per agent after 1M steps, 2 seeds (no-op: -25.3): iql -20.1, -20.5; vdn -19.4, -21.4; qmix -20.7, -20.7
+# greedy returns per agent after 1M steps, 2 seeds (no-op: -25.3): iql -20.8, -22.0; vdn -19.4, -21.4; qmix -20.7, -20.7
 IQL = _spec("iql", "independent Q-learning with replay and a target network",
-            gamma=0.9, hidden_size=128, replay={"batch_size": 64}, q={"eps_decay_steps": 200_000})  # fmt: skip
+            gamma=0.9, lr=2e-3, q={"eps_decay_steps": 200_000})  # fmt: skip
 VDN = _spec("vdn", "VDN: the team's value is the sum of the agents' Q-values (replay, target network)",
             gamma=0.9, q={"eps_decay_steps": 200_000})  # fmt: skip
 QMIX = _spec("qmix", "QMIX: a monotonic mixer of the agents' Q-values on the world state (replay, target network)",
