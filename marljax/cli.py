@@ -1,10 +1,11 @@
-"""`marljax train | sweep | report | bench | bench-checkpoint | bench-sweep | export`: the command line.
+"""`marljax train | sweep | report | bench | bench-scale | bench-checkpoint | bench-sweep | export | doctor`.
 
     marljax train [CONFIG.yaml] [key=value ...]     (marljax train [algo=NAME] --help: every setting)
     marljax sweep SWEEP.yaml [key=value ...]
     marljax report SWEEP_DIR
     marljax bench [CONFIG.yaml] [key=value ...]
     marljax export RUN_DIR POLICY_DIR [seed_index=N]
+    marljax doctor [--expect cpu|gpu|tpu]
 
 Nested keys take dots: `mesh.data=4`, `env_kwargs.scenario=3m`. A bad config
 prints one line naming the field and exits with code 2 before compiling.
@@ -23,6 +24,7 @@ USAGE = """usage: marljax {train,bench,bench-checkpoint,bench-sweep} [CONFIG.yam
        marljax sweep SWEEP.yaml [key=value ...]
        marljax report SWEEP_DIR
        marljax export RUN_DIR POLICY_DIR [seed_index=N]
+       marljax doctor [--expect cpu|gpu|tpu]
        marljax COMMAND --help     (train --help lists every setting; algo=NAME --help another algorithm's)
        marljax --version
 
@@ -38,6 +40,7 @@ USAGE = """usage: marljax {train,bench,bench-checkpoint,bench-sweep} [CONFIG.yam
   bench-sweep
           8 seeds x 4 learning rates: one vmapped program vs the same 32 runs one after another
   export  write one seed's trained actors to POLICY_DIR; load with marljax.load_policy
+  doctor  versions, backend, devices and the installed jax build; --expect gpu exits 1 on a CPU-only jax
 
 examples:
   marljax train
@@ -69,6 +72,12 @@ out_dir. See experiments/lr_sweep.yaml.""",
 
 Summarise a finished (or partial) sweep: mean, median and IQM with bootstrap confidence
 intervals per cell, the absolute metric, plots and marl-eval JSON, written into SWEEP_DIR.""",
+    "doctor": """usage: marljax doctor [--expect cpu|gpu|tpu]
+
+Print the versions of marljax, jax, jaxlib, flax, optax, orbax, chex, jaxmarl, tensorstore; the
+backend; every device with its kind and memory; the process count; which accelerator build of jax
+is installed (cuda12, tpu, or the CPU build); then one JSON line. --expect gpu (or tpu) exits
+with code 1 and a line saying why when JAX sees no such device.""",
     "export": """usage: marljax export RUN_DIR POLICY_DIR [seed_index=N]
 
 Write seed N's trained actors (from the newest good checkpoint of RUN_DIR) to POLICY_DIR;
@@ -145,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _command_help(command, [a for a in rest if a not in ("--help", "-h")])
     if command == "export":
         return _export(rest)
+    if command == "doctor":
+        from marljax import doctor
+
+        return doctor.main(rest)
     if command == "sweep":
         return _sweep(rest)
     if command == "report":
