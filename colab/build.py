@@ -17,13 +17,44 @@ import nbformat
 
 HERE = Path(__file__).resolve().parent
 
-SETUP = '''\
-# Set-up: install marljax when it is missing (on Colab). MARLJAX_SOURCE is a pip requirement:
-# your fork's git URL, or the path of a wheel you uploaded.
-import importlib.util, os, subprocess, sys
+REPOSITORY = "https://github.com/marljax/marljax"  # the one place that names the repository: badges and the default source
+
+SETUP = f'''\
+# Set-up. MARLJAX_SOURCE says where marljax comes from: a git URL (your fork's, or this default),
+# the path of a wheel you uploaded ("/content/marljax-0.1.0-py3-none-any.whl"), or "marljax"
+# once it is on the package index. Colab's own jax is kept when it is in marljax's tested range
+# (0.10.x); otherwise the jax build that matches this runtime (GPU: cuda12, TPU: tpu) is installed,
+# never a CPU-only jax over an accelerator.
+MARLJAX_SOURCE = "git+{REPOSITORY}"
+
+import glob, importlib.metadata, importlib.util, os, shutil, subprocess, sys
+MARLJAX_SOURCE = os.environ.get("MARLJAX_SOURCE", MARLJAX_SOURCE)  # CI points this at the wheel it built
+ACCELERATOR = ("tpu" if os.environ.get("COLAB_TPU_ADDR") or glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
+               else "gpu" if shutil.which("nvidia-smi") else None)
 if importlib.util.find_spec("marljax") is None:
-    source = os.environ.get("MARLJAX_SOURCE", "git+https://github.com/marljax/marljax")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
+    try:
+        jax_version = importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:
+        jax_version = None
+    keep_jax = jax_version is not None and jax_version.startswith("0.10.")
+    extra = "" if keep_jax or ACCELERATOR is None else {{"gpu": "[cuda12]", "tpu": "[tpu]"}}[ACCELERATOR]
+    bare = MARLJAX_SOURCE == "marljax"
+    url = "file://" + os.path.abspath(MARLJAX_SOURCE) if os.path.exists(MARLJAX_SOURCE) else MARLJAX_SOURCE
+    requirement = f"marljax{{extra}}" if bare else f"marljax{{extra}} @ {{url}}"
+    print(f"installing {{requirement}} (jax here: {{jax_version or 'none'}}, {{'kept' if keep_jax else 'replaced'}})")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", requirement], check=True)
+    importlib.invalidate_caches()
+
+# marljax doctor runs in its own process, so this kernel has not imported jax yet (the notebook
+# may still set XLA_FLAGS); it fails with the reason when an accelerator runtime ended up on the CPU.
+import json
+doctor = subprocess.run([sys.executable, "-m", "marljax.cli", "doctor", *(["--expect", ACCELERATOR] if ACCELERATOR else [])],
+                        capture_output=True, text=True)
+report = json.loads(doctor.stdout.strip().splitlines()[-1])
+print("\\n".join(doctor.stdout.strip().splitlines()[:-1]))
+print(f"backend {{report['backend']}}, {{report['device_count']}} device(s)")
+if doctor.returncode != 0:
+    print(f"\\033[91mWARNING: {{doctor.stderr.strip()}}\\033[0m")
 SMALL = os.environ.get("MARLJAX_SMALL") == "1"  # a few CPU minutes instead of the full budget
 print("small budget" if SMALL else "full budget")'''
 
@@ -169,6 +200,52 @@ print([c["name"] for c in res.cells])"""),
 NOTEBOOKS = {"01_quickstart.ipynb": QUICKSTART, "02_agent_parallel_and_async.ipynb": SCALE, "03_seeded_ablation.ipynb": ABLATION}
 
 
+README = """# colab/
+
+| notebook | what | CPU runtime, `MARLJAX_SMALL=1` |
+|---|---|---|
+{rows}
+
+Each opens in Colab from its badge (the repository is `{repository}`, named once in
+`colab/build.py` as `REPOSITORY`; a fork changes it there and reruns `python colab/build.py`).
+The notebooks ask Colab for a GPU runtime; a CPU or TPU runtime works too. Without
+`MARLJAX_SMALL=1` they run the full budgets (a few minutes each on a CPU runtime, less on a GPU
+or TPU one).
+
+**The set-up cell.** It installs marljax when it is missing, from `MARLJAX_SOURCE`: a git URL
+(the default: the repository above), an uploaded wheel's path, or `marljax` once it is on the
+package index. Colab's preinstalled jax is kept when it is in marljax's tested range (0.10.x);
+otherwise, on a GPU or TPU runtime, the set-up installs `marljax[cuda12]` or `marljax[tpu]`, so
+that pip never puts a CPU-only jax over the runtime's accelerator build. Then it prints
+`marljax doctor`'s report (versions, backend, devices) and a red warning when a GPU or TPU
+runtime ended up with JAX on the CPU.
+
+The notebooks are written by `python colab/build.py` from the cell sources in that file, so they
+are committed without outputs; `python colab/build.py --check` fails when one (or this README) is
+stale. CI builds a wheel of the checkout, starts a fresh virtual environment that already holds
+a jax of the tested range (as Colab does), points `MARLJAX_SOURCE` at the wheel and runs every
+notebook from its set-up cell (`tests/test_notebooks.py`).
+"""
+
+ABOUT = {
+    "01_quickstart.ipynb": ("install, train IPPO on MPE simple_spread, plot the returns, export the team and render a "
+                            "greedy episode", "about 1 minute"),
+    "02_agent_parallel_and_async.ipynb": ("`param_sharing=independent` with `mesh.agent=K` over the runtime's devices "
+                                          "(4 virtual devices on a CPU runtime), then `mode=async` with its staleness "
+                                          "counters", "about 1 minute"),
+    "03_seeded_ablation.ipynb": ("a sweep (sharing x lr, seeds vmapped), its report with IQM and bootstrap CIs, the "
+                                 "plots, the results store", "about 1 minute"),
+}  # fmt: skip
+
+
+def readme() -> str:
+    path = REPOSITORY.removeprefix("https://github.com/")
+    badge = "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+    rows = [f"| {badge}(https://colab.research.google.com/github/{path}/blob/main/colab/{name}) `{name}` | {what} | {cpu} |"
+            for name, (what, cpu) in ABOUT.items()]  # fmt: skip
+    return README.format(rows="\n".join(rows), repository=REPOSITORY)
+
+
 def build(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell(src) if kind == "md" else nbformat.v4.new_code_cell(src) for kind, src in cells]
@@ -181,8 +258,9 @@ def build(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
 
 def main(argv: list[str]) -> int:
     stale = []
-    for name, cells in NOTEBOOKS.items():
-        text = nbformat.writes(build(cells)) + "\n"
+    files = {name: nbformat.writes(build(cells)) + "\n" for name, cells in NOTEBOOKS.items()}
+    files["README.md"] = readme()
+    for name, text in files.items():
         path = HERE / name
         if "--check" in argv:
             if not path.exists() or path.read_text() != text:
@@ -190,7 +268,7 @@ def main(argv: list[str]) -> int:
         else:
             path.write_text(text)
     if stale:
-        print(f"stale notebooks (run python colab/build.py): {', '.join(stale)}", file=sys.stderr)
+        print(f"stale files in colab/ (run python colab/build.py): {', '.join(stale)}", file=sys.stderr)
         return 1
     return 0
 

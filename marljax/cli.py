@@ -24,6 +24,7 @@ USAGE = """usage: marljax {train,bench,bench-checkpoint,bench-sweep} [CONFIG.yam
        marljax sweep SWEEP.yaml [key=value ...]
        marljax report SWEEP_DIR
        marljax export RUN_DIR POLICY_DIR [seed_index=N]
+       marljax bench-scale [CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]
        marljax doctor [--expect cpu|gpu|tpu]
        marljax COMMAND --help     (train --help lists every setting; algo=NAME --help another algorithm's)
        marljax --version
@@ -35,6 +36,8 @@ USAGE = """usage: marljax {train,bench,bench-checkpoint,bench-sweep} [CONFIG.yam
           progress=false hides the bars, other key=value change the sweep's base (or seeds=N)
   report  mean, median and IQM with bootstrap CIs, plots and marl-eval JSON of a sweep directory
   bench   measure throughput, FLOPs, MFU, compile time and memory; prints a JSON line last
+  bench-scale
+          the bench at 64, 256, 1k, 4k, 16k, 64k envs per device, until memory or time runs out
   bench-checkpoint
           training time with checkpoints every checkpoint_every updates vs only at the end
   bench-sweep
@@ -72,6 +75,13 @@ out_dir. See experiments/lr_sweep.yaml.""",
 
 Summarise a finished (or partial) sweep: mean, median and IQM with bootstrap confidence
 intervals per cell, the absolute metric, plots and marl-eval JSON, written into SWEEP_DIR.""",
+    "bench-scale": """usage: marljax bench-scale [CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]
+
+Run `marljax bench` at 64, 256, 1024, 4096, 16384 and 65536 environments per device, each row
+in its own process, until a row runs out of memory, passes --timeout seconds (default 900) or
+passes --max-envs per device (default 4096 on CPU, 65536 elsewhere). Prints env-steps/s, MFU,
+peak memory and compile time per row, a JSON line per row, and last a JSON line with every row.
+key=value settings apply to every row (marljax train --help lists them).""",
     "doctor": """usage: marljax doctor [--expect cpu|gpu|tpu]
 
 Print the versions of marljax, jax, jaxlib, flax, optax, orbax, chex, jaxmarl, tensorstore; the
@@ -158,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from marljax import doctor
 
         return doctor.main(rest)
+    if command == "bench-scale":
+        return _bench_scale(rest)
     if command == "sweep":
         return _sweep(rest)
     if command == "report":
@@ -198,6 +210,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"marljax: config error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _bench_scale(args: list[str]) -> int:
+    from marljax.bench.scale import parse_flags, run_scale_bench
+
+    try:
+        rest, max_envs, timeout = parse_flags(args)
+        path, overrides = _split_args(rest)
+        rows = run_scale_bench(path, overrides, max_envs, timeout)
+    except ConfigError as exc:
+        print(f"marljax: config error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if rows else 1
 
 
 def _command_help(command: str, rest: list[str]) -> int:

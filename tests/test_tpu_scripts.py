@@ -3,6 +3,8 @@ missing or malformed settings stop it with a message naming the flag."""
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -36,8 +38,47 @@ def test_setup_ships_this_checkout_to_every_worker_and_installs_it():
     assert archive[:2] == ["git", "-C"] and "archive" in archive
     assert scp[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "scp"] and "--worker=all" in scp
     assert ssh[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "marljax"] and "--worker=all" in ssh
-    remote = _flags(ssh)["command"]
-    assert "pip install" in remote and "jax[tpu]" in remote and "gcsfuse --implicit-dirs my-bucket" in remote
+    remote = [step.strip() for step in _flags(ssh)["command"].split("&&")]
+    assert remote[1:] == ["tar xzf marljax-src.tar.gz", "bash marljax/tpu/install.sh $HOME/marljax $HOME/venv tpu",
+                          "bash marljax/tpu/mount.sh my-bucket $HOME/marljax-runs"]  # fmt: skip
+
+
+@pytest.mark.parametrize("build, spec, expect", [("tpu", "/src[tpu]", "tpu"), ("cuda12", "/src[cuda12]", "gpu"), ("cpu", "/src", "cpu")])
+def test_install_builds_a_python_311_venv_with_uv_and_checks_the_device(build, spec, expect, tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")}  # uv not bootstrapped yet
+    *bootstrap, venv, pip, doctor = _dry("install.sh", "--dry-run", "/src", "/w/venv", build, env=env)
+    uv = venv[0]
+    assert uv == "uv" or uv.endswith("/marljax-uv/bin/uv")
+    assert bootstrap == ([] if uv == "uv" else [["python3", "-m", "pip", "install", "--quiet", "--target", uv[: -len("/bin/uv")], "uv"]])
+    assert venv == [uv, "venv", "--clear", "--python", "3.11", "/w/venv"]
+    assert pip == [uv, "pip", "install", "--python", "/w/venv/bin/python", spec]
+    assert doctor == ["/w/venv/bin/marljax", "doctor", "--expect", expect]
+
+
+def test_mount_installs_gcsfuse_from_googles_apt_repository(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no gcsfuse on this PATH
+    *apt, mkdir, mount = _dry("mount.sh", "--dry-run", "gs://my-bucket", "/m", env=env)
+    assert "https://packages.cloud.google.com/apt/doc/apt-key.gpg" in apt[0][2]
+    assert "https://packages.cloud.google.com/apt gcsfuse-" in apt[1][2] and "sources.list.d/gcsfuse.list" in apt[1][2]
+    assert apt[2:] == [["sudo", "apt-get", "-q", "update"], ["sudo", "apt-get", "-q", "install", "-y", "gcsfuse"]]
+    assert mkdir == ["mkdir", "-p", "/m"] and mount == ["gcsfuse", "--implicit-dirs", "my-bucket", "/m"]
+
+
+@pytest.mark.slow
+def test_setup_local_installs_this_checkout_for_real_and_prints_the_doctor_report(tmp_path):
+    """The install lines of setup.sh run here, into a fresh directory, with jax's CPU build: a
+    broken pip or uv line fails CI instead of a TPU worker."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "XLA_FLAGS")}
+    proc = subprocess.run(["bash", str(TPU / "setup.sh"), "--local", str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["ok"] and report["expect"] == "cpu" and report["backend"] == "cpu" and report["builds"] == []
+    assert report["versions"]["jax"].startswith("0.10.") and report["python"].startswith("3.11")
+    marljax = tmp_path / "venv" / "bin" / "marljax"
+    assert marljax.is_file()
+    version = subprocess.run([str(marljax), "--version"], capture_output=True, text=True, env=env, timeout=120)
+    assert version.returncode == 0 and version.stdout.startswith("marljax 0.1.0")
 
 
 @pytest.mark.parametrize("what", ["train", "sweep"])

@@ -8,6 +8,7 @@
 #   --version V      or RUNTIME_VERSION   TPU VM image (default: tpu-ubuntu2204-base; v5e: v2-alpha-tpuv5-lite)
 #   --bucket B       or BUCKET            gs:// bucket for runs, mounted on every worker (required by setup/launch/fetch)
 #   --spot                                create a Spot slice (preemptible; runs resume from checkpoints)
+#   --local DIR                           setup.sh only: install into DIR on this machine (CPU jax; no gcloud)
 #   --dry-run                             print the commands instead of running them
 set -euo pipefail
 
@@ -19,7 +20,10 @@ RUNTIME_VERSION="${RUNTIME_VERSION:-tpu-ubuntu2204-base}"
 BUCKET="${BUCKET:-}"
 SPOT=0
 DRY_RUN=0
+LOCAL=""
 ARGS=()  # what the flags above leave: the script's own arguments
+
+die() { echo "tpu: $*" >&2; exit 2; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -30,13 +34,12 @@ while [[ $# -gt 0 ]]; do
     --version) RUNTIME_VERSION="$2"; shift 2 ;;
     --bucket) BUCKET="$2"; shift 2 ;;
     --spot) SPOT=1; shift ;;
+    --local) LOCAL="${2:-}"; [[ -n "$LOCAL" ]] || die "--local needs a directory"; shift 2 ;;
     --dry-run) DRY_RUN=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d'; exit 0 ;;
     *) ARGS+=("$1"); shift ;;
   esac
 done
-
-die() { echo "tpu: $*" >&2; exit 2; }
 
 require() {  # require NAME...: each must be set, by flag or environment variable
   local name

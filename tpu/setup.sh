@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# Install marljax (this checkout) and jax[tpu] on every worker and mount the bucket there.
+# Install marljax (this checkout) with jax[tpu] on every worker and mount the bucket there.
 #   tpu/setup.sh --project P --zone Z --bucket gs://B [--dry-run]
+#   tpu/setup.sh --local DIR [--dry-run]
+# On each worker: install.sh builds ~/venv with uv's Python 3.11 (the images ship 3.10; see
+# install.sh for why uv), installs marljax[tpu] and prints `marljax doctor --expect tpu`, which
+# fails the setup if the worker's JAX sees no TPU; mount.sh installs gcsfuse from Google's apt
+# repository and mounts the bucket. --local DIR runs the same install.sh here, into DIR/venv with
+# jax's CPU build, with no gcloud, ssh or bucket: CI runs it so that a broken install line fails there.
 source "$(dirname "$0")/common.sh"
-require PROJECT ZONE BUCKET
 here="$(cd "$(dirname "$0")/.." && pwd)"
+dry=(); [[ $DRY_RUN == 1 ]] && dry=(--dry-run)
+
+if [[ -n "$LOCAL" ]]; then
+  exec bash "$here/tpu/install.sh" "${dry[@]}" "$here" "$LOCAL/venv" cpu
+fi
+
+require PROJECT ZONE BUCKET
 archive="/tmp/marljax-src.tar.gz"
 run git -C "$here" archive --format=tar.gz --prefix=marljax/ -o "$archive" HEAD
 # shellcheck disable=SC2046
 run gcloud compute tpus tpu-vm scp "$archive" "$TPU_NAME":marljax-src.tar.gz $(tpu_flags) --worker=all
-bucket="${BUCKET#gs://}"
 on_all_workers "set -e; rm -rf marljax && tar xzf marljax-src.tar.gz \
-&& python3 -m venv ~/venv && ~/venv/bin/pip install -q -U pip \
-&& ~/venv/bin/pip install -q 'jax[tpu]>=0.10,<0.11' ./marljax \
-&& (command -v gcsfuse >/dev/null || (sudo apt-get -q update && sudo apt-get -q install -y gcsfuse)) \
-&& mkdir -p $MOUNT && (mountpoint -q $MOUNT || gcsfuse --implicit-dirs $bucket $MOUNT) \
-&& ~/venv/bin/python -c 'import jax; print(jax.process_index(), jax.local_device_count(), jax.device_count())'"
+&& bash marljax/tpu/install.sh \$HOME/marljax \$HOME/venv tpu \
+&& bash marljax/tpu/mount.sh ${BUCKET#gs://} $MOUNT"

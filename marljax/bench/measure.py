@@ -68,6 +68,20 @@ def peak_rss_mb() -> float:
     return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
 
 
+def peak_device_mb(mesh: Mesh) -> float | None:
+    """Largest peak of device memory in use over the mesh's devices, in MiB, as the runtime
+    counts it (GPU, TPU); None where the runtime keeps no count (CPU: see peak_rss_mb)."""
+    peaks = []
+    for device in mesh.devices.flat:
+        try:
+            stats = device.memory_stats() or {}
+        except Exception:  # noqa: BLE001 -- a backend without memory stats may raise
+            stats = {}
+        if "peak_bytes_in_use" in stats:
+            peaks.append(stats["peak_bytes_in_use"])
+    return max(peaks) / 2**20 if peaks else None
+
+
 def six_digits(result: dict[str, Any]) -> dict[str, Any]:
     """`result` with every finite float rounded to 6 significant digits, for the JSON line."""
     return {k: (float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v) for k, v in result.items()}

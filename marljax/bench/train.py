@@ -35,7 +35,7 @@ from jax.sharding import Mesh
 
 from marljax.algos.api import CostPiece, EpochSchedule, Trainer
 from marljax.bench.env_only import bench_env_only, random_step
-from marljax.bench.measure import TIME_BUDGET_S, flops, peak_matmul_gflops, peak_rss_mb, six_digits, timed
+from marljax.bench.measure import TIME_BUDGET_S, flops, peak_device_mb, peak_matmul_gflops, peak_rss_mb, six_digits, timed
 from marljax.bench.pipeline import run_async_bench
 from marljax.bench.swap import bench_swap
 from marljax.bench.table import Row, report
@@ -168,6 +168,7 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     result.update(peak_matmul_gflops(mesh))
     result["mfu"] = result["achieved_gflops"] / result["peak_matmul_gflops"]
     result["peak_rss_mb"] = peak_rss_mb()
+    result["peak_device_mb"] = peak_device_mb(mesh)  # None on CPU
     result = six_digits(result)
     return report(_rows(result), result, log)
 
@@ -194,6 +195,8 @@ def _rows(r: dict[str, Any]) -> list[Row]:
         ("MFU", f"{100 * r['mfu']:.2f}%", "achieved / measured matmul peak"),
         ("compile", f"{r['compile_s']:.1f}", "s (training chunk)"),
         ("peak RSS", f"{r['peak_rss_mb']:,.0f}", "MiB"),
+        ("peak device memory", "n/a" if r["peak_device_mb"] is None else f"{r['peak_device_mb']:,.0f}",
+         "MiB (largest over the devices)" if r["peak_device_mb"] is not None else "the CPU runtime keeps no count"),
         ("learner bytes / device", f"{r['learner_bytes_per_device']:,}",
          f"params + Adam; {r['learner_bytes_total']:,} in all"),
     ]  # fmt: skip
