@@ -5,8 +5,9 @@ __version__ = "0.1.0"
 import marljax.algos  # noqa: E402,F401  (every algorithm registers its config schema)
 
 
-def load_policy(path):
-    """A policy exported with `marljax export` (see `marljax.train.policy`); imported lazily."""
+def load_policy(path, trust_code: bool = False):
+    """A policy exported with `marljax export` (see `marljax.train.policy`); imported lazily.
+    trust_code=True: allow a policy whose env is an import path (loading it runs that code)."""
     from marljax.train.policy import load_policy as _load
 
-    return _load(path)
+    return _load(path, trust_code=trust_code)

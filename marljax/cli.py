@@ -289,21 +289,28 @@ def _report(args: list[str]) -> int:
 def _export(args: list[str]) -> int:
     positional = [a for a in args if "=" not in a]
     options = dict(a.split("=", 1) for a in args if "=" in a)
-    if len(positional) != 2 or set(options) - {"seed_index"}:
-        print(f"marljax: export takes RUN_DIR POLICY_DIR [seed_index=N]\n\n{USAGE}", file=sys.stderr)
+    if len(positional) != 2 or set(options) - {"seed_index", "trust_code"}:
+        print(f"marljax: export takes RUN_DIR POLICY_DIR [seed_index=N] [trust_code=true]\n\n{USAGE}", file=sys.stderr)
         return 2
     try:
         seed_index = int(options.get("seed_index", 0))
     except ValueError:
         print(f"marljax: config error: seed_index: expected an integer, got {options['seed_index']!r}", file=sys.stderr)
         return 2
-    from marljax.train.policy import export_policy
+    if options.get("trust_code", "false").lower() not in ("true", "false"):
+        print(f"marljax: config error: trust_code: expected true or false, got {options['trust_code']!r}", file=sys.stderr)
+        return 2
+    from marljax.train.checkpoint import CheckpointError
+    from marljax.train.policy import PolicyError, export_policy
 
     try:
-        export_policy(positional[0], positional[1], seed_index)
+        export_policy(positional[0], positional[1], seed_index, trust_code=options.get("trust_code", "").lower() == "true")
     except ConfigError as exc:
         print(f"marljax: config error: {exc}", file=sys.stderr)
         return 2
+    except (PolicyError, CheckpointError) as exc:
+        print(f"marljax: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -248,5 +248,8 @@ def test_exported_policy_acts_like_the_training_policy(tmp_path, recurrent):
 
 
 def test_export_without_a_checkpoint_is_a_clear_error(tmp_path):
-    with pytest.raises(ConfigError, match="no checkpoint"):
+    from marljax.train.policy import PolicyError
+
+    with pytest.raises(PolicyError, match="holds no run"):
         export_policy(tmp_path, tmp_path / "policy", log=lambda s: None)
+    assert list(tmp_path.iterdir()) == []  # nothing created

@@ -20,6 +20,8 @@ update and env-step counters, and a fingerprint of every array.
 from __future__ import annotations
 
 import importlib.metadata
+import shutil
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,6 +30,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from marljax.config import Config, ConfigError, core_keys, from_dict, resumable_keys, to_flat
+from marljax.parallel import distributed
 
 # Fields a resumed run may change: when and how it runs, not what it trains. Everything else
 # (env, algo, network, sharing, hyperparameters that live in the state, seeds, envs) is structural.
@@ -127,6 +130,45 @@ class Checkpointer:
     def read_meta(self, step: int) -> dict:
         return dict(self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"])
 
+    def newest_meta(self) -> tuple[int, dict] | None:
+        """(step, meta) of the newest checkpoint whose meta reads back and holds a config; an
+        unreadable one (an empty directory, a deleted or garbled meta) is skipped with a warning.
+        None when none reads."""
+        for step in reversed(self.steps()):
+            try:
+                meta = self.read_meta(step)
+                if not isinstance(meta.get("config"), dict):
+                    raise ValueError("its meta holds no config")
+            except Exception as exc:  # noqa: BLE001 - any unreadable meta: fall back
+                self._unusable(step, exc)
+                continue
+            return step, meta
+        return None
+
+    def set_aside_newer(self, step: int) -> list[Path]:
+        """Move every checkpoint newer than `step` (the unusable ones a resume skipped) into
+        `<out_dir>/checkpoints_unusable/`, so that the resumed run saves those updates afresh
+        (orbax will not save a step at or below its newest one). Nothing is deleted."""
+        newer = [s for s in self.steps() if s > step]
+        moved = []
+        if newer and distributed.is_primary():
+            aside = self.directory.parent / "checkpoints_unusable"
+            aside.mkdir(exist_ok=True)
+            for s in newer:
+                target = aside / f"{s}-{time.strftime('%Y%m%d-%H%M%S')}"
+                shutil.move(str(self.directory / str(s)), str(target))
+                moved.append(target)
+                self.log(f"moved the unusable checkpoint {self.directory / str(s)} aside to {target}")
+        distributed.barrier("marljax_set_aside")
+        self._manager.reload()
+        return moved
+
+    def _unusable(self, step: int, exc: Exception) -> None:
+        self.log(
+            f"warning: checkpoint {self.directory / str(step)} is unusable "
+            f"({type(exc).__name__}: {_first_line(exc)}); trying the one before it"
+        )
+
     def restore_latest(self, target: Any) -> tuple[Any, dict] | None:
         """The newest checkpoint that reads back intact, restored into `target`'s shapes and shardings.
 
@@ -144,10 +186,7 @@ class Checkpointer:
                 if fingerprint(state) != meta["fingerprint"]:
                     raise ValueError("its arrays don't match the fingerprint saved with them")
             except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint: fall back
-                self.log(
-                    f"warning: checkpoint {self.directory / str(step)} is unusable "
-                    f"({type(exc).__name__}: {_first_line(exc)}); trying the one before it"
-                )
+                self._unusable(step, exc)
                 continue
             return state, meta
         return None

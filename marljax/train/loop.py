@@ -116,9 +116,12 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
 
     target: ShapeDtypeStructs with the shardings to restore into.
     """
-    if config.resume and checkpointer.steps():
-        newest = checkpointer.steps()[-1]
-        check_resumable(checkpointer.read_meta(newest)["config"], config, checkpointer.directory)
+    found = checkpointer.newest_meta() if config.resume and checkpointer.steps() else None
+    if config.resume and checkpointer.steps() and found is None:
+        raise CheckpointError(f"no checkpoint in {checkpointer.directory} could be read (see the warnings above); "
+                              "nothing was changed: move it aside, or start over with overwrite=true")
+    if found is not None:
+        check_resumable(found[1]["config"], config, checkpointer.directory)
         restored = checkpointer.restore_latest(target)
         if restored is None:
             raise CheckpointError(f"no checkpoint in {checkpointer.directory} could be read; see the warnings above")
@@ -130,6 +133,7 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
                 f"the run in {checkpointer.directory.parent} is already at update {start}, past this config's "
                 f"{config.num_updates} updates; raise total_timesteps to continue it",
             )
+        checkpointer.set_aside_newer(start)
         rows = [r for r in read_jsonl(metrics_path) if r["update"] <= start] if metrics_path.exists() else []
         if distributed.is_primary():
             write_jsonl_atomic(metrics_path, rows)  # rows after the checkpoint are replaced, not duplicated

@@ -24,10 +24,11 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from marljax.train.checkpoint import Checkpointer, abstract_like, versions
 from marljax.config import Config, ConfigError, from_dict
 from marljax.envs.adapter import EnvAdapter
+from marljax.files import write_text_atomic
 from marljax.parallel.mesh import first_device_sharding
+from marljax.train.checkpoint import Checkpointer, abstract_like, config_from_meta, versions
 from marljax.train.wiring import make_adapter, make_trainer
 
 Array = jax.Array
@@ -44,7 +45,19 @@ class Policy(NamedTuple):
     env: EnvAdapter
 
 
-def _rebuild(config: Config):
+class PolicyError(ValueError):
+    """A saved run or policy that cannot be loaded as it is; the message names the file and why."""
+
+
+def _rebuild(config: Config, trust_code: bool, where: Path):
+    """The env adapter and trainer of a saved config. An env given as an import path
+    (`module:callable`) is imported and called, which runs that module's code: from a saved
+    file, only when the caller says it trusts the file."""
+    if ":" in config.env and not trust_code:
+        raise PolicyError(
+            f"{where} names env {config.env!r}, an import path: rebuilding it would import and run that code. "
+            "If you trust this file, pass trust_code=True (marljax export ... trust_code=true)"
+        )
     env = make_adapter(config)
     return env, make_trainer(config, env)
 
@@ -54,60 +67,101 @@ def acting_params(trainer, params: dict) -> dict:
     return {k: v for k, v in params.items() if k in trainer.networks}
 
 
-def restore_run(run_dir: str | Path, log: Callable = print) -> tuple[Any, dict, Config]:
+def restore_run(run_dir: str | Path, log: Callable = print, trust_code: bool = False) -> tuple[Any, dict, Config]:
     """The newest good checkpoint of the run in `run_dir`, on the first device: (state, meta, config).
 
     state is the whole TrainState for mode=anakin and the LearnerState for mode=async (what
-    each mode checkpoints).
+    each mode checkpoints). Unreadable checkpoints are skipped with a warning each.
     """
     run_dir = Path(run_dir)
+    if not (run_dir / "checkpoints").is_dir():  # checked first: the Checkpointer would create the directory
+        raise PolicyError(f"{run_dir} holds no run (no {run_dir / 'checkpoints'} directory)")
     checkpointer = Checkpointer(run_dir / "checkpoints", keep=1_000_000, log=log)
     try:
-        if not checkpointer.steps():
-            raise ConfigError("out_dir", f"{run_dir} has no checkpoint (looked in {checkpointer.directory})")
-        config = from_dict(checkpointer.read_meta(checkpointer.steps()[-1])["config"])
-        _, trainer = _rebuild(config)
+        found = checkpointer.newest_meta()
+        if found is None:
+            raise PolicyError(f"no checkpoint in {checkpointer.directory} could be read")
+        config = config_from_meta(found[1])
+        _, trainer = _rebuild(config, trust_code, checkpointer.directory / str(found[0]))
         init = trainer.init_learner if config.mode == "async" else trainer.init
         shapes = jax.eval_shape(jax.vmap(init), jax.ShapeDtypeStruct((config.num_seeds, 2), jnp.uint32))
         sharding = first_device_sharding()
         restored = checkpointer.restore_latest(abstract_like(shapes, jax.tree.map(lambda _: sharding, shapes)))
         if restored is None:
-            raise ConfigError("out_dir", f"no checkpoint in {checkpointer.directory} could be read")
+            raise PolicyError(f"no checkpoint in {checkpointer.directory} could be read")
     finally:
         checkpointer.close()
     return restored[0], restored[1], config
 
 
-def export_policy(run_dir: str | Path, path: str | Path, seed_index: int = 0, log: Callable = print) -> Path:
+def export_policy(run_dir: str | Path, path: str | Path, seed_index: int = 0, log: Callable = print,
+                  trust_code: bool = False) -> Path:  # fmt: skip
     """Write the actors of seed `seed_index` from the newest good checkpoint in `run_dir` to `path`."""
     run_dir, path = Path(run_dir), Path(path).absolute()
-    state, meta, config = restore_run(run_dir, log)
+    if path.exists():  # checked before anything is read or written
+        raise ConfigError("path", f"{path} exists; export writes a new directory")
+    state, meta, config = restore_run(run_dir, log, trust_code)
     if not 0 <= seed_index < config.num_seeds:
         raise ConfigError("seed_index", f"must be in [0, {config.num_seeds}) for this run, got {seed_index}")
     learner = state if config.mode == "async" else state.learner
-    _, trainer = _rebuild(config)
+    _, trainer = _rebuild(config, trust_code, run_dir)
     params = {k: jax.tree.map(lambda x: x[seed_index], v) for k, v in acting_params(trainer, learner.params).items()}
-    if path.exists():
-        raise ConfigError("path", f"{path} exists; export writes a new directory")
     saver = ocp.StandardCheckpointer()
     saver.save(path / "params", params)
     saver.wait_until_finished()
     info = {"config": config.to_dict(), "seed_index": seed_index, "update": meta["update"], "versions": versions()}
-    (path / POLICY_JSON).write_text(json.dumps(info, indent=1))
+    write_text_atomic(path / POLICY_JSON, json.dumps(info, indent=1))
     log(f"exported seed {seed_index} at update {meta['update']} of {run_dir} to {path}")
     return path
 
 
-def load_policy(path: str | Path) -> Policy:
-    """The policy written by `export_policy`; its `act` is pure and jittable."""
+def _read_policy_json(path: Path) -> dict:
+    file = path / POLICY_JSON
+    try:
+        info = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise PolicyError(f"{path} holds no exported policy (no {POLICY_JSON}; write one with marljax export)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PolicyError(f"{file} is not valid JSON ({exc}); export the policy again") from None
+    if not isinstance(info, dict) or not isinstance(info.get("config"), dict):
+        raise PolicyError(f"{file} holds no config; export the policy again")
+    return info
+
+
+def check_versions(saved: Any, where: Path, log: Callable = print) -> None:
+    """A policy saved by another marljax major version is refused, another minor version warned of."""
+    ours = versions().get("marljax", "0.0.0").split(".")
+    theirs = str((saved or {}).get("marljax", "unknown")).split(".") if isinstance(saved, dict) else ["unknown"]
+    if theirs[0] != ours[0]:
+        raise PolicyError(f"{where} was written by marljax {'.'.join(theirs)}; this is marljax {'.'.join(ours)}, "
+                          "a different major version: export it again with this version")  # fmt: skip
+    if theirs[:2] != ours[:2]:
+        log(f"warning: {where} was written by marljax {'.'.join(theirs)}; this is {'.'.join(ours)}")
+
+
+def load_policy(path: str | Path, trust_code: bool = False, log: Callable = print) -> Policy:
+    """The policy written by `export_policy`; its `act` is pure and jittable.
+
+    trust_code: a policy whose env is an import path (`module:callable`) rebuilds that env by
+    importing and calling it, running its code; only with trust_code=True.
+    """
     path = Path(path).absolute()
-    info = json.loads((path / POLICY_JSON).read_text())
-    config = from_dict(info["config"])
-    env, trainer = _rebuild(config)
+    info = _read_policy_json(path)
+    check_versions(info.get("versions"), path / POLICY_JSON, log)
+    try:
+        config = from_dict(info["config"])
+    except ConfigError as exc:
+        raise PolicyError(f"{path / POLICY_JSON}: its config does not load here ({exc})") from None
+    env, trainer = _rebuild(config, trust_code, path / POLICY_JSON)
     shapes = acting_params(trainer, jax.eval_shape(trainer.init, jax.random.PRNGKey(0)).learner.params)
     sharding = first_device_sharding()
     target = abstract_like(shapes, jax.tree.map(lambda _: sharding, shapes))
-    params = ocp.StandardCheckpointer().restore(path / "params", target)
+    try:
+        params = ocp.StandardCheckpointer().restore(path / "params", target)
+    except Exception as exc:  # noqa: BLE001 - missing, damaged, or another network's parameters
+        raise PolicyError(f"{path / 'params'} does not hold the parameters of the network {POLICY_JSON} describes "
+                          f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})"
+                          ) from None  # fmt: skip
 
     def init_carry() -> dict | None:
         if not config.recurrent:
@@ -126,4 +180,4 @@ def load_policy(path: str | Path) -> Policy:
     return Policy(act, init_carry, config, params, env)
 
 
-__all__ = ["Policy", "export_policy", "load_policy", "restore_run"]
+__all__ = ["Policy", "PolicyError", "export_policy", "load_policy", "restore_run"]
