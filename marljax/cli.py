@@ -13,6 +13,7 @@ prints one line naming the field and exits with code 2 before compiling.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -145,6 +146,23 @@ def _split_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line. Every failure ends in one line naming its cause, exit 1 (at run time)
+    or 2 (usage, config); MARLJAX_DEBUG=1 shows the traceback of an unexpected one."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("marljax: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for the user
+        if os.environ.get("MARLJAX_DEBUG") == "1":
+            raise
+        text = str(exc).strip().splitlines()
+        print(f"marljax: {type(exc).__name__}: {text[0][:500] if text else 'no message'} "
+              "(MARLJAX_DEBUG=1 shows the traceback)", file=sys.stderr)  # fmt: skip
+        return 1
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         if not argv:

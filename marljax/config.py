@@ -201,7 +201,8 @@ class Config:
     env_kwargs: dict = setting(factory=dict, help="keyword arguments of the env's constructor (env_kwargs.name=value)")
 
     # rollout shape and budget
-    total_timesteps: int = setting(5_000_000, "env steps of one seed over the whole run", minimum=1, resumable=True)
+    total_timesteps: int = setting(5_000_000, "env steps of one seed over the whole run", minimum=1,
+                                   maximum=10**15, resumable=True)  # fmt: skip
     num_envs: int = setting(64, "environments stepped in parallel per seed", minimum=1)
     num_steps: int = setting(128, "steps of every environment per update (the rollout length)", minimum=1)
 
@@ -223,7 +224,8 @@ class Config:
                                  "class | independent: one per agent", choices=SHARING)  # fmt: skip
 
     # seeds and devices
-    seed: int = setting(0, "the run's seed; seed i of num_seeds uses a key derived from it")
+    seed: int = setting(0, "the run's seed; seed i of num_seeds uses a key derived from it", minimum=0,
+                        maximum=2**32 - 1)  # fmt: skip
     num_seeds: int = setting(1, "independent seeds trained at once (vmapped)", minimum=1)
     mesh: MeshConfig = setting(factory=MeshConfig, help="device mesh shape: mesh.seed, mesh.data, mesh.agent")
     distributed: DistributedConfig = setting(factory=DistributedConfig, help="multi-host: distributed.* or distributed=auto")
@@ -426,10 +428,36 @@ def read_yaml_mapping(path: str | Path, field: str, expected: str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(field, f"file not found: {path}")
-    loaded = yaml.safe_load(path.read_text()) or {}
+    try:
+        loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(field, f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(field, f"{path} is not valid YAML{line}: {problem}") from None
+    except OSError as exc:
+        raise ConfigError(field, f"{path} cannot be read ({exc.strerror})") from None
     if not isinstance(loaded, dict):
         raise ConfigError(field, f"{path} must hold {expected}")
     return loaded
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader (no Python objects), refusing a key given twice in one mapping
+    (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} appears twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def _coerce(name: str, value: Any, annotation: Any) -> Any:

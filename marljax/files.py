@@ -3,7 +3,12 @@ on-disk stores (the trajectory recorder and a sweep's results store)."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import os
 from pathlib import Path
+
+NAME_MAX = 255  # bytes in one path component on the common filesystems
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
@@ -19,3 +24,55 @@ def write_text_atomic(path: Path, text: str) -> Path:
 def zarr_spec(path: Path) -> dict:
     """tensorstore spec of a zarr array in a local directory."""
     return {"driver": "zarr", "kvstore": {"driver": "file", "path": str(path)}}
+
+
+def check_writable_dir(path: Path) -> str | None:
+    """Why directory `path` cannot be created and written here, or None; creates nothing.
+    Checks: a component too long, the path or one of its parents a file, no write permission
+    in the nearest existing directory (a read-only filesystem, another owner)."""
+    path = Path(path).absolute()
+    long = [part for part in path.parts if len(part.encode()) > NAME_MAX]
+    if long:
+        return f"the name {long[0][:40]}... is longer than {NAME_MAX} bytes"
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file, not a directory"
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, so {path} cannot be a directory under it"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable here (a read-only filesystem or no permission)"
+    return None
+
+
+class DirectoryLock:
+    """An advisory lock on a directory (`<dir>/.marljax.lock`, flock): a second process that
+    asks for it while it is held gets `held_by()` instead. Released on `release()` or exit."""
+
+    def __init__(self, directory: Path):
+        self.path = Path(directory) / ".marljax.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> str | None:
+        """None once the lock is held; else a line saying who holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return f"process {holder}"
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+        return None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

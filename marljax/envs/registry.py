@@ -69,7 +69,15 @@ def _from_import_path(spec: str, kwargs: Mapping[str, Any]):
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError("env", f"{spec!r}: {module_name} has no callable named {attr!r}")
-    return factory(**kwargs)
+    try:
+        env = factory(**kwargs)
+    except TypeError as exc:  # usually env_kwargs that its signature does not take
+        raise ConfigError("env_kwargs", f"{spec}({', '.join(map(str, kwargs))}) failed: {exc}") from None
+    missing = [name for name in ("agents", "reset", "step", "observation_space", "action_space") if not hasattr(env, name)]
+    if missing:
+        raise ConfigError("env", f"{spec!r} returned a {type(env).__name__}, not a JaxMARL MultiAgentEnv "
+                                 f"(it has no {', '.join(missing)})")  # fmt: skip
+    return env
 
 
 def check_env_name(name: str) -> None:

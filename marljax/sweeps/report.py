@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from marljax.files import write_text_atomic
 from marljax.sweeps.results import Results
 
 Statistic = Callable[[np.ndarray], np.ndarray]  # reduces the last axis
@@ -224,7 +225,7 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = summarize(results, num_resamples=num_resamples, seed=seed) if rows is None else rows
     paths = {name: out_dir / name for name in ("report.md", "report.csv", "curves.png", "final.png")}
-    paths["report.md"].write_text("# Sweep report\n\n" + format_table(rows) + "\n" + _explanation(results))
+    write_text_atomic(paths["report.md"], "# Sweep report\n\n" + format_table(rows) + "\n" + _explanation(results))
     _write_csv(rows, paths["report.csv"])
     plot_curves(results, paths["curves.png"], num_resamples=num_resamples, seed=seed)
     plot_final(rows, paths["final.png"])

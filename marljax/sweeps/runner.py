@@ -42,7 +42,7 @@ from marljax.train.checkpoint import Checkpointer, abstract_like
 from marljax.config import ConfigError, dump_yaml, traced_keys
 from marljax.train.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
 from marljax.files import write_text_atomic
-from marljax.train.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, write_jsonl_atomic
+from marljax.train.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, read_rows_kept, write_jsonl_atomic
 from marljax.envs.host import is_host_env
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
@@ -291,9 +291,9 @@ def _cell_writers(sweep: Sweep, program: Program, start: int) -> list[JsonlWrite
     for cell in program.cells:
         cell_dir = sweep.out_dir / "cells" / cell.dirname
         cell_dir.mkdir(parents=True, exist_ok=True)
-        (cell_dir / "config.yaml").write_text(dump_yaml(cell.config))
+        write_text_atomic(cell_dir / "config.yaml", dump_yaml(cell.config))
         path = cell_dir / "metrics.jsonl"
-        rows = [r for r in read_jsonl(path) if r["update"] <= start] if path.exists() and start else []
+        rows = read_rows_kept(path, start, print) if start else []
         write_jsonl_atomic(path, rows)
         writers.append(JsonlWriter(path))
     return writers

@@ -20,7 +20,8 @@ import numpy as np
 from marljax.train.checkpoint import CheckpointError, Checkpointer, abstract_like, check_resumable
 from marljax.config import Config, ConfigError, dump_yaml, replace
 from marljax.train.evaluate import PeriodicEval, eval_due
-from marljax.train.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns, read_jsonl, write_jsonl_atomic
+from marljax.train.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns, read_rows_kept, write_jsonl_atomic
+from marljax.files import DirectoryLock, check_writable_dir, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
@@ -63,6 +64,9 @@ def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | 
             raise ConfigError("out_dir", "a multi-host run needs an explicit out_dir that every process can reach")
         config = replace(config, out_dir=default_out_dir(config))
     out_dir = Path(config.out_dir)
+    problem = check_writable_dir(out_dir)
+    if problem:
+        raise ConfigError("out_dir", problem)
     metrics_path = out_dir / "metrics.jsonl"
     ckpt_dir = out_dir / "checkpoints"
     has_run = (metrics_path.exists() and metrics_path.stat().st_size) or ckpt_dir.exists()
@@ -72,8 +76,64 @@ def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | 
             f"{out_dir} already holds a run; continue it with resume=true, replace it with overwrite=true, "
             "or choose another out_dir",
         )
-    if config.mode == "async":
-        return _train_async(config, out_dir, log)
+    lock = DirectoryLock(out_dir)
+    if distributed.is_primary():
+        holder = lock.acquire()
+        if holder:
+            raise ConfigError("out_dir", f"{out_dir} is in use by {holder} (another marljax run writing there); "
+                                         "wait for it, or choose another out_dir")  # fmt: skip
+    try:
+        aside = _set_aside_for_overwrite(config, out_dir, log) if has_run and config.overwrite else None
+        try:
+            result = (_train_async if config.mode == "async" else _train_sync)(config, out_dir, log, max_chunks)
+        except BaseException:
+            if aside is not None:
+                _put_back(aside, out_dir, log)
+            raise
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+        return result
+    finally:
+        lock.release()
+
+
+RUN_FILES = ("checkpoints", "metrics.jsonl", "config.yaml", "returns.png")
+
+
+def _set_aside_for_overwrite(config: Config, out_dir: Path, log) -> Path | None:
+    """overwrite=true: move the old run's files into `out_dir/.overwritten-<time>/` (process 0),
+    removed once the new run has finished, put back if it fails before its first checkpoint."""
+    aside = out_dir / f".overwritten-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+    if distributed.is_primary():
+        aside.mkdir()
+        for name in RUN_FILES:
+            if (out_dir / name).exists():
+                shutil.move(str(out_dir / name), str(aside / name))
+        log(f"overwrite=true: the old run in {out_dir} is kept in {aside.name}/ until this one finishes")
+    distributed.barrier("marljax_overwrite")
+    return aside
+
+
+def _put_back(aside: Path, out_dir: Path, log) -> None:
+    """The new run failed: if it saved no checkpoint, restore the old run it was replacing."""
+    if not distributed.is_primary():
+        return
+    ckpts = out_dir / "checkpoints"
+    if ckpts.exists() and any(p.name.isdigit() for p in ckpts.iterdir()):
+        log(f"the old run replaced by overwrite=true stays in {aside} (this run saved a checkpoint first)")
+        return
+    for name in RUN_FILES:
+        if (out_dir / name).exists():
+            shutil.rmtree(out_dir / name) if (out_dir / name).is_dir() else (out_dir / name).unlink()
+        if (aside / name).exists():
+            shutil.move(str(aside / name), str(out_dir / name))
+    shutil.rmtree(aside, ignore_errors=True)
+    log(f"this run failed before its first checkpoint: the old run in {out_dir} is restored")
+
+
+def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None) -> RunResult:
+    """The on-device mode: the sharded chunk of updates, compiled once, run chunk by chunk."""
+    metrics_path, ckpt_dir = out_dir / "metrics.jsonl", out_dir / "checkpoints"
     env, mesh, trainer = prepare(config)
     log(f"marljax {config.algo} on {env.describe()}")
     log(
@@ -82,14 +142,14 @@ def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | 
         f"in chunks of {config.updates_per_chunk}; out_dir {out_dir}"
     )
     fns = shard_trainer(trainer, mesh)
-    _clear_for_overwrite(config, ckpt_dir)
+    _ready(ckpt_dir)
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
         target = abstract_like(fns.shapes, fns.shardings)
         fresh = lambda: fns.init(seed_keys(config.seed, config.num_seeds))  # noqa: E731
         state, start, rows = _initial_state(config, target, fresh, checkpointer, metrics_path, log)
         if distributed.is_primary():
-            (out_dir / "config.yaml").write_text(dump_yaml(config))
+            write_text_atomic(out_dir / "config.yaml", dump_yaml(config))
         evaluator = PeriodicEval(trainer, config.num_seeds) if config.eval_every else None
         return _run_chunks(config, env, fns, checkpointer, state, start, rows, log, max_chunks, evaluator)
     finally:
@@ -103,10 +163,8 @@ def primary_only(config: Config, log: Callable[[str], None]) -> tuple[Config, Ca
     return replace(config, progress=False, plot=False), lambda _line: None
 
 
-def _clear_for_overwrite(config: Config, ckpt_dir: Path) -> None:
-    """overwrite=true removes the old checkpoints (process 0), then every process may go on."""
-    if config.overwrite and ckpt_dir.exists() and distributed.is_primary():
-        shutil.rmtree(ckpt_dir)
+def _ready(ckpt_dir: Path) -> None:
+    """The run's directory exists (process 0 makes it), then every process may go on."""
     ckpt_dir.parent.mkdir(parents=True, exist_ok=True)
     distributed.barrier("marljax_out_dir")
 
@@ -134,7 +192,7 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
                 f"{config.num_updates} updates; raise total_timesteps to continue it",
             )
         checkpointer.set_aside_newer(start)
-        rows = [r for r in read_jsonl(metrics_path) if r["update"] <= start] if metrics_path.exists() else []
+        rows = read_rows_kept(metrics_path, start, log) if distributed.is_primary() else []
         if distributed.is_primary():
             write_jsonl_atomic(metrics_path, rows)  # rows after the checkpoint are replaced, not duplicated
         log(f"resumed from {checkpointer.directory / str(start)} (update {start} of {config.num_updates})")
@@ -214,7 +272,7 @@ class _ChunkLog:
             self.bar.close()
 
 
-def _train_async(config: Config, out_dir: Path, log) -> RunResult:
+def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = None) -> RunResult:
     """mode=async: actor threads and the learner joined by the trajectory buffer (marljax.pipeline).
 
     Checkpoints hold the learner's state (parameters, Adam, keys, update) and the buffer's
@@ -233,13 +291,13 @@ def _train_async(config: Config, out_dir: Path, log) -> RunResult:
         f"correction={config.async_.correction}{', deterministic' if config.async_.deterministic else ''}; out_dir {out_dir}"
     )
     ckpt_dir, metrics_path = out_dir / "checkpoints", out_dir / "metrics.jsonl"
-    _clear_for_overwrite(config, ckpt_dir)
+    _ready(ckpt_dir)
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
         target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), runner.learner)
         learner, start, rows = _initial_state(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
         runner.learner = learner
-        (out_dir / "config.yaml").write_text(dump_yaml(config))
+        write_text_atomic(out_dir / "config.yaml", dump_yaml(config))
         evaluator = PeriodicEval(runner.actor_trainer, config.num_seeds) if config.eval_every else None
         chunks = _ChunkLog(config, env, checkpointer, rows, start, metrics_path, evaluator)
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -92,16 +94,42 @@ class JsonlWriter:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Rows of a JSONL file; a last line cut short by a killed writer is dropped."""
-    rows = []
-    with Path(path).open() as f:
-        for line in f:
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break
-    return rows
+    """The rows of a JSONL file that parse as JSON objects; a damaged line (e.g. the last one,
+    cut short by a killed writer) is skipped, never what follows it (see `read_rows_kept`)."""
+    return read_jsonl_checked(path)[0]
+
+
+def read_jsonl_checked(path: Path) -> tuple[list[dict], list[int]]:
+    """(the rows that parse as JSON objects with an `update`, the 1-based numbers of the lines that do not)."""
+    rows, damaged = [], []
+    with Path(path).open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                row = None
+            if isinstance(row, dict) and isinstance(row.get("update"), int):
+                rows.append(row)
+            else:
+                damaged.append(number)
+    return rows, damaged
+
+
+def read_rows_kept(path: Path, upto: int, log: Callable[[str], None]) -> list[dict]:
+    """The rows of `path` up to update `upto`, for a resumed run to rewrite. A file with damaged
+    lines is first copied aside whole (`<name>.damaged-<time>`), with a warning naming the lines,
+    so that nothing of it is lost when the resumed run rewrites it."""
+    if not Path(path).exists():
+        return []
+    rows, damaged = read_jsonl_checked(path)
+    if damaged:
+        aside = Path(path).with_name(f"{Path(path).name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        shutil.copy2(path, aside)
+        shown = ", ".join(map(str, damaged[:10])) + (", ..." if len(damaged) > 10 else "")
+        log(f"warning: {path}: line(s) {shown} are not metrics rows; the file as it was is kept as {aside}")
+    return [r for r in rows if r["update"] <= upto]
 
 
 def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
@@ -128,4 +156,6 @@ def plot_returns(rows: list[dict], path: Path, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    tmp = Path(path).with_name(Path(path).stem + ".tmp" + Path(path).suffix)
+    fig.savefig(tmp)
+    tmp.replace(path)  # atomic: a reader never sees half a picture
