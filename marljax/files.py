@@ -51,11 +51,16 @@ class DirectoryLock:
     asks for it while it is held gets `held_by()` instead. Released on `release()` or exit."""
 
     def __init__(self, directory: Path):
-        self.path = Path(directory) / ".marljax.lock"
+        self.path = Path(directory).absolute() / ".marljax.lock"
         self._fd: int | None = None
+        self._created: Path | None = None  # the outermost directory acquire() created
 
     def acquire(self) -> str | None:
         """None once the lock is held; else a line saying who holds it."""
+        missing = self.path.parent
+        while not missing.parent.exists():
+            missing = missing.parent
+        self._created = None if missing.exists() else missing
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -72,7 +77,17 @@ class DirectoryLock:
         return None
 
     def release(self) -> None:
+        """Unlock; where acquire() created the directory and nothing else was written there,
+        remove what it created (a failed command leaves nothing behind)."""
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+            if self._created is not None and [p.name for p in self.path.parent.iterdir()] == [self.path.name]:
+                self.path.unlink()
+                directory = self.path.parent
+                while True:
+                    directory.rmdir()
+                    if directory == self._created:
+                        break
+                    directory = directory.parent

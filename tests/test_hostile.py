@@ -155,3 +155,111 @@ def test_a_policy_of_another_minor_version_loads_with_a_warning(policy):
 
     assert load_policy(policy, log=logs.append).config.hidden_size == 16
     assert any("written by marljax 0.99.0" in line for line in logs), logs
+
+
+# ---- careless input stops with one line, before anything is created
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (b"lr: 1\nlr: 2\n", "the key 'lr' appears twice in one mapping"),
+        (b"lr: [1\n", "is not valid YAML at line 2"),
+        (b"\xff\xfe lr: 1\n", "is not UTF-8 text"),
+        (b"x: !!python/object/apply:os.system ['true']\n", "could not determine a constructor"),
+    ],
+    ids=["duplicate key", "malformed", "not utf-8", "python object"],
+)
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_a_bad_yaml_file_is_one_line_naming_it(tmp_path, command, text, words):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(text)
+    proc = _cli(command, str(path))
+    assert proc.returncode == 2 and words in proc.stderr and str(path) in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize(
+    "setting, words",
+    [
+        ("seed=1e23", "seed: must lie in [0, 4294967295]"),
+        ("total_timesteps=1e30", "total_timesteps: must lie in [1, 1000000000000000]"),
+        ("env=builtins:dict", "returned a dict, not a JaxMARL MultiAgentEnv"),
+        ("env=jaxmarl:make env_kwargs.nope=1", "env_kwargs: jaxmarl:make(nope) failed"),
+    ],
+)
+def test_values_that_used_to_end_in_a_traceback_name_their_field(tmp_path, setting, words):
+    proc = _cli("train", *BASE, *setting.split(), f"out_dir={tmp_path / 'run'}")
+    assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_out_dir_that_cannot_be_a_directory_is_refused_before_anything_is_created(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for out, words in [(tmp_path / "afile", "is a file, not a directory"),
+                       (tmp_path / "afile" / "run", "is a file, so"),
+                       (tmp_path / ("n" * 300), "longer than 255 bytes")]:  # fmt: skip
+        proc = _cli("train", *BASE, f"out_dir={out}")
+        assert proc.returncode == 2 and f"out_dir: " in proc.stderr and words in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_an_unexpected_failure_is_one_line_unless_debugging(tmp_path, monkeypatch):
+    from marljax import cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("something inside broke\nsecond line")
+
+    monkeypatch.setattr("marljax.train.loop.train", broken)
+    assert cli.main(["train", *BASE, f"out_dir={tmp_path / 'run'}"]) == 1
+    monkeypatch.setenv("MARLJAX_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="something inside broke"):
+        cli.main(["train", *BASE, f"out_dir={tmp_path / 'run'}"])
+
+
+# ---- no history lost
+
+
+def test_a_second_writer_on_the_same_out_dir_is_refused(run):
+    from marljax.files import DirectoryLock
+
+    lock = DirectoryLock(run)
+    assert lock.acquire() is None  # this process now holds the run's directory
+    try:
+        proc = _cli("train", *BASE, f"out_dir={run}", "resume=true")
+        assert proc.returncode == 2 and "is in use by process" in proc.stderr, proc.stderr
+    finally:
+        lock.release()
+    proc = _cli("train", *BASE, f"out_dir={run}", "resume=true")  # the control: free again, it runs
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_damaged_metrics_line_is_kept_aside_and_only_it_is_skipped(run):
+    path = run / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1][: len(lines[1]) // 2]  # row 2 of 4 cut in half
+    path.write_text("\n".join(lines) + "\n")
+    damaged = path.read_text()
+    shutil.rmtree(run / "checkpoints" / "8")  # resume from update 6: rows 1, 3 (updates 2, 6) are kept
+    logs: list[str] = []
+    res = train(load_config(None, [*BASE, f"out_dir={run}", "resume=true"]), log=logs.append)
+    (aside,) = run.glob("metrics.jsonl.damaged-*")
+    assert aside.read_text() == damaged and any("line(s) 2 are not metrics rows" in line for line in logs), logs
+    assert [r["update"] for r in res.rows] == [2, 6, 8]  # row 3 (update 6) survived the damage before it
+
+
+def test_overwrite_puts_the_old_run_back_when_the_new_one_fails_before_a_checkpoint(run, monkeypatch):
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and ".marljax.lock" not in p.name}
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("compilation failed")
+
+    monkeypatch.setattr("marljax.train.loop.shard_trainer", fail)
+    with pytest.raises(RuntimeError, match="compilation failed"):
+        train(load_config(None, [*BASE, f"out_dir={run}", "overwrite=true"]), **QUIET)
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and ".marljax.lock" not in p.name}
+    assert after == before and not list(run.glob(".overwritten-*"))
+    monkeypatch.undo()  # the control: a run that succeeds replaces the old one
+    res = train(load_config(None, [*BASE, f"out_dir={run}", "overwrite=true", "seed=1"]), **QUIET)
+    assert res.rows[-1]["update"] == 8 and not list(run.glob(".overwritten-*"))
+    assert (run / "metrics.jsonl").read_bytes() != before[Path("metrics.jsonl")]
