@@ -205,6 +205,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         if command == "train":
             from marljax.train.checkpoint import CheckpointError
             from marljax.parallel.distributed import DistributedError
+            from marljax.train.chunks import Stopped
             from marljax.train.loop import TrainingDiverged, train
 
             try:
@@ -212,6 +213,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
             except (TrainingDiverged, CheckpointError, DistributedError) as exc:
                 print(f"marljax: {exc}", file=sys.stderr)
                 return 1
+            except Stopped as exc:
+                print(f"marljax: {exc}", file=sys.stderr)
+                return exc.exit_code
         elif command == "bench":
             from marljax.bench.train import run_bench
 

@@ -263,3 +263,51 @@ def test_overwrite_puts_the_old_run_back_when_the_new_one_fails_before_a_checkpo
     res = train(load_config(None, [*BASE, f"out_dir={run}", "overwrite=true", "seed=1"]), **QUIET)
     assert res.rows[-1]["update"] == 8 and not list(run.glob(".overwritten-*"))
     assert (run / "metrics.jsonl").read_bytes() != before[Path("metrics.jsonl")]
+
+
+# ---- SIGINT and SIGTERM save at the next chunk boundary
+
+
+def test_sigterm_saves_a_checkpoint_at_the_next_chunk_and_resume_finishes(tmp_path):
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    long = ["num_envs=4", "num_steps=8", "total_timesteps=128000", "num_chunks=1000", "checkpoint_every=0",
+            "hidden_size=16", "progress=false", "plot=false", f"out_dir={out}"]  # 4000 updates, chunks of 4
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "marljax.cli", "train", *long], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    for line in proc.stdout:
+        if line.startswith("compiled in"):
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err[-2000:]
+    assert "stopped by SIGTERM at update" in err and "continue with resume=true" in err and "Traceback" not in err
+    update = int(err.split("stopped by SIGTERM at update ")[1].split(";")[0])
+    assert 0 < update < 4000 and (out / "checkpoints" / str(update)).is_dir()
+    assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["update"] == update
+    done = _cli("train", *long, "resume=true")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["update"] == 4000
+
+
+def test_the_first_sigint_is_noted_and_a_second_interrupts_at_once():
+    import os
+    import signal
+    import time
+
+    from marljax.train.chunks import StopSignals
+
+    before = signal.getsignal(signal.SIGINT)
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert stop.signum == signal.SIGINT  # noted, not raised: the loop saves, then stops
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is put back

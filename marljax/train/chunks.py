@@ -9,6 +9,8 @@ The metrics come back with one explicit copy per chunk, which the guard allows.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from typing import Any, Callable, Sequence
 
@@ -45,17 +47,58 @@ class ChunkBudget:
         return True
 
 
+class Stopped(Exception):
+    """The run stopped at a chunk boundary on SIGINT or SIGTERM, after saving a checkpoint."""
+
+    def __init__(self, signum: int, update: int, where: str):
+        self.signum, self.update = signum, update
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name} at update {update}; its checkpoint is in {where}: continue with resume=true")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
+
+
+class StopSignals:
+    """While active (a context manager, main thread only): the first SIGINT or SIGTERM is noted
+    (`signum`), so that the chunk loop saves a checkpoint at the next chunk boundary and stops;
+    a second SIGINT interrupts at once (KeyboardInterrupt)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def _note(self, signum, frame) -> None:
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = self.signum or signum
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+
 def run_chunks(
     compiled: dict[int, Callable],
     state: Any,
     schedule: Sequence[int],
     on_chunk: Callable[[Any, dict, int, float], None],
     budget: ChunkBudget | None = None,
+    stop: StopSignals | None = None,
 ) -> tuple[Any, bool]:
     """Run `compiled[n](state)` for each chunk size n of `schedule`; after each, on the host,
     `on_chunk(state, metrics, n, wall_s)` with the metrics copied to numpy.
 
-    Returns (final state, True) or, when the budget runs out first, (state so far, False).
+    Returns (final state, True) or, when the budget runs out or a stop signal arrived first
+    (after that chunk's `on_chunk`), (state so far, False).
     """
     for n in schedule:
         if budget is not None and not budget.take():
@@ -65,4 +108,6 @@ def run_chunks(
             state, metrics = compiled[n](state)
         metrics = host_values(metrics)  # waits for the chunk to finish
         on_chunk(state, metrics, n, time.perf_counter() - t)
+        if stop is not None and stop.signum is not None:
+            return state, False
     return state, True

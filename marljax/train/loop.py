@@ -25,7 +25,7 @@ from marljax.files import DirectoryLock, check_writable_dir, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
-from marljax.train.chunks import ChunkBudget, checkpoint_due, chunk_sizes, run_chunks
+from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, chunk_sizes, run_chunks
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare
 from marljax.types import TrainState
 
@@ -214,9 +214,14 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
     out_dir = Path(config.out_dir)
     chunks = _ChunkLog(config, env, checkpointer, rows, start, out_dir / "metrics.jsonl", evaluator)
     try:
-        record = lambda state, metrics, n, wall: chunks.record(metrics, n, wall, state, state.learner.params)  # noqa: E731
-        state, _ = run_chunks(compiled, state, schedule, record, ChunkBudget(max_chunks))
-        checkpointer.wait()
+        with StopSignals() as stop:
+            def record(state, metrics, n, wall):
+                chunks.record(metrics, n, wall, state, state.learner.params, save=stop.signum is not None)
+
+            state, _ = run_chunks(compiled, state, schedule, record, ChunkBudget(max_chunks), stop)
+            checkpointer.wait()
+        if stop.signum is not None and chunks.update < config.num_updates:
+            raise Stopped(stop.signum, chunks.update, str(checkpointer.directory / str(chunks.update)))
     finally:
         chunks.close()
     return _finish(config, RunResult(state, rows, out_dir, compile_s, chunks.saved_at), log)
@@ -238,8 +243,10 @@ class _ChunkLog:
         self.saved_at: list[int] = []
         self.meta = {"config": config.to_dict()}
 
-    def record(self, metrics: dict, n: int, wall: float, state, params: dict, extra=None, extra_meta=None) -> None:
-        """metrics: host copies [S, n] of the chunk's n updates; `state` is what a checkpoint saves."""
+    def record(self, metrics: dict, n: int, wall: float, state, params: dict, extra=None, extra_meta=None,
+               save: bool = False) -> None:  # fmt: skip
+        """metrics: host copies [S, n] of the chunk's n updates; `state` is what a checkpoint saves
+        (now if `save`, else when one is due)."""
         config, steps = self.config, self.config.env_steps_per_update
         previous, self.update = self.update, self.update + n
         row = chunk_row(
@@ -254,7 +261,7 @@ class _ChunkLog:
         self.rows.append(row)
         if config.nan_guard:
             _guard(row, params, self.update, self.checkpointer)
-        if checkpoint_due(config, self.update, self.saved):
+        if save or checkpoint_due(config, self.update, self.saved):
             meta = {**self.meta, "env_steps": self.update * steps, **(extra_meta or {})}
             self.checkpointer.save(self.update, state, meta)
             self.saved = self.update
