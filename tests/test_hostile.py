@@ -311,3 +311,15 @@ def test_the_first_sigint_is_noted_and_a_second_interrupts_at_once():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
     assert signal.getsignal(signal.SIGINT) is before  # the handler is put back
+
+
+def test_an_edited_checkpoint_meta_is_unusable_and_resume_falls_back(run):
+    """The meta (config, update, versions) carries a digest: an edit is detected like damage."""
+    (meta,) = [f for f in (run / "checkpoints" / "8" / "meta").rglob("*") if f.is_file()]
+    saved = json.loads(meta.read_text())
+    saved["config"]["lr"] = 0.5  # a careless edit that still parses
+    meta.write_text(json.dumps(saved))
+    logs: list[str] = []
+    train(load_config(None, [*BASE, f"out_dir={run}", "resume=true"]), log=logs.append)
+    assert any("does not match the digest saved with it" in line for line in logs), logs
+    assert any("(update 6 of 8)" in line for line in logs if line.startswith("resumed from")), logs

@@ -19,7 +19,9 @@ update and env-step counters, and a fingerprint of every array.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
+import json
 import shutil
 import time
 from pathlib import Path
@@ -103,6 +105,7 @@ class Checkpointer:
         A failure of an earlier asynchronous save surfaces here or in `wait`.
         """
         meta = {**meta, "update": int(update), "fingerprint": fingerprint(state), "versions": versions()}
+        meta["meta_sha256"] = meta_digest(meta)
         try:
             self._manager.save(
                 update, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
@@ -128,7 +131,10 @@ class Checkpointer:
         )
 
     def read_meta(self, step: int) -> dict:
-        return dict(self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"])
+        """The checkpoint's meta; ValueError when it does not match the digest saved with it."""
+        meta = dict(self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"])
+        check_meta(meta)
+        return meta
 
     def newest_meta(self) -> tuple[int, dict] | None:
         """(step, meta) of the newest checkpoint whose meta reads back and holds a config; an
@@ -183,6 +189,7 @@ class Checkpointer:
                     args=ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()),
                 )
                 state, meta = restored["state"], dict(restored["meta"])
+                check_meta(meta)
                 if fingerprint(state) != meta["fingerprint"]:
                     raise ValueError("its arrays don't match the fingerprint saved with them")
             except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint: fall back
@@ -200,6 +207,21 @@ class Checkpointer:
         except Exception:  # noqa: BLE001
             if not self._failed:
                 raise
+
+
+def meta_digest(meta: dict) -> str:
+    """sha256 of the meta's canonical JSON, the digest itself left out."""
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def check_meta(meta: dict) -> None:
+    """ValueError when the meta (config, update, versions, ...) changed after it was saved. A
+    checkpoint saved before digests were written has none and passes; this detects damage and
+    careless edits, not a forger who recomputes the digest (saved files are never trusted to
+    name code to run: see `marljax.train.policy`)."""
+    if "meta_sha256" in meta and meta["meta_sha256"] != meta_digest(meta):
+        raise ValueError("its meta does not match the digest saved with it (edited or damaged)")
 
 
 def _first_line(exc: Exception) -> str:
