@@ -105,6 +105,7 @@ class Checkpointer:
         A failure of an earlier asynchronous save surfaces here or in `wait`.
         """
         meta = {**meta, "update": int(update), "fingerprint": fingerprint(state), "versions": versions()}
+        meta = json.loads(json.dumps(meta, default=_plain))  # plain JSON types, as it reads back
         meta["meta_sha256"] = meta_digest(meta)
         try:
             self._manager.save(
@@ -209,10 +210,15 @@ class Checkpointer:
                 raise
 
 
+def _plain(x: Any) -> Any:
+    """numpy / JAX scalars and arrays as JSON values."""
+    return x.tolist() if hasattr(x, "tolist") else str(x)
+
+
 def meta_digest(meta: dict) -> str:
     """sha256 of the meta's canonical JSON, the digest itself left out."""
     body = {k: v for k, v in meta.items() if k != "meta_sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=_plain).encode()).hexdigest()
 
 
 def check_meta(meta: dict) -> None:
