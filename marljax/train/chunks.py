@@ -92,13 +92,13 @@ def run_chunks(
     schedule: Sequence[int],
     on_chunk: Callable[[Any, dict, int, float], None],
     budget: ChunkBudget | None = None,
-    stop: StopSignals | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[Any, bool]:
     """Run `compiled[n](state)` for each chunk size n of `schedule`; after each, on the host,
     `on_chunk(state, metrics, n, wall_s)` with the metrics copied to numpy.
 
-    Returns (final state, True) or, when the budget runs out or a stop signal arrived first
-    (after that chunk's `on_chunk`), (state so far, False).
+    Returns (final state, True) or, when the budget runs out or `stop()` says so after a
+    chunk's `on_chunk` (which then saved a checkpoint), (state so far, False).
     """
     for n in schedule:
         if budget is not None and not budget.take():
@@ -108,6 +108,6 @@ def run_chunks(
             state, metrics = compiled[n](state)
         metrics = host_values(metrics)  # waits for the chunk to finish
         on_chunk(state, metrics, n, time.perf_counter() - t)
-        if stop is not None and stop.signum is not None:
+        if stop is not None and stop():
             return state, False
     return state, True

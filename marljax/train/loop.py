@@ -215,10 +215,14 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
     chunks = _ChunkLog(config, env, checkpointer, rows, start, out_dir / "metrics.jsonl", evaluator)
     try:
         with StopSignals() as stop:
-            def record(state, metrics, n, wall):
-                chunks.record(metrics, n, wall, state, state.learner.params, save=stop.signum is not None)
+            saved_on_signal = []  # the chunk that saw the signal saves, then the loop stops after it
 
-            state, _ = run_chunks(compiled, state, schedule, record, ChunkBudget(max_chunks), stop)
+            def record(state, metrics, n, wall):
+                if stop.signum is not None:
+                    saved_on_signal.append(chunks.update + n)
+                chunks.record(metrics, n, wall, state, state.learner.params, save=bool(saved_on_signal))
+
+            state, _ = run_chunks(compiled, state, schedule, record, ChunkBudget(max_chunks), lambda: bool(saved_on_signal))
             checkpointer.wait()
         if stop.signum is not None and chunks.update < config.num_updates:
             raise Stopped(stop.signum, chunks.update, str(checkpointer.directory / str(chunks.update)))
