@@ -65,6 +65,7 @@ def test_pqn_vdn_same_numbers_on_one_and_two_data_devices(tmp_path):
 _AGENT_AXIS_RUNS = """
 import json
 from marljax.config import load_config
+from marljax.train.loop import train
 out = []
 for rnn in ("false", "true"):
     cfg = load_config(None, {base} + ["recurrent=" + rnn, "out_dir={out}/" + rnn] + {mesh})
