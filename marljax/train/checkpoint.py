@@ -141,15 +141,23 @@ class Checkpointer:
         """(step, meta) of the newest checkpoint whose meta reads back and holds a config; an
         unreadable one (an empty directory, a deleted or garbled meta) is skipped with a warning.
         None when none reads."""
+
+        def read(step: int) -> dict:
+            meta = self.read_meta(step)
+            if not isinstance(meta.get("config"), dict):
+                raise ValueError("its meta holds no config")
+            return meta
+
+        return self._newest_usable(read)
+
+    def _newest_usable(self, read: Callable[[int], Any]) -> tuple[int, Any] | None:
+        """(step, read(step)) for the newest step that `read` does not raise on; every one it
+        raises on is skipped with a warning. None when none is usable."""
         for step in reversed(self.steps()):
             try:
-                meta = self.read_meta(step)
-                if not isinstance(meta.get("config"), dict):
-                    raise ValueError("its meta holds no config")
-            except Exception as exc:  # noqa: BLE001 - any unreadable meta: fall back
+                return step, read(step)
+            except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint: fall back
                 self._unusable(step, exc)
-                continue
-            return step, meta
         return None
 
     def set_aside_newer(self, step: int) -> list[Path]:
@@ -183,21 +191,18 @@ class Checkpointer:
         read, or whose arrays don't match their saved fingerprint, is skipped with a warning.
         Returns (state, meta), or None when there is no usable checkpoint.
         """
-        for step in reversed(self.steps()):
-            try:
-                restored = self._manager.restore(
-                    step,
-                    args=ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()),
-                )
-                state, meta = restored["state"], dict(restored["meta"])
-                check_meta(meta)
-                if fingerprint(state) != meta["fingerprint"]:
-                    raise ValueError("its arrays don't match the fingerprint saved with them")
-            except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint: fall back
-                self._unusable(step, exc)
-                continue
+
+        def read(step: int) -> tuple[Any, dict]:
+            args = ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
+            restored = self._manager.restore(step, args=args)
+            state, meta = restored["state"], dict(restored["meta"])
+            check_meta(meta)
+            if fingerprint(state) != meta["fingerprint"]:
+                raise ValueError("its arrays don't match the fingerprint saved with them")
             return state, meta
-        return None
+
+        found = self._newest_usable(read)
+        return None if found is None else found[1]
 
     def close(self) -> None:
         """Release the manager. orbax raises a failed asynchronous save again here; once save or
