@@ -48,7 +48,8 @@ def check_writable_dir(path: Path) -> str | None:
 
 class DirectoryLock:
     """An advisory lock on a directory (`<dir>/.marljax.lock`, flock): a second process that
-    asks for it while it is held gets `held_by()` instead. Released on `release()` or exit."""
+    asks for it while it is held gets, from `acquire()`, a line naming the holder. Released on
+    `release()` or exit."""
 
     def __init__(self, directory: Path):
         self.path = Path(directory).absolute() / ".marljax.lock"

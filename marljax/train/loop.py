@@ -175,7 +175,7 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
     target: ShapeDtypeStructs with the shardings to restore into.
     """
     found = checkpointer.newest_meta() if config.resume and checkpointer.steps() else None
-    if config.resume and checkpointer.steps() and found is None:
+    if found is None and config.resume and checkpointer.steps():  # every checkpoint there is unreadable
         raise CheckpointError(f"no checkpoint in {checkpointer.directory} could be read (see the warnings above); "
                               "nothing was changed: move it aside, or start over with overwrite=true")
     if found is not None:
