@@ -205,12 +205,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
         if command == "train":
             from marljax.train.checkpoint import CheckpointError
             from marljax.parallel.distributed import DistributedError
+            from marljax.pipeline.watchdog import ActorStuck
             from marljax.train.chunks import Stopped
             from marljax.train.loop import TrainingDiverged, train
 
             try:
                 train(config)
-            except (TrainingDiverged, CheckpointError, DistributedError) as exc:
+            except (TrainingDiverged, CheckpointError, DistributedError, ActorStuck) as exc:
                 print(f"marljax: {exc}", file=sys.stderr)
                 return 1
             except Stopped as exc:

@@ -118,6 +118,9 @@ class AsyncConfig:
                               choices=("none", "ppo_clip", "vtrace"))  # fmt: skip
     deterministic: bool = setting(False, "lockstep with a fixed lag of exactly K versions; bitwise reproducible")
     record_trajectories: str = setting("", "append every consumed batch to this zarr dataset (marljax.pipeline.recorder)")
+    actor_timeout_s: float = setting(
+        300.0, "fail the run, naming the actor, when one rollout (a JAX env's, compilation included) or one host "
+        "env step takes longer than this; 0 waits forever", minimum=0.0, resumable=True)  # fmt: skip
 
     def check(self, config: "Config") -> None:
         for name in ("actor_devices", "learner_devices"):

@@ -136,6 +136,24 @@ def test_close_does_not_replace_a_reported_save_failure(tmp_path, monkeypatch):
     real_close()
 
 
+def test_a_failed_asynchronous_save_is_reported_with_its_own_update(tmp_path, monkeypatch):
+    """orbax reports a failed background save when the next one starts; the message must name the
+    update whose save failed (8), not the one being started (12)."""
+    ckpt = Checkpointer(tmp_path / "checkpoints", 3, log=lambda s: None)
+    ckpt.save(4, {"x": jnp.zeros(2)}, {})
+    ckpt.save(8, {"x": jnp.ones(2)}, {})
+    ckpt.wait()
+
+    def enospc(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ckpt._manager, "wait_until_finished", enospc)  # as if save 8 had failed in the background
+    with pytest.raises(CheckpointError, match=r"update 8 .*No space left on device.*update 4 is intact"):
+        ckpt.save(12, {"x": jnp.ones(2)}, {})
+    monkeypatch.undo()
+    ckpt.close()
+
+
 def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path):
     """A real ENOSPC: out_dir on a tmpfs too small for a second checkpoint (needs mount rights)."""
     mnt = tmp_path / "small"

@@ -186,6 +186,8 @@ def test_a_bad_yaml_file_is_one_line_naming_it(tmp_path, command, text, words):
         ("total_timesteps=1e30", "total_timesteps: must lie in [1, 1000000000000000]"),
         ("env=builtins:dict", "returned a dict, not a JaxMARL MultiAgentEnv"),
         ("env=jaxmarl:make env_kwargs.nope=1", "env_kwargs: jaxmarl:make(nope) failed"),
+        # MPE takes **kwargs: a misspelt key used to be accepted and ignored
+        ("env_kwargs.num_agent=4", "env_kwargs.num_agent: MPE_simple_spread_v3 does not use num_agent"),
     ],
 )
 def test_values_that_used_to_end_in_a_traceback_name_their_field(tmp_path, setting, words):
@@ -323,3 +325,65 @@ def test_an_edited_checkpoint_meta_is_unusable_and_resume_falls_back(run):
     train(load_config(None, [*BASE, f"out_dir={run}", "resume=true"]), log=logs.append)
     assert any("does not match the digest saved with it" in line for line in logs), logs
     assert any("(update 6 of 8)" in line for line in logs if line.startswith("resumed from")), logs
+
+
+# ---- async mode: a hung host env, SIGTERM, counters across a resume
+
+ASYNC = ["mode=async", "num_envs=4", "num_steps=8", "hidden_size=16", "progress=false", "plot=false"]
+
+
+def test_a_host_env_that_never_returns_fails_the_run_naming_the_actor_and_copy(tmp_path):
+    import time
+
+    pytest.importorskip("pettingzoo")
+    t0 = time.monotonic()
+    # copy 2 of actor 0 hangs in its 40th step (update 5 of 8); the watchdog waits 3 s
+    res = _cli("train", *ASYNC, "env=pettingzoo:tests.hang_env:parallel_env", "env_kwargs.hang_copy=2",
+               "env_kwargs.hang_at=40", "total_timesteps=256", "async.actor_timeout_s=3", f"out_dir={tmp_path / 'run'}")  # fmt: skip
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "actor thread 0 has been in env.step of host env copy 2 (step" in res.stderr, res.stderr[-2000:]
+    assert "async.actor_timeout_s=3" in res.stderr and "Traceback" not in res.stderr
+    # before: no output for over 100 s; now the timeout, compilation and start-up (measured ~15 s here)
+    assert time.monotonic() - t0 < 120
+
+
+def test_sigterm_stops_an_async_run_with_a_checkpoint_and_resume_keeps_counting(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    long = [*ASYNC, "total_timesteps=1e6", "num_chunks=2000", "checkpoint_every=0", f"out_dir={out}"]  # 31250 updates
+    proc = subprocess.Popen([sys.executable, "-m", "marljax.cli", "train", *long], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    metrics, deadline = out / "metrics.jsonl", time.monotonic() + 240
+    while time.monotonic() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert "stopped by SIGTERM at update" in err and "Traceback" not in err, err[-2000:]
+    update = int(err.split("stopped by SIGTERM at update ")[1].split(";")[0])
+    assert 0 < update < 31250 and (out / "checkpoints" / str(update)).is_dir()
+    stopped = json.loads(metrics.read_text().splitlines()[-1])
+    assert stopped["update"] == update and stopped["consumed"] == update  # block mode: one batch per update
+    # resume to a nearer end: the buffer's counters go on from the checkpoint's, not from 0
+    done = _cli("train", *long, "resume=true", f"total_timesteps={(update + 8) * 32}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = json.loads(metrics.read_text().splitlines()[-1])
+    assert last["update"] == update + 8 and last["consumed"] == update + 8 and last["produced"] >= update + 8
+
+
+def test_a_trajectory_path_that_cannot_be_written_is_refused_before_compiling(tmp_path, monkeypatch):
+    import marljax.train.loop as loop
+
+    # fail loudly if anything were compiled: the refusal must come first
+    monkeypatch.setattr(loop, "make_adapter", lambda *a, **k: pytest.fail("got as far as building the env"))
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "old" / "index.json").parent.mkdir()
+    (tmp_path / "old" / "index.json").write_text('{"count": 3}')
+    for path, words in [(tmp_path / "a_file" / "traj", "is a file"), (tmp_path / "old", "already holds a dataset")]:
+        cfg = load_config(None, [*ASYNC, "total_timesteps=256", f"out_dir={tmp_path / 'run'}",
+                                 f"async.record_trajectories={path}"])  # fmt: skip
+        with pytest.raises(marljax.config.ConfigError, match=f"async.record_trajectories.*{words}"):
+            train(cfg, **QUIET)
+    assert (tmp_path / "old" / "index.json").read_text() == '{"count": 3}'

@@ -130,10 +130,13 @@ class HostVectorEnv:
     def reset(self) -> dict[str, np.ndarray]:
         return self._obs([env.reset(seed=self._next_seed())[0] for env in self.envs])
 
-    def step(self, actions: dict[str, np.ndarray]):
-        """-> (obs, reward group -> [n, A_g], done group -> [n, A_g], episode_done [n])."""
+    def step(self, actions: dict[str, np.ndarray], on_copy: Callable[[int], None] | None = None):
+        """-> (obs, reward group -> [n, A_g], done group -> [n, A_g], episode_done [n]).
+        on_copy(e) is called before copy e steps (the async watchdog's heartbeat)."""
         obs_l, rew_l, done_l, ep_done = [], [], [], np.zeros(self.n, bool)
         for e, env in enumerate(self.envs):
+            if on_copy is not None:
+                on_copy(e)
             live = list(env.agents)
             act = {}
             for g in self.adapter.groups:

@@ -121,6 +121,23 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
             "enemy policy); use HeuristicEnemySMAX for a scripted enemy",
         )
     try:
-        return jaxmarl.make(name, **kwargs)
+        env = jaxmarl.make(name, **kwargs)
     except TypeError as exc:
         raise ConfigError("env_kwargs", f"{name} rejected env_kwargs {kwargs}: {exc}") from exc
+    _refuse_ignored_kwargs(name, env, kwargs)
+    return env
+
+
+def _refuse_ignored_kwargs(name: str, env, kwargs: Mapping[str, Any]) -> None:
+    """An env whose constructor takes **kwargs accepts any key; refuse the ones it never reads."""
+    from marljax.envs.kwargs_used import accepted_kwargs
+
+    accepted = accepted_kwargs(type(env))  # (the SMAX wrappers pass **env_kwargs to SMAX, which rejects unknown keys)
+    if accepted is None:
+        return  # its source does not say which keys it reads: nothing to check
+    ignored = sorted(k for k in kwargs if k not in accepted)
+    if ignored:
+        raise ConfigError(
+            f"env_kwargs.{ignored[0]}",
+            f"{name} does not use {', '.join(ignored)} (it would be silently ignored); it takes: {', '.join(sorted(accepted))}",
+        )

@@ -20,6 +20,12 @@ Concurrency traps, and what is done about them:
 * an exception in an actor thread closes the buffer with that exception attached; the
   learner's next `get` raises, and the main thread re-raises the actor's error with its
   traceback (`ActorFailed`);
+* an actor that hangs (a host env whose `step` never returns) is named by the watchdog
+  (watchdog.py): the learner waits in one-second slices and fails the run (`ActorStuck`)
+  once an actor has been on one piece of work for `async.actor_timeout_s`;
+* a stop request (SIGINT/SIGTERM, `stop()`) is honoured after the update in progress: the
+  updates so far are handed to `on_chunk` as a last, shorter chunk (which saves), and the
+  pipeline stops;
 * JAX dispatch is thread-safe; each actor thread only touches its own environments and
   reads published parameters, which are never mutated (new versions are new arrays).
 """
@@ -41,6 +47,7 @@ from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import learner_specs, mesh_layout, seed_keys, split_groups
 from marljax.parallel.placement import copy_to_devices, place
 from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
+from marljax.pipeline.watchdog import ActorStuck, Heartbeats, stuck_message
 from marljax.types import Trajectory
 
 ASYNC_KEYS = (
@@ -124,18 +131,24 @@ class AsyncRun:
         # a real copy even on a shared device (never an alias), since the learner donates its state
         store.publish(version, copy_to_devices(params, self.placement.actor_devices))
 
-    def _actor(self, i: int, buffer: TrajectoryBuffer, store: ParamStore, budget: int | None, errors: list) -> None:
+    def _actor(self, i: int, buffer: TrajectoryBuffer, store: ParamStore, budget: int | None, errors: list,
+               heart: Heartbeats) -> None:  # fmt: skip
         config = self.config
         try:
+            heart.beat(i, "setting up its environments")
             collector = self.make_collector(i)
+            collector.beat = lambda what: heart.beat(i, what)
             seq = 0
             while True:
+                heart.idle(i)
                 ticket, min_version = buffer.start()
                 if budget is not None and ticket >= budget:
                     return  # block mode: every update's batch is spoken for
                 version, params, waited = store.wait_for(min_version, exact=config.async_.deterministic)
                 buffer.record_actor_wait(waited)
+                heart.beat(i, f"the rollout of batch {ticket}")
                 traj = collector.collect(params[collector.device], ticket)
+                heart.idle(i)
                 for leaf in jax.tree.leaves(traj):
                     if isinstance(leaf, jax.Array):
                         leaf.copy_to_host_async()
@@ -148,17 +161,31 @@ class AsyncRun:
             buffer.close(exc)
 
     # ------------------------------------------------------------------- driver
-    def run(self, updates: int, on_chunk: Callable, chunk: int) -> Any:
+    def _next_batch(self, buffer: TrajectoryBuffer, heart: Heartbeats) -> Stamped:
+        """buffer.get(), failing the run when an actor hangs (see watchdog.py)."""
+        limit = self.config.async_.actor_timeout_s
+        while True:
+            try:
+                return buffer.get(timeout=1.0)
+            except TimeoutError:
+                stuck = heart.stuck(limit) if limit > 0 else []
+                if stuck:
+                    raise ActorStuck(stuck_message(stuck, limit)) from None
+
+    def run(self, updates: int, on_chunk: Callable, chunk: int, stop: Callable[[], bool] | None = None) -> Any:
         """Run `updates` learner updates; every `chunk` of them call
-        on_chunk(stacked metrics [S, n], wall seconds, async fields of the row, learner state)."""
+        on_chunk(stacked metrics [S, n], wall seconds, async fields of the row, learner state).
+        When `stop()` turns true, the updates since the last chunk are handed over and the run ends."""
         config = self.config
         buffer = TrajectoryBuffer(config.async_.buffer_capacity, config.async_.max_staleness, config.async_.staleness_policy)
         store = ParamStore(keep=config.async_.max_staleness + 2)
         self._publish(store, 0, self.learner.params)
         budget = updates if config.async_.staleness_policy == "block" else None
         errors: list = []
+        heart = Heartbeats(config.async_.num_actor_threads)
         threads = [
-            threading.Thread(target=self._actor, args=(i, buffer, store, budget, errors), name=f"actor{i}", daemon=True)
+            threading.Thread(target=self._actor, args=(i, buffer, store, budget, errors, heart), name=f"actor{i}",
+                             daemon=True)  # fmt: skip
             for i in range(config.async_.num_actor_threads)
         ]
         for t in threads:
@@ -175,7 +202,7 @@ class AsyncRun:
         try:
             for u in range(updates):
                 try:
-                    batch = buffer.get()
+                    batch = self._next_batch(buffer, heart)
                 except BufferClosed:
                     break
                 learner_version = buffer.stats().version
@@ -188,20 +215,24 @@ class AsyncRun:
                 version = buffer.finish_update()
                 self._publish(store, version, self.learner.params)
                 pending.append(metrics)
-                if len(pending) == chunk or u == updates - 1:
+                stopping = stop is not None and stop()
+                if len(pending) == chunk or u == updates - 1 or stopping:
                     stacked = jax.tree.map(lambda *xs: np.stack(xs, axis=1), *jax.device_get(pending))
                     now, wall = buffer.stats(), time.perf_counter() - t_chunk
                     row = async_row(now, last, staleness, wall, self.samples_per_batch)
                     on_chunk(stacked, wall, row, self.learner)
                     pending, staleness, last, t_chunk = [], [], now, time.perf_counter()
+                if stopping:
+                    break
         except BaseException as exc:
             buffer.close(exc)
             raise
         finally:
             buffer.close()
             store.close()
-            for t in threads:
-                t.join(timeout=30)
+            stuck = {i for i, _, _ in heart.stuck(config.async_.actor_timeout_s)} if config.async_.actor_timeout_s else set()
+            for i, t in enumerate(threads):
+                t.join(timeout=0 if i in stuck else 30)  # a hung thread is a daemon: it ends with the process
         if errors:
             i, exc, tb = errors[0]
             raise ActorFailed(f"actor thread {i} failed: {type(exc).__name__}: {exc}\n{tb}") from exc
@@ -217,6 +248,8 @@ class _JaxCollector:
     Inputs committed to `device` make every jitted call run there (no `default_device` context:
     it is part of jit's cache key and would compile `collect` again in each thread).
     """
+
+    beat: Callable[[str], None] = staticmethod(lambda what: None)  # one rollout is one piece of work
 
     def __init__(self, runner: AsyncRun, device, keys: jax.Array):
         self.runner, self.device, self.keys = runner, device, keys

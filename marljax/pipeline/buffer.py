@@ -81,20 +81,27 @@ class TrajectoryBuffer:
     def _held(self) -> int:
         return len(self._items) + len(self._fifo)
 
-    def _wait(self, ready, timeout: float | None) -> float:
-        """Wait (holding the lock) until ready() or closed; return the seconds waited."""
+    def _wait(self, ready, timeout: float | None, who: str) -> None:
+        """Wait (holding the lock) until ready() or closed; the seconds waited, a timeout's
+        included, count as `who`'s ("actor" or "learner") wait time."""
         t0 = time.perf_counter()
         deadline = None if timeout is None else t0 + timeout
-        while not ready():
+        try:
+            while not ready():
+                if self._closed:
+                    raise BufferClosed("buffer closed") from (self._closed if isinstance(self._closed, BaseException) else None)
+                left = None if deadline is None else deadline - time.perf_counter()
+                if left is not None and left <= 0:
+                    raise TimeoutError("buffer wait timed out")
+                self._cond.wait(left)
             if self._closed:
-                raise BufferClosed("buffer closed") from (self._closed if isinstance(self._closed, BaseException) else None)
-            left = None if deadline is None else deadline - time.perf_counter()
-            if left is not None and left <= 0:
-                raise TimeoutError("buffer wait timed out")
-            self._cond.wait(left)
-        if self._closed:
-            raise BufferClosed("buffer closed")
-        return time.perf_counter() - t0
+                raise BufferClosed("buffer closed")
+        finally:
+            waited = time.perf_counter() - t0
+            if who == "actor":
+                self._actor_wait += waited
+            else:
+                self._learner_wait += waited
 
     # ----------------------------------------------------------------- producers
     def start(self, timeout: float | None = None) -> tuple[int, int]:
@@ -105,8 +112,7 @@ class TrajectoryBuffer:
         """
         with self._cond:
             if self.policy == "block":
-                waited = self._wait(lambda: self._next_ticket < self._version + self.capacity, timeout)
-                self._actor_wait += waited
+                self._wait(lambda: self._next_ticket < self._version + self.capacity, timeout, "actor")
             ticket = self._next_ticket
             self._next_ticket += 1
             return ticket, (max(0, ticket - self.max_staleness) if self.policy == "block" else 0)
@@ -115,7 +121,7 @@ class TrajectoryBuffer:
         """Hand a finished batch to the learner (drop: waits while the buffer is full)."""
         with self._cond:
             if self.policy == "drop":
-                self._actor_wait += self._wait(lambda: len(self._fifo) < self.capacity, timeout)
+                self._wait(lambda: len(self._fifo) < self.capacity, timeout, "actor")
                 self._fifo.append(batch)
             else:
                 if self._closed:
@@ -135,10 +141,10 @@ class TrajectoryBuffer:
         with self._cond:
             while True:
                 if self.policy == "block":
-                    self._learner_wait += self._wait(lambda: self._version in self._items, timeout)
+                    self._wait(lambda: self._version in self._items, timeout, "learner")
                     batch = self._items.pop(self._version)
                 else:
-                    self._learner_wait += self._wait(lambda: bool(self._fifo), timeout)
+                    self._wait(lambda: bool(self._fifo), timeout, "learner")
                     batch = self._fifo.popleft()
                 staleness = self._version - batch.version
                 self._occupancy_sum += self._held() + 1

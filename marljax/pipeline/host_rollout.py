@@ -8,6 +8,8 @@ so the learner cannot tell the two apart.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import numpy as np
 
@@ -16,6 +18,8 @@ from marljax.types import EpisodeStats, GroupBatch, Trajectory
 
 
 class HostCollector:
+    beat: Callable[[str], None] = staticmethod(lambda what: None)  # set by the actor thread (watchdog.py)
+
     def __init__(self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int):
         """policy_step: jitted, seed-vmapped `Trainer.policy_step`, built once and shared by threads
         (a jit wrapper made per thread would compile again in each one)."""
@@ -52,7 +56,8 @@ class HostCollector:
         for t in range(T):
             out = self._policy(params, _fold(key, t))
             actions = {g.name: np.asarray(out[g.name][0]).reshape((S * E,) + np.shape(out[g.name][0])[2:]) for g in groups}
-            obs, reward, done, ep_done = self.venv.step(actions)
+            obs, reward, done, ep_done = self.venv.step(
+                actions, on_copy=lambda e: self.beat(f"env.step of host env copy {e} (step {t} of batch {ticket})"))
             reward, done = self._split(reward), self._split(done)
             for g in groups:
                 rec = steps[g.name]

@@ -95,6 +95,7 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True, create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
         self._failed = False  # a save failure was raised (as CheckpointError) by save or wait
+        self._in_flight: int | None = None  # the update of the last save started (it may still be writing)
 
     def steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
@@ -107,6 +108,8 @@ class Checkpointer:
         meta = {**meta, "update": int(update), "fingerprint": fingerprint(state), "versions": versions()}
         meta = json.loads(json.dumps(meta, default=_plain))  # plain JSON types, as it reads back
         meta["meta_sha256"] = meta_digest(meta)
+        self.wait()  # orbax would wait for the previous save anyway; a failure of it names its own update
+        self._in_flight = int(update)
         try:
             self._manager.save(
                 update, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
@@ -121,7 +124,7 @@ class Checkpointer:
             self._manager.wait_until_finished()
         except Exception as exc:  # noqa: BLE001
             self._failed = True
-            raise self._error(self._manager.latest_step(), exc) from exc
+            raise self._error(self._in_flight, exc) from exc
 
     def _error(self, update: int | None, exc: Exception) -> CheckpointError:
         good = [s for s in self.steps() if s != update]

@@ -67,6 +67,13 @@ def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | 
     problem = check_writable_dir(out_dir)
     if problem:
         raise ConfigError("out_dir", problem)
+    record = config.async_.record_trajectories
+    if record and distributed.is_primary():  # refused now, not after compiling and starting the actors
+        problem = check_writable_dir(Path(record))
+        if problem is None and (Path(record) / "index.json").exists():
+            problem = f"{Path(record).absolute()} already holds a dataset; choose a new path"
+        if problem:
+            raise ConfigError("async.record_trajectories", problem)
     metrics_path = out_dir / "metrics.jsonl"
     ckpt_dir = out_dir / "checkpoints"
     has_run = (metrics_path.exists() and metrics_path.stat().st_size) or ckpt_dir.exists()
@@ -147,7 +154,7 @@ def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None) -> R
     try:
         target = abstract_like(fns.shapes, fns.shardings)
         fresh = lambda: fns.init(seed_keys(config.seed, config.num_seeds))  # noqa: E731
-        state, start, rows = _initial_state(config, target, fresh, checkpointer, metrics_path, log)
+        state, start, rows, _ = _initial_state(config, target, fresh, checkpointer, metrics_path, log)
         if distributed.is_primary():
             write_text_atomic(out_dir / "config.yaml", dump_yaml(config))
         evaluator = PeriodicEval(trainer, config.num_seeds) if config.eval_every else None
@@ -170,7 +177,8 @@ def _ready(ckpt_dir: Path) -> None:
 
 
 def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkpointer, metrics_path: Path, log):
-    """(state, first update, metrics rows kept): a restored checkpoint, or `fresh()`.
+    """(state, first update, metrics rows kept, the checkpoint's meta or {}): a restored
+    checkpoint, or `fresh()`.
 
     target: ShapeDtypeStructs with the shardings to restore into.
     """
@@ -196,12 +204,12 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
         if distributed.is_primary():
             write_jsonl_atomic(metrics_path, rows)  # rows after the checkpoint are replaced, not duplicated
         log(f"resumed from {checkpointer.directory / str(start)} (update {start} of {config.num_updates})")
-        return state, start, rows
+        return state, start, rows, meta
     if config.resume:
         log(f"no checkpoint in {checkpointer.directory}; starting from scratch")
     if metrics_path.exists() and distributed.is_primary():
         metrics_path.unlink()
-    return fresh(), 0, []
+    return fresh(), 0, [], {}
 
 
 def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[dict], log, max_chunks, evaluator=None):
@@ -287,8 +295,9 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
     """mode=async: actor threads and the learner joined by the trajectory buffer (marljax.pipeline).
 
     Checkpoints hold the learner's state (parameters, Adam, keys, update) and the buffer's
-    counters. A resumed async run continues the learner; the actors start their environments
-    afresh, so it is not bitwise equal to an uninterrupted run.
+    counters. A resumed async run continues the learner and the counters; the actors start their
+    environments afresh, so it is not bitwise equal to an uninterrupted run. SIGINT/SIGTERM:
+    the update in progress finishes, a checkpoint is saved, and the run raises `Stopped`.
     """
     from marljax.pipeline.actor_learner import AsyncRun
 
@@ -306,32 +315,47 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
         target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), runner.learner)
-        learner, start, rows = _initial_state(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
+        learner, start, rows, meta = _initial_state(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
         runner.learner = learner
+        before = meta.get("async_counters", {})  # the counters of the sessions before a resume
         write_text_atomic(out_dir / "config.yaml", dump_yaml(config))
         evaluator = PeriodicEval(runner.actor_trainer, config.num_seeds) if config.eval_every else None
         chunks = _ChunkLog(config, env, checkpointer, rows, start, metrics_path, evaluator)
 
         def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
-            counters = {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason")}
+            counters = _add_counters(before, {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason")})
             chunks.record(
                 metrics, int(np.shape(metrics["lr"])[1]), wall, learner, learner.params,
-                extra={**extra, "policy_version": start + extra["policy_version"]},
-                extra_meta={"async_counters": counters},
+                extra={**extra, **counters, "policy_version": start + extra["policy_version"]},
+                extra_meta={"async_counters": counters}, save=stop.signum is not None,
             )  # fmt: skip
 
         try:
-            final = runner.run(config.num_updates - start, on_chunk, config.updates_per_chunk)
+            with StopSignals() as stop:
+                final = runner.run(config.num_updates - start, on_chunk, config.updates_per_chunk,
+                                   stop=lambda: stop.signum is not None)  # fmt: skip
+                checkpointer.wait()
             log(
                 f"async counters: produced {final.produced}, consumed {final.consumed}, "
                 f"dropped {sum(final.dropped.values())}, {final.dropped}; staleness {final.staleness_hist}"
+                + (" (this session; metrics.jsonl counts from the start)" if start else "")
             )
-            checkpointer.wait()
+            if stop.signum is not None and chunks.update < config.num_updates:
+                raise Stopped(stop.signum, chunks.update, str(checkpointer.directory / str(chunks.update)))
         finally:
             chunks.close()
     finally:
         checkpointer.close()
     return _finish(config, RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, chunks.saved_at), log)
+
+
+def _add_counters(before: dict, now: dict) -> dict:
+    """Async buffer counters of the sessions before a resume plus this session's."""
+    out = {k: before.get(k, 0) + now[k] for k in ("produced", "consumed", "dropped")}
+    reasons = dict(before.get("dropped_by_reason", {}))
+    for reason, n in now["dropped_by_reason"].items():
+        reasons[reason] = reasons.get(reason, 0) + n
+    return {**out, "dropped_by_reason": reasons}
 
 
 def _finish(config: Config, result: RunResult, log) -> RunResult:
