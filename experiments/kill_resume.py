@@ -73,14 +73,11 @@ def main() -> int:
         kill_at = rng.uniform(compiled_at, ref_wall)
         outcome, ckpts = trial(overrides + [f"out_dir={out}"], out, kill_at, reference)
         outcomes.append(outcome)
-        print(
-            f"trial {i}: {'killed' if outcome.killed else 'NOT killed (it had finished)'} at {kill_at:.1f}s "
-            f"with checkpoints {ckpts}; "
-            + (f"resumed from update {outcome.resumed_from}" if outcome.resumed_from is not None else "started from scratch")
-            + f"; {'bitwise equal' if outcome.difference is None else 'DIFFERENT: ' + outcome.difference}"
-            + (" (not counted as identical)" if outcome.difference is None and not outcome.identical else ""),
-            flush=True,
-        )
+        start = "started from scratch" if outcome.resumed_from is None else f"resumed from update {outcome.resumed_from}"
+        same = "bitwise equal" if outcome.difference is None else f"DIFFERENT: {outcome.difference}"
+        uncounted = " (not counted as identical)" if outcome.difference is None and not outcome.identical else ""
+        print(f"trial {i}: {'killed' if outcome.killed else 'NOT killed (it had finished)'} at {kill_at:.1f}s "
+              f"with checkpoints {ckpts}; {start}; {same}{uncounted}", flush=True)  # fmt: skip
     n = args.trials
     counts = {
         "killed": sum(o.killed for o in outcomes),

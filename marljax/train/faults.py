@@ -44,7 +44,7 @@ def start_train(overrides: list[str], env: dict[str, str] | None = None) -> subp
     )
 
 
-def run_to_end(overrides: list[str], env: dict[str, str] | None = None, timeout: float = 600) -> tuple[str, float]:
+def run_to_end(overrides: list[str], env: dict[str, str] | None = None) -> tuple[str, float]:
     """Run `marljax train` to the end: (its output, seconds until it printed `compiled in`).
     RuntimeError with the output's tail when it fails."""
     t0 = time.perf_counter()
@@ -55,7 +55,7 @@ def run_to_end(overrides: list[str], env: dict[str, str] | None = None, timeout:
         lines.append(line)
         if line.startswith("compiled in") and not compiled_at:
             compiled_at = time.perf_counter() - t0
-    proc.wait(timeout=timeout)
+    proc.wait()
     out = "".join(lines)
     if proc.returncode != 0:
         raise RuntimeError(f"marljax train {' '.join(overrides)} failed ({proc.returncode}):\n{out[-3000:]}")
