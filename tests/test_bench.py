@@ -1,16 +1,19 @@
-"""Smoke test of `marljax bench` on a tiny config: the figures exist and are sane. No timing asserts."""
+"""`marljax bench`: FLOP counts checked against analytic counts, figures that tie together. No timing asserts."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from marljax.bench import measure
 from marljax.bench.checkpoint import run_checkpoint_bench
 from marljax.bench.train import run_bench
 from marljax.config import load_config
+from marljax.train.wiring import make_adapter
 
 KEYS = (
     "train_env_steps_per_s",
@@ -27,22 +30,75 @@ KEYS = (
 )
 
 
-def test_bench_tiny_config_reports_finite_positive_figures(monkeypatch):
-    monkeypatch.setattr(measure, "MATMUL_SIZES", {"cpu": (256,), "default": (256,)})  # keep it quick
-    config = load_config(None, ["num_envs=4", "num_steps=8", "total_timesteps=64", "progress=false"])
+def test_flops_of_a_tiny_mlp_match_the_analytic_count():
+    """XLA's count for a 2-layer dense net (what `measure.flops` reports) against 2*in*out per
+    row and layer for the matmuls, plus one FLOP per element for the bias adds and the ReLU."""
+    B, n_in, hidden, n_out = 32, 64, 128, 16
+
+    def mlp(params, x):
+        (w1, b1), (w2, b2) = params
+        return jax.nn.relu(x @ w1 + b1) @ w2 + b2
+
+    f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)  # noqa: E731
+    params = ((f32(n_in, hidden), f32(hidden)), (f32(hidden, n_out), f32(n_out)))
+    matmuls = 2 * B * (n_in * hidden + hidden * n_out)
+    elementwise = B * hidden * 2 + B * n_out  # bias, ReLU; bias
+    measured = measure.flops(mlp, params, f32(B, n_in))
+    assert measured == pytest.approx(matmuls + elementwise, rel=0.10), (measured, matmuls + elementwise)
+
+
+def _ippo_analytic(config, env) -> tuple[float, float]:
+    """(rollout, learn) FLOPs per env step of one seed for feed-forward IPPO with a shared
+    actor-critic (no agent id), from its matmuls alone: a dense layer is 2*in*out per row.
+
+    Rollout: one forward pass of actor and critic per agent and env step. Learn: per epoch every
+    transition goes through forward (F) and backward, which is 2F (the weights' and the inputs'
+    gradients) less the first layers' input gradients (the observation is not differentiated)."""
+    (g,) = env.groups
+    obs, h, n = g.obs_shape[0], config.hidden_size, config.num_layers
+    torso = obs * h + (n - 1) * h * h
+    forward = 2 * (torso + h * g.action_dim) + 2 * (torso + h)  # actor + critic, one row
+    first_layers = 2 * 2 * obs * h  # actor's and critic's
+    rollout = g.size * forward
+    learn = config.sections["ppo"].update_epochs * g.size * (3 * forward - first_layers)
+    return rollout, learn
+
+
+def test_bench_flops_match_an_analytic_count_and_the_figures_tie_together(monkeypatch):
+    """A config whose matmuls dominate (hidden 256): the FLOPs per env step, rollout and learn
+    apart, within 10% of the analytic count (with 2 seeds: the count is per env step of one seed
+    whatever the seeds); achieved GFLOP/s = FLOPs per env step x env steps/s; 0 < MFU <= 1."""
+    monkeypatch.setattr(measure, "MATMUL_SIZES", {"cpu": (512,), "default": (512,)})  # keep it quick
+    config = load_config(None, ["num_envs=16", "num_steps=16", "num_seeds=2", "total_timesteps=1024", "hidden_size=256",
+                                "agent_id=false", "ppo.update_epochs=2", "ppo.num_minibatches=2",
+                                "progress=false"])  # fmt: skip
 
     lines: list[str] = []  # not capsys: importing jaxmarl resets sys.stdout to sys.__stdout__
     result = run_bench(config, log=lines.append)
+    assert json.loads(lines[-1]) == result  # the JSON line comes last and holds the same flat dict
 
     for key in KEYS:
         value = result[key]
         assert isinstance(value, (int, float)) and not isinstance(value, bool), key
         assert math.isfinite(value) and value > 0, f"{key}={value}"
-    parts = result["rollout_flops_per_env_step"] + result["learn_flops_per_env_step"]
-    assert math.isclose(result["flops_per_env_step"], parts, rel_tol=1e-4)
-    assert result["num_envs"] == 4 and result["num_steps"] == 8 and result["devices"] >= 1
-    # the JSON line comes last and holds the same flat dict
-    assert json.loads(lines[-1]) == result
+
+    rollout, learn = _ippo_analytic(config, make_adapter(config))
+    assert result["rollout_flops_per_env_step"] == pytest.approx(rollout, rel=0.10), (result, rollout)
+    assert result["learn_flops_per_env_step"] == pytest.approx(learn, rel=0.10), (result, learn)
+    assert result["flops_per_env_step"] == pytest.approx(rollout + learn, rel=0.10)
+
+    # the figures tie together (each is rounded to 6 digits in the result)
+    steps_per_update = config.num_steps * config.num_envs * config.num_seeds
+    assert result["updates_per_s"] == pytest.approx(result["train_env_steps_per_s"] / steps_per_update, rel=1e-4)
+    chunks = result["bench_updates"] / result["updates_per_chunk"]
+    slowest, fastest = (result["bench_updates"] * steps_per_update / (chunks * result[f"train_chunk_s_{m}"])
+                        for m in ("max", "min"))  # fmt: skip
+    assert slowest * (1 - 1e-4) <= result["train_env_steps_per_s"] <= fastest * (1 + 1e-4)
+    achieved = result["flops_per_env_step"] * result["train_env_steps_per_s"] / 1e9
+    assert result["achieved_gflops"] == pytest.approx(achieved, rel=1e-4)
+    assert result["mfu"] == pytest.approx(result["achieved_gflops"] / result["peak_matmul_gflops"], rel=1e-4)
+    assert 0 < result["mfu"] <= 1
+    assert result["num_envs"] == 16 and result["num_steps"] == 16 and result["devices"] >= 1
 
 
 def test_checkpoint_bench_reports_both_ways_side_by_side():

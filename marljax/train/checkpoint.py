@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -86,13 +87,46 @@ def structural_changes(saved: dict, config: Config) -> list[str]:
     )
 
 
+# A TEST HOOK, not a setting: "SECONDS" or "SECONDS@UPDATE" holds every save (or only the save of
+# checkpoint UPDATE) for SECONDS once orbax has written all of it into its temporary directory and
+# before it renames that to `<update>/`, so that a test can SIGKILL a process while a save is in
+# flight (tests/test_sigkill.py). It prints one line when the hold begins.
+TEST_SAVE_DELAY = "MARLJAX_TEST_SAVE_DELAY_S"
+
+
+class _SaveDelay:
+    """The MARLJAX_TEST_SAVE_DELAY_S hook: orbax's post-finalization callback, which its background
+    thread calls after the item handlers have finalized the temporary directory and before the
+    rename that makes the checkpoint visible."""
+
+    def __init__(self, spec: str, log: Callable[[str], None]):
+        seconds, _, update = spec.partition("@")
+        try:
+            self.seconds, self.only = float(seconds), int(update) if update else None
+        except ValueError:
+            raise ConfigError(TEST_SAVE_DELAY, f"must be SECONDS or SECONDS@UPDATE, got {spec!r}") from None
+        self.log = log
+        self.update: int | None = None  # the save in flight (set by Checkpointer.save)
+
+    def __call__(self) -> None:
+        if self.only is None or self.update == self.only:
+            self.log(f"test hook {TEST_SAVE_DELAY}: the save of update {self.update} is written but not renamed; "
+                     f"holding it {self.seconds:g}s")  # fmt: skip
+            time.sleep(self.seconds)
+
+
 class Checkpointer:
     """An orbax `CheckpointManager` over `<out_dir>/checkpoints`, with marljax's checks."""
 
     def __init__(self, directory: Path, keep: int, log: Callable[[str], None] = print):
         self.directory = Path(directory).absolute()
         self.log = log
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=True, create=True)
+        spec = os.environ.get(TEST_SAVE_DELAY)
+        self._delay = _SaveDelay(spec, log) if spec else None
+        hold = ocp.AsyncOptions(post_finalization_callback=self._delay) if self._delay else None
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, enable_async_checkpointing=True, create=True, async_options=hold
+        )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
         self._failed = False  # a save failure was raised (as CheckpointError) by save or wait
         self._in_flight: int | None = None  # the update of the last save started (it may still be writing)
@@ -110,6 +144,8 @@ class Checkpointer:
         meta["meta_sha256"] = meta_digest(meta)
         self.wait()  # orbax would wait for the previous save anyway; a failure of it names its own update
         self._in_flight = int(update)
+        if self._delay is not None:  # the test hook holds the save in flight, whose update is this one
+            self._delay.update = int(update)
         try:
             self._manager.save(
                 update, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
