@@ -16,31 +16,11 @@ import pytest
 
 from marljax.config import algorithms, load_config
 from marljax.train.evaluate import baseline_act, eval_keys, make_evaluator
-from marljax.train.loop import train
 from marljax.train.wiring import make_adapter, make_trainer
+from tests._learning import learned_vs_baselines
 
 MARGIN = 3.0  # per agent, over the no-op policy on the same episodes
 EPISODES = 64
-
-
-def _above_noop(overrides: list[str], out_dir) -> tuple[float, float]:
-    """Train with `overrides`, evaluate greedily once after the last update, and evaluate the
-    no-op policy on the same episodes (the same evaluation keys): (learned, no-op), per agent."""
-    base = [*overrides, f"eval_episodes={EPISODES}", "checkpoint_every=0", "progress=false", "plot=false",
-            f"out_dir={out_dir}"]  # fmt: skip
-    updates = load_config(None, base).num_updates
-    config = load_config(None, [*base, f"eval_every={updates}"])  # one evaluation, after the last update
-    result = train(config, log=lambda line: None)
-    learned = result.rows[-1]["eval_return"]
-
-    trainer = make_trainer(config, make_adapter(config))
-    noop = make_evaluator(trainer, EPISODES, act=baseline_act(trainer.env, "noop"))
-    keys = eval_keys(config.seed, jnp.arange(config.num_seeds), updates)  # the final evaluation's episodes
-    standing_still = float(np.mean(noop(result.state.learner.params, keys).returns))
-    # the README's table of defaults quotes these lines: python -m pytest tests/test_defaults_learn.py -s
-    print(f"\n{' '.join(overrides)}: greedy {learned:.2f}, no-op {standing_still:.2f} per agent "
-          f"({learned - standing_still:+.2f}) on the same {EPISODES} episodes, seed {config.seed}")
-    return learned, standing_still
 
 
 # Each algorithm's bare defaults at 1M steps; the recurrent (GRU) networks too, at smaller
@@ -53,7 +33,9 @@ CASES = [*[(algo, False, "1e6") for algo in algorithms()], ("ippo", True, "5e5")
 @pytest.mark.parametrize("algo, recurrent, steps", CASES)
 def test_the_defaults_learn(algo, recurrent, steps, tmp_path):
     overrides = [f"algo={algo}", f"total_timesteps={steps}", *(["recurrent=true"] if recurrent else [])]
-    learned, standing_still = _above_noop(overrides, tmp_path / "run")
+    # the README's table of defaults quotes the printed lines: python -m pytest tests/test_defaults_learn.py -s
+    scores = learned_vs_baselines(overrides, tmp_path / "run", EPISODES)
+    learned, standing_still = scores.learned, scores.noop
     assert learned >= standing_still + MARGIN, (
         f"{' '.join(overrides)}: greedy return {learned:.2f} per agent, no-op {standing_still:.2f} on the same "
         f"{EPISODES} episodes; needs +{MARGIN}"

@@ -1,4 +1,5 @@
-"""Every JaxMARL env that imports from the PyPI package trains: two tiny IPPO updates, finite losses."""
+"""Every JaxMARL env that imports from the PyPI package runs, feed-forward and recurrent: two tiny IPPO
+updates, finite losses and parameters. (That it *learns* is shown per env family in test_learns.py.)"""
 
 import jax
 import numpy as np
@@ -26,8 +27,6 @@ TINY = ["num_envs=2", "num_steps=4", "ppo.num_minibatches=2", "ppo.update_epochs
 @pytest.mark.parametrize("name", sorted(ENVS))
 @pytest.mark.parametrize("recurrent", [False, True], ids=["ff", "rnn"])
 def test_env_trains(name, recurrent):
-    if recurrent and name not in ("MPE_simple_spread_v3", "HeuristicEnemySMAX", "overcooked", "jaxnav"):
-        pytest.skip("recurrent variant checked on one env per family")
     cfg = load_config(None, TINY + [f"env={name}", f"recurrent={str(recurrent).lower()}", "gru_hidden_size=16"])
     env = EnvAdapter(make_env(name, ENVS[name]), name)
     trainer = make_train(cfg, env)

@@ -1,0 +1,50 @@
+"""The yardstick of every learning test: a trained policy against the no-op and the random policy,
+all three evaluated on the same episodes (the same evaluation keys, so the same initial states)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+import numpy as np
+
+from marljax.config import load_config
+from marljax.train.evaluate import baseline_act, eval_keys, make_evaluator
+from marljax.train.loop import train
+from marljax.train.wiring import make_adapter, make_trainer
+
+
+@dataclass
+class Scores:
+    learned: float  # per-agent return of the trained policy, mean over seeds and episodes
+    noop: float
+    random: float
+    learned_wins: float  # win rate (0 without a win condition)
+    random_wins: float
+
+    @property
+    def best_baseline(self) -> float:
+        return max(self.noop, self.random)
+
+
+def learned_vs_baselines(overrides: list[str], out_dir, episodes: int = 64) -> Scores:
+    """Train with `overrides`, evaluate once after the last update, and play the no-op and the
+    random policy on the same episodes."""
+    base = [*overrides, f"eval_episodes={episodes}", "checkpoint_every=0", "progress=false", "plot=false",
+            f"out_dir={out_dir}"]  # fmt: skip
+    updates = load_config(None, base).num_updates
+    config = load_config(None, [*base, f"eval_every={updates}"])  # one evaluation, after the last update
+    result = train(config, log=lambda line: None)
+    row = result.rows[-1]
+    trainer = make_trainer(config, make_adapter(config))
+    keys = eval_keys(config.seed, jnp.arange(config.num_seeds), updates)  # the final evaluation's episodes
+    baseline = {}
+    for kind in ("noop", "random"):
+        res = make_evaluator(trainer, episodes, act=baseline_act(trainer.env, kind))(result.state.learner.params, keys)
+        baseline[kind] = (float(np.mean(res.returns)), float(np.mean(res.won)))
+    scores = Scores(row["eval_return"], baseline["noop"][0], baseline["random"][0], row.get("eval_win_rate") or 0.0,
+                    baseline["random"][1])  # fmt: skip
+    print(f"\n{' '.join(overrides)}: learned {scores.learned:.3f}, no-op {scores.noop:.3f}, random {scores.random:.3f} "
+          f"per agent; win rate {scores.learned_wins:.2f} vs random {scores.random_wins:.2f}; same {episodes} episodes, "
+          f"seed {config.seed}")  # fmt: skip
+    return scores
