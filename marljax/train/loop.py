@@ -67,7 +67,7 @@ def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | 
     problem = check_writable_dir(out_dir)
     if problem:
         raise ConfigError("out_dir", problem)
-    record = config.async_.record_trajectories
+    record = config.async_.record_trajectories if config.mode == "async" else None  # only ippo/mappo have async.*
     if record and distributed.is_primary():  # refused now, not after compiling and starting the actors
         problem = check_writable_dir(Path(record))
         if problem is None and (Path(record) / "index.json").exists():

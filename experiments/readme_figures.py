@@ -1,0 +1,391 @@
+"""Regenerate the measured tables of README.md from scratch, one section per table.
+
+    python experiments/readme_figures.py --list                 # sections and what each costs
+    python experiments/readme_figures.py SECTION [SECTION ...]  # run them; `all` runs every one
+    python experiments/readme_figures.py SECTION --quick        # tiny budgets: checks the plumbing only
+
+Each section runs the public commands a user would (`marljax train | sweep | bench | bench-sweep |
+bench-checkpoint` in a subprocess, or `experiments/jaxmarl_side_by_side.py`), reads their JSON
+line or `metrics.jsonl`, and prints the README's table in its markdown format, followed by the
+command that printed it. `--quick` numbers mean nothing: they only show that every step runs.
+Timings vary from run to run (on the project's shared 2-core CPU by 15-30%); compare ratios
+taken in one session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+QUIET = ["progress=false", "plot=false"]
+
+
+@dataclass(frozen=True)
+class Options:
+    quick: bool
+    work: Path  # a scratch directory for run outputs
+    jaxmarl: Path | None  # a checkout of FLAIROx/JaxMARL (side-by-side only)
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    table: str  # the README table (or sentence) it backs
+    cost: str  # estimated on the project's 2-core CPU, full budgets
+    run: Callable[[Options], str]  # returns the markdown it prints
+
+
+# ---------------------------------------------------------------------------------------------
+# running the public commands
+
+
+def marljax(args: Sequence[str], env: dict[str, str] | None = None) -> str:
+    """`python -m marljax.cli ARGS` in a subprocess from the repository root; its stdout."""
+    cmd = [sys.executable, "-m", "marljax.cli", *args]
+    print("$", " ".join(cmd[2:]), file=sys.stderr, flush=True)
+    done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:])} exited with {done.returncode}:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def last_json(stdout: str) -> dict:
+    """The JSON line every bench prints last."""
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def train_rows(overrides: Sequence[str], out_dir: Path, path: str | None = None) -> list[dict]:
+    """`marljax train [path] overrides out_dir=...`; the rows of its metrics.jsonl."""
+    marljax(["train", *([path] if path else []), *overrides, *QUIET, f"out_dir={out_dir}", "overwrite=true"])
+    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def kilo(x: float) -> str:
+    """136k, 3.2k: thousands, one decimal below 10k."""
+    return f"{x / 1e3:.1f}k" if x < 1e4 else f"{x / 1e3:.0f}k"
+
+
+# ---------------------------------------------------------------------------------------------
+# defaults: the table of per-algorithm defaults
+
+DEFAULTS_ROWS = [  # algo, its defaults column (as in the README), seeds
+    ("ippo", "`ppo.*`: 4 epochs x 4 minibatches, clip 0.2, entropy 0.01", 2),
+    ("mappo", "as ippo", 2),
+    ("pqn_vdn", "relu, lr 1e-3, 32 envs x 32 steps, `pqn.*` 4 epochs x 2 minibatches, epsilon over 250k steps, 1M steps", 2),
+    ("iql", "relu, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, `replay.*` batch 32, 4 gradient steps, 1M steps", 2),
+    ("vdn", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps", 2),
+    ("qmix", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps", 1),
+]
+
+
+def defaults(o: Options) -> str:
+    """`marljax train algo=NAME total_timesteps=1e6 num_seeds=2 eval_episodes=64 eval_every=1000000`:
+    one greedy evaluation after the last update; its eval_return_per_seed."""
+    budget = ["total_timesteps=2e4", "eval_episodes=4"] if o.quick else ["total_timesteps=1e6", "eval_episodes=64"]
+    rows = []
+    for algo, text, seeds in DEFAULTS_ROWS:
+        run = train_rows([f"algo={algo}", f"num_seeds={seeds}", *budget, "eval_every=1000000", "checkpoint_every=0"],
+                         o.work / f"defaults_{algo}")  # fmt: skip
+        per_seed = next(r for r in reversed(run) if "eval_return_per_seed" in r)["eval_return_per_seed"]
+        cell = ", ".join(f"{v:.2f}" for v in per_seed) + (" (seed 0 of `num_seeds=1`)" if seeds == 1 else "")
+        rows.append((f"`{algo}`", text, cell))
+    header = ("algo", "its defaults, where they differ from the core's (tanh, lr 2e-3, 64 envs x 128 steps, hidden 64, "
+              "gamma 0.99, 5M steps)", "greedy return per agent after 1M steps, seeds 0 and 1")  # fmt: skip
+    return md_table(header, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep: the shipped sharing ablation's report
+
+
+def sweep(o: Options) -> str:
+    """`marljax sweep experiments/sharing_ablation.yaml`; the table of its report.md."""
+    out = o.work / "sharing_ablation"
+    quick = ["seeds=2", "total_timesteps=16384", "eval_every=2", "eval_episodes=4"] if o.quick else []
+    marljax(["sweep", "experiments/sharing_ablation.yaml", *quick, f"out_dir={out}", "progress=false", "overwrite=true"])
+    return "\n".join(line for line in (out / "report.md").read_text().splitlines() if line.startswith("|"))
+
+
+# ---------------------------------------------------------------------------------------------
+# bench: `marljax bench` rows
+
+BENCH_ROWS = [
+    ("`marljax bench experiments/jaxmarl_ippo_ff_mpe.yaml` (JaxMARL's settings, 16 envs)", ["experiments/jaxmarl_ippo_ff_mpe.yaml"]),
+    ("`marljax bench num_envs=1024`", ["num_envs=1024"]),
+    ("`marljax bench num_envs=1024 num_seeds=4`", ["num_envs=1024", "num_seeds=4"]),
+]
+
+
+def bench(o: Options) -> str:
+    rows = []
+    for label, args in BENCH_ROWS:
+        r = last_json(marljax(["bench", *args, *(["num_steps=16"] if o.quick else [])]))
+        rows.append((label, kilo(r["train_env_steps_per_s"]), f"{r['mfu']:.2f}", f"{r['compile_s']:.1f} s",
+                     f"{r['peak_rss_mb']:.0f} MiB"))  # fmt: skip
+    return md_table(("command", "train env-steps/s", "MFU", "compile", "peak RSS"), rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# async: `marljax bench mode=async` on 2 fake CPU devices (actors on one, learner on the other)
+
+ASYNC_ROWS = [
+    ("`marljax.envs.host_bound:make_env` (MPE + 0.15 ms host cost per step), 64 envs",
+     ["env=marljax.envs.host_bound:make_env", "env_kwargs.step_cost_s=0.00015"]),
+    ("`pettingzoo:marljax.envs.host_spread:parallel_env` (0.5 ms per copy-step), 2 actor threads",
+     ["env=pettingzoo:marljax.envs.host_spread:parallel_env", "env_kwargs.step_cost_s=0.0005", "async.num_actor_threads=2"]),
+]  # fmt: skip
+ASYNC_COMMON = ["mode=async", "async.actor_devices=1", "async.learner_devices=1"]
+
+
+def async_bench(o: Options) -> str:
+    rows = []
+    for label, args in ASYNC_ROWS:
+        quick = ["num_envs=8", "num_steps=8"] if o.quick else []
+        r = last_json(marljax(["bench", *ASYNC_COMMON, *args, *quick], env=TWO_DEVICES))
+        rows.append((label, f"{kilo(r['generation_samples_per_s'])} / {kilo(r['learning_samples_per_s'])}",
+                     kilo(r["sync_samples_per_s"]), kilo(r["async_samples_per_s"]), f"{r['overlap_efficiency']:.2f}",
+                     f"{r['async_over_sync']:.2f}x"))  # fmt: skip
+    header = ("env", "generation / learning alone", "sync loop", "async", "overlap efficiency", "async / sync")
+    return md_table(header, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# bench-sweep: one vmapped program vs 32 runs one after another
+
+SWEEP_BENCH_ROWS = [
+    ("default, 32 envs (`marljax bench-sweep`)", []),
+    ("JaxMARL's, 16 envs (`bench-sweep experiments/jaxmarl_ippo_ff_mpe.yaml total_timesteps=2.5e5`)",
+     ["experiments/jaxmarl_ippo_ff_mpe.yaml", "total_timesteps=2.5e5"]),
+]  # fmt: skip
+
+
+def _sweep_bench_quick(args: list[str]) -> dict:
+    """--quick: the same function `marljax bench-sweep` calls, at 2 learning rates x 1 seed and 2 updates."""
+    from marljax.bench.sweep import DEFAULTS, run_sweep_bench
+    from marljax.config import load_config
+
+    path = args[0] if args and args[0].endswith(".yaml") else None
+    overrides = [*([] if path else DEFAULTS), *args[1 if path else 0:], *QUIET]
+    config = load_config(str(ROOT / path) if path else None, overrides)
+    config = load_config(str(ROOT / path) if path else None, [*overrides, f"total_timesteps={2 * config.env_steps_per_update}"])
+    return run_sweep_bench(config, log=lambda s: print(s, file=sys.stderr), lrs=(1e-3, 2e-3), seeds=1)
+
+
+def sweep_bench(o: Options) -> str:
+    rows = []
+    for label, args in SWEEP_BENCH_ROWS:
+        r = _sweep_bench_quick(args) if o.quick else last_json(marljax(["bench-sweep", *args]))
+        rows.append((label, f"{r['vmapped_compile_s']:.1f} s + {r['vmapped_run_s']:.1f} s",
+                     f"{r['sequential_compile_s']:.1f} s + {r['sequential_run_s']:.1f} s", f"{r['speedup_total']:.1f}x",
+                     f"{r['speedup_run_only']:.1f}x"))  # fmt: skip
+    header = ("per-run config", "vmapped: compile + run", "sequential: compile + run", "end to end", "run only")
+    return md_table(header, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# qlearning: Q-learning beside IPPO on MPE simple_spread and SMAX 3m, every cell's config explicit
+
+# tests/test_qlearning.py's settings for the replay family, written out (not the algorithms' defaults)
+REPLAY = ["activation=relu", "lr=1e-3", "gamma=0.99", "hidden_size=64", "num_envs=16", "num_steps=26",
+          "replay.gradient_steps=4", "replay.batch_size=32", "q.eps_decay_steps=3e5", "replay.learning_starts=1e4"]  # fmt: skip
+PQN = ["algo=pqn_vdn", "activation=relu", "lr=2e-3", "num_envs=64", "num_steps=32", "pqn.update_epochs=2",
+       "pqn.num_minibatches=2", "q.eps_decay_steps=5e5"]  # fmt: skip
+SMAX = ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m", "num_steps=32"]
+EVAL = ["eval_every=100", "eval_episodes=32"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    overrides: list[str]
+    seeds: int
+    steps: str
+    path: str | None = None  # a config file given before the overrides
+
+
+def _q_row(algo: str, gru: bool) -> tuple[Cell | None, Cell]:
+    """(MPE cell, SMAX cell) of one Q-learning row."""
+    rec = ["recurrent=true"] if gru else []
+    if algo == "pqn_vdn":
+        return (None if gru else Cell([*PQN], 2, "2e6")), Cell([*PQN, *rec, *SMAX], 1 if gru else 2, "2e6")
+    base = [*REPLAY, f"algo={algo}", *rec]
+    return Cell(base, 1, "6e5"), Cell([*base, *SMAX], 1 if gru else 2, "1e6")
+
+
+Q_ROWS: list[tuple[str, Cell | None, Cell]] = [
+    ("IPPO, GRU (`experiments/smax_3m_rnn.yaml`)", None, Cell([], 2, "2e6", "experiments/smax_3m_rnn.yaml")),
+    ("PQN-VDN (64 envs x 32 steps; MPE 2 seeds x 2M)", *_q_row("pqn_vdn", False)),
+    ("PQN-VDN, GRU", *_q_row("pqn_vdn", True)),
+    *[(f"{name}", *_q_row(name.lower(), False)) for name in ("IQL", "VDN", "QMIX")],
+    *[(f"{name}, GRU", *_q_row(name.lower(), True)) for name in ("IQL", "VDN", "QMIX")],
+]
+
+
+def _evals(cell: Cell, out: Path, quick: bool) -> list[dict]:
+    budget = ["total_timesteps=2e4", "eval_every=2", "eval_episodes=4"] if quick else [f"total_timesteps={cell.steps}", *EVAL]
+    rows = train_rows([*cell.overrides, f"num_seeds={cell.seeds}", *budget], out, cell.path)
+    return [r for r in rows if "eval_return" in r]
+
+
+def _first_last(evals: list[dict], key: str, digits: int) -> str:
+    return f"{evals[0][key]:.{digits}f} -> {evals[-1][key]:.{digits}f}"
+
+
+def _budget(cell: Cell) -> str:
+    seeds = f"{cell.seeds} seed{'s' if cell.seeds > 1 else ''}"
+    return f"{seeds} x {float(cell.steps) / 1e6:g}M"
+
+
+def qlearning(o: Options) -> str:
+    rows = []
+    for i, (label, mpe, smax) in enumerate(Q_ROWS):
+        mpe_cell = "(not measured)"
+        if mpe is not None:
+            mpe_cell = _first_last(_evals(mpe, o.work / f"q{i}_mpe", o.quick), "eval_return", 1)
+        ev = _evals(smax, o.work / f"q{i}_smax", o.quick)
+        won = ev[-1]["eval_win_rate_per_seed"]
+        per_seed = f" ({', '.join(f'{w:.2f}' for w in won)})" if len(won) > 1 else ""
+        rows.append((label, mpe_cell, f"{_first_last(ev, 'eval_return', 2)} ({_budget(smax)})",
+                     _first_last(ev, "eval_win_rate", 2) + per_seed))  # fmt: skip
+    return md_table(("algo", "MPE simple_spread (600k, 1 seed)", "SMAX 3m return", "SMAX 3m win rate"), rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# q-bench: throughput of the Q-learning family beside IPPO
+
+Q_BENCH_ROWS = [
+    ("PQN-VDN / GRU", ["algo=pqn_vdn", "num_envs=64", "num_steps=32", "pqn.update_epochs=2", "pqn.num_minibatches=2"]),
+    *[(f"{a} / GRU", [f"algo={a.lower()}", "num_envs=16", "num_steps=26", "replay.gradient_steps=4", "replay.batch_size=32"])
+      for a in ("IQL", "VDN", "QMIX")],
+]  # fmt: skip
+
+
+def q_bench(o: Options) -> str:
+    quick = ["num_steps=8"] if o.quick else []  # the last value of a key wins
+
+    def measure(args: list[str]) -> dict:
+        return last_json(marljax(["bench", *args, *quick]))
+
+    ippo = measure([])
+    rows = [("IPPO (defaults: 64 envs x 128 steps, 4 x 4 minibatches)", f"{ippo['train_env_steps_per_s']:,.0f}",
+             f"{ippo['updates_per_s']:.1f}", f"{ippo['gradient_steps_per_s']:.0f}")]  # fmt: skip
+    for label, args in Q_BENCH_ROWS:
+        ff, gru = measure(args), measure([*args, "recurrent=true"])
+        rows.append((label, f"{ff['train_env_steps_per_s']:,.0f} / {gru['train_env_steps_per_s']:,.0f}",
+                     f"{ff['updates_per_s']:.1f} / {gru['updates_per_s']:.1f}",
+                     f"{ff['gradient_steps_per_s']:.0f} / {gru['gradient_steps_per_s']:.0f}"))  # fmt: skip
+    return md_table(("algo", "env-steps/s", "updates/s", "gradient steps/s"), rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# side-by-side: JaxMARL's ippo_ff_mpe.py and marljax at its settings (README prose: 1.40x)
+
+
+def side_by_side(o: Options) -> str:
+    """experiments/jaxmarl_side_by_side.py at JaxMARL's settings (16 envs, 2M steps, 1 seed), run 6
+    times (each run: JaxMARL, then marljax); the median and range of the paired ratios."""
+    if o.jaxmarl is None:
+        raise SystemExit("side-by-side needs --jaxmarl PATH, a checkout of FLAIROx/JaxMARL (see experiments/jaxmarl_side_by_side.py)")
+    runs, steps = (2, "2e4") if o.quick else (6, "2e6")
+    results = []
+    for _ in range(runs):
+        cmd = [sys.executable, "experiments/jaxmarl_side_by_side.py", "--jaxmarl", str(o.jaxmarl), "--num-envs", "16",
+               "--timesteps", steps, "--seeds", "1"]  # fmt: skip
+        print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+        results.append(last_json(done.stdout))
+    rows = [(str(i + 1), f"{r['jaxmarl']['env_steps_per_s'] / 1e3:.1f}k", f"{r['marljax']['env_steps_per_s'] / 1e3:.1f}k",
+             f"{r['speedup']:.2f}x") for i, r in enumerate(results)]  # fmt: skip
+    ratios = [r["speedup"] for r in results]
+    final = {side: statistics.mean(r[side]["final_return"] for r in results) for side in ("marljax", "jaxmarl")}
+    summary = (f"median of paired ratios {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}x); final "
+               f"return per agent marljax {final['marljax']:.2f} vs JaxMARL {final['jaxmarl']:.2f}")  # fmt: skip
+    return md_table(("run", "JaxMARL env-steps/s", "marljax env-steps/s", "marljax / JaxMARL"), rows) + "\n\n" + summary
+
+
+# ---------------------------------------------------------------------------------------------
+# async-k1: async IPPO at staleness bound 1 against the on-device loop (README prose)
+
+
+def async_k1(o: Options) -> str:
+    """`marljax train total_timesteps=3e6 num_seeds=4 num_chunks=15`, on device and with
+    mode=async async.max_staleness=1; the mean over seeds of the last chunk's training return."""
+    budget = ["total_timesteps=2e4", "num_seeds=2", "num_chunks=2"] if o.quick else ["total_timesteps=3e6", "num_seeds=4", "num_chunks=15"]
+    rows = []
+    for label, extra in (("on device", []), ("async, K=1", ["mode=async", "async.max_staleness=1"])):
+        last = train_rows([*budget, *extra, "checkpoint_every=0"], o.work / f"k1_{label[:5]}")[-1]
+        per_seed = last["return_per_seed"]
+        rows.append((label, f"{last['return_mean']:.2f}", ", ".join(f"{v:.2f}" for v in per_seed)))
+    return md_table(("IPPO, 4 seeds x 3M steps", "final return per agent", "per seed"), rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# bench-checkpoint: the cost of periodic checkpoints (README prose: -0.4%)
+
+
+def bench_checkpoint(o: Options) -> str:
+    r = last_json(marljax(["bench-checkpoint", *(["total_timesteps=4e4", "checkpoint_every=2"] if o.quick else [])]))
+    return md_table(("checkpoint_every", "periodic saves", "overhead (median of rounds)"),
+                    [(str(r["checkpoint_every"]), str(r["periodic_saves"]), f"{100 * r['overhead']:+.1f}%")])  # fmt: skip
+
+
+SECTIONS = [
+    Section("defaults", "per-algorithm defaults: greedy return after 1M steps", "about 2 h (6 runs of 1M steps)", defaults),
+    Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
+    Section("bench", "`marljax bench` rows", "about 3 min", bench),
+    Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.40x); needs --jaxmarl PATH",
+            "about 10 min", side_by_side),
+    Section("async", "`marljax bench mode=async` on 2 fake CPU devices", "about 8 min", async_bench),
+    Section("bench-sweep", "`marljax bench-sweep`: vmapped vs sequential", "about 15 min", sweep_bench),
+    Section("qlearning", "Q-learning beside IPPO on MPE simple_spread and SMAX 3m", "about 10 h (24 runs)", qlearning),
+    Section("q-bench", "throughput of the Q-learning family (`marljax bench algo=...`)", "about 6 min", q_bench),
+    Section("async-k1", "async IPPO at K=1 vs on device (prose)", "about 1 h", async_k1),
+    Section("bench-checkpoint", "periodic checkpoint cost (prose)", "about 5 min", bench_checkpoint),
+]  # fmt: skip
+BY_NAME = {s.name: s for s in SECTIONS}
+
+
+def list_sections() -> str:
+    width = max(len(s.name) for s in SECTIONS)
+    return "\n".join(f"{s.name:<{width}}  {s.cost:<32}  {s.table}" for s in SECTIONS)
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sections", nargs="*", metavar="SECTION", help="section names, or all")
+    parser.add_argument("--list", action="store_true", help="list the sections with their estimated cost")
+    parser.add_argument("--quick", action="store_true", help="tiny budgets: check the plumbing, not the figures")
+    parser.add_argument("--jaxmarl", type=Path, help="a checkout of FLAIROx/JaxMARL, for side-by-side")
+    args = parser.parse_args(argv)
+    if args.list or not args.sections:
+        print(list_sections())
+        return 0
+    names = [s.name for s in SECTIONS] if args.sections == ["all"] else args.sections
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; --list shows them")
+    with tempfile.TemporaryDirectory(prefix="readme_figures_") as work:
+        for name in names:
+            table = BY_NAME[name].run(Options(args.quick, Path(work), args.jaxmarl))
+            flag = " --quick" if args.quick else ""
+            print(f"## {name}{' (--quick: the figures mean nothing)' if args.quick else ''}\n\n{table}\n\n"
+                  f"Printed by `python experiments/readme_figures.py {name}{flag}`\n", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
