@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import readme_figures  # noqa: E402
 
 # tables that hold no measured figures (settings, support and feature lists)
-EXEMPT = ("| section | algorithms | keys |", "| environment (JaxMARL id) | trains | notes |", "| feature | status |")
+EXEMPT = ("| section | algorithms | keys |", "| environment (JaxMARL id) | runs | learns (test) | notes |", "| feature | status |")
 WITHIN = 6  # lines after a table's last row in which its command must appear
 
 
