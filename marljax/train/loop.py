@@ -18,13 +18,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from marljax.train.checkpoint import CheckpointError, Checkpointer, abstract_like, check_resumable
-from marljax.config import Config, ConfigError, dump_yaml, replace
+from marljax.config import Config, ConfigError, replace
 from marljax.train.evaluate import PeriodicEval, eval_due
 from marljax.train.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns, read_rows_kept, write_jsonl_atomic
 from marljax.files import DirectoryLock, check_writable_dir, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
+from marljax.train.records import config_yaml
 from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, chunk_sizes, run_chunks
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare
 from marljax.types import TrainState
@@ -47,12 +48,17 @@ def default_out_dir(config: Config) -> str:
     return str(Path("runs") / f"{config.algo}_{config.env.replace(':', '.')}_{stamp}")
 
 
-def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | None = None) -> RunResult:
+def train(
+    config: Config, log: Callable[[str], None] = print, max_chunks: int | None = None,
+    on_row: Callable[[dict], None] | None = None,
+) -> RunResult:  # fmt: skip
     """Run `config` to the end and return the final (sharded) state and the metrics rows.
 
     With `resume=true`, continue from the newest good checkpoint in `out_dir` (or start fresh
     when there is none). `max_chunks` stops after that many chunks, as if the run had been
     killed there (for tests and time-boxed jobs); checkpoints already saved stay valid.
+    `on_row(row)` is called with every metrics row (a dict, as written to metrics.jsonl) as soon
+    as it is written, e.g. to plot live in a notebook; an exception in it stops the run.
 
     Multi-host (`distributed.*`): every process calls this with the same config; process 0
     alone logs and writes files, checkpoints are written by all together.
@@ -92,7 +98,7 @@ def train(config: Config, log: Callable[[str], None] = print, max_chunks: int | 
     try:
         aside = _set_aside_for_overwrite(config, out_dir, log) if has_run and config.overwrite else None
         try:
-            result = (_train_async if config.mode == "async" else _train_sync)(config, out_dir, log, max_chunks)
+            result = (_train_async if config.mode == "async" else _train_sync)(config, out_dir, log, max_chunks, on_row)
         except BaseException:
             if aside is not None:
                 _put_back(aside, out_dir, log)
@@ -138,7 +144,7 @@ def _put_back(aside: Path, out_dir: Path, log) -> None:
     log(f"this run failed before its first checkpoint: the old run in {out_dir} is restored")
 
 
-def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None) -> RunResult:
+def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_row=None) -> RunResult:
     """The on-device mode: the sharded chunk of updates, compiled once, run chunk by chunk."""
     metrics_path, ckpt_dir = out_dir / "metrics.jsonl", out_dir / "checkpoints"
     env, mesh, trainer = prepare(config)
@@ -156,9 +162,9 @@ def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None) -> R
         fresh = lambda: fns.init(seed_keys(config.seed, config.num_seeds))  # noqa: E731
         state, start, rows, _ = _initial_state(config, target, fresh, checkpointer, metrics_path, log)
         if distributed.is_primary():
-            write_text_atomic(out_dir / "config.yaml", dump_yaml(config))
+            write_text_atomic(out_dir / "config.yaml", config_yaml(config))
         evaluator = PeriodicEval(trainer, config.num_seeds) if config.eval_every else None
-        return _run_chunks(config, env, fns, checkpointer, state, start, rows, log, max_chunks, evaluator)
+        return _run_chunks(config, env, fns, checkpointer, state, start, rows, log, max_chunks, evaluator, on_row)
     finally:
         checkpointer.close()
 
@@ -212,7 +218,8 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
     return fresh(), 0, [], {}
 
 
-def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[dict], log, max_chunks, evaluator=None):
+def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[dict], log, max_chunks, evaluator=None,
+                on_row=None):  # fmt: skip
     schedule = chunk_sizes(config.num_updates - start, config.updates_per_chunk)
     t0 = time.perf_counter()
     compiled = compile_chunks(fns, state, schedule)
@@ -220,7 +227,7 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
     log(f"compiled in {compile_s:.1f}s")
 
     out_dir = Path(config.out_dir)
-    chunks = _ChunkLog(config, env, checkpointer, rows, start, out_dir / "metrics.jsonl", evaluator)
+    chunks = _ChunkLog(config, env, checkpointer, rows, start, out_dir / "metrics.jsonl", evaluator, on_row)
     try:
         with StopSignals() as stop:
             saved_on_signal = []  # the chunk that saw the signal saves, then the loop stops after it
@@ -245,10 +252,11 @@ class _ChunkLog:
 
     def __init__(
         self, config: Config, env, checkpointer: Checkpointer, rows: list[dict], start: int, path: Path,
-        evaluator: PeriodicEval | None = None,
+        evaluator: PeriodicEval | None = None, on_row: Callable[[dict], None] | None = None,
     ):  # fmt: skip
         self.config, self.env, self.checkpointer, self.rows = config, env, checkpointer, rows
         self.evaluator = evaluator
+        self.on_row = on_row if distributed.is_primary() else None
         self.writer = JsonlWriter(path) if distributed.is_primary() else None
         self.bar = _progress(config, start)
         self.update = self.saved = start
@@ -271,6 +279,8 @@ class _ChunkLog:
         if self.writer is not None:
             self.writer.write(row)
         self.rows.append(row)
+        if self.on_row is not None:
+            self.on_row(dict(row))  # a copy: the callback cannot change what is kept
         if config.nan_guard:
             _guard(row, params, self.update, self.checkpointer)
         if save or checkpoint_due(config, self.update, self.saved):
@@ -291,7 +301,7 @@ class _ChunkLog:
             self.bar.close()
 
 
-def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = None) -> RunResult:
+def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = None, on_row=None) -> RunResult:
     """mode=async: actor threads and the learner joined by the trajectory buffer (marljax.pipeline).
 
     Checkpoints hold the learner's state (parameters, Adam, keys, update) and the buffer's
@@ -318,9 +328,9 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
         learner, start, rows, meta = _initial_state(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
         runner.learner = learner
         before = meta.get("async_counters", {})  # the counters of the sessions before a resume
-        write_text_atomic(out_dir / "config.yaml", dump_yaml(config))
+        write_text_atomic(out_dir / "config.yaml", config_yaml(config))
         evaluator = PeriodicEval(runner.actor_trainer, config.num_seeds) if config.eval_every else None
-        chunks = _ChunkLog(config, env, checkpointer, rows, start, metrics_path, evaluator)
+        chunks = _ChunkLog(config, env, checkpointer, rows, start, metrics_path, evaluator, on_row)
 
         def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
             counters = _add_counters(before, {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason")})

@@ -1,0 +1,72 @@
+"""What a run's files record about the code that produced them: the marljax version, the git commit
+of the checkout it ran from, and the versions of the libraries that decide its numbers.
+
+`config.yaml` starts with these as comment lines, so the file still loads as a config
+(`marljax train out_dir/config.yaml` reruns the run) while a reader sees what produced it.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+
+
+from marljax.config import Config, dump_yaml
+from marljax.train.checkpoint import versions
+
+
+@functools.cache
+def git_commit() -> str:
+    """The commit of the checkout marljax is imported from ('+dirty' with uncommitted changes),
+    or 'unknown' (an installed wheel, no git)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return "unknown"
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def run_record() -> dict[str, str]:
+    """{'marljax': version, 'git_commit': ..., 'jax': ..., ...}"""
+    found = versions()
+    return {"marljax": found.pop("marljax"), "git_commit": git_commit(), **found}
+
+
+def config_yaml(config: Config) -> str:
+    """The resolved config as YAML, after comment lines recording what produced it."""
+    record = run_record()
+    header = [
+        f"# written by marljax {record['marljax']} (git {record['git_commit']})",
+        "# with " + ", ".join(f"{k} {v}" for k, v in record.items() if k not in ("marljax", "git_commit")),
+        "# every setting as resolved; `marljax train <this file>` runs it again",
+    ]
+    return "\n".join(header) + "\n" + dump_yaml(config)
+
+
+def read_record(path: str | Path) -> dict[str, str]:
+    """The record in a config.yaml's header comments (for tools and tests)."""
+    lines = Path(path).read_text().splitlines()
+    out: dict[str, str] = {}
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        text = line[1:].strip()
+        if text.startswith("written by marljax "):
+            version, _, rest = text.removeprefix("written by marljax ").partition(" (git ")
+            out["marljax"], out["git_commit"] = version, rest.rstrip(")")
+        elif text.startswith("with "):
+            for part in text.removeprefix("with ").split(", "):
+                name, _, version = part.partition(" ")
+                out[name] = version
+    return out
+
+
+__all__ = ["git_commit", "run_record", "config_yaml", "read_record"]
