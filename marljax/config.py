@@ -287,8 +287,14 @@ class Config:
 
     @property
     def env_steps_per_update(self) -> int:
-        """Environment transitions per update, summed over envs and seeds."""
+        """Environment transitions per update, summed over envs and seeds (throughput counts these)."""
         return self.num_steps * self.num_envs * self.num_seeds
+
+    @property
+    def run_steps_per_update(self) -> int:
+        """Environment steps per update of one run (one seed): the x-axis of every curve, the
+        `env_steps` of metrics rows and marl-eval's `step_count`; `total_timesteps` counts these."""
+        return self.num_steps * self.num_envs
 
     def to_dict(self) -> dict:
         """Core fields, then the algorithm's sections, as nested plain values (config.yaml)."""

@@ -307,7 +307,7 @@ def _record(sweep, program, store, writers, metrics, result, k: int, update: int
     for ci, (cell, writer) in enumerate(zip(program.cells, writers)):
         rows = slice(ci * S, (ci + 1) * S)
         row = chunk_row(
-            jax.tree.map(lambda x: x[rows], metrics), update=update, env_steps=update * steps_per_update * S,
+            jax.tree.map(lambda x: x[rows], metrics), update=update, env_steps=update * steps_per_update,  # per run
             wall_s=wall, chunk_env_steps=n * steps_per_update * S, num_agents=env.num_agents, groups=groups,
             wins=env.has_win,
         )  # fmt: skip

@@ -269,8 +269,9 @@ class _ChunkLog:
         (now if `save`, else when one is due)."""
         config, steps = self.config, self.config.env_steps_per_update
         previous, self.update = self.update, self.update + n
-        row = chunk_row(
-            metrics, update=self.update, env_steps=self.update * steps, wall_s=wall, chunk_env_steps=n * steps,
+        row = chunk_row(  # env_steps per run (seed); throughput over every seed
+            metrics, update=self.update, env_steps=self.update * config.run_steps_per_update, wall_s=wall,
+            chunk_env_steps=n * steps,
             num_agents=self.env.num_agents, groups=tuple((g.name, g.size) for g in self.env.groups), wins=self.env.has_win,
         )  # fmt: skip
         row.update(extra or {})
@@ -284,7 +285,7 @@ class _ChunkLog:
         if config.nan_guard:
             _guard(row, params, self.update, self.checkpointer)
         if save or checkpoint_due(config, self.update, self.saved):
-            meta = {**self.meta, "env_steps": self.update * steps, **(extra_meta or {})}
+            meta = {**self.meta, "env_steps": self.update * config.run_steps_per_update, **(extra_meta or {})}
             self.checkpointer.save(self.update, state, meta)
             self.saved = self.update
             self.saved_at.append(self.update)
@@ -405,7 +406,8 @@ def summary(rows: list[dict]) -> str:
     if not scored:
         return "no episode finished"
     first, last = scored[0]["return_mean"], scored[-1]["return_mean"]
-    sps = sum(r["env_steps"] for r in rows[-1:]) / max(sum(r["wall_s"] for r in rows), 1e-9)
+    steps = sum(r["env_steps_per_s"] * r["wall_s"] for r in rows if r.get("env_steps_per_s"))  # every seed's
+    sps = steps / max(sum(r["wall_s"] for r in rows), 1e-9)
     return f"return per agent {first:.2f} -> {last:.2f} ({last - first:+.2f}); {sps / 1e3:.0f}k env-steps/s"
 
 

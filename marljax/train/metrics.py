@@ -138,9 +138,11 @@ def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:
 
 
 def plot_returns(rows: list[dict], path: Path, title: str) -> None:
-    """Return per chunk against environment steps, one faint line per seed and the mean."""
+    """Training return per chunk against environment steps per run (one faint line per seed and
+    the mean), and the evaluation return where the run evaluated."""
     from matplotlib.figure import Figure  # not pyplot: a notebook's backend is left alone
 
+    evals = [r for r in rows if r.get("eval_return") is not None]
     rows = [r for r in rows if r.get("return_mean") is not None]
     fig = Figure(figsize=(6, 3.6), dpi=110)
     ax = fig.subplots()
@@ -149,9 +151,13 @@ def plot_returns(rows: list[dict], path: Path, title: str) -> None:
         per_seed = np.array([[np.nan if v is None else v for v in r["return_per_seed"]] for r in rows])
         if per_seed.shape[1] > 1:
             ax.plot(steps, per_seed, color="tab:blue", alpha=0.25, lw=0.8)
-        ax.plot(steps, [r["return_mean"] for r in rows], color="tab:blue", lw=2, label="mean over seeds")
+        ax.plot(steps, [r["return_mean"] for r in rows], color="tab:blue", lw=2, label="training, mean over seeds")
+    if evals:
+        ax.plot([r["env_steps"] for r in evals], [r["eval_return"] for r in evals], color="tab:orange", lw=2,
+                marker="o", ms=3, label="evaluation, mean over seeds")  # fmt: skip
+    if rows or evals:
         ax.legend(loc="lower right")
-    ax.set_xlabel("environment steps (all envs and seeds)")
+    ax.set_xlabel("environment steps per run (per seed)")
     ax.set_ylabel("episode return per agent")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
