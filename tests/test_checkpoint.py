@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import json
 import subprocess
 from pathlib import Path
@@ -154,12 +155,26 @@ def test_a_failed_asynchronous_save_is_reported_with_its_own_update(tmp_path, mo
     ckpt.close()
 
 
-def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path):
-    """A real ENOSPC: out_dir on a tmpfs too small for a second checkpoint (needs mount rights)."""
-    mnt = tmp_path / "small"
+def _tmpfs(mnt: Path, size: str) -> bool:
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=420k", "tmpfs", str(mnt)], capture_output=True).returncode:
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True).returncode == 0
+
+
+def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path):
+    """A real ENOSPC: out_dir on a tmpfs too small for a second checkpoint (needs mount rights).
+    Its size is measured, not guessed: a run up to its first checkpoint (update 4) on a roomy tmpfs
+    uses U KiB; the small tmpfs gets U + 48 KiB (a checkpoint takes about 390 KiB)."""
+    probe = tmp_path / "probe"
+    if not _tmpfs(probe, "64m"):
         pytest.skip("cannot mount a tmpfs here (needs root); the injected-error test covers the handling")
+    try:
+        train(_cfg(probe / "run"), log=lambda s: None, max_chunks=2)
+        stat = os.statvfs(probe)
+        used_kib = (stat.f_blocks - stat.f_bfree) * stat.f_frsize // 1024
+    finally:
+        subprocess.run(["umount", str(probe)], check=False)
+    mnt = tmp_path / "small"
+    assert _tmpfs(mnt, f"{used_kib + 48}k")
     try:
         out = mnt / "run"
         with pytest.raises(CheckpointError) as info:
