@@ -168,7 +168,7 @@ class AsyncRun:
             try:
                 return buffer.get(timeout=1.0)
             except TimeoutError:
-                stuck = heart.stuck(limit) if limit > 0 else []
+                stuck = heart.stuck(limit)
                 if stuck:
                     raise ActorStuck(stuck_message(stuck, limit)) from None
 
@@ -182,7 +182,7 @@ class AsyncRun:
         self._publish(store, 0, self.learner.params)
         budget = updates if config.async_.staleness_policy == "block" else None
         errors: list = []
-        heart = Heartbeats(config.async_.num_actor_threads)
+        heart = Heartbeats()
         threads = [
             threading.Thread(target=self._actor, args=(i, buffer, store, budget, errors, heart), name=f"actor{i}",
                              daemon=True)  # fmt: skip
@@ -230,7 +230,7 @@ class AsyncRun:
         finally:
             buffer.close()
             store.close()
-            stuck = {i for i, _, _ in heart.stuck(config.async_.actor_timeout_s)} if config.async_.actor_timeout_s else set()
+            stuck = {i for i, _, _ in heart.stuck(config.async_.actor_timeout_s)}
             for i, t in enumerate(threads):
                 t.join(timeout=0 if i in stuck else 30)  # a hung thread is a daemon: it ends with the process
         if errors:

@@ -20,10 +20,9 @@ class ActorStuck(RuntimeError):
 
 
 class Heartbeats:
-    def __init__(self, n_actors: int):
+    def __init__(self):
         self._lock = threading.Lock()
         self._busy: dict[int, tuple[float, str]] = {}  # actor -> (since, what)
-        self.n_actors = n_actors
 
     def beat(self, actor: int, what: str) -> None:
         """Actor `actor` starts `what` now (and finished whatever it did before)."""
@@ -36,7 +35,10 @@ class Heartbeats:
             self._busy.pop(actor, None)
 
     def stuck(self, limit_s: float) -> list[tuple[int, str, float]]:
-        """(actor, what, seconds) for each actor busy with one piece for more than limit_s."""
+        """(actor, what, seconds) for each actor busy with one piece for more than limit_s
+        (none when limit_s is 0: wait forever)."""
+        if limit_s <= 0:
+            return []
         now = time.monotonic()
         with self._lock:
             return [(i, what, now - t) for i, (t, what) in sorted(self._busy.items()) if now - t > limit_s]
