@@ -98,6 +98,43 @@ class DistributedConfig:
                              minimum=1, resumable=True)  # fmt: skip
 
 
+TRACKERS = ("tensorboard", "wandb", "mlflow")  # besides jsonl, which is always on (neptune: not yet)
+TRACKER_MODULES = {"tensorboard": "tensorboardX", "wandb": "wandb", "mlflow": "mlflow"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    """`log.*`: experiment trackers that mirror every metrics row (marljax/train/trackers.py).
+    metrics.jsonl is always written; each tracker is an optional extra, imported only when chosen."""
+
+    backends: Any = setting(help="trackers besides metrics.jsonl: a list of tensorboard, wandb, mlflow",
+                            factory=list, resumable=True)  # fmt: skip
+    project: str = setting("marljax", "the tracker's project (wandb) or experiment (mlflow)", resumable=True)
+    entity: str = setting("", "wandb entity; empty: the account's default", resumable=True)
+    run_name: str = setting("", "the run's name in the tracker; empty: the out_dir's name", resumable=True)
+    tags: Any = setting(help="tags of the tracker's run (a list of strings)", factory=list, resumable=True)
+    group: str = setting("", "group the tracker's runs under this name (a sweep groups its cells by default)",
+                         resumable=True)  # fmt: skip
+    offline: bool = setting(True, "wandb: write locally and sync later (false: stream to the server)",
+                            resumable=True)  # fmt: skip
+    mlflow_uri: str = setting("", "MLflow tracking URI; empty: a file store in <out_dir>/mlruns", resumable=True)
+
+    def check(self, config: "Config") -> None:
+        for name in ("backends", "tags"):
+            v = getattr(self, name)
+            if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+                raise ConfigError(f"log.{name}", f"must be a list of names, e.g. [{', '.join(TRACKERS[:2])}], got {v!r}")
+        for b in self.backends:
+            if b == "jsonl":
+                continue  # always on
+            if b not in TRACKERS:
+                raise ConfigError("log.backends", f"unknown tracker {b!r}; allowed: jsonl, {', '.join(TRACKERS)}")
+            import importlib.util
+
+            if importlib.util.find_spec(TRACKER_MODULES[b]) is None:
+                raise ConfigError("log.backends", f"{b} is not installed: pip install \"marljax[{b}]\"")
+
+
 @dataclasses.dataclass(frozen=True)
 class AsyncConfig:
     """`async.*`: the actor-learner pipeline of mode=async (marljax/pipeline).
@@ -232,6 +269,7 @@ class Config:
     num_seeds: int = setting(1, "independent seeds trained at once (vmapped)", minimum=1)
     mesh: MeshConfig = setting(factory=MeshConfig, help="device mesh shape: mesh.seed, mesh.data, mesh.agent")
     distributed: DistributedConfig = setting(factory=DistributedConfig, help="multi-host: distributed.* or distributed=auto")
+    log: LogConfig = setting(factory=LogConfig, help="experiment trackers: log.backends=[tensorboard,wandb,mlflow]")
 
     # host loop
     out_dir: str = setting("", "the run's directory; empty: runs/<algo>_<env>_<timestamp>", resumable=True)
@@ -651,6 +689,7 @@ def validate(config: Config) -> Config:
     for name, section in c.sections.items():
         if hasattr(section, "check"):
             section.check(c)
+    c.log.check(c)
     _check_supports(c, schema)
     if not isinstance(c.env_kwargs, dict):
         raise ConfigError("env_kwargs", "must be a mapping")
@@ -742,7 +781,7 @@ def dump_yaml(config: Config) -> str:
 
 
 __all__ = [
-    "Config", "MeshConfig", "DistributedConfig", "AsyncConfig", "ConfigError", "Supports", "AlgorithmSchema",
+    "Config", "MeshConfig", "DistributedConfig", "LogConfig", "AsyncConfig", "ConfigError", "Supports", "AlgorithmSchema",
     "load_config", "from_dict", "replace", "validate", "parse_overrides", "dump_yaml", "read_yaml_mapping",
     "register_schema", "algorithm_schema", "algorithms", "setting", "traced_keys", "resumable_keys",
     "hparams_values", "schema_fields", "to_flat", "divisors",

@@ -228,6 +228,7 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
 
     out_dir = Path(config.out_dir)
     chunks = _ChunkLog(config, env, checkpointer, rows, start, out_dir / "metrics.jsonl", evaluator, on_row)
+    ok = False
     try:
         with StopSignals() as stop:
             saved_on_signal = []  # the chunk that saw the signal saves, then the loop stops after it
@@ -241,9 +242,10 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
             checkpointer.wait()
         if stop.signum is not None and chunks.update < config.num_updates:
             raise Stopped(stop.signum, chunks.update, str(checkpointer.directory / str(chunks.update)))
+        ok = True
     finally:
-        chunks.close()
-    return _finish(config, RunResult(state, rows, out_dir, compile_s, chunks.saved_at), log)
+        chunks.close(failed=not ok)
+    return _finish(config, RunResult(state, rows, out_dir, compile_s, chunks.saved_at), log, chunks.trackers)
 
 
 class _ChunkLog:
@@ -257,6 +259,10 @@ class _ChunkLog:
         self.config, self.env, self.checkpointer, self.rows = config, env, checkpointer, rows
         self.evaluator = evaluator
         self.on_row = on_row if distributed.is_primary() else None
+        from marljax.train.records import run_record
+        from marljax.train.trackers import open_trackers
+
+        self.trackers = open_trackers(config, path.parent, run_record())  # none on processes other than 0
         self.writer = JsonlWriter(path) if distributed.is_primary() else None
         self.bar = _progress(config, start)
         self.update = self.saved = start
@@ -280,6 +286,8 @@ class _ChunkLog:
         if self.writer is not None:
             self.writer.write(row)
         self.rows.append(row)
+        for tracker in self.trackers:
+            tracker.row(row)
         if self.on_row is not None:
             self.on_row(dict(row))  # a copy: the callback cannot change what is kept
         if config.nan_guard:
@@ -295,11 +303,19 @@ class _ChunkLog:
             self.bar.set_postfix_str(f"return {ret:.2f}" if ret is not None else "return -", refresh=False)
             self.bar.set_description_str(f"{row['env_steps_per_s'] / 1e3:.0f}k steps/s")
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Close the files; on a failure also end the trackers' runs (on success `_finish` does,
+        after the plot)."""
         if self.writer is not None:
             self.writer.close()
         if self.bar is not None:
             self.bar.close()
+        if failed:
+            for tracker in self.trackers:
+                try:
+                    tracker.finish(None, config_yaml(self.config))
+                except Exception as exc:  # noqa: BLE001 - the run's own error is the one to report
+                    print(f"warning: closing a tracker failed: {type(exc).__name__}: {exc}")
 
 
 def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = None, on_row=None) -> RunResult:
@@ -341,6 +357,7 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
                 extra_meta={"async_counters": counters}, save=stop.signum is not None,
             )  # fmt: skip
 
+        ok = False
         try:
             with StopSignals() as stop:
                 final = runner.run(config.num_updates - start, on_chunk, config.updates_per_chunk,
@@ -353,11 +370,13 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
             )
             if stop.signum is not None and chunks.update < config.num_updates:
                 raise Stopped(stop.signum, chunks.update, str(checkpointer.directory / str(chunks.update)))
+            ok = True
         finally:
-            chunks.close()
+            chunks.close(failed=not ok)
     finally:
         checkpointer.close()
-    return _finish(config, RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, chunks.saved_at), log)
+    return _finish(config, RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, chunks.saved_at), log,
+                   chunks.trackers)  # fmt: skip
 
 
 def _add_counters(before: dict, now: dict) -> dict:
@@ -369,12 +388,16 @@ def _add_counters(before: dict, now: dict) -> dict:
     return {**out, "dropped_by_reason": reasons}
 
 
-def _finish(config: Config, result: RunResult, log) -> RunResult:
-    """The end of every run: the returns plot (if asked for) and the one-line summary."""
-    if config.plot:
+def _finish(config: Config, result: RunResult, log, trackers: list = ()) -> RunResult:
+    """The end of every run: the returns plot (if asked for), the trackers' last records, and the
+    one-line summary."""
+    plot = result.out_dir / "returns.png" if config.plot else None
+    if plot is not None:
         mode = " (async)" if config.mode == "async" else ""
         title = f"{config.algo}{mode} on {config.env}, {config.num_seeds} seed(s)"
-        plot_returns(result.rows, result.out_dir / "returns.png", title)
+        plot_returns(result.rows, plot, title)
+    for tracker in trackers:
+        tracker.finish(plot, config_yaml(config))
     log(summary(result.rows))
     return result
 
