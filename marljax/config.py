@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import math
 import re
 import typing
@@ -98,8 +99,8 @@ class DistributedConfig:
                              minimum=1, resumable=True)  # fmt: skip
 
 
-TRACKERS = ("tensorboard", "wandb", "mlflow")  # besides jsonl, which is always on (neptune: not yet)
-TRACKER_MODULES = {"tensorboard": "tensorboardX", "wandb": "wandb", "mlflow": "mlflow"}
+TRACKERS = ("tensorboard", "wandb", "neptune", "mlflow")  # besides jsonl, which is always on
+TRACKER_MODULES = {"tensorboard": "tensorboardX", "wandb": "wandb", "neptune": "neptune", "mlflow": "mlflow"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,17 +108,18 @@ class LogConfig:
     """`log.*`: experiment trackers that mirror every metrics row (marljax/train/trackers.py).
     metrics.jsonl is always written; each tracker is an optional extra, imported only when chosen."""
 
-    backends: Any = setting(help="trackers besides metrics.jsonl: a list of tensorboard, wandb, mlflow",
+    backends: Any = setting(help="trackers besides metrics.jsonl: a list of tensorboard, wandb, neptune, mlflow",
                             factory=list, resumable=True)  # fmt: skip
-    project: str = setting("marljax", "the tracker's project (wandb) or experiment (mlflow)", resumable=True)
-    entity: str = setting("", "wandb entity; empty: the account's default", resumable=True)
+    project: str = setting("marljax", "the tracker's project (wandb, neptune) or experiment (mlflow)", resumable=True)
+    entity: str = setting("", "wandb entity / neptune workspace; empty: the account's default", resumable=True)
     run_name: str = setting("", "the run's name in the tracker; empty: the out_dir's name", resumable=True)
     tags: Any = setting(help="tags of the tracker's run (a list of strings)", factory=list, resumable=True)
     group: str = setting("", "group the tracker's runs under this name (a sweep groups its cells by default)",
                          resumable=True)  # fmt: skip
-    offline: bool = setting(True, "wandb: write locally and sync later (false: stream to the server)",
+    offline: bool = setting(True, "wandb, neptune: write under out_dir and sync later (false: stream to the server)",
                             resumable=True)  # fmt: skip
-    mlflow_uri: str = setting("", "MLflow tracking URI; empty: a file store in <out_dir>/mlruns", resumable=True)
+    mlflow_uri: str = setting("", "MLflow tracking URI (a server, sqlite:///...); empty: a file store in <out_dir>/mlruns",
+                              resumable=True)  # fmt: skip
 
     def check(self, config: "Config") -> None:
         for name in ("backends", "tags"):
@@ -129,8 +131,6 @@ class LogConfig:
                 continue  # always on
             if b not in TRACKERS:
                 raise ConfigError("log.backends", f"unknown tracker {b!r}; allowed: jsonl, {', '.join(TRACKERS)}")
-            import importlib.util
-
             if importlib.util.find_spec(TRACKER_MODULES[b]) is None:
                 raise ConfigError("log.backends", f"{b} is not installed: pip install \"marljax[{b}]\"")
 
@@ -269,7 +269,7 @@ class Config:
     num_seeds: int = setting(1, "independent seeds trained at once (vmapped)", minimum=1)
     mesh: MeshConfig = setting(factory=MeshConfig, help="device mesh shape: mesh.seed, mesh.data, mesh.agent")
     distributed: DistributedConfig = setting(factory=DistributedConfig, help="multi-host: distributed.* or distributed=auto")
-    log: LogConfig = setting(factory=LogConfig, help="experiment trackers: log.backends=[tensorboard,wandb,mlflow]")
+    log: LogConfig = setting(factory=LogConfig, help="experiment trackers: log.backends=[tensorboard,wandb,neptune,mlflow]")
 
     # host loop
     out_dir: str = setting("", "the run's directory; empty: runs/<algo>_<env>_<timestamp>", resumable=True)

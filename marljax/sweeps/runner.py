@@ -39,9 +39,11 @@ import numpy as np
 import yaml
 
 from marljax.train.checkpoint import Checkpointer, abstract_like
-from marljax.config import ConfigError, dump_yaml, traced_keys
+from marljax.config import ConfigError, traced_keys
 from marljax.train.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
 from marljax.files import write_text_atomic
+from marljax.train.records import config_yaml
+from marljax.train.trackers import Trackers
 from marljax.train.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, read_rows_kept, write_jsonl_atomic
 from marljax.envs.host import is_host_env
 from marljax.parallel import distributed
@@ -221,7 +223,7 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
                 start = int(meta["update"])
                 log(f"program {program.name}: resumed at update {start} of {config.num_updates}")
         run = fresh() if run is None else run
-        writers = _cell_writers(sweep, program, start)
+        writers, trackers = _cell_writers(sweep, program, start)
         evaluate = make_evaluator(trainer, config.eval_episodes, config.eval_greedy)
         done_chunks = len(chunk_sizes(start, every)) if start else 0
         todo = schedule[done_chunks:]
@@ -244,7 +246,7 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
             run = {"state": state, "best_params": best_params, "best_score": best_score}
             result = host_values(result)  # a collective on a multi-host run: every process gathers
             if store is not None:
-                _record(sweep, program, store, writers, metrics, result, k, update, n, wall, env)
+                _record(sweep, program, store, writers, trackers, metrics, result, k, update, n, wall, env)
             k += 1
             if checkpoint_due(config, update, saved):
                 checkpointer.save(update, run, {"config": config.to_dict(), "program": program.name})
@@ -252,9 +254,11 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
             if bar is not None:
                 bar.update(n)
 
+        ok = finished = False
         try:
             _, finished = run_chunks(compiled, run["state"], todo, on_chunk, budget)
             checkpointer.wait()
+            ok = True
             if not finished:
                 return False
         finally:
@@ -262,14 +266,19 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
                 w.close()
             if bar is not None:
                 bar.close()
+            if not finished:  # failed, or stopped to continue later (the trackers' runs continue then)
+                for cell, tracker in zip(program.cells, trackers or ()):
+                    tracker.finish(None, config_yaml(cell.config), failed=not ok)
         absolute = make_evaluator(trainer, config.eval_episodes * ABSOLUTE_FACTOR, config.eval_greedy)
         result = host_values(absolute(run["best_params"], eval_keys(config.seed, seed_index, _ABSOLUTE_EVALUATION)))
         for ci, cell in enumerate(program.cells if store is not None else ()):  # process 0 writes
             rows = slice(ci * S, (ci + 1) * S)
             store.write_absolute(cell.index, _eval_metrics(result, rows, env.has_win), result.returns[rows])
-            if config.plot:
-                cell_dir = sweep.out_dir / "cells" / cell.dirname
-                plot_returns(read_jsonl(cell_dir / "metrics.jsonl"), cell_dir / "returns.png", f"{cell.name}, {S} seed(s)")
+            cell_dir = sweep.out_dir / "cells" / cell.dirname
+            plot = cell_dir / "returns.png" if config.plot else None
+            if plot is not None:
+                plot_returns(read_jsonl(cell_dir / "metrics.jsonl"), plot, f"{cell.name}, {S} seed(s)")
+            trackers[ci].finish(plot, config_yaml(cell.config))
         return True
     finally:
         checkpointer.close()
@@ -282,24 +291,27 @@ def _eval_metrics(result, rows: slice, wins: bool) -> np.ndarray:
     return np.stack([result.returns[rows].mean(axis=1), result.lengths[rows].mean(axis=1), won], axis=1)
 
 
-def _cell_writers(sweep: Sweep, program: Program, start: int) -> list[JsonlWriter] | None:
-    """Each cell's directory like a `marljax train` run's; metrics rows after `start` are dropped.
-    None on processes other than 0."""
+def _cell_writers(sweep: Sweep, program: Program, start: int) -> tuple[list[JsonlWriter], list[Trackers]] | tuple[None, None]:
+    """Each cell's directory like a `marljax train` run's (metrics rows after `start` are dropped),
+    and its trackers: one tracker run per cell, grouped under the sweep's name (`log.group`
+    overrides). None on processes other than 0."""
     if not distributed.is_primary():
-        return None
-    writers = []
+        return None, None
+    writers, trackers = [], []
     for cell in program.cells:
         cell_dir = sweep.out_dir / "cells" / cell.dirname
         cell_dir.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(cell_dir / "config.yaml", dump_yaml(cell.config))
+        write_text_atomic(cell_dir / "config.yaml", config_yaml(cell.config))
         path = cell_dir / "metrics.jsonl"
         rows = read_rows_kept(path, start, print) if start else []
         write_jsonl_atomic(path, rows)
         writers.append(JsonlWriter(path))
-    return writers
+        trackers.append(Trackers(cell.config, cell_dir, name=cell.name, group=sweep.out_dir.name, store=sweep.out_dir))
+    return writers, trackers
 
 
-def _record(sweep, program, store, writers, metrics, result, k: int, update: int, n: int, wall: float, env) -> None:
+def _record(sweep, program, store, writers, trackers, metrics, result, k: int, update: int, n: int, wall: float,
+            env) -> None:  # fmt: skip
     """One metrics.jsonl row per cell and evaluation k of every cell in the results store."""
     config, S = program.config, sweep.seeds
     steps_per_update = config.num_steps * config.num_envs  # one run's
@@ -313,6 +325,7 @@ def _record(sweep, program, store, writers, metrics, result, k: int, update: int
         )  # fmt: skip
         row.update(eval_fields(result.returns[rows], result.lengths[rows], result.won[rows] if env.has_win else None))
         writer.write(row)
+        trackers[ci].row(row)
         store.write_eval(cell.index, k, update * steps_per_update, _eval_metrics(result, rows, env.has_win), result.returns[rows])
 
 

@@ -26,6 +26,7 @@ from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.train.records import config_yaml
+from marljax.train.trackers import Trackers
 from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, chunk_sizes, run_chunks
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare
 from marljax.types import TrainState
@@ -259,10 +260,7 @@ class _ChunkLog:
         self.config, self.env, self.checkpointer, self.rows = config, env, checkpointer, rows
         self.evaluator = evaluator
         self.on_row = on_row if distributed.is_primary() else None
-        from marljax.train.records import run_record
-        from marljax.train.trackers import open_trackers
-
-        self.trackers = open_trackers(config, path.parent, run_record())  # none on processes other than 0
+        self.trackers = Trackers(config, path.parent)  # none on processes other than 0
         self.writer = JsonlWriter(path) if distributed.is_primary() else None
         self.bar = _progress(config, start)
         self.update = self.saved = start
@@ -286,8 +284,7 @@ class _ChunkLog:
         if self.writer is not None:
             self.writer.write(row)
         self.rows.append(row)
-        for tracker in self.trackers:
-            tracker.row(row)
+        self.trackers.row(row)
         if self.on_row is not None:
             self.on_row(dict(row))  # a copy: the callback cannot change what is kept
         if config.nan_guard:
@@ -311,11 +308,7 @@ class _ChunkLog:
         if self.bar is not None:
             self.bar.close()
         if failed:
-            for tracker in self.trackers:
-                try:
-                    tracker.finish(None, config_yaml(self.config))
-                except Exception as exc:  # noqa: BLE001 - the run's own error is the one to report
-                    print(f"warning: closing a tracker failed: {type(exc).__name__}: {exc}")
+            self.trackers.finish(None, config_yaml(self.config), failed=True)
 
 
 def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = None, on_row=None) -> RunResult:
@@ -388,7 +381,7 @@ def _add_counters(before: dict, now: dict) -> dict:
     return {**out, "dropped_by_reason": reasons}
 
 
-def _finish(config: Config, result: RunResult, log, trackers: list = ()) -> RunResult:
+def _finish(config: Config, result: RunResult, log, trackers: Trackers | None = None) -> RunResult:
     """The end of every run: the returns plot (if asked for), the trackers' last records, and the
     one-line summary."""
     plot = result.out_dir / "returns.png" if config.plot else None
@@ -396,8 +389,8 @@ def _finish(config: Config, result: RunResult, log, trackers: list = ()) -> RunR
         mode = " (async)" if config.mode == "async" else ""
         title = f"{config.algo}{mode} on {config.env}, {config.num_seeds} seed(s)"
         plot_returns(result.rows, plot, title)
-    for tracker in trackers:
-        tracker.finish(plot, config_yaml(config))
+    if trackers is not None:
+        trackers.finish(plot, config_yaml(config))
     log(summary(result.rows))
     return result
 
