@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from marljax.sweeps.marl_eval import env_task, to_marl_eval, write_marl_eval
+from marljax.sweeps.marl_eval import to_marl_eval, write_marl_eval
 from marljax.sweeps.report import STATISTICS, bootstrap_ci, format_table, iqm, summarize, write_report
 from marljax.sweeps.results import METRICS, Results
+from marljax.train.marl_eval_run import env_task
 
 S, K, EP, F = 5, 4, 3, 2
 FINAL = {  # cell -> final evaluation return per seed (NaN: seed not finished)
