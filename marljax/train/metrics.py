@@ -32,7 +32,7 @@ def chunk_row(
     wins: bool = False,
 ) -> dict:
     """Aggregate one chunk's per-update metrics into a metrics.jsonl row (`wins`: the env has a
-    win condition, so the row also carries the finished episodes' `win_rate`)."""
+    win condition, so the row also carries the finished episodes' `win_rate`, pooled and per seed)."""
     ep = metrics["episodes"]
     count = float(np.sum(ep.count))
     per_seed_count = np.sum(ep.count, axis=1)  # [S]
@@ -52,6 +52,7 @@ def chunk_row(
     }
     if wins:
         row["win_rate"] = float(np.sum(ep.won_sum)) / count if count else None
+        row["win_rate_per_seed"] = [float(w / c) if c else None for w, c in zip(np.sum(ep.won_sum, axis=1), per_seed_count)]
     # per-group returns (competitive envs): `groups` holds (name, size) in agent-concat order
     if len(groups) > 1:
         start = 0
