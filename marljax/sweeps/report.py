@@ -17,7 +17,7 @@ import csv
 import io
 import math
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ STATISTICS: dict[str, Statistic] = {
 }
 
 
-def _finite(values: np.ndarray) -> np.ndarray:
+def finite(values: np.ndarray) -> np.ndarray:
     """The non-NaN entries of a 1-D array, as float64."""
     values = np.asarray(values, np.float64).ravel()
     return values[~np.isnan(values)]
@@ -52,7 +52,7 @@ def _finite(values: np.ndarray) -> np.ndarray:
 
 def point(values: np.ndarray, statistic: Statistic) -> float:
     """`statistic` of the non-NaN runs in `values` [S]; NaN if there are none."""
-    values = _finite(values)
+    values = finite(values)
     return float(statistic(values)) if values.size else math.nan
 
 
@@ -65,7 +65,7 @@ def bootstrap_ci(
     seed: int = 0,
 ) -> tuple[float, float]:
     """Percentile bootstrap CI of `statistic` over the runs `values` [S]; NaN runs are dropped."""
-    values = _finite(values)  # [n]
+    values = finite(values)  # [n]
     if values.size < 1:
         return math.nan, math.nan
     rng = np.random.default_rng(seed)
@@ -179,9 +179,10 @@ def _explanation(results: Results) -> str:
     )
 
 
-def write_csv(rows: list[dict], path: Path) -> Path:
-    """`rows` as CSV with the union of their keys as columns (first-seen order), written at once."""
-    fields = list(dict.fromkeys(key for row in rows for key in row))  # union, in first-seen order
+def write_csv(rows: list[dict], path: Path, fields: Sequence[str] | None = None) -> Path:
+    """`rows` as CSV, written at once; columns `fields`, by default the union of the rows' keys
+    in first-seen order."""
+    fields = list(dict.fromkeys(key for row in rows for key in row)) if fields is None else list(fields)
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, fieldnames=fields)
     writer.writeheader()
@@ -196,36 +197,42 @@ def figure(**kwargs):
     return Figure(dpi=110, **kwargs)
 
 
-def _curve(results: Results, c: int, num_resamples: int, seed: int) -> tuple[np.ndarray, ...]:
-    """Cell c's written evaluations: env steps [k], IQM over seeds [k] and its CI low, high [k]."""
-    returns = results.metric("return")[c]  # [S, K]
-    steps = results.eval_steps[c]  # [K]
-    keep = (steps >= 0) & np.any(~np.isnan(returns), axis=0)  # [K]
+def iqm_curve(steps: np.ndarray, values: np.ndarray, num_resamples: int = 2000, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """Steps [k] where some seed has a value of `values` [S, K] (and the step is written, >= 0),
+    the IQM over seeds there [k] and its 95% bootstrap CI low, high [k]."""
+    keep = (np.asarray(steps) >= 0) & np.any(~np.isnan(values), axis=0)  # [K]
     ks = np.nonzero(keep)[0]
-    middle = np.array([point(returns[:, k], iqm) for k in ks], np.float64)  # [k]
-    cis = [bootstrap_ci(returns[:, k], iqm, num_resamples=num_resamples, seed=seed) for k in ks]
+    middle = np.array([point(values[:, k], iqm) for k in ks], np.float64)  # [k]
+    cis = [bootstrap_ci(values[:, k], iqm, num_resamples=num_resamples, seed=seed) for k in ks]
     low, high = np.array(cis, np.float64).reshape(-1, 2).T  # [k] each
-    return steps[keep], middle, low, high
+    return np.asarray(steps)[keep], middle, low, high
 
 
-def plot_curves(results: Results, path: Path, num_resamples: int = 2000, seed: int = 0) -> None:
-    """IQM of the evaluation return over seeds against env steps of one run, one line per cell."""
+def plot_iqm_curves(curves: list[tuple[str, tuple[np.ndarray, ...]]], path: Path, quantity: str) -> None:
+    """One line per (label, `iqm_curve` output) with its CI band, against env steps of one run."""
     fig = figure(figsize=(7, 4.2))
     ax = fig.subplots()
-    for c, cell in enumerate(results.cells):
-        steps, middle, low, high = _curve(results, c, num_resamples, seed)
+    for label, (steps, middle, low, high) in curves:
         if steps.size == 0:
             continue
-        (line,) = ax.plot(steps, middle, lw=1.8, marker="." if steps.size < 3 else None, label=cell["name"])
+        (line,) = ax.plot(steps, middle, lw=1.8, marker="." if steps.size < 3 else None, label=label)
         ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
     if ax.lines:
         ax.legend(fontsize=7, loc="best")
     ax.set_xlabel("environment steps (one run)")
-    ax.set_ylabel("evaluation return (IQM over seeds)")
-    ax.set_title("evaluation return, IQM and 95% bootstrap CI over seeds", fontsize=9)
+    ax.set_ylabel(f"{quantity} (IQM over seeds)")
+    ax.set_title(f"{quantity}, IQM and 95% bootstrap CI over seeds", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
+
+
+def plot_curves(results: Results, path: Path, num_resamples: int = 2000, seed: int = 0) -> None:
+    """IQM of the evaluation return over seeds against env steps of one run, one line per cell."""
+    returns = results.metric("return")  # [C, S, K]
+    curves = [(cell["name"], iqm_curve(results.eval_steps[c], returns[c], num_resamples, seed))
+              for c, cell in enumerate(results.cells)]  # fmt: skip
+    plot_iqm_curves(curves, path, "evaluation return")
 
 
 def plot_final(rows: list[dict], path: Path) -> None:
