@@ -1,8 +1,9 @@
-"""`marljax train | sweep | report | bench | bench-scale | bench-checkpoint | bench-sweep | export | doctor`.
+"""`marljax train | sweep | report | compare | bench | bench-scale | bench-checkpoint | bench-sweep | export | doctor`.
 
     marljax train [CONFIG.yaml] [key=value ...]     (marljax train [algo=NAME] --help: every setting)
     marljax sweep SWEEP.yaml [key=value ...]
     marljax report SWEEP_DIR
+    marljax compare RUN_DIR|SWEEP_DIR:CELL ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]
     marljax bench [CONFIG.yaml] [key=value ...]
     marljax export RUN_DIR POLICY_DIR [seed_index=N]
     marljax doctor [--expect cpu|gpu|tpu]
@@ -24,6 +25,7 @@ from marljax.config import ConfigError, load_config
 USAGE = """usage: marljax {train,bench,bench-checkpoint,bench-sweep} [CONFIG.yaml] [key=value ...]
        marljax sweep SWEEP.yaml [key=value ...]
        marljax report SWEEP_DIR
+       marljax compare RUN_DIR|SWEEP_DIR:CELL ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]
        marljax export RUN_DIR POLICY_DIR [seed_index=N]
        marljax bench-scale [CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]
        marljax doctor [--expect cpu|gpu|tpu]
@@ -36,6 +38,8 @@ USAGE = """usage: marljax {train,bench,bench-checkpoint,bench-sweep} [CONFIG.yam
           in one program. Rerun to continue a killed sweep; overwrite=true starts it over,
           progress=false hides the bars, other key=value change the sweep's base (or seeds=N)
   report  mean, median and IQM with bootstrap CIs, plots and marl-eval JSON of a sweep directory
+  compare training runs and sweep cells side by side: curves, final mean/median/IQM with bootstrap
+          CIs and the probability of improvement between every pair of runs
   bench   measure throughput, FLOPs, MFU, compile time and memory; prints a JSON line last
   bench-scale
           the bench at 64, 256, 1k, 4k, 16k, 64k envs per device, until memory or time runs out
@@ -54,6 +58,7 @@ examples:
   marljax bench num_envs=1024
   marljax sweep experiments/sharing_ablation.yaml
   marljax report runs/sweeps/sharing_ablation
+  marljax compare runs/a runs/b runs/sweeps/lr_sweep:lr=0.001 --metric eval_return --out runs/compare_ab
 """
 
 COMMAND_USAGE = {
@@ -75,7 +80,25 @@ out_dir. See experiments/lr_sweep.yaml.""",
     "report": """usage: marljax report SWEEP_DIR
 
 Summarise a finished (or partial) sweep: mean, median and IQM with bootstrap confidence
-intervals per cell, the absolute metric, plots and marl-eval JSON, written into SWEEP_DIR.""",
+intervals per cell, the absolute metric (and the win rate where the env has a win condition),
+plots and marl-eval JSON, written into SWEEP_DIR.""",
+    "compare": """usage: marljax compare RUN ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]
+
+Compare training runs and sweep cells over their seeds. A RUN is a training run's directory
+(config.yaml and metrics.jsonl) or a sweep cell, SWEEP_DIR:CELL, by the cell's name
+(runs/sweeps/lr_sweep:lr=0.001) or its directory name (lr-0.001); SWEEP_DIR/cells/<dir> works too.
+x is env steps of one run; a shorter run's curve stops where it stops.
+
+Prints, and writes as CSV, each run's final value (each seed's last value of the metric): mean,
+median and IQM over seeds with 95% bootstrap CIs; and the probability of improvement P(A > B)
+between every pair of runs (Agarwal et al., 2021), with its bootstrap CI.
+
+  --metric M      return_mean, eval_return, win_rate or eval_win_rate (default: eval_return
+                  where every run evaluated, else return_mean)
+  --out DIR       where final.csv, improvement.csv, compare.md and a curves_<metric>.png per
+                  metric go (default runs/compare_<time>)
+  --csv PATH      also every value in long format: run, seed, env_steps, metric, value
+  --allow-mixed   compare runs of different envs (refused otherwise)""",
     "bench-scale": """usage: marljax bench-scale [CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]
 
 Run `marljax bench` at 64, 256, 1024, 4096, 16384 and 65536 environments per device, each row
@@ -192,6 +215,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return _sweep(rest)
     if command == "report":
         return _report(rest)
+    if command == "compare":
+        return _compare(rest)
     if command not in ("train", "bench", "bench-checkpoint", "bench-sweep"):
         print(f"marljax: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
@@ -305,6 +330,37 @@ def _report(args: list[str]) -> int:
         finish(Path(args[0]))
     except FileNotFoundError as exc:
         print(f"marljax: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _compare(args: list[str]) -> int:
+    """`marljax compare RUN ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]`."""
+    from marljax.sweeps.compare import CompareError, compare
+
+    specs, options, rest = [], {"allow_mixed": False}, list(args)
+    while rest:
+        arg = rest.pop(0)
+        flag, has_value, value = arg.partition("=")
+        if flag == "--allow-mixed" and not has_value:
+            options["allow_mixed"] = True
+        elif flag in ("--metric", "--out", "--csv"):
+            if not has_value:
+                if not rest or rest[0].startswith("--"):
+                    print(f"marljax: compare: {flag} takes a value", file=sys.stderr)
+                    return 2
+                value = rest.pop(0)
+            options[{"--metric": "metric", "--out": "out_dir", "--csv": "csv_path"}[flag]] = value
+        elif arg.startswith("--"):
+            print(f"marljax: compare: unknown option {arg}; expected --metric, --out, --csv or --allow-mixed",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        else:
+            specs.append(arg)
+    try:
+        compare(specs, warn=lambda line: print(line, file=sys.stderr), **options)
+    except CompareError as exc:
+        print(f"marljax: compare: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -158,11 +158,13 @@ def test_help_is_generated_from_the_schema_for_the_chosen_algorithm(capsys):
     assert "replay.buffer_size" in printed and "\n  ppo." not in printed and "algo=qmix" in printed
 
 
-@pytest.mark.parametrize("command, words", [("sweep", "SWEEP.yaml"), ("report", "SWEEP_DIR"), ("export", "POLICY_DIR")])
+@pytest.mark.parametrize("command, words", [("sweep", "SWEEP.yaml"), ("report", "SWEEP_DIR"), ("export", "POLICY_DIR"),
+                                            ("compare", "SWEEP_DIR:CELL")])
 def test_command_help_prints_usage_instead_of_reading_a_file(command, words, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main([command, "--help"]) == 0
-    assert f"usage: marljax {command}" in capsys.readouterr().out and words
+    printed = capsys.readouterr().out
+    assert f"usage: marljax {command}" in printed and words in printed
     assert list(tmp_path.iterdir()) == []  # nothing was created
 
 

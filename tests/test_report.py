@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from marljax.sweeps.marl_eval import env_task, to_marl_eval, write_marl_eval
+from marljax.sweeps.marl_eval import to_marl_eval, write_marl_eval
 from marljax.sweeps.report import STATISTICS, bootstrap_ci, format_table, iqm, summarize, write_report
 from marljax.sweeps.results import METRICS, Results
+from marljax.train.marl_eval_run import env_task
 
 S, K, EP, F = 5, 4, 3, 2
 FINAL = {  # cell -> final evaluation return per seed (NaN: seed not finished)
@@ -176,6 +177,42 @@ def test_write_report(tmp_path):
     for name in ("curves.png", "final.png"):
         data = paths[name].read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
+
+
+def _with_win_rate() -> Results:
+    """synthetic_results with a win rate in the first cell (an env with a win condition): its final
+    evaluation's per seed, and the absolute metric's."""
+    results = synthetic_results()
+    w = results.metrics.index("win_rate")
+    evals, absolute = results.evals.copy(), results.absolute.copy()
+    evals[0, :, :, w] = 0.1
+    evals[0, :, NUM_EVALS["lr=1e-3"] - 1, w] = [0.0, 0.25, 0.5, 0.75, 1.0]  # IQM of the middle 3: 0.5
+    absolute[0, :, w] = [1.0, 1.0, 0.8, 0.6, 0.6]  # IQM 0.8, mean 0.8
+    return results._replace(evals=evals, absolute=absolute)
+
+
+def test_report_win_rate(tmp_path):
+    rows = summarize(_with_win_rate(), num_resamples=200)
+    first = rows[0]
+    assert first["final_win_rate_iqm"] == pytest.approx(0.5) and first["final_win_rate_mean"] == pytest.approx(0.5)
+    assert first["final_win_rate_median"] == pytest.approx(0.5)
+    assert first["absolute_win_rate_iqm"] == pytest.approx(0.8) and first["absolute_win_rate_mean"] == pytest.approx(0.8)
+    assert 0.0 <= first["final_win_rate_iqm_low"] <= 0.5 <= first["final_win_rate_iqm_high"] <= 1.0
+    assert all(math.isnan(r["final_win_rate_iqm"]) for r in rows[1:])  # their envs have no win condition
+    text = format_table(rows)
+    assert text.splitlines()[0].endswith("| final win rate IQM [95% CI] | absolute win rate IQM [95% CI] |")
+    first_line, second_line = text.splitlines()[2:4]
+    assert "| 0.50 [" in first_line and first_line.endswith("| 0.80 [0.60, 1.00] |")
+    assert second_line.endswith("| n/a | n/a |")
+    paths = write_report(_with_win_rate(), tmp_path, num_resamples=200)
+    with paths["report.csv"].open(newline="") as f:
+        csv_rows = list(csv.DictReader(f))
+    assert float(csv_rows[0]["final_win_rate_iqm"]) == pytest.approx(0.5)
+    assert float(csv_rows[0]["absolute_win_rate_mean"]) == pytest.approx(0.8)
+    assert "win rate" in paths["report.md"].read_text()
+    # no win condition anywhere (or a store from before win rates): no win-rate columns at all
+    plain = summarize(synthetic_results(), num_resamples=50)
+    assert not any("win_rate" in key for key in plain[0]) and "win rate" not in format_table(plain)
 
 
 def test_write_report_deterministic(tmp_path):

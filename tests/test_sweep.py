@@ -3,6 +3,7 @@ vmapped rows equal to single runs), the results store and the report command."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -268,6 +269,23 @@ def test_report_command_renders(finished, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| cell |" in printed and "lr=0.003,param_sharing=independent" in printed
     assert main(["report", str(tmp_path)]) == 2
+
+
+@pytest.mark.slow
+def test_compare_takes_sweep_cells(finished, tmp_path, capsys):
+    """`marljax compare SWEEP_DIR:CELL ...`: each seed's final value read from the cell's metrics.jsonl
+    is the results store's final evaluation return of that cell and seed."""
+    ref, _, _ = finished
+    res = load(ref)
+    names = [c["name"] for c in res.cells[:2]]
+    assert main(["compare", *(f"{ref}:{name}" for name in names), "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert all(f"| {ref}:{name} | ippo | 2/2 | {12 * 128} | " in printed for name in names)
+    with (tmp_path / "final.csv").open() as f:
+        final = list(csv.DictReader(f))
+    for c, row in enumerate(final):
+        np.testing.assert_allclose(json.loads(row["final_per_seed"]), res.final("return")[c], rtol=1e-6)
+    assert (tmp_path / "improvement.csv").is_file()
 
 
 @pytest.mark.slow

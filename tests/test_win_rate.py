@@ -7,12 +7,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jaxmarl.environments.smax import HeuristicEnemySMAX
 from jaxmarl.environments.smax.smax_env import Scenario
 
 from marljax.config import load_config
 from marljax.envs.adapter import EnvAdapter
 from marljax.train.loop import train
+from marljax.train.metrics import chunk_row
+from marljax.types import EpisodeStats
 from marljax.train.wiring import make_adapter
 
 
@@ -63,9 +66,22 @@ def test_smax_rows_carry_win_rates_and_mpe_rows_do_not(tmp_path):
     assert 0.0 <= last["eval_win_rate"] <= 1.0 and len(last["eval_win_rate_per_seed"]) == 1
     assert any(r["win_rate"] is not None for r in smax)  # some 3m battles end within the run's 128 steps per environment
     assert all(r["win_rate"] is None or 0.0 <= r["win_rate"] <= 1.0 for r in smax)
+    assert all(r["win_rate_per_seed"] == [r["win_rate"]] for r in smax)  # one seed: its own is the pooled one
 
     ippo = ["algo=ippo", "ppo.num_minibatches=1", "ppo.update_epochs=1"]
     config = load_config(None, [*settings, *ippo, "total_timesteps=512", f"out_dir={tmp_path / 'mpe'}"])
     assert not make_adapter(config).has_win
     mpe = train(config, log=lambda s: None).rows
     assert "eval_return" in mpe[-1] and not any("win_rate" in r or "eval_win_rate" in r for r in mpe)
+
+
+def test_chunk_row_win_rate_per_seed():
+    """Seed 0 wins 2 of its 3 episodes, seed 1 finishes none: pooled 2/3, per seed [2/3, None]."""
+    episodes = EpisodeStats(
+        return_sum=np.ones((2, 3, 4)), length_sum=np.full((2, 3), 10.0),  # [S, n, N], [S, n]
+        count=np.array([[2.0, 0.0, 1.0], [0.0, 0.0, 0.0]]), won_sum=np.array([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]),
+    )  # fmt: skip
+    row = chunk_row({"episodes": episodes}, update=3, env_steps=96, wall_s=1.0, chunk_env_steps=96, num_agents=4, wins=True)
+    assert row["win_rate"] == pytest.approx(2 / 3) and row["win_rate_per_seed"] == [pytest.approx(2 / 3), None]
+    assert "win_rate_per_seed" not in chunk_row({"episodes": episodes}, update=3, env_steps=96, wall_s=1.0,
+                                                chunk_env_steps=96, num_agents=4)  # fmt: skip

@@ -7,7 +7,8 @@
                                      "absolute_metrics": {"return": [per-episode returns]}}}}}}
 
 `algo` is the cell's name (unique per cell), N the seed index, K the evaluation index.
-Evaluations not yet written are left out; so are seeds with nothing written.
+Evaluations not yet written are left out; so are seeds with nothing written. One training run's
+evaluations take the same layout: `marljax.train.marl_eval_run`.
 """
 
 from __future__ import annotations
@@ -20,16 +21,7 @@ import numpy as np
 
 from marljax.files import write_text_atomic
 from marljax.sweeps.results import Results
-
-
-def env_task(env_id: str) -> tuple[str, str]:
-    """("MPE", "simple_spread_v3") from "MPE_simple_spread_v3"; ("custom", id) for a `module:callable`."""
-    if ":" in env_id:
-        return "custom", env_id
-    if "_" in env_id:
-        env, task = env_id.split("_", 1)
-        return env, task
-    return env_id, env_id
+from marljax.train.marl_eval_run import env_task
 
 
 def _floats(values: np.ndarray) -> list[float]:

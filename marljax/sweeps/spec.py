@@ -39,6 +39,11 @@ SWEEP_KEYS = ("name", "base", "axes", "zip", "seeds", "traced", "out_dir")
 SET_BY_SWEEP = ("num_seeds", "out_dir", "resume", "overwrite", "progress")  # not allowed in base or axes
 
 
+def cell_dirname(name: str) -> str:
+    """A cell's directory under <out_dir>/cells: its name without '=' and ','."""
+    return name.replace("=", "-").replace(",", "_")
+
+
 @dataclasses.dataclass(frozen=True)
 class Cell:
     index: int
@@ -48,8 +53,7 @@ class Cell:
 
     @property
     def dirname(self) -> str:
-        """The cell's directory under <out_dir>/cells: its name without '=' and ','."""
-        return self.name.replace("=", "-").replace(",", "_")
+        return cell_dirname(self.name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,7 +32,7 @@ def chunk_row(
     wins: bool = False,
 ) -> dict:
     """Aggregate one chunk's per-update metrics into a metrics.jsonl row (`wins`: the env has a
-    win condition, so the row also carries the finished episodes' `win_rate`)."""
+    win condition, so the row also carries the finished episodes' `win_rate`, pooled and per seed)."""
     ep = metrics["episodes"]
     count = float(np.sum(ep.count))
     per_seed_count = np.sum(ep.count, axis=1)  # [S]
@@ -52,6 +52,7 @@ def chunk_row(
     }
     if wins:
         row["win_rate"] = float(np.sum(ep.won_sum)) / count if count else None
+        row["win_rate_per_seed"] = [float(w / c) if c else None for w, c in zip(np.sum(ep.won_sum, axis=1), per_seed_count)]
     # per-group returns (competitive envs): `groups` holds (name, size) in agent-concat order
     if len(groups) > 1:
         start = 0
@@ -117,6 +118,11 @@ def read_jsonl_checked(path: Path) -> tuple[list[dict], list[int]]:
     return rows, damaged
 
 
+def listed_lines(numbers: list[int], most: int = 10) -> str:
+    """'3, 7, 9' (the first `most` line numbers, then ', ...') for a warning."""
+    return ", ".join(map(str, numbers[:most])) + (", ..." if len(numbers) > most else "")
+
+
 def read_rows_kept(path: Path, upto: int, log: Callable[[str], None]) -> list[dict]:
     """The rows of `path` up to update `upto`, for a resumed run to rewrite. A file with damaged
     lines is first copied aside whole (`<name>.damaged-<time>`), with a warning naming the lines,
@@ -127,8 +133,7 @@ def read_rows_kept(path: Path, upto: int, log: Callable[[str], None]) -> list[di
     if damaged:
         aside = Path(path).with_name(f"{Path(path).name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
         shutil.copy2(path, aside)
-        shown = ", ".join(map(str, damaged[:10])) + (", ..." if len(damaged) > 10 else "")
-        log(f"warning: {path}: line(s) {shown} are not metrics rows; the file as it was is kept as {aside}")
+        log(f"warning: {path}: line(s) {listed_lines(damaged)} are not metrics rows; the file as it was is kept as {aside}")
     return [r for r in rows if r["update"] <= upto]
 
 
