@@ -26,6 +26,7 @@ from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.train.records import config_yaml
+from marljax.train.marl_eval_run import write_run_marl_eval
 from marljax.train.trackers import Trackers
 from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, chunk_sizes, run_chunks
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare
@@ -389,6 +390,8 @@ def _finish(config: Config, result: RunResult, log, trackers: Trackers | None = 
         mode = " (async)" if config.mode == "async" else ""
         title = f"{config.algo}{mode} on {config.env}, {config.num_seeds} seed(s)"
         plot_returns(result.rows, plot, title)
+    if distributed.is_primary():  # marl-eval's layout of the run's evaluations, beside metrics.jsonl
+        write_run_marl_eval(result.rows, config, result.out_dir)
     if trackers is not None:
         trackers.finish(plot, config_yaml(config))
     log(summary(result.rows))
