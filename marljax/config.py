@@ -631,9 +631,15 @@ def merge(base: dict, over: Mapping) -> dict:
 
 
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
-    """Read a YAML file (optional), apply `key=value` overrides, validate, freeze."""
+    """Read a YAML file (optional; marljax's keys, or JaxMARL's UPPERCASE baseline keys, see
+    marljax/jaxmarl_config.py), apply `key=value` overrides, validate, freeze."""
     values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
-    values = merge(values, parse_overrides(overrides))
+    changes = parse_overrides(overrides)
+    from marljax.jaxmarl_config import from_jaxmarl, is_jaxmarl
+
+    if is_jaxmarl(values):  # JaxMARL's UPPERCASE baseline YAML
+        values = from_jaxmarl(values, path, changes.get("algo"))
+    values = merge(values, changes)
     return validate(_build_config(values))
 
 

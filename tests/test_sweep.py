@@ -14,6 +14,7 @@ import pytest
 
 from marljax.cli import main
 from marljax.config import ConfigError, load_config
+from marljax.sweeps.report import summarize
 from marljax.sweeps.results import ResultsStore, load
 from marljax.train.wiring import make_adapter, make_trainer
 from marljax.sweeps.runner import run_sweep
@@ -283,8 +284,11 @@ def test_compare_takes_sweep_cells(finished, tmp_path, capsys):
     assert all(f"| {ref}:{name} | ippo | 2/2 | {12 * 128} | " in printed for name in names)
     with (tmp_path / "final.csv").open() as f:
         final = list(csv.DictReader(f))
+    reported = summarize(res)  # `marljax report`'s table: compare's IQM and CI must be the same figures
     for c, row in enumerate(final):
         np.testing.assert_allclose(json.loads(row["final_per_seed"]), res.final("return")[c], rtol=1e-6)
+        for column in ("final_iqm", "final_iqm_low", "final_iqm_high", "final_mean"):
+            np.testing.assert_allclose(float(row[column]), reported[c][column], rtol=1e-6, err_msg=column)
     assert (tmp_path / "improvement.csv").is_file()
 
 
