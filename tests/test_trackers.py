@@ -54,7 +54,7 @@ def _mlflow(out: Path) -> dict[str, dict[int, float]]:
 
 
 def _neptune_ops(out: Path) -> list[dict]:
-    (log,) = (out / "neptune" / "offline").glob("run__*/data-1.log")
+    (log,) = (out / ".neptune" / "offline").glob("run__*/data-1.log")
     return [json.loads(line)["obj"] for line in log.read_text().splitlines()]
 
 

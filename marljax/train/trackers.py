@@ -15,7 +15,8 @@ resolved config with its run record (marljax version, git commit, library versio
 - A tracker that fails (a full disk, a lost connection) is reported once and switched off; the
   training run goes on, and metrics.jsonl is unaffected.
 - Offline by default (`log.offline=true`): wandb and Neptune write under the run's directory and
-  sync later (`wandb sync <out_dir>/wandb/offline-run-*`, `neptune sync --path <out_dir>/neptune`);
+  sync later (`wandb sync <out_dir>/wandb/offline-run-*`; `neptune sync --path <out_dir>`, which
+  reads `<out_dir>/.neptune`);
   MLflow writes a file store in `<out_dir>/mlruns` unless `log.mlflow_uri` names a server.
 """
 
@@ -126,7 +127,8 @@ def _environ(name: str, value: str) -> Iterator[None]:
 
 
 class Neptune:
-    """A Neptune run (project `log.entity/log.project`), offline in <out_dir>/neptune by default."""
+    """A Neptune run (project `log.entity/log.project`), offline by default in <out_dir>/.neptune
+    (where `neptune sync --path <out_dir>` looks)."""
 
     name = "neptune"
 
@@ -138,7 +140,7 @@ class Neptune:
         ids.setdefault("neptune", uuid.uuid4().hex[:16])
         project = f"{log.entity}/{log.project}" if log.entity else None  # None: $NEPTUNE_PROJECT
         # the client reads its data directory from the environment when the run opens
-        with _environ("NEPTUNE_DATA_DIRECTORY", str(out_dir / "neptune")):
+        with _environ("NEPTUNE_DATA_DIRECTORY", str(out_dir / ".neptune")):
             self.run = neptune.init_run(
                 project=project, name=run_name, tags=list(log.tags), custom_run_id=ids["neptune"],
                 mode="offline" if log.offline else "async", capture_stdout=False, capture_stderr=False,
