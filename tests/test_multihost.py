@@ -74,7 +74,7 @@ def _whole_run(out: Path, update: int) -> dict:
 @pytest.fixture(scope="module")
 def two_process_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("mh") / "two"
-    results = _two_processes(["train", *RUN, f"out_dir={out}"])
+    results = _two_processes(["train", *RUN, f"out_dir={out}", "log.backends=[tensorboard]"])
     for rc, text in results:
         assert rc == 0, text[-3000:]
     return out, results
@@ -85,6 +85,7 @@ def test_two_processes_match_one_process_with_the_same_devices(two_process_run, 
     (_, primary), (_, other) = results
     assert "mesh {'seed': 1, 'data': 4, 'agent': 1} on 4 cpu device(s)" in primary  # the mesh spans both
     assert "return per agent" in primary and "return per agent" not in other  # process 0 alone logs
+    assert len(list((out / "tensorboard").iterdir())) == 1  # and alone opens trackers: one event file
     single = tmp_path / "one"
     _one_process(["train", *RUN, f"out_dir={single}"])
     assert sorted(int(p.name) for p in (out / "checkpoints").iterdir()) == [4, 8, 12, 16]  # written together
