@@ -100,29 +100,20 @@ def test_async_config_errors_before_anything_runs():
 
 LEARN_CODE = """
 import json
-from marljax.config import load_config
-from marljax.train.loop import train
-rows = {{}}
-for mode in ("anakin", "async"):
-    cfg = load_config(None, ["total_timesteps=1.5e6", "num_chunks=10", "progress=false", "plot=false",
-                             f"mode={{mode}}", "num_seeds=2", "out_dir={out}/" + mode])
-    res = train(cfg, log=lambda s: None)
-    rows[mode] = [r["return_mean"] for r in res.rows]
-    if mode == "async":
-        rows["devices"] = [res.rows[-1]["policy_version"]]
-print(json.dumps(rows))
+from tests._learning import learned_vs_baselines
+s = learned_vs_baselines(["mode=async", "total_timesteps=1.5e6", "num_seeds=2"], "{out}/async")
+print(json.dumps({{"learned": s.learned, "noop": s.noop, "random": s.random}}))
 """
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # 3-6 min on 2 cores; CI covers the async pipeline's correctness in the tests above
 def test_async_learns_on_separate_actor_and_learner_devices(tmp_path):
-    # 2 fake devices: actors on one, the learner on the other
+    # 2 fake devices: actors on one, the learner on the other. The greedy policy after 1.5M steps
+    # (2 seeds) against the no-op and random policies on the same 64 episodes per seed.
     res = run_with_devices(LEARN_CODE.format(out=tmp_path), 2, timeout=900)
-    anakin, asynch = res["anakin"], res["async"]
-    # measured (first -> last chunk, 1.5M steps, 2 seeds): async -23.77 -> -19.38 (+4.39), anakin
-    # -23.45 -> -19.80. Stated margins: async improves by at least 3.0 and ends within 10% of anakin
-    assert asynch[-1] - asynch[0] >= 3.0, asynch
-    assert asynch[-1] >= anakin[-1] * 1.10, (asynch[-1], anakin[-1])
+    # stated margin: at least 3 per agent above the better baseline (the no-op policy on MPE spread)
+    assert res["learned"] >= max(res["noop"], res["random"]) + 3.0, res
 
 
 def test_recorded_trajectories_round_trip(tmp_path):

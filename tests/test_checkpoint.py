@@ -264,20 +264,22 @@ def test_exported_policy_acts_like_the_training_policy(tmp_path, recurrent):
     trainer = make_trainer(cfg, make_adapter(cfg))
     params = jax.tree.map(lambda x: x[1], jax.device_get(res.state.learner.params))
     act = jax.jit(policy.act)
+    # jitted: SMAX's step and the trainer's act run op by op otherwise (most of this test's time)
+    step, avail_actions, trainer_act = jax.jit(env.env.step), jax.jit(env.env.get_avail_actions), jax.jit(trainer.act)
     obs, state = env.env.reset(jax.random.PRNGKey(3))
     carry, hidden = policy.init_carry(), (policy.init_carry() or {})
     for t in range(5):
-        avail = env.env.get_avail_actions(state)
+        avail = avail_actions(state)
         key = jax.random.PRNGKey(100 + t)
         actions, carry = act(obs, key, carry, avail)
         grouped = {k: v[None] for k, v in env.group_obs(obs).items()}
         masks = {k: v[None] for k, v in env.group_masks(avail).items()}
         reset = {g.name: jnp.zeros((1, g.size), bool) for g in env.groups}
-        expected, hidden = trainer.act(params, grouped, reset, hidden, masks, key)
+        expected, hidden = trainer_act(params, grouped, reset, hidden, masks, key)
         assert {a: int(x) for a, x in actions.items()} == {
             a: int(x) for a, x in env.agent_actions({k: v[0] for k, v in expected.items()}).items()
         }
-        obs, state, *_ = env.env.step(jax.random.PRNGKey(t), state, actions)
+        obs, state, *_ = step(jax.random.PRNGKey(t), state, actions)
 
 
 def test_export_without_a_checkpoint_is_a_clear_error(tmp_path):
