@@ -43,11 +43,17 @@ def colab_like(tmp_path_factory) -> tuple[Path, Path]:
     return wheel, root / "jupyter" / "share" / "jupyter"
 
 
+# CI runs the quick start (its set-up cell installs the wheel); the other two, 2-3 CPU-minutes
+# together, are nightly: python -m pytest -m nightly tests/test_notebooks.py
+NOTEBOOK_CASES = [pytest.param(name, marks=() if name.startswith("01_") else pytest.mark.nightly) for name in NOTEBOOKS]
+
+
 @pytest.mark.slow
-def test_every_notebook_installs_from_the_wheel_and_runs_top_to_bottom(colab_like, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", NOTEBOOK_CASES)
+def test_every_notebook_installs_from_the_wheel_and_runs_top_to_bottom(colab_like, tmp_path, monkeypatch, name):
     """One kernel environment for the three, in order: the first notebook's set-up cell installs
-    the wheel (keeping the environment's jax), the others find marljax installed. Each runs in a
-    fresh kernel from its first cell with MARLJAX_SMALL=1."""
+    the wheel (keeping the environment's jax), the others find marljax installed (or install it,
+    run alone). Each runs in a fresh kernel from its first cell with MARLJAX_SMALL=1."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -55,25 +61,24 @@ def test_every_notebook_installs_from_the_wheel_and_runs_top_to_bottom(colab_lik
     monkeypatch.setenv("MARLJAX_SMALL", "1")
     monkeypatch.setenv("MARLJAX_SOURCE", str(wheel))
     monkeypatch.setenv("JUPYTER_PATH", str(jupyter_path))
-    for name in ("XLA_FLAGS", "PYTHONPATH"):  # nothing of this checkout or this process leaks into the kernel
-        monkeypatch.delenv(name, raising=False)
+    for var in ("XLA_FLAGS", "PYTHONPATH"):  # nothing of this checkout or this process leaks into the kernel
+        monkeypatch.delenv(var, raising=False)
     checks = {
         "01_quickstart.ipynb": ["installing marljax @ file://", "kept)", "return per agent", "one greedy episode"],
         "02_agent_parallel_and_async.ipynb": ["4 devices", "'agent')", "policy_version"],
         "03_seeded_ablation.ipynb": ["2 compiled program(s)", "(cells, seeds, evaluations, metrics)"],
     }
-    for name in NOTEBOOKS:
-        nb = nbformat.read(COLAB / name, as_version=4)
-        out = tmp_path / name
-        out.mkdir()
-        NotebookClient(nb, timeout=600, kernel_name="colab-like", resources={"metadata": {"path": str(out)}}).execute()
-        text = "\n".join(
-            o.get("text", "") or str(o.get("data", {}).get("text/plain", ""))
-            for c in nb.cells if c.cell_type == "code" for o in c.outputs
-        )  # fmt: skip
-        assert "small budget" in text and "backend cpu" in text and "WARNING" not in text, (name, text[-2000:])
-        for words in checks[name]:
-            assert words in text, (name, words, text[-2000:])
-        images = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {}))
-        assert images >= {"01_quickstart.ipynb": 2, "02_agent_parallel_and_async.ipynb": 0, "03_seeded_ablation.ipynb": 2}[name]
-        assert os.path.isdir(out / "runs")
+    nb = nbformat.read(COLAB / name, as_version=4)
+    out = tmp_path / name
+    out.mkdir()
+    NotebookClient(nb, timeout=600, kernel_name="colab-like", resources={"metadata": {"path": str(out)}}).execute()
+    text = "\n".join(
+        o.get("text", "") or str(o.get("data", {}).get("text/plain", ""))
+        for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    )  # fmt: skip
+    assert "small budget" in text and "backend cpu" in text and "WARNING" not in text, (name, text[-2000:])
+    for words in checks[name]:
+        assert words in text, (name, words, text[-2000:])
+    images = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {}))
+    assert images >= {"01_quickstart.ipynb": 2, "02_agent_parallel_and_async.ipynb": 0, "03_seeded_ablation.ipynb": 2}[name]
+    assert os.path.isdir(out / "runs")
