@@ -13,7 +13,9 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import readme_figures  # noqa: E402
 
 # tables that hold no measured figures (settings, support and feature lists)
-EXEMPT = ("| section | algorithms | keys |", "| environment (JaxMARL id) | runs | learns (test) | notes |", "| feature | status |")
+# tables of what exists (no measured figures in them), exempt from needing a command
+EXEMPT = ("| section | algorithms | keys |", "| environment (JaxMARL id) | runs | learns (test) | notes |", "| feature | status |",
+          "| tracker | where it writes (by default) | its settings |")  # fmt: skip
 WITHIN = 6  # lines after a table's last row in which its command must appear
 
 
