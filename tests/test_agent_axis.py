@@ -30,6 +30,7 @@ def test_independent_agents_same_returns_on_agent_axis_1_2_4(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # 2-3 CPU-minutes; CI keeps IPPO on agent = 2 and 4 and two groups split over agent
 def test_mappo_recurrent_on_agent_axis_matches_one_device(tmp_path):
     extra = SPREAD4 + ["algo=mappo", "recurrent=true"]
     _, one = run(tmp_path, "one", extra, 1)

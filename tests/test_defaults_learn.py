@@ -9,12 +9,15 @@ policy that learned to stand still."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from marljax.config import algorithms, load_config
+from marljax.envs.adapter import AgentGroup
 from marljax.train.evaluate import baseline_act, eval_keys, make_evaluator
 from marljax.train.wiring import make_adapter, make_trainer
 from tests._learning import learned_vs_baselines
@@ -61,3 +64,20 @@ def test_the_noop_baseline_is_what_it_says():
         evaluate = make_evaluator(trainer, 128, act=baseline_act(trainer.env, kind))
         returns[kind] = float(np.mean(evaluate(params, keys).returns))
     assert returns["noop"] > returns["random"] + 1.0, returns
+
+
+def test_box_baselines_stand_still_and_sample_within_the_bounds():
+    """With Box actions no-op is the zero vector clipped to the bounds and random is uniform
+    within them; discrete groups beside them keep action 0 / a random available action."""
+    groups = [AgentGroup("movers", ("a", "b"), (0, 1), (3,), False, 2, 0.25, 1.0),
+              AgentGroup("talkers", ("c",), (2,), (3,), True, 4)]  # fmt: skip
+    env = SimpleNamespace(groups=groups)
+    obs = {"movers": jnp.zeros((64, 2, 3)), "talkers": jnp.zeros((64, 1, 3))}  # [E, A_g, obs]
+    noop, _ = baseline_act(env, "noop")(None, obs, None, None, {}, jax.random.PRNGKey(0))
+    rand, _ = baseline_act(env, "random")(None, obs, None, None, {}, jax.random.PRNGKey(0))
+    assert noop["movers"].shape == rand["movers"].shape == (64, 2, 2)
+    np.testing.assert_array_equal(noop["movers"], 0.25)  # 0 lies below the bounds: clipped to 0.25
+    np.testing.assert_array_equal(noop["talkers"], 0)
+    movers = np.asarray(rand["movers"])
+    assert movers.min() >= 0.25 and movers.max() <= 1.0 and movers.std() > 0.1  # uniform on [0.25, 1]: std 0.22
+    assert set(np.unique(rand["talkers"])) == {0, 1, 2, 3}

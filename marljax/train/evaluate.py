@@ -17,6 +17,8 @@ episodes (ABSOLUTE_FACTOR).
 
 from __future__ import annotations
 
+import math
+
 from typing import Callable, NamedTuple
 
 import jax
@@ -91,28 +93,41 @@ BASELINES = ("noop", "random")
 
 def baseline_act(env, kind: str) -> Callable:
     """A reference policy with `Trainer.act`'s signature that ignores its parameters: `noop`
-    always takes action 0 (MPE's no-op), `random` a uniformly random available action. Played
-    by `make_evaluator(..., act=baseline_act(env, kind))` on the same keys as the trained policy,
-    it meets the same episodes: the fair yardstick for a learning claim."""
+    always takes action 0 (MPE's no-op; with Box actions the zero vector, clipped to the bounds:
+    no force, no velocity), `random` a uniformly random available action (Box: uniform within the
+    bounds, as the trained policy's actions are clipped to them). Played by
+    `make_evaluator(..., act=baseline_act(env, kind))` on the same keys as the trained policy, it
+    meets the same episodes: the fair yardstick for a learning claim."""
     if kind not in BASELINES:
         raise ValueError(f"kind must be one of {BASELINES}, got {kind!r}")
-    bad = [g.name for g in env.groups if not g.discrete]
-    if bad:
-        raise ValueError(f"baseline policies take discrete actions; groups with Box actions: {', '.join(bad)}")
 
     def act(params, obs, reset, hidden, mask, key, greedy=True):
         del params, reset, greedy
         out = {}
         for gi, g in enumerate(env.groups):
             lead = obs[g.name].shape[:2]  # [E, A_g]
-            if kind == "noop":
+            gkey = jax.random.fold_in(key, gi)
+            if not g.discrete:
+                low, high = _box_bounds(g)
+                if kind == "noop":
+                    out[g.name] = jnp.clip(jnp.zeros(lead + (g.action_dim,)), low, high)  # [E, A_g, D]
+                else:
+                    out[g.name] = jax.random.uniform(gkey, lead + (g.action_dim,), minval=low, maxval=high)
+            elif kind == "noop":
                 out[g.name] = jnp.zeros(lead, jnp.int32)
             else:
                 m = mask.get(g.name, jnp.ones(lead + (g.action_dim,), bool))
-                out[g.name] = jax.random.categorical(jax.random.fold_in(key, gi), jnp.where(m, 0.0, -jnp.inf))
+                out[g.name] = jax.random.categorical(gkey, jnp.where(m, 0.0, -jnp.inf))
         return out, hidden
 
     return act
+
+
+def _box_bounds(group) -> tuple[float, float]:
+    """A Box group's bounds; an unbounded side is taken as 1 (a random action needs finite bounds)."""
+    low = -1.0 if group.action_low is None or not math.isfinite(group.action_low) else group.action_low
+    high = 1.0 if group.action_high is None or not math.isfinite(group.action_high) else group.action_high
+    return low, high
 
 
 @jax.jit
