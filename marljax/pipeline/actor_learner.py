@@ -116,7 +116,8 @@ class AsyncRun:
         return jax.vmap(lambda k: jax.random.fold_in(k, ticket))(keys)
 
     def make_collector(self, i: int):
-        """Actor thread i's rollout maker: `.collect(params_on_its_device, ticket) -> Trajectory`."""
+        """Actor thread i's rollout maker: `.collect(params_on_its_device, ticket, version, min_version)
+        -> (Trajectory, the oldest policy version in it)`."""
         device = self.placement.actor_devices[i % len(self.placement.actor_devices)]
         keys = place(self.thread_keys(i), device)
         if self.host:
@@ -147,7 +148,10 @@ class AsyncRun:
                 version, params, waited = store.wait_for(min_version, exact=config.async_.deterministic)
                 buffer.record_actor_wait(waited)
                 heart.beat(i, f"the rollout of batch {ticket}")
-                traj = collector.collect(params[collector.device], ticket)
+                # a collector may carry env steps over from earlier batches: it returns the oldest
+                # version in the batch, never below min_version (host_copies.py)
+                traj, version = collector.collect(params[collector.device], ticket, version=version,
+                                                  min_version=min_version)  # fmt: skip
                 heart.idle(i)
                 for leaf in jax.tree.leaves(traj):
                     if isinstance(leaf, jax.Array):
@@ -255,9 +259,10 @@ class _JaxCollector:
         self.runner, self.device, self.keys = runner, device, keys
         self.actors = runner.actor_init(keys)
 
-    def collect(self, params, ticket: int) -> Trajectory:
+    def collect(self, params, ticket: int, version: int = 0, min_version: int = 0) -> tuple[Trajectory, int]:
+        """(the rollout of batch `ticket` with `params`, their version)."""
         self.actors, traj = self.runner.collect(params, self.actors, self.runner.step_keys(self.keys, ticket))
-        return traj
+        return traj, version
 
 
 def async_row(now, last, staleness: list[int], wall: float, samples_per_batch: int) -> dict:
