@@ -56,7 +56,7 @@ class _Padded:
         self.inner, self.pad_s, self.device = inner, pad_s, inner.device
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("beat", "newest"):  # set by the actor thread: the wrapped collector uses them
+        if name in ("beat", "newest", "cancelled"):  # set by the actor thread: the wrapped collector uses them
             setattr(self.inner, name, value)
         object.__setattr__(self, name, value)
 
