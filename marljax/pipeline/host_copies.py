@@ -205,7 +205,7 @@ class IndependentHostCollector:
                 raise BufferClosed("the pipeline is closing")
             self._check_timeouts(busy)
             oldest = min(busy, key=lambda c: c.busy_since)
-            self.beat(f"{oldest.busy_what} (step {oldest.steps} of batch {ticket})", since=oldest.busy_since)
+            self.beat(f"{oldest.busy_what} (step {oldest.steps} of the copy, batch {ticket})", since=oldest.busy_since)
             now = time.monotonic()
             if first:
                 wait = WAIT_SLICE_S
@@ -339,7 +339,7 @@ class IndependentHostCollector:
             if not busy:
                 break
             oldest = min(busy, key=lambda c: c.busy_since)
-            self.beat(f"{oldest.busy_what} (at shutdown)", since=oldest.busy_since)
+            self.beat(f"{oldest.busy_what} (step {oldest.steps} of the copy, at the end of the run)", since=oldest.busy_since)
             if limit and time.monotonic() - oldest.busy_since > limit:
                 oldest.busy_since = None  # abandoned: the run is over, nothing to restart
                 continue
