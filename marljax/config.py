@@ -158,6 +158,20 @@ class AsyncConfig:
     actor_timeout_s: float = setting(
         300.0, "fail the run, naming the actor, when one rollout (a JAX env's, compilation included) or one host "
         "env step takes longer than this; 0 waits forever", minimum=0.0, resumable=True)  # fmt: skip
+    host_stepping: str = setting(
+        "auto", "host (PettingZoo) env copies: independent (each copy steps on its own worker thread; a slow or "
+        "failing copy holds back only its own trajectory) | lockstep (all copies step together, one after another) "
+        "| auto (lockstep when deterministic, else independent)", choices=("auto", "independent", "lockstep"),
+        resumable=True)  # fmt: skip
+    env_step_timeout_s: float = setting(
+        0.0, "independent stepping: a host env step longer than this fails its copy, which is restarted from a "
+        "fresh env; 0: off (a hung step then stops the run after actor_timeout_s)", minimum=0.0, resumable=True)  # fmt: skip
+    max_env_failures: int = setting(
+        3, "independent stepping: a host env copy is retired at this many failures (raises or timeouts) in a row; "
+        "a finished episode ends the row", minimum=1, resumable=True)  # fmt: skip
+    min_env_copies: int = setting(
+        1, "independent stepping: the run fails when fewer live host env copies than this remain for one seed of "
+        "an actor thread (at most num_envs)", minimum=1, resumable=True)  # fmt: skip
 
     def check(self, config: "Config") -> None:
         for name in ("actor_devices", "learner_devices"):
@@ -176,6 +190,20 @@ class AsyncConfig:
             raise ConfigError(
                 "async.deterministic", "needs async.num_actor_threads=1 and async.staleness_policy=block (lockstep with a fixed lag)"
             )
+        if self.deterministic and self.host_stepping == "independent":
+            raise ConfigError("async.host_stepping", "independent stepping depends on timing; with async.deterministic=true "
+                              "allowed: lockstep or auto")  # fmt: skip
+        if self.min_env_copies > config.num_envs:
+            raise ConfigError("async.min_env_copies", f"must be between 1 and num_envs={config.num_envs}, got {self.min_env_copies}")
+        if self.env_step_timeout_s and self.actor_timeout_s and self.env_step_timeout_s >= self.actor_timeout_s:
+            raise ConfigError("async.env_step_timeout_s", f"must be below async.actor_timeout_s={self.actor_timeout_s:g} "
+                              f"(or 0: off), got {self.env_step_timeout_s:g}; else the run stops before a hung copy is restarted")  # fmt: skip
+
+    def stepping(self) -> str:
+        """How host env copies step: `independent` or `lockstep` (auto resolved)."""
+        if self.host_stepping == "auto":
+            return "lockstep" if self.deterministic else "independent"
+        return self.host_stepping
 
 
 # ----------------------------------------------------------------------------- the algorithm table

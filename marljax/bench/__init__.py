@@ -4,7 +4,8 @@
                    cost pieces, MFU against a measured matmul peak, compile time, memory
     env_only.py    the rollout ceiling: the same environments stepped with random actions
     swap.py        the agent-parallel swap between learning and acting layouts (mesh.agent > 1)
-    pipeline.py    `marljax bench mode=async`: generation, learning, the sync and async loops
+    pipeline.py    `marljax bench mode=async`: generation, learning, the sync (same threads) and async loops
+    stragglers.py  `python -m marljax.bench.stragglers`: host env copies with a 10x straggler, per host_stepping
     checkpoint.py  `marljax bench-checkpoint`: periodic checkpoints vs only the final one
     sweep.py       `marljax bench-sweep`: one vmapped sweep program vs its runs one by one
     measure.py     timing, XLA's FLOP count, the matmul peak, peak memory

@@ -1,117 +1,210 @@
-"""`marljax bench mode=async`: generation and learning rates alone, then the sync and async loops.
+"""`marljax bench mode=async`: generation and learning alone, then the sync and async loops, fairly.
 
-All four are measured in this one process on the same placement, in samples (env steps) per
-second after compilation: generation = actor threads' rollouts with no learner; learning = the
-learner's update repeated on one batch; sync = rollout then update, alternating in one thread;
-async = the pipeline. overlap_efficiency = async / min(generation, learning); a perfect overlap
-gives 1. The final JSON line holds every figure.
+All four are measured in this one process on the same placement, with the same actor threads and
+the same env copies, in samples (env steps) per second after compilation:
+
+* generation = the `num_actor_threads` actor threads' rollouts, no learner;
+* learning = the learner's update repeated on one batch;
+* sync = the same threads each collect one batch with the current parameters, then the learner
+  updates on each batch in turn, then the parameters go back to the actors: no overlap, the
+  same parallelism in generation as the async run (a one-collector baseline would credit the
+  pipeline with what is only a second thread);
+* async = the pipeline.
+
+A batch takes 1/generation + 1/learning seconds per sample in the sync loop and, at best,
+max(1/generation, 1/learning) in the async one, so the ideal async rate is
+min(generation, learning) (`overlap_efficiency` = async / that) and the ideal async/sync is
+(1/generation + 1/learning) / max(1/generation, 1/learning): 1 when one stage costs nothing,
+2 when both cost the same.
+
+Two stage-cost settings are measured: `configured` (the config as given) and `equal`, where the
+cheaper stage is padded with a host sleep (which holds no core, like a stage on its own
+accelerator) until both stages take the same time per batch, the case overlap helps most. The
+final JSON line holds every figure; the `equal` ones are prefixed `equal_`.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import Any, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, NamedTuple
 
 import jax
 
 from marljax.bench.measure import six_digits
-from marljax.bench.table import report
+from marljax.bench.table import Row, report
 from marljax.config import Config
 from marljax.parallel.placement import copy_to
 from marljax.pipeline.actor_learner import AsyncRun
 from marljax.train.wiring import make_adapter, make_trainer
 
 ASYNC_BATCHES = 40  # batches timed for each of generation, learning, sync and async
+SCENARIOS = ("configured", "equal")
 
 
-def run_async_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Measure the four rates (see the module docstring); print a table, then one JSON line; return the dict."""
-    env = make_adapter(config)
-    runner = AsyncRun(config, env, make_trainer, log=lambda s: None)
-    spb = runner.samples_per_batch
-    devices = runner.placement.actor_devices
-    n_threads = config.async_.num_actor_threads
-    log(f"marljax bench (async): {config.algo} on {env.describe()}")
+class Pads(NamedTuple):
+    """Host seconds added to each stage, per batch (generation: per batch of one actor thread)."""
 
-    collectors = [runner.make_collector(i) for i in range(n_threads)]
-    params = [copy_to(runner.learner.params, c.device) for c in collectors]
+    generation_s: float = 0.0
+    learning_s: float = 0.0
 
-    def learn(traj) -> None:
-        runner.learner, _ = runner.learn(runner.learner, runner.to_learner_mesh(traj))
 
-    # warm-up: compile collect (per device) and learn
-    traj = collectors[0].collect(params[0], 0)
-    learn(traj)
-    jax.block_until_ready(runner.learner)
+class _Padded:
+    """A collector whose every rollout ends with a sleep of `pad_s` (the `equal` setting)."""
 
-    # generation alone: every actor thread collects ASYNC_BATCHES / threads batches
-    per_thread = max(1, ASYNC_BATCHES // n_threads)
+    def __init__(self, inner, pad_s: float):
+        self.inner, self.pad_s, self.device = inner, pad_s, inner.device
 
-    def generate(i: int):
-        for j in range(per_thread):
-            jax.block_until_ready(collectors[i].collect(params[i], 1 + j))
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("beat", "newest", "cancelled"):  # set by the actor thread: the wrapped collector uses them
+            setattr(self.inner, name, value)
+        object.__setattr__(self, name, value)
 
-    for c, p in zip(collectors, params):  # warm-up of every thread's collector
-        jax.block_until_ready(c.collect(p, 0))
-    t = time.perf_counter()
-    threads = [threading.Thread(target=generate, args=(i,)) for i in range(n_threads)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    generation = per_thread * n_threads * spb / (time.perf_counter() - t)
+    def collect(self, params, ticket: int, **kw):
+        out = jax.block_until_ready(self.inner.collect(params, ticket, **kw))
+        time.sleep(self.pad_s)
+        return out
 
-    # learning alone: the same batch, again and again
-    t = time.perf_counter()
-    for _ in range(ASYNC_BATCHES):
+    def close(self) -> None:
+        getattr(self.inner, "close", lambda: None)()
+
+
+def _ideal_ratio(generation: float, learning: float) -> float:
+    """async/sync of a perfect overlap: (1/g + 1/l) / max(1/g, 1/l)."""
+    return (1 / generation + 1 / learning) / max(1 / generation, 1 / learning)
+
+
+def measure_stages(runner: AsyncRun, config: Config, pads: Pads) -> dict[str, Any]:
+    """Generation, learning, sync and async rates of `runner` with `pads` added to the stages."""
+    spb, n_threads = runner.samples_per_batch, config.async_.num_actor_threads
+    real_learn, real_make = runner.learn, runner.make_collector
+
+    def padded_learn(learner, traj):
+        out = real_learn(learner, traj)
+        if pads.learning_s:
+            jax.block_until_ready(out)
+            time.sleep(pads.learning_s)
+        return out
+
+    def make(i: int):
+        c = real_make(i)
+        return _Padded(c, pads.generation_s) if pads.generation_s else c
+
+    runner.learn, runner.make_collector = padded_learn, make
+    collectors = [make(i) for i in range(n_threads)]
+    try:
+        params = [copy_to(runner.learner.params, c.device) for c in collectors]
+
+        def learn(traj) -> None:
+            runner.learner, _ = runner.learn(runner.learner, runner.to_learner_mesh(traj))
+
+        def collect(i: int, ticket: int):
+            return jax.block_until_ready(collectors[i].collect(params[i], ticket)[0])
+
+        # warm-up: compile collect (per device) and learn
+        traj = collect(0, 0)
         learn(traj)
-    jax.block_until_ready(runner.learner)
-    learning = ASYNC_BATCHES * spb / (time.perf_counter() - t)
+        for i in range(1, n_threads):
+            collect(i, 0)
+        jax.block_until_ready(runner.learner)
+        rounds = max(1, ASYNC_BATCHES // n_threads)
 
-    # synchronous: rollout, then update, in one thread
-    p0 = params[0]
-    t = time.perf_counter()
-    for j in range(ASYNC_BATCHES):
-        traj = collectors[0].collect(p0, 100 + j)
-        learn(traj)
-        p0 = copy_to(runner.learner.params, collectors[0].device)
-    jax.block_until_ready(runner.learner)
-    sync = ASYNC_BATCHES * spb / (time.perf_counter() - t)
+        with ThreadPoolExecutor(n_threads) as pool:
+            # generation alone: every actor thread collects `rounds` batches
+            t = time.perf_counter()
+            list(pool.map(lambda i: [collect(i, 1 + j) for j in range(rounds)], range(n_threads)))
+            generation = rounds * n_threads * spb / (time.perf_counter() - t)
 
-    # the pipeline, after a short warm-up run of it
-    runner.run(2, lambda *a: None, chunk=2)
-    t = time.perf_counter()
-    final = runner.run(ASYNC_BATCHES, lambda *a: None, chunk=ASYNC_BATCHES)
-    asynch = final.consumed * spb / (time.perf_counter() - t)
+            # learning alone: the same batch, again and again
+            t = time.perf_counter()
+            for _ in range(ASYNC_BATCHES):
+                learn(traj)
+            jax.block_until_ready(runner.learner)
+            learning = ASYNC_BATCHES * spb / (time.perf_counter() - t)
 
-    ideal = min(generation, learning)
-    result = six_digits({
-        "mode": "async",
-        "env": config.env,
-        "env_kwargs": config.env_kwargs,
-        "num_envs": config.num_envs,
-        "num_steps": config.num_steps,
-        "num_actor_threads": n_threads,
-        "actor_devices": len(devices),
-        "learner_devices": int(runner.placement.learner_mesh.devices.size),
+            # synchronous: all threads collect one batch each, then one update per batch, then publish
+            t = time.perf_counter()
+            for r in range(rounds):
+                for batch in pool.map(lambda i: collect(i, 100 + r), range(n_threads)):
+                    learn(batch)
+                params = [copy_to(runner.learner.params, c.device) for c in collectors]
+            jax.block_until_ready(runner.learner)
+            sync = rounds * n_threads * spb / (time.perf_counter() - t)
+    finally:
+        for c in collectors:
+            getattr(c, "close", lambda: None)()
+
+    try:
+        runner.run(2, lambda *a: None, chunk=2)  # the pipeline's own warm-up
+        t = time.perf_counter()
+        final = runner.run(ASYNC_BATCHES, lambda *a: None, chunk=ASYNC_BATCHES)
+        asynch = final.consumed * spb / (time.perf_counter() - t)
+    finally:
+        runner.learn, runner.make_collector = real_learn, real_make
+    return {
         "generation_samples_per_s": generation,
         "learning_samples_per_s": learning,
         "sync_samples_per_s": sync,
         "async_samples_per_s": asynch,
-        "overlap_efficiency": asynch / ideal,
+        "overlap_efficiency": asynch / min(generation, learning),
         "async_over_sync": asynch / sync,
+        "ideal_async_over_sync": _ideal_ratio(generation, learning),
+        "generation_pad_ms": 1e3 * pads.generation_s,
+        "learning_pad_ms": 1e3 * pads.learning_s,
         "staleness_max": final.staleness_max,
         "produced": final.produced,
         "consumed": final.consumed,
         "dropped": sum(final.dropped.values()),
-    })
-    rows = [
-        ("generation alone", f"{generation:,.0f}", "samples/s (actor threads, no learner)"),
-        ("learning alone", f"{learning:,.0f}", "samples/s (updates on one batch)"),
-        ("synchronous loop", f"{sync:,.0f}", "samples/s (rollout then update)"),
-        ("async pipeline", f"{asynch:,.0f}", f"samples/s; {result['async_over_sync']:.2f}x the sync loop"),
-        ("overlap efficiency", f"{result['overlap_efficiency']:.3f}", "async / min(generation, learning)"),
-        ("counters", f"{final.produced}/{final.consumed}/{result['dropped']}", "produced/consumed/dropped"),
+    }
+
+
+def equalising_pads(figures: dict[str, Any], spb: int, n_threads: int) -> Pads:
+    """Pads that make the cheaper stage as slow as the other, from measured rates."""
+    t_gen, t_learn = spb / figures["generation_samples_per_s"], spb / figures["learning_samples_per_s"]
+    if t_learn < t_gen:
+        return Pads(learning_s=t_gen - t_learn)
+    return Pads(generation_s=n_threads * (t_learn - t_gen))  # each thread makes 1/n_threads of the batches
+
+
+def _rows(name: str, r: dict[str, Any]) -> list[Row]:
+    pads = ""
+    if r["learning_pad_ms"] or r["generation_pad_ms"]:
+        pads = f" (padded: generation +{r['generation_pad_ms']:.1f} ms, learning +{r['learning_pad_ms']:.1f} ms per batch)"
+    return [
+        (f"[{name}]", "", f"stage costs{pads}"),
+        ("generation alone", f"{r['generation_samples_per_s']:,.0f}", "samples/s (actor threads, no learner)"),
+        ("learning alone", f"{r['learning_samples_per_s']:,.0f}", "samples/s (updates on one batch)"),
+        ("synchronous loop", f"{r['sync_samples_per_s']:,.0f}", "samples/s (same threads collect, then update)"),
+        ("async pipeline", f"{r['async_samples_per_s']:,.0f}", "samples/s"),
+        ("overlap efficiency", f"{r['overlap_efficiency']:.3f}", "async / min(generation, learning): 1 is ideal"),
+        ("async / sync", f"{r['async_over_sync']:.2f}x", f"ideal {r['ideal_async_over_sync']:.2f}x"),
+        ("counters", f"{r['produced']}/{r['consumed']}/{r['dropped']}", "produced/consumed/dropped"),
     ]
-    return report(rows, result, log)
+
+
+def run_async_bench(config: Config, log: Callable[[str], None] = print,
+                    scenarios: tuple[str, ...] = SCENARIOS) -> dict[str, Any]:  # fmt: skip
+    """Measure the rates (see the module docstring) in each of `scenarios`; print a table, then one
+    JSON line; return the dict."""
+    env = make_adapter(config)
+    runner = AsyncRun(config, env, make_trainer, log=lambda s: None)
+    n_threads = config.async_.num_actor_threads
+    log(f"marljax bench (async): {config.algo} on {env.describe()}")
+    result: dict[str, Any] = {
+        "mode": "async", "env": config.env, "env_kwargs": config.env_kwargs, "num_envs": config.num_envs,
+        "num_steps": config.num_steps, "num_actor_threads": n_threads,
+        "actor_devices": len(runner.placement.actor_devices),
+        "learner_devices": int(runner.placement.learner_mesh.devices.size),
+    }  # fmt: skip
+    rows: list[Row] = []
+    configured = measure_stages(runner, config, Pads())
+    result.update(configured)
+    rows += _rows("configured", configured)
+    if "equal" in scenarios:
+        equal = measure_stages(runner, config, equalising_pads(configured, runner.samples_per_batch, n_threads))
+        result.update({f"equal_{k}": v for k, v in equal.items()})
+        rows += _rows("equal", equal)
+    return report(rows, six_digits(result), log)
+
+
+__all__ = ["run_async_bench", "measure_stages", "equalising_pads", "Pads", "ASYNC_BATCHES", "SCENARIOS"]

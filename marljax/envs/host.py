@@ -92,67 +92,88 @@ class HostEnvAdapter:
         return f"{self.name} (host, PettingZoo): " + "; ".join(parts)
 
 
+class HostCopy:
+    """One copy of a host env, as marljax sees it: arrays are group -> [A_g, ...] numpy.
+
+    `next_seed()` gives the seed of every reset, the automatic one after an episode included.
+    """
+
+    def __init__(self, adapter: HostEnvAdapter, env: Any, next_seed: Callable[[], int]):
+        self.adapter, self.env, self.next_seed = adapter, env, next_seed
+
+    def _obs(self, values: dict) -> dict[str, np.ndarray]:
+        out = {}
+        for g in self.adapter.groups:
+            arr = np.zeros((g.size,) + g.obs_shape, np.float32)
+            for j, a in enumerate(g.agents):
+                if a in values:
+                    arr[j] = np.asarray(values[a], np.float32).ravel()
+            out[g.name] = arr
+        return out
+
+    def _group(self, values: dict, fill, dtype) -> dict[str, np.ndarray]:
+        out = {}
+        for g in self.adapter.groups:
+            arr = np.full((g.size,), fill, dtype)
+            for j, a in enumerate(g.agents):
+                if a in values:
+                    arr[j] = values[a]
+            out[g.name] = arr
+        return out
+
+    def reset(self) -> dict[str, np.ndarray]:
+        return self._obs(self.env.reset(seed=self.next_seed())[0])
+
+    def step(self, actions: dict[str, np.ndarray]):
+        """actions group -> [A_g, ...] -> (obs, reward group -> [A_g], done group -> [A_g], episode_done).
+        A finished episode is reset at once: `obs` then starts the next one."""
+        env = self.env
+        live = list(env.agents)
+        act = {}
+        for g in self.adapter.groups:
+            for j, a in enumerate(g.agents):
+                if a in live:
+                    x = actions[g.name][j]
+                    act[a] = int(x) if g.discrete else np.clip(x, g.action_low, g.action_high)
+        obs, rew, term, trunc, _ = env.step(act)
+        done = {a: bool(term.get(a, False) or trunc.get(a, False)) or a not in live for a in self.adapter.agents}
+        ep_done = not env.agents or all(done.values())
+        if ep_done:
+            obs = env.reset(seed=self.next_seed())[0]
+        reward = self._group(rew, 0.0, np.float32)
+        done_g = {k: d | ep_done for k, d in self._group(done, True, bool).items()}
+        return self._obs(obs), reward, done_g, ep_done
+
+
 class HostVectorEnv:
-    """n copies of a host env, stepped together; arrays are group -> [n, A_g, ...] numpy."""
+    """n copies of a host env, stepped one after another (lockstep); arrays are group -> [n, A_g, ...].
+
+    The copies share one sequence of reset seeds, drawn in copy order: a seed reproduces bitwise."""
 
     def __init__(self, adapter: HostEnvAdapter, n: int, seed: int):
         self.adapter, self.n = adapter, n
-        self.envs = [adapter.make_one() for _ in range(n)]
         self._seed = seed
         self._episodes = 0
+        self.copies = [HostCopy(adapter, adapter.make_one(), self._next_seed) for _ in range(n)]
 
     def _next_seed(self) -> int:
         self._episodes += 1
         return self._seed * 1_000_003 + self._episodes
 
-    def _group(self, per_env: list[dict], fill, dtype, shape=()) -> dict[str, np.ndarray]:
-        out = {}
-        for g in self.adapter.groups:
-            arr = np.full((self.n, g.size) + shape, fill, dtype)
-            for e, values in enumerate(per_env):
-                for j, a in enumerate(g.agents):
-                    if a in values:
-                        arr[e, j] = np.reshape(values[a], shape) if shape else values[a]
-            out[g.name] = arr
-        return out
-
-    def _obs(self, per_env: list[dict]) -> dict[str, np.ndarray]:
-        out = {}
-        for g in self.adapter.groups:
-            arr = np.zeros((self.n, g.size) + g.obs_shape, np.float32)
-            for e, values in enumerate(per_env):
-                for j, a in enumerate(g.agents):
-                    if a in values:
-                        arr[e, j] = np.asarray(values[a], np.float32).ravel()
-            out[g.name] = arr
-        return out
+    @staticmethod
+    def _stack(per_copy: list[dict]) -> dict[str, np.ndarray]:
+        return {k: np.stack([c[k] for c in per_copy]) for k in per_copy[0]}
 
     def reset(self) -> dict[str, np.ndarray]:
-        return self._obs([env.reset(seed=self._next_seed())[0] for env in self.envs])
+        return self._stack([c.reset() for c in self.copies])
 
     def step(self, actions: dict[str, np.ndarray], on_copy: Callable[[int], None] | None = None):
         """-> (obs, reward group -> [n, A_g], done group -> [n, A_g], episode_done [n]).
         on_copy(e) is called before copy e steps (the async watchdog's heartbeat)."""
-        obs_l, rew_l, done_l, ep_done = [], [], [], np.zeros(self.n, bool)
-        for e, env in enumerate(self.envs):
+        outs = []
+        for e, copy in enumerate(self.copies):
             if on_copy is not None:
                 on_copy(e)
-            live = list(env.agents)
-            act = {}
-            for g in self.adapter.groups:
-                for j, a in enumerate(g.agents):
-                    if a in live:
-                        x = actions[g.name][e, j]
-                        act[a] = int(x) if g.discrete else np.clip(x, g.action_low, g.action_high)
-            obs, rew, term, trunc, _ = env.step(act)
-            done = {a: bool(term.get(a, False) or trunc.get(a, False)) or a not in live for a in self.adapter.agents}
-            if not env.agents or all(done.values()):
-                ep_done[e] = True
-                obs = env.reset(seed=self._next_seed())[0]
-            obs_l.append(obs)
-            rew_l.append(rew)
-            done_l.append(done)
-        reward = self._group(rew_l, 0.0, np.float32)
-        done = self._group(done_l, True, bool)
-        done = {k: d | ep_done[:, None] for k, d in done.items()}
-        return self._obs(obs_l), reward, done, ep_done
+            outs.append(copy.step({k: v[e] for k, v in actions.items()}))
+        obs, reward, done, ep_done = zip(*outs)
+        return self._stack(list(obs)), self._stack(list(reward)), self._stack(list(done)), np.array(ep_done, bool)

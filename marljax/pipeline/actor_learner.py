@@ -47,12 +47,14 @@ from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import learner_specs, mesh_layout, seed_keys, split_groups
 from marljax.parallel.placement import copy_to_devices, place
 from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
+from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.watchdog import ActorStuck, Heartbeats, stuck_message
 from marljax.types import Trajectory
 
 ASYNC_KEYS = (
     "policy_version", "staleness_mean", "staleness_max", "produced", "consumed", "dropped",
     "buffer_occupancy", "actor_wait_s", "learner_wait_s", "production_rate", "consumption_rate",
+    *EnvHealth.KEYS,
 )  # fmt: skip
 
 
@@ -99,6 +101,7 @@ class AsyncRun:
 
         self.learn = shard_learn(learn_local, mesh, learner_spec)  # donates the learner state
         self.samples_per_batch = config.num_steps * config.num_envs * S
+        self.health = EnvHealth()  # host env copies' failures, restarts, retirements (a new one every run)
 
     def to_learner_mesh(self, traj: Trajectory) -> Trajectory:
         """A batch from the host buffer placed on the learner mesh, as `learn` takes it."""
@@ -116,9 +119,14 @@ class AsyncRun:
         return jax.vmap(lambda k: jax.random.fold_in(k, ticket))(keys)
 
     def make_collector(self, i: int):
-        """Actor thread i's rollout maker: `.collect(params_on_its_device, ticket) -> Trajectory`."""
+        """Actor thread i's rollout maker: `.collect(params_on_its_device, ticket, version, min_version)
+        -> (Trajectory, the oldest policy version in it)`."""
         device = self.placement.actor_devices[i % len(self.placement.actor_devices)]
         keys = place(self.thread_keys(i), device)
+        if self.host and self.config.async_.stepping() == "independent":
+            from marljax.pipeline.host_copies import IndependentHostCollector
+
+            return IndependentHostCollector(self.config, self.env, self.host_policy, device, keys, i, self.health)
         if self.host:
             from marljax.pipeline.host_rollout import HostCollector
 
@@ -134,10 +142,13 @@ class AsyncRun:
     def _actor(self, i: int, buffer: TrajectoryBuffer, store: ParamStore, budget: int | None, errors: list,
                heart: Heartbeats) -> None:  # fmt: skip
         config = self.config
+        collector = None
         try:
             heart.beat(i, "setting up its environments")
             collector = self.make_collector(i)
-            collector.beat = lambda what: heart.beat(i, what)
+            collector.beat = lambda what, since=None: heart.beat(i, what, since)
+            collector.cancelled = lambda: buffer.closed
+            collector.newest = lambda: _on(store.newest(), collector.device)  # per-step refresh (host_copies.py)
             seq = 0
             while True:
                 heart.idle(i)
@@ -147,7 +158,10 @@ class AsyncRun:
                 version, params, waited = store.wait_for(min_version, exact=config.async_.deterministic)
                 buffer.record_actor_wait(waited)
                 heart.beat(i, f"the rollout of batch {ticket}")
-                traj = collector.collect(params[collector.device], ticket)
+                # a collector may carry env steps over from earlier batches: it returns the oldest
+                # version in the batch, never below min_version (host_copies.py)
+                traj, version = collector.collect(params[collector.device], ticket, version=version,
+                                                  min_version=min_version)  # fmt: skip
                 heart.idle(i)
                 for leaf in jax.tree.leaves(traj):
                     if isinstance(leaf, jax.Array):
@@ -155,10 +169,14 @@ class AsyncRun:
                 buffer.put(Stamped(traj, version, i, seq, ticket))
                 seq += 1
         except BufferClosed:
-            return
+            pass
         except BaseException as exc:  # noqa: BLE001 - surfaced in the main thread
             errors.append((i, exc, traceback.format_exc()))
             buffer.close(exc)
+        finally:
+            if collector is not None and hasattr(collector, "close"):
+                collector.close()  # waits for env copies in flight, beating: the watchdog names a hung one
+            heart.idle(i)
 
     # ------------------------------------------------------------------- driver
     def _next_batch(self, buffer: TrajectoryBuffer, heart: Heartbeats) -> Stamped:
@@ -172,6 +190,26 @@ class AsyncRun:
                 if stuck:
                     raise ActorStuck(stuck_message(stuck, limit)) from None
 
+    def _check_stuck(self, heart: Heartbeats) -> None:
+        limit = self.config.async_.actor_timeout_s
+        stuck = heart.stuck(limit)
+        if stuck:
+            raise ActorStuck(stuck_message(stuck, limit))
+
+    def _join(self, threads: list[threading.Thread], heart: Heartbeats, raise_stuck: bool) -> None:
+        """Join the actor threads. An actor still waiting on a hung env copy at the end of a clean run
+        fails it (ActorStuck) once the watchdog's limit is reached; otherwise hung threads are left
+        (daemons: they end with the process) and the others get 30 s."""
+        deadline = time.monotonic() + 30
+        for i, t in enumerate(threads):
+            while t.is_alive():
+                t.join(timeout=0.25)
+                stuck = heart.stuck(self.config.async_.actor_timeout_s)
+                if stuck and raise_stuck:
+                    raise ActorStuck(stuck_message(stuck, self.config.async_.actor_timeout_s))
+                if (stuck and i in {j for j, _, _ in stuck}) or (time.monotonic() > deadline and not raise_stuck):
+                    break
+
     def run(self, updates: int, on_chunk: Callable, chunk: int, stop: Callable[[], bool] | None = None) -> Any:
         """Run `updates` learner updates; every `chunk` of them call
         on_chunk(stacked metrics [S, n], wall seconds, async fields of the row, learner state).
@@ -181,6 +219,7 @@ class AsyncRun:
         store = ParamStore(keep=config.async_.max_staleness + 2)
         self._publish(store, 0, self.learner.params)
         budget = updates if config.async_.staleness_policy == "block" else None
+        self.health = EnvHealth()
         errors: list = []
         heart = Heartbeats()
         threads = [
@@ -195,6 +234,7 @@ class AsyncRun:
             from marljax.pipeline.recorder import TrajectoryRecorder
 
             recorder = TrajectoryRecorder(config.async_.record_trajectories)
+        clean = False
         pending: list[dict] = []
         staleness: list[int] = []
         last = buffer.stats()
@@ -212,6 +252,7 @@ class AsyncRun:
                                   learner_version=learner_version)  # fmt: skip
                     recorder.append(batch.data, stamps)
                 self.learner, metrics = self.learn(self.learner, self.to_learner_mesh(batch.data))
+                self._check_stuck(heart)  # an env copy may hang while the other copies keep the learner fed
                 version = buffer.finish_update()
                 self._publish(store, version, self.learner.params)
                 pending.append(metrics)
@@ -219,20 +260,19 @@ class AsyncRun:
                 if len(pending) == chunk or u == updates - 1 or stopping:
                     stacked = jax.tree.map(lambda *xs: np.stack(xs, axis=1), *jax.device_get(pending))
                     now, wall = buffer.stats(), time.perf_counter() - t_chunk
-                    row = async_row(now, last, staleness, wall, self.samples_per_batch)
+                    row = async_row(now, last, staleness, wall, self.samples_per_batch, self.health.snapshot())
                     on_chunk(stacked, wall, row, self.learner)
                     pending, staleness, last, t_chunk = [], [], now, time.perf_counter()
                 if stopping:
                     break
+            clean = not (stop is not None and stop())
         except BaseException as exc:
             buffer.close(exc)
             raise
         finally:
             buffer.close()
             store.close()
-            stuck = {i for i, _, _ in heart.stuck(config.async_.actor_timeout_s)}
-            for i, t in enumerate(threads):
-                t.join(timeout=0 if i in stuck else 30)  # a hung thread is a daemon: it ends with the process
+            self._join(threads, heart, raise_stuck=clean and not errors)
         if errors:
             i, exc, tb = errors[0]
             raise ActorFailed(f"actor thread {i} failed: {type(exc).__name__}: {exc}\n{tb}") from exc
@@ -255,14 +295,22 @@ class _JaxCollector:
         self.runner, self.device, self.keys = runner, device, keys
         self.actors = runner.actor_init(keys)
 
-    def collect(self, params, ticket: int) -> Trajectory:
+    def collect(self, params, ticket: int, version: int = 0, min_version: int = 0) -> tuple[Trajectory, int]:
+        """(the rollout of batch `ticket` with `params`, their version)."""
         self.actors, traj = self.runner.collect(params, self.actors, self.runner.step_keys(self.keys, ticket))
-        return traj
+        return traj, version
 
 
-def async_row(now, last, staleness: list[int], wall: float, samples_per_batch: int) -> dict:
-    """The async fields of one metrics row (counters cumulative; rates and staleness over the chunk)."""
+def _on(newest: tuple[int, dict], device) -> tuple[int, Any]:
+    """(version, params on `device`) from the store's newest entry (params by device)."""
+    return newest[0], newest[1][device]
+
+
+def async_row(now, last, staleness: list[int], wall: float, samples_per_batch: int, env: dict | None = None) -> dict:
+    """The async fields of one metrics row (counters cumulative; rates and staleness over the chunk;
+    `env`: the host env copies' failure counters, zero for JAX envs)."""
     return {
+        **(env if env is not None else dict.fromkeys(EnvHealth.KEYS, 0)),
         "policy_version": now.version,
         "staleness_mean": float(np.mean(staleness)) if staleness else None,
         "staleness_max": int(max(staleness)) if staleness else None,

@@ -240,6 +240,14 @@ class ParamStore:
                     raise TimeoutError(f"no parameters of version >= {min_version}")
                 self._cond.wait(left)
 
+    def newest(self) -> tuple[int, Any]:
+        """(version, params) of the newest published parameters, without waiting."""
+        with self._cond:
+            if self._closed:
+                raise BufferClosed("parameter store closed")
+            version = next(reversed(self._params))
+            return version, self._params[version]
+
     def close(self) -> None:
         with self._cond:
             self._closed = True

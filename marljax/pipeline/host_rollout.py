@@ -46,7 +46,8 @@ class HostCollector:
         out = self.step_fn(params, put(self.obs), put(self.reset), put(self.hidden), key)
         return jax.device_get(out)
 
-    def collect(self, params, ticket: int) -> Trajectory:
+    def collect(self, params, ticket: int, version: int = 0, min_version: int = 0) -> tuple[Trajectory, int]:
+        """(the rollout of batch `ticket`, every step with `params`, their version)."""
         groups, S, E, T = self.adapter.groups, self.S, self.E, self.T
         key = _fold(self.keys, ticket)
         steps = {g.name: {f: [] for f in ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")}
@@ -97,7 +98,8 @@ class HostCollector:
             for g in groups
         }
         last_value = {g.name: np.asarray(last[g.name][2]) for g in groups}
-        return Trajectory(batch, last_value, EpisodeStats(return_sum, length_sum, count, np.zeros(S, np.float32)))  # host envs: no win condition
+        stats = EpisodeStats(return_sum, length_sum, count, np.zeros(S, np.float32))  # host envs: no win condition
+        return Trajectory(batch, last_value, stats), version
 
 
 _fold = jax.jit(jax.vmap(jax.random.fold_in, (0, None)))  # [S, 2] keys, one int -> [S, 2]

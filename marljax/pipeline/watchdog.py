@@ -24,10 +24,12 @@ class Heartbeats:
         self._lock = threading.Lock()
         self._busy: dict[int, tuple[float, str]] = {}  # actor -> (since, what)
 
-    def beat(self, actor: int, what: str) -> None:
-        """Actor `actor` starts `what` now (and finished whatever it did before)."""
+    def beat(self, actor: int, what: str, since: float | None = None) -> None:
+        """Actor `actor` is on `what`, started at `since` (time.monotonic(); default now), and
+        finished whatever it did before. A collector that waits on several env copies beats its
+        oldest unanswered one, with the time it was sent."""
         with self._lock:
-            self._busy[actor] = (time.monotonic(), what)
+            self._busy[actor] = (time.monotonic() if since is None else since, what)
 
     def idle(self, actor: int) -> None:
         """Actor `actor` waits on the pipeline: not its fault if nothing comes."""

@@ -25,6 +25,7 @@ from marljax.files import DirectoryLock, check_writable_dir, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
+from marljax.pipeline.env_workers import EnvHealth
 from marljax.train.records import config_yaml
 from marljax.train.marl_eval_run import write_run_marl_eval
 from marljax.train.trackers import Trackers
@@ -344,7 +345,8 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
         chunks = _ChunkLog(config, env, checkpointer, rows, start, metrics_path, evaluator, on_row)
 
         def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
-            counters = _add_counters(before, {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason")})
+            counters = _add_counters(before, {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason",
+                                                                     *EnvHealth.KEYS)})  # fmt: skip
             chunks.record(
                 metrics, int(np.shape(metrics["lr"])[1]), wall, learner, learner.params,
                 extra={**extra, **counters, "policy_version": start + extra["policy_version"]},
@@ -375,7 +377,7 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
 
 def _add_counters(before: dict, now: dict) -> dict:
     """Async buffer counters of the sessions before a resume plus this session's."""
-    out = {k: before.get(k, 0) + now[k] for k in ("produced", "consumed", "dropped")}
+    out = {k: before.get(k, 0) + now[k] for k in ("produced", "consumed", "dropped", *EnvHealth.KEYS)}
     reasons = dict(before.get("dropped_by_reason", {}))
     for reason, n in now["dropped_by_reason"].items():
         reasons[reason] = reasons.get(reason, 0) + n

@@ -1,0 +1,357 @@
+"""Host env copies that never wait for each other (`async.host_stepping=independent`).
+
+A batch is [T steps x E envs] per seed; each of its E columns must be T consecutive steps of ONE
+copy (GAE runs along a column and bootstraps from its end). Here a column is a *segment*: every
+copy steps on its own worker thread (env_workers.py) at its own pace and cuts its stream of
+steps into T-step segments; a seed's batch takes the first E segments its copies finish, from
+whichever copies finish them. A fast copy fills several columns while a slow one fills none, so
+one slow copy delays only its own trajectory, and a copy that fails loses only its own segment.
+(The alternative, each copy filling its own column and the batch waiting for all of them, lets
+the slowest copy set the pace: 1 copy in 8 at 10x the cost would cost about half the rate.)
+
+The policy forward is batched over whichever copies are ready: one jitted call on every copy's
+current observation (fixed shapes, no recompiling), whose outputs are used for the ready ones.
+After the first answer of a round the collector waits a little for copies expected back within
+about one policy call (each copy's own step time is tracked), so that equal copies still share
+one forward, while a straggler is not waited for.
+
+Policy versions: a segment may span batches (a copy is part-way through one when a batch
+completes), and each step uses the newest published parameters (`newest`, refreshed every
+policy call). A segment's version is that of its first step, and a batch's the oldest of its
+segments. At the start of a batch, carried segments older than max(min_version, version - K)
+are discarded (counted in `env_steps_discarded`; the copy goes on from where it is), so the
+staleness bound holds by construction as before, and a copy too slow to finish a segment within
+K versions contributes no steps.
+
+Failures: a copy whose `reset`/`step` raises, or whose step takes longer than
+`async.env_step_timeout_s`, has failed: its unfinished segment is discarded and its episode
+dropped (no return is reported for it), and it is restarted from a fresh reset (after a timeout,
+on a fresh env and worker: the stuck one is abandoned). At `async.max_env_failures` failures in a
+row (a finished episode ends the row) it is retired; when fewer than `async.min_env_copies`
+copies of one seed remain, the actor fails with a message saying so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from marljax.envs.host import HostCopy
+from marljax.parallel.placement import place
+from marljax.pipeline.buffer import BufferClosed
+from marljax.pipeline.env_workers import Answer, CopyWorker, EnvHealth
+from marljax.types import EpisodeStats, GroupBatch, Trajectory
+
+FIELDS = ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")
+WAIT_SLICE_S = 0.25  # the longest single wait for an answer: timeouts and heartbeats are checked between
+
+
+class EnvCopiesExhausted(RuntimeError):
+    """Too few host env copies of one seed are left to fill a batch."""
+
+
+class Segment(NamedTuple):
+    steps: list[dict]  # T steps: field -> group -> array of that step
+    last_value: dict  # group -> [A_g]: the value of the observation after the last step
+    version: int  # the policy version of its first step
+
+
+class _Copy:
+    """The collector's view of one env copy (only the actor thread touches it)."""
+
+    def __init__(self, index: int, worker: CopyWorker):
+        self.index, self.worker = index, worker
+        self.ready = False  # its observation is current and it waits for an action
+        self.busy_since: float | None = None  # monotonic time of the command in flight
+        self.busy_what = ""
+        self.pending: dict | None = None  # the step in flight: obs, action, ... (reward and done to come)
+        self.segment: list[dict] = []
+        self.segment_version = 0
+        self.step_s: float | None = None  # moving average of its step time
+        self.failures_in_a_row = 0
+        self.retired = False
+        self.steps = 0
+        self.ep_return: np.ndarray | None = None
+        self.ep_length = 0
+
+
+class IndependentHostCollector:
+    beat: Callable[..., None] = staticmethod(lambda what, since=None: None)  # set by the actor thread (watchdog.py)
+    newest: Callable[[], tuple[int, Any]] | None = None  # set by the actor thread: (version, params on this device)
+    cancelled: Callable[[], bool] = staticmethod(lambda: False)  # set by the actor thread: the pipeline is closing
+
+    def __init__(self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int, health: EnvHealth):
+        """policy_step: jitted, seed-vmapped `Trainer.policy_step`, shared by the threads."""
+        a = config.async_
+        self.config, self.adapter, self.device, self.health = config, adapter, device, health
+        self.S, self.E, self.T = config.num_seeds, config.num_envs, config.num_steps
+        self.K, self.timeout_s = a.max_staleness, a.env_step_timeout_s
+        self.max_failures, self.min_copies = a.max_env_failures, a.min_env_copies
+        self.thread_index, self.keys, self.step_fn = thread_index, keys, policy_step
+        self.groups, self.rnn = adapter.groups, config.recurrent
+        n = self.S * self.E
+        self.answers: queue.SimpleQueue = queue.SimpleQueue()
+        self.obs = {g.name: np.zeros((n, g.size) + g.obs_shape, np.float32) for g in self.groups}
+        self.reset_flags = {g.name: np.ones((n, g.size), bool) for g in self.groups}
+        self.hidden = {g.name: np.zeros((n, g.size, config.gru_hidden_size), np.float32) for g in self.groups}
+        self.finished: list[list[Segment]] = [[] for _ in range(self.S)]  # finished, not yet in a batch
+        self.policy_s = 0.001  # moving average of one policy call
+        base = config.seed * 1000 + thread_index
+        self._seeds = [itertools.count((base * 4099 + c) * 1_000_003 + 1) for c in range(n)]
+        self.copies: list[_Copy] = []
+        for c in range(n):  # made here, in order (copy c is the c-th env made), then reset on their workers
+            worker = self._worker(c, 0)
+            worker.env = HostCopy(adapter, adapter.make_one(), worker.next_seed)
+            self.copies.append(_Copy(c, worker))
+        for copy in self.copies:
+            self._send_reset(copy)
+
+    # ------------------------------------------------------------------ copies
+    def _worker(self, c: int, incarnation: int) -> CopyWorker:
+        return CopyWorker(c, incarnation, self.adapter, lambda: next(self._seeds[c]), self.answers,
+                          name=f"actor{self.thread_index}-env{c}")  # fmt: skip
+
+    def _send_reset(self, copy: _Copy) -> None:
+        copy.ready, copy.pending, copy.segment = False, None, []
+        copy.ep_return, copy.ep_length = np.zeros(self.adapter.num_agents, np.float32), 0
+        copy.busy_since, copy.busy_what = time.monotonic(), f"reset of host env copy {copy.index}"
+        copy.worker.reset()
+
+    def _fail(self, copy: _Copy, why: str, hung: bool = False) -> None:
+        """Count the failure, drop the copy's unfinished segment and episode; restart or retire it."""
+        self.health.add("env_failures", error=f"host env copy {copy.index} of actor thread {self.thread_index}: {why}")
+        self.health.add("env_steps_discarded", len(copy.segment) + (copy.pending is not None))
+        copy.failures_in_a_row += 1
+        if hung:  # the stuck worker is abandoned (see env_workers.py); a fresh env on a fresh worker replaces it
+            copy.worker = self._worker(copy.index, copy.worker.incarnation + 1)
+        if copy.failures_in_a_row >= self.max_failures:
+            copy.retired, copy.ready, copy.busy_since, copy.pending, copy.segment = True, False, None, None, []
+            copy.worker.stop()
+            self.health.add("env_retired")
+            self._check_enough_copies()
+            return
+        self.health.add("env_restarts")
+        self._send_reset(copy)
+
+    def _check_enough_copies(self) -> None:
+        for s in range(self.S):
+            live = sum(not c.retired for c in self.copies[s * self.E:(s + 1) * self.E])
+            if live < self.min_copies:
+                raise EnvCopiesExhausted(
+                    f"actor thread {self.thread_index}: {live} of {self.E} host env copies of seed {s} are left, fewer than "
+                    f"async.min_env_copies={self.min_copies}; the others were retired after async.max_env_failures="
+                    f"{self.max_failures} failures in a row each. Last failure: {self.health.last_error}")  # fmt: skip
+
+    # ------------------------------------------------------------------ answers
+    def _take(self, ans: Answer, stats: dict) -> None:
+        copy = self.copies[ans.copy]
+        if ans.incarnation != copy.worker.incarnation or copy.retired:
+            return  # an abandoned worker's late answer
+        copy.busy_since = None
+        if ans.error is not None:
+            self._fail(copy, f"{ans.kind} raised {type(ans.error).__name__}: {ans.error}")
+            return
+        if ans.kind == "reset":
+            self._set_obs(copy, ans.value, {g.name: np.ones(g.size, bool) for g in self.groups})
+            self.hidden_zero(copy.index)
+            return
+        obs, reward, done, ep_done = ans.value
+        copy.step_s = ans.seconds if copy.step_s is None else 0.8 * copy.step_s + 0.2 * ans.seconds
+        copy.steps += 1
+        step = copy.pending
+        copy.pending = None
+        if step is not None:  # None: a step of a segment discarded as stale while it was in flight
+            step["reward"], step["done"] = reward, done
+            if not copy.segment:
+                copy.segment_version = step.pop("version")
+            else:
+                step.pop("version")
+            copy.segment.append(step)
+        else:
+            self.health.add("env_steps_discarded")
+        copy.ep_return += np.concatenate([reward[g.name] for g in self.groups])
+        copy.ep_length += 1
+        if ep_done:
+            s = copy.index // self.E
+            stats["return"][s] += copy.ep_return
+            stats["length"][s] += copy.ep_length
+            stats["count"][s] += 1
+            copy.ep_return[:], copy.ep_length, copy.failures_in_a_row = 0.0, 0, 0
+        self._set_obs(copy, obs, done)
+
+    def hidden_zero(self, c: int) -> None:
+        for g in self.groups:
+            self.hidden[g.name][c] = 0.0
+
+    def _set_obs(self, copy: _Copy, obs: dict, reset: dict) -> None:
+        for g in self.groups:
+            self.obs[g.name][copy.index] = obs[g.name]
+            self.reset_flags[g.name][copy.index] = reset[g.name]
+        copy.ready = True
+
+    def _gather(self, stats: dict, ticket: int) -> None:
+        """Wait for the first answer, then for copies expected back within about one policy call."""
+        first = True
+        while True:
+            busy = [c for c in self.copies if c.busy_since is not None]
+            if not busy:
+                return
+            if self.cancelled():
+                raise BufferClosed("the pipeline is closing")
+            self._check_timeouts(busy)
+            oldest = min(busy, key=lambda c: c.busy_since)
+            self.beat(f"{oldest.busy_what} (step {oldest.steps} of the copy, batch {ticket})", since=oldest.busy_since)
+            now = time.monotonic()
+            if first:
+                wait = WAIT_SLICE_S
+            else:
+                soon = [c.busy_since + 1.5 * (c.step_s or 0.0) for c in busy]
+                soon = [t for t in soon if t <= now + self.policy_s]
+                if not soon:
+                    return
+                wait = max(0.0, max(soon) - now)
+            try:
+                self._take(self.answers.get(timeout=wait), stats)
+                first = False
+            except queue.Empty:
+                if not first:
+                    return
+            while True:  # everything already answered, without waiting
+                try:
+                    self._take(self.answers.get_nowait(), stats)
+                    first = False
+                except queue.Empty:
+                    break
+
+    def _check_timeouts(self, busy: list[_Copy]) -> None:
+        if not self.timeout_s:
+            return
+        now = time.monotonic()
+        for copy in busy:
+            if copy.busy_since is not None and now - copy.busy_since > self.timeout_s:
+                copy.busy_since = None
+                self._fail(copy, f"{copy.busy_what} took longer than async.env_step_timeout_s={self.timeout_s:g}", hung=True)
+
+    # ------------------------------------------------------------------ a batch
+    def _discard_stale(self, keep_from: int) -> None:
+        """Drop carried segments older than `keep_from` (the staleness bound); copies go on."""
+        for s in range(self.S):
+            old = [seg for seg in self.finished[s] if seg.version < keep_from]
+            self.finished[s] = [seg for seg in self.finished[s] if seg.version >= keep_from]
+            self.health.add("env_steps_discarded", self.T * len(old))
+        for copy in self.copies:
+            if copy.segment and copy.segment_version < keep_from:
+                self.health.add("env_steps_discarded", len(copy.segment))
+                copy.segment = []
+            if copy.pending is not None and copy.pending["version"] < keep_from:
+                copy.pending = None  # counted when its answer comes
+
+    def _policy(self, params, key) -> dict:
+        t0 = time.perf_counter()
+        split = lambda tree: {k: place(v.reshape((self.S, self.E) + v.shape[1:]), self.device)  # noqa: E731
+                              for k, v in tree.items()}  # fmt: skip
+        hidden = split(self.hidden) if self.rnn else {}
+        out = jax.device_get(self.step_fn(params, split(self.obs), split(self.reset_flags), hidden, key))
+        self.policy_s = 0.8 * self.policy_s + 0.2 * (time.perf_counter() - t0)
+        flat = lambda x: np.reshape(x, (self.S * self.E,) + np.shape(x)[2:]) if np.ndim(x) >= 2 else x  # noqa: E731
+        return {g: tuple(flat(x) for x in out[g]) for g in out}  # [S*E, ...]; a feed-forward net's hidden is a stub
+
+    def collect(self, params, ticket: int, version: int = 0, min_version: int = 0) -> tuple[Trajectory, int]:
+        """(a batch of E segments per seed, the oldest policy version in it)."""
+        self._discard_stale(max(min_version, version - self.K))
+        S, E, T = self.S, self.E, self.T
+        stats = {"return": np.zeros((S, self.adapter.num_agents), np.float32), "length": np.zeros(S, np.float32),
+                 "count": np.zeros(S, np.float32)}  # fmt: skip
+        key = _fold(self.keys, ticket)
+        for tick in itertools.count():
+            if all(len(self.finished[s]) >= E for s in range(S)):
+                break
+            self._check_enough_copies()
+            ready = [c for c in self.copies if c.ready and len(self.finished[c.index // E]) < E]
+            if ready:
+                v, p = self.newest() if self.newest is not None else (version, params)
+                v = max(v, version)
+                self.beat(f"the policy step of batch {ticket}")
+                out = self._policy(p, _fold(key, tick))
+                for copy in ready:
+                    self._act(copy, out, v)
+            self._gather(stats, ticket)
+        batch, oldest = self._assemble()
+        self.beat(f"the rollout of batch {ticket}")
+        return Trajectory(batch[0], batch[1], EpisodeStats(stats["return"], stats["length"], stats["count"],
+                                                           np.zeros(S, np.float32))), oldest  # fmt: skip
+
+    def _act(self, copy: _Copy, out: dict, version: int) -> None:
+        """Close the copy's segment if it is T steps long; then send the copy its next action."""
+        c, s = copy.index, copy.index // self.E
+        if len(copy.segment) == self.T:
+            last_value = {g: out[g][2][c] for g in out}
+            self.finished[s].append(Segment(copy.segment, last_value, copy.segment_version))
+            copy.segment = []
+            if len(self.finished[s]) >= self.E:
+                return  # this seed's batch is full: the copy waits, its observation current
+        step = {"version": version}
+        for g in self.groups:
+            action, logp, value, h = out[g.name]
+            rec = {"obs": self.obs[g.name][c].copy(), "action": action[c], "logp": logp[c], "value": value[c]}
+            if self.rnn:
+                rec["reset"], rec["hidden"] = self.reset_flags[g.name][c].copy(), self.hidden[g.name][c].copy()
+                self.hidden[g.name][c] = h[c]
+            for k, x in rec.items():
+                step.setdefault(k, {})[g.name] = x
+        copy.pending, copy.ready = step, False
+        copy.busy_since, copy.busy_what = time.monotonic(), f"env.step of host env copy {c}"
+        copy.worker.step({g.name: out[g.name][0][c] for g in self.groups})
+
+    def _assemble(self) -> tuple[tuple[dict, dict], int]:
+        """The first E finished segments of every seed -> (batch, last_value) arrays [S, T, E, ...]."""
+        S, E = self.S, self.E
+        used = [self.finished[s][:E] for s in range(S)]
+        self.finished = [self.finished[s][E:] for s in range(S)]
+        fields = FIELDS if self.rnn else FIELDS[:6]
+
+        def stack(field: str, g: str) -> np.ndarray:  # [S, T, E, ...]
+            return np.stack([np.stack([np.stack([st[field][g] for st in seg.steps]) for seg in segs], axis=1)
+                             for segs in used])  # fmt: skip
+
+        batch = {
+            g.name: GroupBatch(**{f: stack(f, g.name) for f in fields}, mask=None, world=None,
+                               **({} if self.rnn else {"reset": None, "hidden": None}))  # fmt: skip
+            for g in self.groups
+        }
+        last_value = {g.name: np.stack([np.stack([seg.last_value[g.name] for seg in segs]) for segs in used])
+                      for g in self.groups}  # fmt: skip
+        return (batch, last_value), min(seg.version for segs in used for seg in segs)
+
+    # ------------------------------------------------------------------ shutdown
+    def close(self) -> None:
+        """Wait for the commands in flight (beating, so that the watchdog names a hung copy), then
+        stop the workers. A copy is given up on after env_step_timeout_s, or 5 s after the watchdog
+        has had its chance (actor_timeout_s; 0 waits forever, as the watchdog does)."""
+        limit = self.timeout_s or (self.config.async_.actor_timeout_s + 5.0 if self.config.async_.actor_timeout_s else 0.0)
+        while True:
+            busy = [c for c in self.copies if c.busy_since is not None and not c.retired]
+            if not busy:
+                break
+            oldest = min(busy, key=lambda c: c.busy_since)
+            self.beat(f"{oldest.busy_what} (step {oldest.steps} of the copy, at the end of the run)", since=oldest.busy_since)
+            if limit and time.monotonic() - oldest.busy_since > limit:
+                oldest.busy_since = None  # abandoned: the run is over, nothing to restart
+                continue
+            try:
+                ans = self.answers.get(timeout=WAIT_SLICE_S)
+            except queue.Empty:
+                continue
+            copy = self.copies[ans.copy]
+            if ans.incarnation == copy.worker.incarnation:
+                copy.busy_since = None
+        for copy in self.copies:
+            copy.worker.stop()
+
+
+_fold = jax.jit(jax.vmap(jax.random.fold_in, (0, None)))  # [S, 2] keys, one int -> [S, 2]
