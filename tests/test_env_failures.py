@@ -42,7 +42,9 @@ def test_copies_that_raise_are_restarted_and_counted(tmp_path):
 def test_a_hung_copy_fails_after_env_step_timeout_and_is_replaced(tmp_path):
     flag = tmp_path / "hung"
     res = _run(tmp_path, [f"env_kwargs.hang_flag={flag}", "env_kwargs.hang_at=12", "env_kwargs.hang_s=60",
-                          "async.env_step_timeout_s=1", "async.actor_timeout_s=30"])  # fmt: skip
+                          "async.env_step_timeout_s=5", "async.actor_timeout_s=30"])  # fmt: skip
+    # 5 s: far beyond a normal step (~1 ms) even on a loaded machine (at 1 s a second, slow step was
+    # once timed out under a load of 7 on 2 cores), far below the 60 s hang
     _exact(res.rows)
     assert flag.exists(), "no copy reached the hang"
     last = res.rows[-1]
