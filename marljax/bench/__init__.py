@@ -5,6 +5,8 @@
     env_only.py    the rollout ceiling: the same environments stepped with random actions
     swap.py        the agent-parallel swap between learning and acting layouts (mesh.agent > 1)
     pipeline.py    `marljax bench mode=async`: generation, learning, the sync and async loops
+    target.py      `marljax bench-target`: wall-clock time (compile included) until the training
+                   return first reaches a target, stopping the run there
     checkpoint.py  `marljax bench-checkpoint`: periodic checkpoints vs only the final one
     sweep.py       `marljax bench-sweep`: one vmapped sweep program vs its runs one by one
     measure.py     timing, XLA's FLOP count, the matmul peak, peak memory
