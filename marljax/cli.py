@@ -142,7 +142,7 @@ def config_help(command: str, algo: str) -> str:
 
     schema = algorithm_schema(algo)
     lines = [
-        f"usage: marljax {command} [CONFIG.yaml] [key=value ...]",
+        f"usage: marljax {command} [CONFIG.yaml] [key=value ...]" + (" [target=R]" if command == "bench-target" else ""),
         "",
         CONFIG_COMMANDS[command],
         f"Settings of algo={algo} ({schema.summary}), with its defaults; `algo=NAME --help` shows another's.",
