@@ -215,10 +215,11 @@ def make_train(
         world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)
         last_value = {}
         for g in groups:  # bootstrap: the value of the observation after the last step
-            _, v, _ = evaluate(
-                params, g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
-                actors.hidden.get(g.name), actors.reset[g.name], world,
-            )  # fmt: skip
+            with jax.named_scope("policy"):
+                _, v, _ = evaluate(
+                    params, g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
+                    actors.hidden.get(g.name), actors.reset[g.name], world,
+                )  # fmt: skip
             last_value[g.name] = v.reshape(E_act, g.size)
         return actors, Trajectory(batch, last_value, stats)
 
@@ -260,7 +261,8 @@ def make_train(
 
     def minibatch_step(params, opt_state, minibatch, hp: HParams, lr: Array):
         """One gradient step on one minibatch (group -> (GroupBatch, adv, target, weight|None), leaves [L, E, A_g, ...])."""
-        (_, parts), grads = grad_fn(params, minibatch, hp)
+        with jax.named_scope("forward_backward"):
+            (_, parts), grads = grad_fn(params, minibatch, hp)
         params, opt_state, grad_norm = descend(layout, split, params, opt_state, grads, lr, hp)
         return (params, opt_state), (parts, grad_norm)
 
@@ -288,11 +290,13 @@ def make_train(
         per_agent = {
             g.name: (traj.batch[g.name]._replace(world=None), traj.last_value[g.name][None]) for g in groups
         }
-        per_agent, world_traj = layout.to_learning(per_agent, traj.batch[groups[0].name].world)
+        with jax.named_scope("swap"):
+            per_agent, world_traj = layout.to_learning(per_agent, traj.batch[groups[0].name].world)
         data = {}
         for g in groups:
             b, last_value = per_agent[g.name]
-            data[g.name] = advantages(learner.params, b._replace(world=world_traj), last_value[0], g, hp)
+            with jax.named_scope("gae"):
+                data[g.name] = advantages(learner.params, b._replace(world=world_traj), last_value[0], g, hp)
 
         lr = learning_rate(config, learner)
         step = lambda c, minibatch: minibatch_step(*c, minibatch, hp, lr)  # noqa: E731

@@ -55,8 +55,9 @@ def learning_rate(config: Config, learner: LearnerState) -> Array:
 def descend(layout: Layout, split: frozenset[str], params, opt_state, grads, lr: Array, hp: HParams):
     """One descent step: gradients reduced over the mesh (`split`: the groups whose sets are split
     over `agent`), clipped to `max_grad_norm`, Adam. -> (params, opt_state, grad_norm [])."""
-    grads, grad_norm = layout.reduce_grads(grads, split)
-    params, opt_state = ops.descend(params, opt_state, grads, grad_norm, ADAM, lr, hp["max_grad_norm"])
+    with jax.named_scope("optimizer"):  # a label for profiles (experiments/profile_chunk.py)
+        grads, grad_norm = layout.reduce_grads(grads, split)
+        params, opt_state = ops.descend(params, opt_state, grads, grad_norm, ADAM, lr, hp["max_grad_norm"])
     return params, opt_state, grad_norm
 
 
@@ -104,7 +105,9 @@ class Minibatches:
         `minibatches(key_e)` (leaves [M, ...]). -> (carry, aux leaves [epochs, M, ...])."""
 
         def epoch(carry, key_e):
-            return jax.lax.scan(step, carry, minibatches(key_e))
+            with jax.named_scope("shuffle"):
+                data = minibatches(key_e)
+            return jax.lax.scan(step, carry, data)
 
         return jax.lax.scan(epoch, carry, jax.random.split(key, self.epochs))
 

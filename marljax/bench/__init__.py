@@ -6,6 +6,8 @@
     swap.py        the agent-parallel swap between learning and acting layouts (mesh.agent > 1)
     pipeline.py    `marljax bench mode=async`: generation, learning, the sync (same threads) and async loops
     stragglers.py  `python -m marljax.bench.stragglers`: host env copies with a 10x straggler, per host_stepping
+    target.py      `marljax bench-target`: wall-clock time (compile included) until the training
+                   return first reaches a target, stopping the run there
     checkpoint.py  `marljax bench-checkpoint`: periodic checkpoints vs only the final one
     sweep.py       `marljax bench-sweep`: one vmapped sweep program vs its runs one by one
     measure.py     timing, XLA's FLOP count, the matmul peak, peak memory

@@ -1,0 +1,55 @@
+"""`marljax bench-target`: stops at the chunk that reaches the target, reports figures that agree
+with metrics.jsonl, and fails clearly when the budget runs out or the target is bad."""
+
+import json
+
+import pytest
+
+from marljax.bench.target import TargetNotReached, default_target, run_target_bench, split_target
+from marljax.cli import main
+from marljax.config import ConfigError, load_config
+
+# 4 chunks of one update, 4 envs x 32 steps: MPE's 25-step episodes end in every chunk
+TINY = ["num_envs=4", "num_steps=32", "total_timesteps=512", "num_chunks=4", "num_seeds=2"]
+
+
+def test_stops_at_the_first_chunk_that_reaches_the_target(tmp_path):
+    config = load_config(None, [*TINY, f"out_dir={tmp_path / 'run'}"])
+    lines: list[str] = []
+    result = run_target_bench(config, target=-1e4, log=lines.append)  # any return reaches it
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and result["chunks"] == 1  # stopped after the first of 4 chunks
+    assert result["env_steps"] == rows[0]["env_steps"] == 128
+    assert result["env_steps_all_seeds"] == 256
+    assert result["return"] == pytest.approx(sum(rows[0]["return_per_seed"]) / 2)
+    assert result["curve"] == [[128, result["wall_s"], result["return"]]]
+    assert 0 < result["compile_s"] < result["wall_s"]
+    assert json.loads(lines[-1]) == result  # the JSON line comes last
+
+
+def test_a_target_not_reached_within_the_budget_is_a_clear_error(tmp_path):
+    config = load_config(None, [*TINY, "num_chunks=2", f"out_dir={tmp_path / 'run'}"])
+    with pytest.raises(TargetNotReached, match=r"target=1e\+06 not reached within total_timesteps=512 .*best -?\d"):
+        run_target_bench(config, target=1e6, log=lambda line: None)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["target=abc"], "target: expected a number"),
+        (["target=nan"], "target: expected a finite number"),
+        (["env=MPE_simple_tag_v3"], "target: no default target for env=MPE_simple_tag_v3"),
+    ],
+)
+def test_bad_targets_are_refused_before_compiling(args, message, capsys):
+    assert main(["bench-target", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_default_targets():
+    assert default_target(load_config(None, [])) == -20.3
+    smax = load_config(None, ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"])
+    assert default_target(smax) == 1.8
+    assert split_target(["num_envs=8", "target=-19.5"]) == (-19.5, ["num_envs=8"])
+    with pytest.raises(ConfigError, match="target"):
+        split_target(["target=inf"])
