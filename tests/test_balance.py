@@ -112,16 +112,29 @@ def test_rate_balance_drops_fewer_batches_than_off():
     assert rate["drop_share"] < off["drop_share"] / 2, (off, rate)
 
 
-def test_deterministic_mode_ignores_balance_bitwise(tmp_path):
-    from marljax.train.loop import train
-    from tests._trees import NOT_NUMBERS
+def test_deterministic_mode_ignores_balance_bitwise():
+    """One runner (compiled once) from the same initial state, run with balance=off and =rate."""
+    from marljax.config import replace
+    from marljax.pipeline.actor_learner import AsyncRun
+    from marljax.train.wiring import make_adapter, make_trainer
 
-    base = ["mode=async", "num_envs=8", "num_steps=16", "total_timesteps=1024", "num_chunks=2", "progress=false",
-            "plot=false", "async.deterministic=true", "async.max_staleness=2"]  # fmt: skip
-    runs = [train(load_config(None, base + [f"async.balance={b}", f"out_dir={tmp_path / b}"]), log=lambda s: None)
-            for b in ("off", "rate")]  # fmt: skip
-    rows = [[{k: v for k, v in r.items() if k not in NOT_NUMBERS} for r in res.rows] for res in runs]
-    assert rows[0] == rows[1]
-    assert all(r["active_actors"] == 1 and r["batch_window"] is None for r in runs[1].rows)  # the controller never ran
-    for x, y in zip(jax.tree.leaves(jax.device_get(runs[0].state.learner)), jax.tree.leaves(jax.device_get(runs[1].state.learner))):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    base = load_config(None, ["mode=async", "num_envs=8", "num_steps=16", "async.deterministic=true",
+                              "async.max_staleness=2"])  # fmt: skip
+    runner = AsyncRun(base, make_adapter(base), make_trainer, log=lambda s: None)
+    initial = jax.device_get(runner.learner)  # the learner state is donated: keep a host copy
+    sharding = jax.tree.map(lambda x: x.sharding, runner.learner)
+    out = {}
+    for balance in ("off", "rate"):
+        runner.config = replace(base, **{"async": {"balance": balance}})
+        runner.learner = jax.device_put(initial, sharding)
+        rows: list = []
+        runner.run(8, lambda m, wall, row, learner: rows.append((jax.device_get(m), row)), chunk=4)
+        out[balance] = (rows, jax.device_get(runner.learner))
+    (rows_off, learner_off), (rows_rate, learner_rate) = out["off"], out["rate"]
+    for (m_off, row_off), (m_rate, row_rate) in zip(rows_off, rows_rate, strict=True):
+        jax.tree.map(np.testing.assert_array_equal, m_off, m_rate)
+        assert row_off["staleness_mean"] == row_rate["staleness_mean"]  # the same fixed lag
+        assert row_rate["active_actors"] == 1 and row_rate["batch_window"] is None  # the controller never ran
+        assert row_rate["balance_target"] is None
+    assert rows_rate[-1][1]["staleness_mean"] == 2.0  # after the first K batches every one is K old
+    jax.tree.map(np.testing.assert_array_equal, learner_off, learner_rate)

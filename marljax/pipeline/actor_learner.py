@@ -157,7 +157,7 @@ class AsyncRun:
             while True:
                 heart.idle(i)
                 if throttle is not None:
-                    throttle.wait_turn(i)  # balance=rate: paused or held by the window between batches, holding no ticket
+                    throttle.wait_turn(i)  # balance=rate: paused, or held by the window, holding no ticket
                 ticket, min_version = buffer.start()
                 if budget is not None and ticket >= budget:
                     return  # block mode: every update's batch is spoken for

@@ -124,11 +124,14 @@ class Throttle:
         """Called by actor thread i between batches: wait while it is paused or the window is full,
         then count its batch as outstanding. Raises BufferClosed once closed."""
         with self._cond:
-            while not self._closed and (i >= self._active or (self._window is not None and self._outstanding >= self._window)):
+            while not self._closed and (i >= self._active or self._window_full()):
                 self._cond.wait()
             if self._closed:
                 raise BufferClosed("throttle closed")
             self._outstanding += 1
+
+    def _window_full(self) -> bool:
+        return self._window is not None and self._outstanding >= self._window
 
     def close(self) -> None:
         with self._cond:
