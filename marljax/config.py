@@ -172,6 +172,15 @@ class AsyncConfig:
     min_env_copies: int = setting(
         1, "independent stepping: the run fails when fewer live host env copies than this remain for one seed of "
         "an actor thread (at most num_envs)", minimum=1, resumable=True)  # fmt: skip
+    balance: str = setting(
+        "off", "production/consumption balance: off | rate (pause actor threads between batches, within "
+        "[min_actor_threads, num_actor_threads], then delay each batch, so that about balance_target batches wait "
+        "for the learner and none is dropped; marljax/pipeline/balance.py). Ignored with deterministic=true",
+        choices=("off", "rate"), resumable=True)  # fmt: skip
+    min_actor_threads: int = setting(1, "balance=rate: the fewest active actor threads (at most num_actor_threads)",
+                                     minimum=1, resumable=True)  # fmt: skip
+    balance_target: int = setting(0, "balance=rate: batches that should wait in the buffer behind the one the learner "
+                                  "takes (below buffer_capacity)", minimum=0, resumable=True)  # fmt: skip
 
     def check(self, config: "Config") -> None:
         for name in ("actor_devices", "learner_devices"):
@@ -198,6 +207,17 @@ class AsyncConfig:
         if self.env_step_timeout_s and self.actor_timeout_s and self.env_step_timeout_s >= self.actor_timeout_s:
             raise ConfigError("async.env_step_timeout_s", f"must be below async.actor_timeout_s={self.actor_timeout_s:g} "
                               f"(or 0: off), got {self.env_step_timeout_s:g}; else the run stops before a hung copy is restarted")  # fmt: skip
+
+        if self.min_actor_threads > self.num_actor_threads:
+            raise ConfigError("async.min_actor_threads", f"must be between 1 and async.num_actor_threads="
+                              f"{self.num_actor_threads}, got {self.min_actor_threads}")  # fmt: skip
+        if self.balance_target >= self.buffer_capacity:
+            raise ConfigError("async.balance_target", f"must be between 0 and async.buffer_capacity - 1 = "
+                              f"{self.buffer_capacity - 1}, got {self.balance_target}")  # fmt: skip
+
+    def balanced(self) -> bool:
+        """Whether the balance controller runs (never in deterministic mode: timing must not steer it)."""
+        return self.balance == "rate" and not self.deterministic
 
     def stepping(self) -> str:
         """How host env copies step: `independent` or `lockstep` (auto resolved)."""
@@ -563,7 +583,9 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
             return float(value)
         raise ConfigError(name, f"expected a number, got {value!r}")
     if kind is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        if isinstance(value, bool):  # YAML 1.1 reads off/on as booleans: `async.balance=off` means the word
+            return "on" if value else "off"
+        if isinstance(value, (str, int, float)):
             return str(value)
         raise ConfigError(name, f"expected a string, got {value!r}")
     if kind is dict:

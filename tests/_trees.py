@@ -55,7 +55,8 @@ def max_abs_diff(a, b) -> float:
 
 # row fields that measure time or thread interleaving, not the numbers a run computes
 NOT_NUMBERS = ("wall_s", "env_steps_per_s", "actor_wait_s", "learner_wait_s", "production_rate",
-               "consumption_rate", "buffer_occupancy", "produced", "dropped", "dropped_by_reason")  # fmt: skip
+               "consumption_rate", "buffer_occupancy", "produced", "dropped", "dropped_by_reason",
+               "active_actors", "batch_window")  # fmt: skip
 
 
 def run_tree(res) -> dict:

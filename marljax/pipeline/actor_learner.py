@@ -46,15 +46,19 @@ from marljax.parallel.async_mesh import async_placement, learner_on_mesh, shard_
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import learner_specs, mesh_layout, seed_keys, split_groups
 from marljax.parallel.placement import copy_to_devices, place
+from marljax.pipeline.balance import Observation, RateBalancer, Throttle
 from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.watchdog import ActorStuck, Heartbeats, stuck_message
 from marljax.types import Trajectory
 
+# the balance controller's setting at the end of a chunk (balance.py); with balance=off: every thread, no limit (None)
+BALANCE_KEYS = ("active_actors", "batch_window", "balance_target")
+
 ASYNC_KEYS = (
     "policy_version", "staleness_mean", "staleness_max", "produced", "consumed", "dropped",
     "buffer_occupancy", "actor_wait_s", "learner_wait_s", "production_rate", "consumption_rate",
-    *EnvHealth.KEYS,
+    *EnvHealth.KEYS, *BALANCE_KEYS,
 )  # fmt: skip
 
 
@@ -140,7 +144,7 @@ class AsyncRun:
         store.publish(version, copy_to_devices(params, self.placement.actor_devices))
 
     def _actor(self, i: int, buffer: TrajectoryBuffer, store: ParamStore, budget: int | None, errors: list,
-               heart: Heartbeats) -> None:  # fmt: skip
+               heart: Heartbeats, throttle: Throttle | None = None) -> None:  # fmt: skip
         config = self.config
         collector = None
         try:
@@ -152,6 +156,8 @@ class AsyncRun:
             seq = 0
             while True:
                 heart.idle(i)
+                if throttle is not None:
+                    throttle.wait_turn(i)  # balance=rate: paused, or held by the window, holding no ticket
                 ticket, min_version = buffer.start()
                 if budget is not None and ticket >= budget:
                     return  # block mode: every update's batch is spoken for
@@ -222,10 +228,16 @@ class AsyncRun:
         self.health = EnvHealth()
         errors: list = []
         heart = Heartbeats()
+        n_threads = config.async_.num_actor_threads
+        balancer = throttle = None
+        if config.async_.balanced():  # deterministic mode never gets here: its lockstep must not depend on timing
+            balancer = RateBalancer(n_threads, config.async_.min_actor_threads, config.async_.balance_target)
+            throttle = Throttle(n_threads)
+            buffer.on_taken = throttle.taken
         threads = [
-            threading.Thread(target=self._actor, args=(i, buffer, store, budget, errors, heart), name=f"actor{i}",
+            threading.Thread(target=self._actor, args=(i, buffer, store, budget, errors, heart, throttle), name=f"actor{i}",
                              daemon=True)  # fmt: skip
-            for i in range(config.async_.num_actor_threads)
+            for i in range(n_threads)
         ]
         for t in threads:
             t.start()
@@ -238,14 +250,17 @@ class AsyncRun:
         pending: list[dict] = []
         staleness: list[int] = []
         last = buffer.stats()
+        dropped_before = 0
         t_chunk = time.perf_counter()
         try:
+            t_update = time.perf_counter()
             for u in range(updates):
                 try:
                     batch = self._next_batch(buffer, heart)
                 except BufferClosed:
                     break
-                learner_version = buffer.stats().version
+                got = buffer.stats()
+                learner_version, got_at = got.version, time.perf_counter()
                 staleness.append(learner_version - batch.version)
                 if recorder is not None:
                     stamps = dict(version=batch.version, actor=batch.actor, seq=batch.seq, ticket=batch.ticket,
@@ -255,12 +270,21 @@ class AsyncRun:
                 self._check_stuck(heart)  # an env copy may hang while the other copies keep the learner fed
                 version = buffer.finish_update()
                 self._publish(store, version, self.learner.params)
+                if balancer is not None:
+                    end = time.perf_counter()
+                    dropped = sum(got.dropped.values())
+                    throttle.set(balancer.update(Observation(got.held, dropped - dropped_before, got_at - t_update,
+                                                             end - t_update)))  # fmt: skip
+                    dropped_before, t_update = dropped, end
                 pending.append(metrics)
                 stopping = stop is not None and stop()
                 if len(pending) == chunk or u == updates - 1 or stopping:
                     stacked = jax.tree.map(lambda *xs: np.stack(xs, axis=1), *jax.device_get(pending))
                     now, wall = buffer.stats(), time.perf_counter() - t_chunk
                     row = async_row(now, last, staleness, wall, self.samples_per_batch, self.health.snapshot())
+                    row.update(active_actors=balancer.active if balancer else n_threads,
+                               batch_window=balancer.window if balancer else None,
+                               balance_target=config.async_.balance_target if balancer else None)  # fmt: skip
                     on_chunk(stacked, wall, row, self.learner)
                     pending, staleness, last, t_chunk = [], [], now, time.perf_counter()
                 if stopping:
@@ -272,6 +296,8 @@ class AsyncRun:
         finally:
             buffer.close()
             store.close()
+            if throttle is not None:
+                throttle.close()
             self._join(threads, heart, raise_stuck=clean and not errors)
         if errors:
             i, exc, tb = errors[0]

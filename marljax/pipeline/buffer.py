@@ -25,7 +25,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 POLICIES = ("block", "drop")
 
@@ -76,6 +76,7 @@ class TrajectoryBuffer:
         self._hist: collections.Counter = collections.Counter()
         self._occupancy_sum = 0
         self._actor_wait = self._learner_wait = 0.0
+        self.on_taken: Callable[[], None] | None = None  # called (under the lock) per batch consumed or dropped stale
 
     # ------------------------------------------------------------------ helpers
     def _held(self) -> int:
@@ -151,10 +152,14 @@ class TrajectoryBuffer:
                 if staleness > self.max_staleness:
                     assert self.policy == "drop", "block mode cannot produce a stale batch"
                     self._dropped["stale"] += 1
+                    if self.on_taken is not None:
+                        self.on_taken()
                     self._cond.notify_all()
                     continue
                 self._consumed += 1
                 self._hist[staleness] += 1
+                if self.on_taken is not None:
+                    self.on_taken()
                 self._cond.notify_all()
                 return batch
 
