@@ -174,8 +174,8 @@ class AsyncConfig:
         "an actor thread (at most num_envs)", minimum=1, resumable=True)  # fmt: skip
     balance: str = setting(
         "off", "production/consumption balance: off | rate (pause actor threads between batches, within "
-        "[min_actor_threads, num_actor_threads], then delay each batch, so that about balance_target batches wait "
-        "for the learner and none is dropped; marljax/pipeline/balance.py). Ignored with deterministic=true",
+        "[min_actor_threads, num_actor_threads], and bound the batches in flight, so that about balance_target "
+        "batches wait for the learner and none is dropped; marljax/pipeline/balance.py). Ignored with deterministic=true",
         choices=("off", "rate"), resumable=True)  # fmt: skip
     min_actor_threads: int = setting(1, "balance=rate: the fewest active actor threads (at most num_actor_threads)",
                                      minimum=1, resumable=True)  # fmt: skip
@@ -583,11 +583,10 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
             return float(value)
         raise ConfigError(name, f"expected a number, got {value!r}")
     if kind is str:
-        if isinstance(value, bool):  # YAML 1.1 reads off/on as booleans: `async.balance=off` means the word
-            return "on" if value else "off"
-        if isinstance(value, (str, int, float)):
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(name, f"expected a string, got {value!r}")
+        hint = " (YAML reads yes/no/on/off/true/false as booleans: quote the word)" if isinstance(value, bool) else ""
+        raise ConfigError(name, f"expected a string, got {value!r}{hint}")
     if kind is dict:
         if isinstance(value, Mapping):
             return dict(value)
@@ -622,6 +621,8 @@ def _build(cls, values: Mapping[str, Any], prefix: str = ""):
                 raise ConfigError(full, f"expected a mapping of {', '.join(_fields(hint))}")
             kwargs[key] = _build(hint, value, prefix=f"{full}.")
         else:
+            if isinstance(value, bool) and {"on", "off"} & set(fields[key].metadata.get("choices", ())):
+                value = "on" if value else "off"  # YAML 1.1 reads a bare off/on as a boolean: `async.balance=off`
             kwargs[key] = _coerce(full, value, hint)
     return cls(**kwargs)
 
