@@ -5,8 +5,8 @@ ends above both the no-op and the random policy, all evaluated on the same episo
 
 MPE simple_spread is shown for every algorithm in test_defaults_learn.py. Cases marked nightly
 cost minutes each: `python -m pytest -m nightly tests/test_learns.py -s`. Families without a
-case here (STORM, Overcooked, Switch Riddle, JaxNav) have not been shown to learn within
-a budget that fits; the README's support table says so."""
+case here (STORM, Overcooked, Switch Riddle) have not been shown to learn within a budget that
+fits; JaxNav's case is an expected failure (see it); the README's support table says so."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ CASES = [
     pytest.param(["env=hanabi", "total_timesteps=3e5"], 1.4, None, id="hanabi"),
     # measured (sampled actions: the greedy policy loops, 0.14): learned 0.63, no-op 0.20, random -0.38 at 3e5 steps (30 s)
     pytest.param(["env=coin_game", "total_timesteps=3e5", "eval_greedy=false"], 0.2, None, id="coin-game"),
+    # Box actions (no-op: the zero action; random: uniform within the bounds). measured: learned -5.11,
+    # no-op -5.00, random -10.93 at 1M steps (36 min): not yet above standing still. Strict xfail: it
+    # reports the day a change makes it learn, and the README's table then says so.
+    pytest.param(["env=jaxnav", "total_timesteps=1e6"], 0.5, None, id="jaxnav", marks=[
+        pytest.mark.nightly, pytest.mark.xfail(strict=True, reason="IPPO does not beat standing still on jaxnav at 1M steps")]),
 ]
 
 
