@@ -128,3 +128,26 @@ def test_config_round_trips_and_accepts_yaml_mapping(tmp_path):
     from marljax.config import from_dict
 
     assert from_dict(cfg.to_dict()) == cfg
+
+
+def _mlp_params(obs: int, h: int, layers: int, out: int) -> tuple[int, int]:
+    """(parameters, kernel entries) of an MLP obs -> h x layers -> out."""
+    kernels = obs * h + (layers - 1) * h * h + h * out
+    return kernels + layers * h + out, kernels
+
+
+def test_bench_group_costs_follow_the_widths():
+    """Each group's parameters exactly, and its forward FLOPs per agent step within 10% of
+    2 x kernel entries (actor and critic; elementwise ops make up the rest)."""
+    from marljax.bench.groups import group_costs
+
+    cfg = load_config(None, [SL, "num_envs=2", "num_steps=4", "total_timesteps=8",
+                             "network.speaker.hidden_size=32", "network.listener.hidden_size=256"])  # fmt: skip
+    trainer = make_trainer(cfg, make_adapter(cfg))
+    costs = group_costs(cfg, trainer, jax.eval_shape(trainer.init, jax.random.PRNGKey(0)))
+    for g, obs, h, actions in (("speaker", 3, 32, 3), ("listener", 11, 256, 5)):
+        actor, actor_k = _mlp_params(obs, h, 2, actions)
+        critic, critic_k = _mlp_params(obs, h, 2, 1)
+        assert costs[f"group_{g}_agents"] == 1
+        assert costs[f"group_{g}_params"] == actor + critic
+        assert costs[f"group_{g}_forward_flops_per_agent_step"] == pytest.approx(2 * (actor_k + critic_k), rel=0.10)
