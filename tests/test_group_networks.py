@@ -151,3 +151,34 @@ def test_bench_group_costs_follow_the_widths():
         assert costs[f"group_{g}_agents"] == 1
         assert costs[f"group_{g}_params"] == actor + critic
         assert costs[f"group_{g}_forward_flops_per_agent_step"] == pytest.approx(2 * (actor_k + critic_k), rel=0.10)
+
+
+@pytest.mark.nightly  # two trainings on 2 fake devices in a subprocess: ~90 s on this machine
+def test_unequal_groups_split_over_the_agent_axis_match_one_device():
+    """simple_tag with 2 adversaries (width 4) and 2 good agents (width 16, 3 layers), one set per
+    agent: mesh.agent=2 splits each group's sets and gives one device's numbers (tight tolerance)."""
+    from tests._subprocess import run_with_devices
+
+    out = run_with_devices("""
+        import json, jax, numpy as np
+        from marljax.config import load_config
+        from marljax.train.loop import train
+        import tempfile
+        base = ["env=MPE_simple_tag_v3", "env_kwargs.num_good_agents=2", "env_kwargs.num_adversaries=2",
+                "param_sharing=independent", "num_envs=4", "num_steps=4", "ppo.num_minibatches=1", "ppo.update_epochs=1",
+                "total_timesteps=32", "num_chunks=1", "hidden_size=8", "network.adversary.hidden_size=4",
+                "network.agent.hidden_size=16", "network.agent.num_layers=3", "progress=false", "plot=false"]
+        res = {}
+        for k in (1, 2):
+            r = train(load_config(None, base + [f"mesh.agent={k}", f"out_dir={tempfile.mkdtemp()}/run"]), log=lambda s: None)
+            p = r.state.learner.params
+            res[k] = {"leaves": [np.asarray(x).ravel().tolist() for x in jax.tree.leaves(p)],
+                      "spec": str(jax.tree.leaves(p["agent"])[0].sharding.spec),
+                      "kernel": list(p["agent"]["params"]["actor"]["Dense_2"]["kernel"].shape)}
+        print(json.dumps(res))
+    """, n_devices=2)  # fmt: skip
+    one, two = out["1"], out["2"]
+    assert "agent" in two["spec"] and "agent" not in one["spec"]  # split on 2 devices, whole on 1
+    assert one["kernel"] == two["kernel"] == [1, 2, 16, 16]  # [seeds, sets, 16, 16]: the third layer
+    for a, b in zip(one["leaves"], two["leaves"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
