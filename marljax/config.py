@@ -304,6 +304,8 @@ class Config:
     activation: str = setting("tanh", "hidden-layer activation", choices=ACTIVATIONS)
     hidden_size: int = setting(64, "width of the hidden layers", minimum=1)
     num_layers: int = setting(2, "hidden layers of the feed-forward torso", minimum=1)
+    network: dict = setting(factory=dict, help="per-group sizes over hidden_size/num_layers: network.<group>.hidden_size=32, "
+                            "network.<group>.num_layers=1 (groups as param_sharing forms them)")  # fmt: skip
     recurrent: bool = setting(False, "GRU networks; the hidden state resets at episode ends")
     gru_hidden_size: int = setting(128, "GRU state width (recurrent=true)", minimum=1)
     torso: str = setting("auto", "observation encoder; auto: cnn for [H, W, C] observations", choices=TORSOS)
@@ -354,6 +356,11 @@ class Config:
             raise AttributeError(f"algo={self.__dict__.get('algo')} has no field or section {name!r} "
                                  f"(its sections: {', '.join(sections) or 'none'})")  # fmt: skip
         raise AttributeError(name)
+
+    def group_network(self, group: str) -> tuple[int, int]:
+        """(hidden_size, num_layers) of group's networks: `network.<group>.*` over the global fields."""
+        over = self.network.get(group, {})
+        return over.get("hidden_size", self.hidden_size), over.get("num_layers", self.num_layers)
 
     def value(self, dotted: str) -> Any:
         """The value of a dotted key: `lr`, `ppo.clip_eps`, `mesh.data`."""
@@ -442,11 +449,14 @@ def hparams_values(config: Config) -> dict[str, float]:
     return {key: float(config.value(key)) for key in traced_keys(config)}
 
 
+FREEFORM = ("env_kwargs", "network")  # dict fields whose keys are the env's, not the schema's
+
+
 def to_flat(tree: Mapping, prefix: str = "") -> dict[str, Any]:
-    """{"mesh": {"data": 2}} -> {"mesh.data": 2}; env_kwargs stays one value."""
+    """{"mesh": {"data": 2}} -> {"mesh.data": 2}; env_kwargs and network stay one value."""
     out = {}
     for k, v in tree.items():
-        if isinstance(v, Mapping) and k != "env_kwargs":
+        if isinstance(v, Mapping) and k not in FREEFORM:
             out.update(to_flat(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
@@ -500,6 +510,11 @@ def check_key(dotted: str, algo: str) -> None:
     schema = algorithm_schema(algo)
     head, _, rest = dotted.partition(".")
     if head == "env_kwargs" or (head == "distributed" and not rest):
+        return
+    if head == "network":  # network.<group>.<size field>; the group is checked against the env in wiring
+        group, _, leaf = rest.partition(".")
+        if not group or leaf not in NETWORK_KEYS:
+            raise ConfigError(dotted, f"expected network.<group>.<{'|'.join(NETWORK_KEYS)}>")
         return
     if head in schema.sections or (head in core_keys() and dataclasses.is_dataclass(typing.get_type_hints(Config)[head])):
         cls = schema.sections.get(head) or typing.get_type_hints(Config)[head]
@@ -672,7 +687,7 @@ def parse_overrides(args: typing.Sequence[str]) -> dict:
 def merge(base: dict, over: Mapping) -> dict:
     out = dict(base)
     for k, v in over.items():
-        if k != "env_kwargs" and isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+        if k != "env_kwargs" and isinstance(v, Mapping) and isinstance(out.get(k), Mapping):  # network merges per group
             out[k] = merge(out[k], v)
         elif k == "env_kwargs" and isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
             out[k] = {**out[k], **v}
@@ -750,6 +765,7 @@ def validate(config: Config) -> Config:
     _check_supports(c, schema)
     if not isinstance(c.env_kwargs, dict):
         raise ConfigError("env_kwargs", "must be a mapping")
+    _check_network(c)
     if c.total_timesteps < c.num_steps * c.num_envs:
         raise ConfigError(
             "total_timesteps",
@@ -800,6 +816,24 @@ def validate(config: Config) -> Config:
     if schema.check is not None:
         schema.check(c)
     return c
+
+
+NETWORK_KEYS = ("hidden_size", "num_layers")  # what network.<group>.* may override
+
+
+def _check_network(c: Config) -> None:
+    """network.<group>.<size>: positive integers of known size fields. Group names need the env
+    (marljax.train.wiring.check_group_networks checks them)."""
+    if not isinstance(c.network, dict):
+        raise ConfigError("network", f"expected a mapping network.<group>.<{'|'.join(NETWORK_KEYS)}>, got {c.network!r}")
+    for group, sizes in c.network.items():
+        if not isinstance(sizes, Mapping):
+            raise ConfigError(f"network.{group}", f"expected a mapping of {', '.join(NETWORK_KEYS)}, got {sizes!r}")
+        for key, value in sizes.items():
+            if key not in NETWORK_KEYS:
+                raise unknown_key(key, NETWORK_KEYS, prefix=f"network.{group}.")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"network.{group}.{key}", f"must be a positive integer, got {value!r}")
 
 
 def _check_supports(c: Config, schema: AlgorithmSchema) -> None:

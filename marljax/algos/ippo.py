@@ -59,14 +59,14 @@ CRITIC_KEY = "__critic__"  # params[CRITIC_KEY] holds a central critic's paramet
 
 
 def make_network(config: Config, group: AgentGroup, critic: bool = True) -> nn.Module:
+    """The group's actor-critic, sized by `network.<group>.*` where set (the GRU state stays global)."""
     cnn = uses_cnn(config, group)
+    hidden, layers = config.group_network(group.name)
     if config.recurrent:
         return RecurrentActorCritic(
-            group.discrete, group.action_dim, config.hidden_size, config.gru_hidden_size, config.activation, cnn, critic
+            group.discrete, group.action_dim, hidden, config.gru_hidden_size, config.activation, cnn, critic
         )
-    return ActorCritic(
-        group.discrete, group.action_dim, config.hidden_size, config.num_layers, config.activation, cnn, critic
-    )
+    return ActorCritic(group.discrete, group.action_dim, hidden, layers, config.activation, cnn, critic)
 
 
 def make_train(

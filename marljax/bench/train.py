@@ -13,6 +13,7 @@
 * **a peak to compare with**: a float32 matmul timed on the same devices,
   so that MFU = achieved / measured peak (not a datasheet number);
 * **peak resident memory** of the process;
+* **each agent group's parameters and forward FLOPs per agent step** (`groups.py`);
 * **the agent-parallel swap** (`swap.py`) and the learner bytes per device.
 
 An algorithm with a learning warm-up (a `learning_starts` field in one of its sections: the
@@ -35,6 +36,7 @@ from jax.sharding import Mesh
 
 from marljax.algos.api import CostPiece, EpochSchedule, Trainer
 from marljax.bench.env_only import bench_env_only, random_step
+from marljax.bench.groups import group_costs, group_rows
 from marljax.bench.measure import TIME_BUDGET_S, flops, peak_device_mb, peak_matmul_gflops, peak_rss_mb, six_digits, timed
 from marljax.bench.pipeline import run_async_bench
 from marljax.bench.swap import bench_swap
@@ -164,6 +166,7 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     result.update(bench_env_only(config, mesh, env))
     result["train_over_env_only"] = result["train_env_steps_per_s"] / result["env_only_env_steps_per_s"]
     result.update(count_flops(config, env, shapes, pieces))
+    result.update(group_costs(config, trainer, shapes))
     result["achieved_gflops"] = result["flops_per_env_step"] * result["train_env_steps_per_s"] / 1e9
     result.update(peak_matmul_gflops(mesh))
     result["mfu"] = result["achieved_gflops"] / result["peak_matmul_gflops"]
@@ -200,6 +203,7 @@ def _rows(r: dict[str, Any]) -> list[Row]:
         ("learner bytes / device", f"{r['learner_bytes_per_device']:,}",
          f"params + Adam; {r['learner_bytes_total']:,} in all"),
     ]  # fmt: skip
+    rows += group_rows(r, [k[len("group_"):-len("_params")] for k in r if k.startswith("group_") and k.endswith("_params")])
     if r.get("swap_param_bytes"):
         rows += [
             ("swap: params in", f"{r['swap_param_bytes']:,}", "bytes per device per update (all-gather)"),

@@ -25,9 +25,25 @@ def make_adapter(config: Config) -> EnvAdapter:
             raise ConfigError("env", f"host (PettingZoo) envs run in mode=async with algo={' or '.join(hosts)}")
         if config.eval_every:
             raise ConfigError("eval_every", "evaluation runs on device; host (PettingZoo) envs have none (set 0)")
-        return HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env)
+        env = HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env)
+        check_group_networks(config, env)
+        return env
     group_by = "roles" if config.param_sharing == "per_role" else "spaces"
-    return EnvAdapter(make_env(config.env, config.env_kwargs), config.env, group_by=group_by)
+    env = EnvAdapter(make_env(config.env, config.env_kwargs), config.env, group_by=group_by)
+    check_group_networks(config, env)
+    return env
+
+
+def check_group_networks(config: Config, env: EnvAdapter | HostEnvAdapter) -> None:
+    """`network.<group>` must name a group of this env as `param_sharing` forms them (a typo
+    would otherwise leave that group at the global sizes, silently)."""
+    names = [g.name for g in env.groups]
+    unknown = [name for name in config.network if name not in names]
+    if unknown:
+        raise ConfigError(
+            f"network.{unknown[0]}",
+            f"{config.env} has no group {unknown[0]!r} with param_sharing={config.param_sharing}; its groups: {', '.join(names)}",
+        )
 
 
 def check_agent_axis(config: Config, env: EnvAdapter) -> None:
