@@ -512,6 +512,8 @@ def check_key(dotted: str, algo: str) -> None:
     if head == "env_kwargs" or (head == "distributed" and not rest):
         return
     if head == "network":  # network.<group>.<size field>; the group is checked against the env in wiring
+        if not rest:  # the whole mapping (a sweep's base, a flat config): its entries are checked in validate
+            return
         group, _, leaf = rest.partition(".")
         if not group or leaf not in NETWORK_KEYS:
             raise ConfigError(dotted, f"expected network.<group>.<{'|'.join(NETWORK_KEYS)}>")

@@ -41,10 +41,13 @@ def test_copies_that_raise_are_restarted_and_counted(tmp_path):
 
 def test_a_hung_copy_fails_after_env_step_timeout_and_is_replaced(tmp_path):
     flag = tmp_path / "hung"
+    # ONE copy: no batch can be filled by the others while it hangs, so the timeout fires whatever the
+    # machine's speed (with 4 copies the run once ended before a 5 s timeout did). 5 s: far beyond a
+    # normal step (~1 ms) even on a loaded machine (a 1 s timeout once caught an ordinary step under
+    # a load of 7 on 2 cores), far below the 60 s hang.
     res = _run(tmp_path, [f"env_kwargs.hang_flag={flag}", "env_kwargs.hang_at=12", "env_kwargs.hang_s=60",
-                          "async.env_step_timeout_s=5", "async.actor_timeout_s=30"])  # fmt: skip
-    # 5 s: far beyond a normal step (~1 ms) even on a loaded machine (at 1 s a second, slow step was
-    # once timed out under a load of 7 on 2 cores), far below the 60 s hang
+                          "async.env_step_timeout_s=5", "async.actor_timeout_s=30", "num_envs=1",
+                          "total_timesteps=160"])  # fmt: skip
     _exact(res.rows)
     assert flag.exists(), "no copy reached the hang"
     last = res.rows[-1]
