@@ -125,14 +125,38 @@ def test_q_bench_reports_env_and_gradient_steps(capfd, monkeypatch):
 
 
 def test_async_bench_sync_baseline_uses_the_same_threads(monkeypatch):
-    """With learning nearly free, overlap cannot help: async/sync must be about 1. The env sleeps
-    (2 ms per copy-step, GIL released) so generation scales with the 2 actor threads; learning
-    (one epoch, one minibatch of 64 samples, hidden 16) measured ~30x cheaper than generation here,
-    so the ideal ratio is ~1.03 (measured: 0.89). The band 0.7-1.4 allows for a noisy shared 2-core
-    machine; the old baseline, one collector against the pipeline's 2 threads, gave 1.75 here."""
+    """The sync baseline's generation runs on as many actor threads as the async pipeline: the
+    bench's thread pool has num_actor_threads workers, and every one of them collects (the old baseline, one collector, used one). No timing is asserted (the ratio
+    async/sync is printed by the bench: measured 0.89 here against an ideal 1.03 with learning ~30x
+    cheaper than generation, and 1.75 with the old one-collector baseline)."""
     pytest.importorskip("pettingzoo")
+    import threading
+
     from marljax.bench import pipeline
 
+    pools: list[int] = []
+
+    class CountingPool(pipeline.ThreadPoolExecutor):
+        def __init__(self, max_workers=None, *args, **kwargs):
+            pools.append(max_workers)
+            super().__init__(max_workers, *args, **kwargs)
+
+    collecting: set[str] = set()
+    make_collector = pipeline.AsyncRun.make_collector
+
+    def spy_collector(self, i):
+        inner = make_collector(self, i)
+        collect = inner.collect
+
+        def spied(*args, **kwargs):
+            collecting.add(threading.current_thread().name)
+            return collect(*args, **kwargs)
+
+        inner.collect = spied
+        return inner
+
+    monkeypatch.setattr(pipeline, "ThreadPoolExecutor", CountingPool)
+    monkeypatch.setattr(pipeline.AsyncRun, "make_collector", spy_collector)
     monkeypatch.setattr(pipeline, "ASYNC_BATCHES", 16)
     config = load_config(None, ["mode=async", "env=pettingzoo:marljax.envs.host_spread:parallel_env",
                                 "env_kwargs.step_cost_s=0.002", "async.num_actor_threads=2", "num_envs=2",
@@ -141,7 +165,8 @@ def test_async_bench_sync_baseline_uses_the_same_threads(monkeypatch):
     lines: list[str] = []
     result = pipeline.run_async_bench(config, log=lines.append, scenarios=("configured",))
     assert json.loads(lines[-1]) == result
-    assert result["learning_samples_per_s"] > 5 * result["generation_samples_per_s"], result  # learning ~free
-    assert 1.0 <= result["ideal_async_over_sync"] < 1.2, result
-    assert 0.7 <= result["async_over_sync"] <= 1.4, result
+    assert pools == [2], pools  # one pool of 2 workers runs generation alone and the sync loop
+    pooled = {name for name in collecting if name.startswith("ThreadPoolExecutor")}
+    assert len(pooled) >= 2, collecting  # both pool threads collected
+    assert all(result[k] > 0 for k in ("generation_samples_per_s", "sync_samples_per_s", "async_samples_per_s"))
     assert result["produced"] == result["consumed"] + result["dropped"]
