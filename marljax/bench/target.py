@@ -14,7 +14,6 @@ target is the first part of the full run). Reaching the end of it first is `Targ
 from __future__ import annotations
 
 import math
-import re
 import tempfile
 import time
 from typing import Any, Callable, Sequence
@@ -85,11 +84,7 @@ def run_target_bench(config: Config, target: float | None = None, log: Callable[
     # periodic checkpoints would be timed too; the final save never comes when the run stops early
     run = replace(config, checkpoint_every=0, progress=False, plot=False)
     curve: list[list[float]] = []  # [env steps per seed, seconds since the start, mean return]
-    compile_s: list[float] = []
-
-    def quiet(line: str) -> None:  # train's own lines: only the compile time is kept
-        if m := re.match(r"compiled in ([\d.]+)s", line):
-            compile_s.append(float(m.group(1)))
+    compile_s: list[float] = []  # train hands it over once its chunk programs are compiled
 
     log(f"marljax bench-target: {config.algo} on {config.env}, {config.num_seeds} seed(s), target {target:g} "
         f"(mean training return per agent over seeds), budget {config.total_timesteps:,} env steps per seed")  # fmt: skip
@@ -107,7 +102,7 @@ def run_target_bench(config: Config, target: float | None = None, log: Callable[
         if not run.out_dir:
             run = replace(run, out_dir=tmp)
         try:
-            train(run, log=quiet, on_row=on_row)
+            train(run, log=lambda _line: None, on_row=on_row, on_compiled=compile_s.append)
         except _Reached:
             pass
         else:

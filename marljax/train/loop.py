@@ -53,7 +53,7 @@ def default_out_dir(config: Config) -> str:
 
 def train(
     config: Config, log: Callable[[str], None] = print, max_chunks: int | None = None,
-    on_row: Callable[[dict], None] | None = None,
+    on_row: Callable[[dict], None] | None = None, on_compiled: Callable[[float], None] | None = None,
 ) -> RunResult:  # fmt: skip
     """Run `config` to the end and return the final (sharded) state and the metrics rows.
 
@@ -62,6 +62,8 @@ def train(
     killed there (for tests and time-boxed jobs); checkpoints already saved stay valid.
     `on_row(row)` is called with every metrics row (a dict, as written to metrics.jsonl) as soon
     as it is written, e.g. to plot live in a notebook; an exception in it stops the run.
+    `on_compiled(seconds)` is called once the chunk programs are compiled, before the first chunk
+    runs (the on-device mode only: `mode=async` compiles inside its actor and learner threads).
 
     Multi-host (`distributed.*`): every process calls this with the same config; process 0
     alone logs and writes files, checkpoints are written by all together.
@@ -101,7 +103,10 @@ def train(
     try:
         aside = _set_aside_for_overwrite(config, out_dir, log) if has_run and config.overwrite else None
         try:
-            result = (_train_async if config.mode == "async" else _train_sync)(config, out_dir, log, max_chunks, on_row)
+            if config.mode == "async":
+                result = _train_async(config, out_dir, log, max_chunks, on_row)
+            else:
+                result = _train_sync(config, out_dir, log, max_chunks, on_row, on_compiled)
         except BaseException:
             if aside is not None:
                 _put_back(aside, out_dir, log)
@@ -147,7 +152,7 @@ def _put_back(aside: Path, out_dir: Path, log) -> None:
     log(f"this run failed before its first checkpoint: the old run in {out_dir} is restored")
 
 
-def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_row=None) -> RunResult:
+def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_row=None, on_compiled=None) -> RunResult:
     """The on-device mode: the sharded chunk of updates, compiled once, run chunk by chunk."""
     metrics_path, ckpt_dir = out_dir / "metrics.jsonl", out_dir / "checkpoints"
     env, mesh, trainer = prepare(config)
@@ -167,7 +172,8 @@ def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_r
         if distributed.is_primary():
             write_text_atomic(out_dir / "config.yaml", config_yaml(config))
         evaluator = PeriodicEval(trainer, config.num_seeds) if config.eval_every else None
-        return _run_chunks(config, env, fns, checkpointer, state, start, rows, log, max_chunks, evaluator, on_row)
+        return _run_chunks(config, env, fns, checkpointer, state, start, rows, log, max_chunks, evaluator, on_row,
+                           on_compiled)  # fmt: skip
     finally:
         checkpointer.close()
 
@@ -222,12 +228,14 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
 
 
 def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[dict], log, max_chunks, evaluator=None,
-                on_row=None):  # fmt: skip
+                on_row=None, on_compiled=None):  # fmt: skip
     schedule = chunk_sizes(config.num_updates - start, config.updates_per_chunk)
     t0 = time.perf_counter()
     compiled = compile_chunks(fns, state, schedule)
     compile_s = time.perf_counter() - t0
     log(f"compiled in {compile_s:.1f}s")
+    if on_compiled is not None:
+        on_compiled(compile_s)
 
     out_dir = Path(config.out_dir)
     chunks = _ChunkLog(config, env, checkpointer, rows, start, out_dir / "metrics.jsonl", evaluator, on_row)
