@@ -306,8 +306,8 @@ class AsyncRun:
                     row = async_row(now, last, staleness, wall, self.samples_per_batch // self.micro_batches,
                                     self.health.snapshot())  # fmt: skip
                     if self.micro_batches > 1:
-                        row.update(slice_versions=[[v for v, _ in u] for u in slices],
-                                   slice_staleness=[[k for _, k in u] for u in slices])  # fmt: skip
+                        row.update(slice_versions=[[v for v, _ in one] for one in slices],
+                                   slice_staleness=[[k for _, k in one] for one in slices])  # fmt: skip
                     row.update(active_actors=balancer.active if balancer else n_threads,
                                batch_window=balancer.window if balancer else None,
                                balance_target=config.async_.balance_target if balancer else None)  # fmt: skip
