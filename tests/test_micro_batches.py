@@ -84,11 +84,12 @@ def _lockstep_replay(runner: AsyncRun, initial) -> tuple[dict, object]:
 
 
 @pytest.fixture(scope="module")
-def lockstep_runs() -> dict:
+def lockstep_runs(tmp_path_factory) -> dict:
     one = _runner([])
     initial = jax.device_get(one.learner)
     out = {"replay": _lockstep_replay(one, initial), "m1": _run(one, initial)}
-    two = _runner(["async.micro_batches=2"])
+    out["recorded"] = tmp_path_factory.mktemp("m2") / "slices"
+    two = _runner(["async.micro_batches=2", f"async.record_trajectories={out['recorded']}"])
     two.learn = one.learn  # the learner does not depend on M: compile it once (its rollouts are M=2's own)
     out["m2"] = _run(two, initial)
     return out
@@ -114,6 +115,16 @@ def test_two_micro_batches_stamp_every_slice_and_match_one(lockstep_runs):
     # the same batches, cut and joined: equal up to float reduction order (measured: relative 1e-7)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), m1, m2)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), l1.params, l2.params)
+
+
+def test_recorded_slices_keep_their_own_stamps(lockstep_runs):
+    from marljax.pipeline.recorder import load_trajectories
+
+    data = load_trajectories(lockstep_runs["recorded"])
+    assert data["ticket"].tolist() == list(range(2 * UPDATES))  # one item per slice, in ticket order
+    assert data["learner_version"].tolist() == [u for u in range(UPDATES) for _ in range(2)]
+    assert np.all(data["version"] == np.maximum(0, data["learner_version"] - K))
+    assert data["batch.agents.obs"].shape[1:4] == (1, 16, 4)  # [slices, S, T, E/M, ...]
 
 
 @pytest.mark.parametrize("extra", [["async.correction=vtrace", "recurrent=true"]], ids=["vtrace-gru-2-actors"])
