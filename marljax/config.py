@@ -154,6 +154,10 @@ class AsyncConfig:
     correction: str = setting("ppo_clip", "off-policy correction: none | ppo_clip (decoupled PPO) | vtrace",
                               choices=("none", "ppo_clip", "vtrace"))  # fmt: skip
     deterministic: bool = setting(False, "lockstep with a fixed lag of exactly K versions; bitwise reproducible")
+    micro_batches: int = setting(
+        1, "M: each actor thread rolls out its num_envs environments in M slices of num_envs/M, each its own "
+        "jitted rollout and buffer item with its own version stamp; an update concatenates M slices (JAX envs; "
+        "must divide num_envs)", minimum=1, resumable=True)  # fmt: skip
     record_trajectories: str = setting("", "append every consumed batch to this zarr dataset (marljax.pipeline.recorder)")
     actor_timeout_s: float = setting(
         300.0, "fail the run, naming the actor, when one rollout (a JAX env's, compilation included) or one host "
@@ -208,12 +212,23 @@ class AsyncConfig:
             raise ConfigError("async.env_step_timeout_s", f"must be below async.actor_timeout_s={self.actor_timeout_s:g} "
                               f"(or 0: off), got {self.env_step_timeout_s:g}; else the run stops before a hung copy is restarted")  # fmt: skip
 
+        self._check_micro_batches(config)
         if self.min_actor_threads > self.num_actor_threads:
             raise ConfigError("async.min_actor_threads", f"must be between 1 and async.num_actor_threads="
                               f"{self.num_actor_threads}, got {self.min_actor_threads}")  # fmt: skip
         if self.balance_target >= self.buffer_capacity:
             raise ConfigError("async.balance_target", f"must be between 0 and async.buffer_capacity - 1 = "
                               f"{self.buffer_capacity - 1}, got {self.balance_target}")  # fmt: skip
+
+    def _check_micro_batches(self, config: "Config") -> None:
+        M, E = self.micro_batches, config.num_envs
+        if E % M:
+            allowed = ", ".join(str(d) for d in range(1, E + 1) if E % d == 0)
+            raise ConfigError("async.micro_batches", f"must divide num_envs={E} (each slice takes num_envs/micro_batches "
+                              f"environments of an actor thread); allowed: {allowed}; got {M}")  # fmt: skip
+        if M > 1 and self.balance == "rate":
+            raise ConfigError("async.micro_batches", "async.balance=rate counts whole batches; with micro-batches "
+                              "allowed: async.balance=off (or async.micro_batches=1)")  # fmt: skip
 
     def balanced(self) -> bool:
         """Whether the balance controller runs (never in deterministic mode: timing must not steer it)."""

@@ -176,11 +176,14 @@ class VecEnv:
 
     @property
     def local(self) -> int:
-        """Environments this device steps (E_local)."""
-        return self.num_envs // self.layout.num_env_shards
+        """Environments this device steps (E_local; a micro-batch slice's share when the layout has one)."""
+        return self.num_envs // (self.layout.num_env_shards * self.layout.num_env_slices)
 
     def keys(self, key: Array) -> Array:
         """One key per local environment [E_local, 2], split per global environment index."""
+        if self.layout.num_env_slices > 1:  # a static slice of an unsharded actor's environments
+            first = self.layout.env_slice * self.local
+            return jax.random.split(key, self.num_envs)[first : first + self.local]
         return local_keys(key, self.num_envs, self.local, self.layout.env_axes)
 
     def init_actors(self, key: Array, gru_size: int | None) -> ActorState:

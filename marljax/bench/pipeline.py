@@ -21,10 +21,18 @@ Two stage-cost settings are measured: `configured` (the config as given) and `eq
 cheaper stage is padded with a host sleep (which holds no core, like a stage on its own
 accelerator) until both stages take the same time per batch, the case overlap helps most. The
 final JSON line holds every figure; the `equal` ones are prefixed `equal_`.
+
+Micro-batches: with `async.micro_batches=M` > 1 the four stages are measured at M = 1 as above,
+and the pipeline again at M (same threads, envs and pads; a generation pad is cut in M per
+slice): `micro_async_samples_per_s` and `micro_over_one` = that / the M = 1 pipeline, side by
+side in one sitting. M > 1 gains where an update's slices can be rolled out in parallel and
+M = 1 cannot, e.g. `async.max_staleness=0` with 2 actor threads (M = 1: the second thread waits
+for the next version; M = 2: both roll out half of the update's environments at once).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, NamedTuple
@@ -33,7 +41,7 @@ import jax
 
 from marljax.bench.measure import six_digits
 from marljax.bench.table import Row, report
-from marljax.config import Config
+from marljax.config import Config, replace
 from marljax.parallel.placement import copy_to
 from marljax.pipeline.actor_learner import AsyncRun
 from marljax.train.wiring import make_adapter, make_trainer
@@ -50,7 +58,8 @@ class Pads(NamedTuple):
 
 
 class _Padded:
-    """A collector whose every rollout ends with a sleep of `pad_s` (the `equal` setting)."""
+    """A collector whose every rollout (a batch, or a slice of one) ends with a sleep of `pad_s`
+    (the `equal` setting)."""
 
     def __init__(self, inner, pad_s: float):
         self.inner, self.pad_s, self.device = inner, pad_s, inner.device
@@ -74,9 +83,9 @@ def _ideal_ratio(generation: float, learning: float) -> float:
     return (1 / generation + 1 / learning) / max(1 / generation, 1 / learning)
 
 
-def measure_stages(runner: AsyncRun, config: Config, pads: Pads) -> dict[str, Any]:
-    """Generation, learning, sync and async rates of `runner` with `pads` added to the stages."""
-    spb, n_threads = runner.samples_per_batch, config.async_.num_actor_threads
+@contextlib.contextmanager
+def _padded(runner: AsyncRun, pads: Pads):
+    """`runner` with `pads` added to its stages (a generation pad shared by the M slices of a batch)."""
     real_learn, real_make = runner.learn, runner.make_collector
 
     def padded_learn(learner, traj):
@@ -88,9 +97,62 @@ def measure_stages(runner: AsyncRun, config: Config, pads: Pads) -> dict[str, An
 
     def make(i: int):
         c = real_make(i)
-        return _Padded(c, pads.generation_s) if pads.generation_s else c
+        return _Padded(c, pads.generation_s / runner.micro_batches) if pads.generation_s else c
 
     runner.learn, runner.make_collector = padded_learn, make
+    try:
+        yield
+    finally:
+        runner.learn, runner.make_collector = real_learn, real_make
+
+
+def measure_async(runner: AsyncRun, pads: Pads) -> dict[str, Any]:
+    """The pipeline's rate (samples per second) with `pads`, after a warm-up of 2 updates, and its counters."""
+    with _padded(runner, pads):
+        if runner.micro_batches > 1:
+            _compile_slices(runner)
+        runner.run(2, lambda *a: None, chunk=2)  # the pipeline's own warm-up
+        t = time.perf_counter()
+        final = runner.run(ASYNC_BATCHES, lambda *a: None, chunk=ASYNC_BATCHES)
+        asynch = final.consumed * runner.samples_per_batch / runner.micro_batches / (time.perf_counter() - t)
+    return {"async_samples_per_s": asynch, "staleness_max": final.staleness_max, "produced": final.produced,
+            "consumed": final.consumed, "dropped": sum(final.dropped.values())}  # fmt: skip
+
+
+def _compile_slices(runner: AsyncRun) -> None:
+    """Roll out every slice once in every actor thread's collector: each slice is its own program,
+    compiled per actor device, which a 2-update warm-up may not reach (it would compile while timed)."""
+    for i in range(runner.config.async_.num_actor_threads):
+        collector = runner.make_collector(i)
+        params = copy_to(runner.learner.params, collector.device)
+        for ticket in range(runner.micro_batches):
+            jax.block_until_ready(collector.collect(params, ticket)[0])
+
+
+def measure_stages(runner: AsyncRun, config: Config, pads: Pads) -> dict[str, Any]:
+    """Generation, learning, sync and async rates of `runner` (M = 1) with `pads` added to the stages."""
+    spb, n_threads = runner.samples_per_batch, config.async_.num_actor_threads
+    with _padded(runner, pads):
+        generation, learning, sync = _measure_alone_and_sync(runner, n_threads, spb)
+    pipeline = measure_async(runner, pads)
+    asynch = pipeline["async_samples_per_s"]
+    return {
+        "generation_samples_per_s": generation,
+        "learning_samples_per_s": learning,
+        "sync_samples_per_s": sync,
+        "async_samples_per_s": asynch,
+        "overlap_efficiency": asynch / min(generation, learning),
+        "async_over_sync": asynch / sync,
+        "ideal_async_over_sync": _ideal_ratio(generation, learning),
+        "generation_pad_ms": 1e3 * pads.generation_s,
+        "learning_pad_ms": 1e3 * pads.learning_s,
+        **{k: v for k, v in pipeline.items() if k != "async_samples_per_s"},
+    }
+
+
+def _measure_alone_and_sync(runner: AsyncRun, n_threads: int, spb: int) -> tuple[float, float, float]:
+    """(generation, learning, sync) samples per second of `runner`'s (padded) pieces."""
+    make = runner.make_collector
     collectors = [make(i) for i in range(n_threads)]
     try:
         params = [copy_to(runner.learner.params, c.device) for c in collectors]
@@ -133,29 +195,7 @@ def measure_stages(runner: AsyncRun, config: Config, pads: Pads) -> dict[str, An
     finally:
         for c in collectors:
             getattr(c, "close", lambda: None)()
-
-    try:
-        runner.run(2, lambda *a: None, chunk=2)  # the pipeline's own warm-up
-        t = time.perf_counter()
-        final = runner.run(ASYNC_BATCHES, lambda *a: None, chunk=ASYNC_BATCHES)
-        asynch = final.consumed * spb / (time.perf_counter() - t)
-    finally:
-        runner.learn, runner.make_collector = real_learn, real_make
-    return {
-        "generation_samples_per_s": generation,
-        "learning_samples_per_s": learning,
-        "sync_samples_per_s": sync,
-        "async_samples_per_s": asynch,
-        "overlap_efficiency": asynch / min(generation, learning),
-        "async_over_sync": asynch / sync,
-        "ideal_async_over_sync": _ideal_ratio(generation, learning),
-        "generation_pad_ms": 1e3 * pads.generation_s,
-        "learning_pad_ms": 1e3 * pads.learning_s,
-        "staleness_max": final.staleness_max,
-        "produced": final.produced,
-        "consumed": final.consumed,
-        "dropped": sum(final.dropped.values()),
-    }
+    return generation, learning, sync
 
 
 def equalising_pads(figures: dict[str, Any], spb: int, n_threads: int) -> Pads:
@@ -166,7 +206,7 @@ def equalising_pads(figures: dict[str, Any], spb: int, n_threads: int) -> Pads:
     return Pads(generation_s=n_threads * (t_learn - t_gen))  # each thread makes 1/n_threads of the batches
 
 
-def _rows(name: str, r: dict[str, Any]) -> list[Row]:
+def _rows(name: str, r: dict[str, Any], micro_batches: int = 1) -> list[Row]:
     pads = ""
     if r["learning_pad_ms"] or r["generation_pad_ms"]:
         pads = f" (padded: generation +{r['generation_pad_ms']:.1f} ms, learning +{r['learning_pad_ms']:.1f} ms per batch)"
@@ -179,7 +219,14 @@ def _rows(name: str, r: dict[str, Any]) -> list[Row]:
         ("overlap efficiency", f"{r['overlap_efficiency']:.3f}", "async / min(generation, learning): 1 is ideal"),
         ("async / sync", f"{r['async_over_sync']:.2f}x", f"ideal {r['ideal_async_over_sync']:.2f}x"),
         ("counters", f"{r['produced']}/{r['consumed']}/{r['dropped']}", "produced/consumed/dropped"),
-    ]
+    ] + ([] if micro_batches == 1 else [
+        ("async pipeline, M=1", f"{r['async_m1_samples_per_s']:,.0f}", "samples/s (measured in turns with M's)"),
+        (f"async pipeline, M={micro_batches}", f"{r['micro_async_samples_per_s']:,.0f}",
+         f"samples/s (async.micro_batches={micro_batches}; the other rows: M=1)"),
+        (f"M={micro_batches} / M=1", f"{r['micro_over_one']:.2f}x", "async pipeline, same threads, envs and pads"),
+        (f"counters, M={micro_batches}", f"{r['micro_produced']}/{r['micro_consumed']}/{r['micro_dropped']}",
+         "produced/consumed/dropped slices"),
+    ])  # fmt: skip
 
 
 def run_async_bench(config: Config, log: Callable[[str], None] = print,
@@ -187,24 +234,41 @@ def run_async_bench(config: Config, log: Callable[[str], None] = print,
     """Measure the rates (see the module docstring) in each of `scenarios`; print a table, then one
     JSON line; return the dict."""
     env = make_adapter(config)
-    runner = AsyncRun(config, env, make_trainer, log=lambda s: None)
+    M = config.async_.micro_batches
+    one = replace(config, **{"async": {"micro_batches": 1}})
+    runner = AsyncRun(one, env, make_trainer, log=lambda s: None)
+    micro = AsyncRun(config, env, make_trainer, log=lambda s: None) if M > 1 else None
     n_threads = config.async_.num_actor_threads
     log(f"marljax bench (async): {config.algo} on {env.describe()}")
     result: dict[str, Any] = {
         "mode": "async", "env": config.env, "env_kwargs": config.env_kwargs, "num_envs": config.num_envs,
-        "num_steps": config.num_steps, "num_actor_threads": n_threads,
-        "actor_devices": len(runner.placement.actor_devices),
+        "num_steps": config.num_steps, "num_actor_threads": n_threads, "max_staleness": config.async_.max_staleness,
+        "micro_batches": M, "actor_devices": len(runner.placement.actor_devices),
         "learner_devices": int(runner.placement.learner_mesh.devices.size),
     }  # fmt: skip
     rows: list[Row] = []
-    configured = measure_stages(runner, config, Pads())
-    result.update(configured)
-    rows += _rows("configured", configured)
-    if "equal" in scenarios:
-        equal = measure_stages(runner, config, equalising_pads(configured, runner.samples_per_batch, n_threads))
-        result.update({f"equal_{k}": v for k, v in equal.items()})
-        rows += _rows("equal", equal)
+    for name in ("configured", *(s for s in scenarios if s != "configured")):  # `equal` pads from `configured`
+        pads = Pads() if name == "configured" else equalising_pads(result, runner.samples_per_batch, n_threads)
+        figures = measure_stages(runner, one, pads)
+        if micro is not None:
+            figures.update(_micro_figures(runner, micro, pads))
+        result.update({(k if name == "configured" else f"{name}_{k}"): v for k, v in figures.items()})
+        rows += _rows(name, figures, M)
     return report(rows, six_digits(result), log)
+
+
+def _micro_figures(one: AsyncRun, micro: AsyncRun, pads: Pads, rounds: int = 2) -> dict[str, Any]:
+    """The M > 1 pipeline against the M = 1 one, measured in turns (M=1, M, M=1, M, ...: a shared
+    machine's load drifts): the mean rates, `micro_over_one` their ratio, and the last M run's
+    counters, prefixed `micro_`."""
+    rates: dict[str, list[float]] = {"one": [], "micro": []}
+    for _ in range(rounds):
+        rates["one"].append(measure_async(one, pads)["async_samples_per_s"])
+        last = measure_async(micro, pads)
+        rates["micro"].append(last["async_samples_per_s"])
+    mean = {k: sum(v) / len(v) for k, v in rates.items()}
+    return {"async_m1_samples_per_s": mean["one"], **{f"micro_{k}": v for k, v in last.items()},
+            "micro_async_samples_per_s": mean["micro"], "micro_over_one": mean["micro"] / mean["one"]}  # fmt: skip
 
 
 __all__ = ["run_async_bench", "measure_stages", "equalising_pads", "Pads", "ASYNC_BATCHES", "SCENARIOS"]

@@ -44,6 +44,10 @@ class Layout:
     num_data: int = 1
     agent_axis: str | None = None
     num_agent: int = 1
+    # async micro-batches (unsharded actors only): this trainer steps slice `env_slice` of
+    # `num_env_slices` equal, consecutive slices of the environments, with their keys
+    env_slice: int = 0
+    num_env_slices: int = 1
 
     @property
     def agent_parallel(self) -> bool:
@@ -58,6 +62,13 @@ class Layout:
     @property
     def num_env_shards(self) -> int:
         return self.num_data * self.num_agent
+
+    @classmethod
+    def env_slice_of(cls, index: int, count: int) -> Layout:
+        """An unsharded trainer that steps slice `index` of `count` of the environments."""
+        if not 0 <= index < count:
+            raise ValueError(f"env slice {index} of {count}")
+        return cls(env_slice=index, num_env_slices=count)
 
     def local_agents(self, size: int) -> tuple[Array | int, int]:
         """(first agent index, count) of a group of `size` agents on this device, learning layout."""

@@ -11,8 +11,18 @@
 Both sides run the algorithm's own pieces (`Trainer.collect` and `Trainer.learn`); this
 module knows no algorithm by name. Staleness is bounded by the buffer (see buffer.py) and
 corrected in `learn` (`correction`). With `deterministic=true` the one actor uses exactly
-version `ticket - K`, so the pipeline runs in lockstep with a fixed lag and a seed
+version `ticket // M - K`, so the pipeline runs in lockstep with a fixed lag and a seed
 reproduces bitwise while generation and learning still overlap.
+
+Micro-batches (`async.micro_batches=M`, micro_batches.py): each pass of the actor loop above
+rolls out one slice of num_envs/M of the thread's environments, as its own jitted rollout, and
+puts it in the buffer at once with its own version; the learner takes M slices (`get` M times),
+joins them along the environment axis and learns once. Cutting the rollout itself (not only its
+result) is what lets the pipeline overlap more: the first slices are on their way to the
+learner (device-to-host copy, buffer) while the actor rolls out the next, each slice picks up
+the newest parameters allowed, and with several actor threads an update's M slices are rolled
+out in parallel by whichever threads are free (with K = 0, M = 1 leaves all threads but one
+waiting for the next version). Counters (produced, consumed, dropped) count slices.
 
 Concurrency traps, and what is done about them:
 * every wait is on the buffer's or the store's condition variable; `close()` wakes them all,
@@ -49,6 +59,7 @@ from marljax.parallel.placement import copy_to_devices, place
 from marljax.pipeline.balance import Observation, RateBalancer, Throttle
 from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
 from marljax.pipeline.env_workers import EnvHealth
+from marljax.pipeline.micro_batches import join_slices, slice_actors
 from marljax.pipeline.watchdog import ActorStuck, Heartbeats, stuck_message
 from marljax.types import Trajectory
 
@@ -88,6 +99,10 @@ class AsyncRun:
         self.actor_init = None if self.host else jax.jit(jax.vmap(self.actor_trainer.init_actors))
         self.actor_keys = keys
         self.collect = jax.jit(jax.vmap(self.actor_trainer.collect))
+        self.micro_batches = M = config.async_.micro_batches
+        # M > 1: one rollout program per environment slice (M compilations, each of E/M envs)
+        self.slice_collects = [jax.jit(jax.vmap(make_trainer(config, env, Layout.env_slice_of(j, M)).collect))
+                               for j in range(M)] if M > 1 else []  # fmt: skip
         self.host_policy = jax.jit(jax.vmap(self.actor_trainer.policy_step))  # host envs: one step, all copies
         # a batch arrives in the acting layout: environments split over every learner device
         self.traj_shardings = trajectory_shardings(mesh)
@@ -104,7 +119,7 @@ class AsyncRun:
             return jax.vmap(one)(learner, traj)
 
         self.learn = shard_learn(learn_local, mesh, learner_spec)  # donates the learner state
-        self.samples_per_batch = config.num_steps * config.num_envs * S
+        self.samples_per_batch = config.num_steps * config.num_envs * S  # one update's
         self.health = EnvHealth()  # host env copies' failures, restarts, retirements (a new one every run)
 
     def to_learner_mesh(self, traj: Trajectory) -> Trajectory:
@@ -221,10 +236,12 @@ class AsyncRun:
         on_chunk(stacked metrics [S, n], wall seconds, async fields of the row, learner state).
         When `stop()` turns true, the updates since the last chunk are handed over and the run ends."""
         config = self.config
-        buffer = TrajectoryBuffer(config.async_.buffer_capacity, config.async_.max_staleness, config.async_.staleness_policy)
+        buffer = TrajectoryBuffer(config.async_.buffer_capacity, config.async_.max_staleness, config.async_.staleness_policy,
+                                  self.micro_batches)  # fmt: skip
         store = ParamStore(keep=config.async_.max_staleness + 2)
         self._publish(store, 0, self.learner.params)
-        budget = updates if config.async_.staleness_policy == "block" else None
+        # block mode: the tickets every update's items need (the actors stop there)
+        budget = updates * self.micro_batches if config.async_.staleness_policy == "block" else None
         self.health = EnvHealth()
         errors: list = []
         heart = Heartbeats()
@@ -248,7 +265,8 @@ class AsyncRun:
             recorder = TrajectoryRecorder(config.async_.record_trajectories)
         clean = False
         pending: list[dict] = []
-        staleness: list[int] = []
+        staleness: list[int] = []  # per consumed item (slice) in this chunk
+        slices: list[list[tuple[int, int]]] = []  # micro-batches: per update, each slice's (version, staleness)
         last = buffer.stats()
         dropped_before = 0
         t_chunk = time.perf_counter()
@@ -256,17 +274,21 @@ class AsyncRun:
             t_update = time.perf_counter()
             for u in range(updates):
                 try:
-                    batch = self._next_batch(buffer, heart)
+                    items = [self._next_batch(buffer, heart) for _ in range(self.micro_batches)]
                 except BufferClosed:
                     break
                 got = buffer.stats()
                 learner_version, got_at = got.version, time.perf_counter()
-                staleness.append(learner_version - batch.version)
-                if recorder is not None:
-                    stamps = dict(version=batch.version, actor=batch.actor, seq=batch.seq, ticket=batch.ticket,
-                                  learner_version=learner_version)  # fmt: skip
-                    recorder.append(batch.data, stamps)
-                self.learner, metrics = self.learn(self.learner, self.to_learner_mesh(batch.data))
+                for item in items:  # each slice keeps its own stamps
+                    staleness.append(learner_version - item.version)
+                    if recorder is not None:
+                        stamps = dict(version=item.version, actor=item.actor, seq=item.seq, ticket=item.ticket,
+                                      learner_version=learner_version)  # fmt: skip
+                        recorder.append(item.data, stamps)
+                if self.micro_batches > 1:
+                    slices.append([(item.version, learner_version - item.version) for item in items])
+                data = items[0].data if len(items) == 1 else join_slices([item.data for item in items])
+                self.learner, metrics = self.learn(self.learner, self.to_learner_mesh(data))
                 self._check_stuck(heart)  # an env copy may hang while the other copies keep the learner fed
                 version = buffer.finish_update()
                 self._publish(store, version, self.learner.params)
@@ -281,12 +303,16 @@ class AsyncRun:
                 if len(pending) == chunk or u == updates - 1 or stopping:
                     stacked = jax.tree.map(lambda *xs: np.stack(xs, axis=1), *jax.device_get(pending))
                     now, wall = buffer.stats(), time.perf_counter() - t_chunk
-                    row = async_row(now, last, staleness, wall, self.samples_per_batch, self.health.snapshot())
+                    row = async_row(now, last, staleness, wall, self.samples_per_batch // self.micro_batches,
+                                    self.health.snapshot())  # fmt: skip
+                    if self.micro_batches > 1:
+                        row.update(slice_versions=[[v for v, _ in one] for one in slices],
+                                   slice_staleness=[[k for _, k in one] for one in slices])  # fmt: skip
                     row.update(active_actors=balancer.active if balancer else n_threads,
                                batch_window=balancer.window if balancer else None,
                                balance_target=config.async_.balance_target if balancer else None)  # fmt: skip
                     on_chunk(stacked, wall, row, self.learner)
-                    pending, staleness, last, t_chunk = [], [], now, time.perf_counter()
+                    pending, staleness, slices, last, t_chunk = [], [], [], now, time.perf_counter()
                 if stopping:
                     break
             clean = not (stop is not None and stop())
@@ -319,11 +345,23 @@ class _JaxCollector:
 
     def __init__(self, runner: AsyncRun, device, keys: jax.Array):
         self.runner, self.device, self.keys = runner, device, keys
-        self.actors = runner.actor_init(keys)
+        actors = runner.actor_init(keys)  # leaves [S, E, ...]
+        M = runner.micro_batches
+        self.actors = actors if M == 1 else None
+        # micro-batches: M states of E/M environments, rolled out in turn (leaves [S, E/M, ...])
+        self.slices = slice_actors(actors, M) if M > 1 else []
+        self.next_slice = 0
 
     def collect(self, params, ticket: int, version: int = 0, min_version: int = 0) -> tuple[Trajectory, int]:
-        """(the rollout of batch `ticket` with `params`, their version)."""
-        self.actors, traj = self.runner.collect(params, self.actors, self.runner.step_keys(self.keys, ticket))
+        """(the rollout of batch `ticket` with `params`, their version); with micro-batches, of the
+        next of this thread's environment slices, with the keys of batch ticket // M."""
+        runner, M = self.runner, self.runner.micro_batches
+        if M == 1:
+            self.actors, traj = runner.collect(params, self.actors, runner.step_keys(self.keys, ticket))
+            return traj, version
+        j = self.next_slice
+        self.slices[j], traj = runner.slice_collects[j](params, self.slices[j], runner.step_keys(self.keys, ticket // M))
+        self.next_slice = (j + 1) % M
         return traj, version
 
 
@@ -332,9 +370,10 @@ def _on(newest: tuple[int, dict], device) -> tuple[int, Any]:
     return newest[0], newest[1][device]
 
 
-def async_row(now, last, staleness: list[int], wall: float, samples_per_batch: int, env: dict | None = None) -> dict:
-    """The async fields of one metrics row (counters cumulative; rates and staleness over the chunk;
-    `env`: the host env copies' failure counters, zero for JAX envs)."""
+def async_row(now, last, staleness: list[int], wall: float, samples_per_item: int, env: dict | None = None) -> dict:
+    """The async fields of one metrics row (counters cumulative; rates and staleness over the chunk's
+    consumed items: batches, or slices with micro-batches; `env`: the host env copies' failure
+    counters, zero for JAX envs)."""
     return {
         **(env if env is not None else dict.fromkeys(EnvHealth.KEYS, 0)),
         "policy_version": now.version,
@@ -347,6 +386,6 @@ def async_row(now, last, staleness: list[int], wall: float, samples_per_batch: i
         "buffer_occupancy": now.held,
         "actor_wait_s": now.actor_wait_s,
         "learner_wait_s": now.learner_wait_s,
-        "production_rate": (now.produced - last.produced) * samples_per_batch / wall if wall > 0 else None,
-        "consumption_rate": (now.consumed - last.consumed) * samples_per_batch / wall if wall > 0 else None,
+        "production_rate": (now.produced - last.produced) * samples_per_item / wall if wall > 0 else None,
+        "consumption_rate": (now.consumed - last.consumed) * samples_per_item / wall if wall > 0 else None,
     }

@@ -13,6 +13,13 @@ when the learner is at V has staleness V - v. `max_staleness` = K bounds it:
 * `drop`: batches are consumed in arrival order; a batch older than K at dequeue is dropped
   and counted with the reason "stale". Actors wait only for room in the buffer.
 
+Micro-batches (`micro_batches` = M > 1): an item is a slice of a batch (num_envs/M environments
+of one actor thread) and an update consumes M items, so every count above is in items and
+"ticket t" reads "ticket t, consumed by update t // M": in block mode the learner at version V
+takes tickets V*M .. V*M+M-1 in order, an actor starts ticket t with a version >= t//M - K, and
+only while t < (V + capacity) * M (capacity stays in batches of M items). Staleness is per item;
+the M items of one update may come from different actors and versions. M = 1 is the plain case.
+
 Counting is exact: produced == consumed + dropped + held, at every moment under the lock;
 at `close()` what is still held is dropped with the reason "end of run".
 
@@ -57,14 +64,18 @@ class BufferStats(NamedTuple):
 
 
 class TrajectoryBuffer:
-    def __init__(self, capacity: int, max_staleness: int, policy: str = "block"):
+    def __init__(self, capacity: int, max_staleness: int, policy: str = "block", micro_batches: int = 1):
         if capacity < 1:
             raise ValueError(f"buffer_capacity must be >= 1, got {capacity}")
         if max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
         if policy not in POLICIES:
             raise ValueError(f"staleness_policy must be one of {POLICIES}, got {policy!r}")
+        if micro_batches < 1:
+            raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
         self.capacity, self.max_staleness, self.policy = capacity, max_staleness, policy
+        self.micro_batches = micro_batches
+        self._part = 0  # items taken for the update in progress (block: the next ticket is version * M + part)
         self._cond = threading.Condition()
         self._items: dict[int, Stamped] = {}  # block: ticket -> batch
         self._fifo: collections.deque[Stamped] = collections.deque()  # drop: arrival order
@@ -108,15 +119,16 @@ class TrajectoryBuffer:
     def start(self, timeout: float | None = None) -> tuple[int, int]:
         """Reserve the next batch before generating it: (ticket, minimum policy version to use).
 
-        block: waits while `capacity` batches are already started and not consumed.
+        block: waits while `capacity` batches (of M items) are already started and not consumed.
         drop: returns at once (the minimum version is 0).
         """
+        M = self.micro_batches
         with self._cond:
             if self.policy == "block":
-                self._wait(lambda: self._next_ticket < self._version + self.capacity, timeout, "actor")
+                self._wait(lambda: self._next_ticket < (self._version + self.capacity) * M, timeout, "actor")
             ticket = self._next_ticket
             self._next_ticket += 1
-            return ticket, (max(0, ticket - self.max_staleness) if self.policy == "block" else 0)
+            return ticket, (max(0, ticket // M - self.max_staleness) if self.policy == "block" else 0)
 
     def put(self, batch: Stamped, timeout: float | None = None) -> None:
         """Hand a finished batch to the learner (drop: waits while the buffer is full)."""
@@ -138,12 +150,13 @@ class TrajectoryBuffer:
 
     # ------------------------------------------------------------------ learner
     def get(self, timeout: float | None = None) -> Stamped:
-        """The next batch within the staleness bound (drop: older ones are dropped on the way)."""
+        """The next batch (item) within the staleness bound (drop: older ones are dropped on the way)."""
         with self._cond:
             while True:
                 if self.policy == "block":
-                    self._wait(lambda: self._version in self._items, timeout, "learner")
-                    batch = self._items.pop(self._version)
+                    ticket = self._version * self.micro_batches + self._part
+                    self._wait(lambda: ticket in self._items, timeout, "learner")
+                    batch = self._items.pop(ticket)
                 else:
                     self._wait(lambda: bool(self._fifo), timeout, "learner")
                     batch = self._fifo.popleft()
@@ -157,6 +170,7 @@ class TrajectoryBuffer:
                     self._cond.notify_all()
                     continue
                 self._consumed += 1
+                self._part += 1
                 self._hist[staleness] += 1
                 if self.on_taken is not None:
                     self.on_taken()
@@ -164,9 +178,10 @@ class TrajectoryBuffer:
                 return batch
 
     def finish_update(self) -> int:
-        """The learner finished one update with the last batch: version += 1. Returns it."""
+        """The learner finished one update with the last batch (M items): version += 1. Returns it."""
         with self._cond:
             self._version += 1
+            self._part = 0
             self._cond.notify_all()
             return self._version
 
