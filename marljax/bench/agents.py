@@ -13,9 +13,10 @@ a device receives per update when parameters go to the acting layout and traject
 learning layout, the swap's share of an update, the update's time and env-steps/s.
 
 Then the largest N whose learner state (parameters + Adam) fits a per-device budget, on one
-device and on K: from a polynomial in N fitted through the measured bytes (an extrapolation,
-said so where it is printed), each answer checked against the learner state's shapes at that N
-(`jax.eval_shape`, nothing run). Activations, trajectories and environments are not counted.
+device and on K: N agents times bytes per agent fitted as a line in N through the measured rows
+(an extrapolation, said so where it is printed; a central critic, replicated over `agent`, is
+taken as measured at the largest N), each answer checked against the learner state's shapes at N
+and N+K (`jax.eval_shape`, nothing run). Activations, trajectories and environments are not counted.
 
 Runs on `max(8, K)` devices: with fewer visible CPU devices it re-runs itself in a child process
 that sees 8 fake ones. Sizes are small (8 envs x 16 steps) so that the default takes minutes on
@@ -107,16 +108,16 @@ def split_and_replicated(rows: list[dict[str, Any]], n: int) -> tuple[float, flo
 
 
 def fit_bytes(rows: list[dict[str, Any]]) -> tuple[Callable[[int, int], float], str]:
-    """(bytes per device as a function of (N, K), how it was fitted): the split bytes as a polynomial
-    in N through the measured N's (degree up to 2: N agents, each with a first layer that grows with
-    its observation, linear in N on spread), the replicated bytes as measured at the largest N."""
-    ns = sorted({r["num_agents"] for r in rows})
-    split = [split_and_replicated(rows, n)[0] for n in ns]
-    degree = min(2, len(ns) - 1)
-    poly = np.polynomial.Polynomial.fit(ns, split, degree)
+    """(bytes per device as a function of (N, K), how it was fitted). The split bytes are N agents'
+    sets, each a size linear in N (its observation, hence its first layer, grows linearly with N on
+    spread): bytes per agent is fitted as a line through the measured N's (least squares past two).
+    The replicated bytes (Adam's step count) are as measured at the largest N."""
+    ns = sorted({r["num_agents"] for r in rows})  # what_fits asks for two N's or more
+    per_agent = [split_and_replicated(rows, n)[0] / n for n in ns]
+    line = np.polynomial.Polynomial.fit(ns, per_agent, 1)
     replicated = split_and_replicated(rows, ns[-1])[1]
-    how = f"{['constant', 'linear', 'quadratic'][degree]} in N through the measured N = {', '.join(map(str, ns))}"
-    return (lambda n, k: float(poly(n)) / k + replicated), how
+    how = f"N x (bytes per agent, a line in N through the measured N = {', '.join(map(str, ns))})"
+    return (lambda n, k: n * float(line(n)) / k + replicated), how
 
 
 def largest_fit(per_device: Callable[[int, int], float], k: int, budget: float) -> int | None:
@@ -148,12 +149,14 @@ def shape_bytes(base: Config, n: int, k: int) -> int:
 
 def what_fits(base: Config, rows: list[dict[str, Any]], ks: Sequence[int], budget_mib: float | None) -> dict[str, Any]:
     """The largest N that fits the per-device budget on each K, checked against the shapes there."""
-    per_device, how = fit_bytes(rows)
     largest_n = max(r["num_agents"] for r in rows)
     if budget_mib is None:  # default: one device holds half the learner state of the largest N
-        budget_mib = per_device(largest_n, 1) / 2 / 2**20
+        budget_mib = max(r["learner_bytes_total"] for r in rows if r["num_agents"] == largest_n) / 2 / 2**20
+    out: dict[str, Any] = {"device_memory_mib": budget_mib, "fit": "", "largest_fit": {}, "checked": {}}
+    if len({r["num_agents"] for r in rows}) < 2:
+        return out | {"fit": "none: it needs two agent counts or more"}
+    per_device, out["fit"] = fit_bytes(rows)
     budget = budget_mib * 2**20
-    out: dict[str, Any] = {"device_memory_mib": budget_mib, "fit": how, "largest_fit": {}, "checked": {}}
     for k in ks:
         n = largest_fit(per_device, k, budget)
         out["largest_fit"][str(k)] = n
@@ -203,10 +206,14 @@ def _fit_lines(fits: dict[str, Any]) -> str:
 
     def check(k):
         c = fits["checked"].get(k)
+        if fits["largest_fit"][k] is None:
+            return ""
         if c is None:
             return f" (not checked: above N={CHECK_MAX_AGENTS})"
         return "; shapes agree" if all(c) else "; the learner state's shapes DISAGREE"
 
+    if not fits["largest_fit"]:
+        return f"Largest N that fits {fits['device_memory_mib']:,.2f} MiB per device: {fits['fit']}"
     lines = [f"Largest N whose learner state (params + Adam) fits {fits['device_memory_mib']:,.2f} MiB per device "
              f"(extrapolated: per-device bytes {fits['fit']}; each answer checked against the learner state's shapes "
              "at N and N+K; activations, trajectories and envs not counted):"]  # fmt: skip
