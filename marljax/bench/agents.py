@@ -180,7 +180,7 @@ def run_agents_bench(base: Config, agents: Sequence[int], ks: Sequence[int], bud
                 log(f"N={n}, K={k}: skipped (K must divide N)")
                 continue
             rows.append(six_digits(bench_row(row_config(base, n, k))))
-            log(f"N={n}, K={k}: done")
+            log(" | ".join(_cells(rows[-1])) + f" | compile {rows[-1]['compile_s']:.0f} s")  # a row as it comes
     fits = what_fits(base, rows, sorted({1, *ks}), budget_mib)
     result = {"bench": "agents", "algo": base.algo, "env": base.env, "devices": device_count(), "platform": platform(),
               "num_envs": base.num_envs, "num_steps": base.num_steps, "rows": rows, **fits}  # fmt: skip
