@@ -1,4 +1,4 @@
-"""`marljax train | sweep | report | compare | bench | bench-target | bench-scale | bench-checkpoint | bench-sweep | export | doctor`.
+"""`marljax train | sweep | report | compare | bench | bench-target | bench-scale | bench-agents | bench-checkpoint | bench-sweep | export | doctor`.
 
     marljax train [CONFIG.yaml] [key=value ...]     (marljax train [algo=NAME] --help: every setting)
     marljax sweep SWEEP.yaml [key=value ...]
@@ -30,6 +30,7 @@ USAGE = """usage: marljax {train,bench,bench-checkpoint,bench-sweep} [CONFIG.yam
        marljax compare RUN_DIR|SWEEP_DIR:CELL ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]
        marljax export RUN_DIR POLICY_DIR [seed_index=N]
        marljax bench-scale [CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]
+       marljax bench-agents [--agents 4,16,64] [--mesh-agent 1,2,4,8] [--device-memory-mib M] [key=value ...]
        marljax doctor [--expect cpu|gpu|tpu]
        marljax COMMAND --help     (train --help lists every setting; algo=NAME --help another algorithm's)
        marljax --version
@@ -49,6 +50,9 @@ USAGE = """usage: marljax {train,bench,bench-checkpoint,bench-sweep} [CONFIG.yam
           the env steps used and the curve; a JSON line last
   bench-scale
           the bench at 64, 256, 1k, 4k, 16k, 64k envs per device, until memory or time runs out
+  bench-agents
+          learner bytes per device, swap bytes and update time over agent count N and mesh.agent K
+          (independent parameters), and the largest N whose learner state fits a device budget
   bench-checkpoint
           training time with checkpoints every checkpoint_every updates vs only at the end
   bench-sweep
@@ -113,6 +117,17 @@ in its own process, until a row runs out of memory, passes --timeout seconds (de
 passes --max-envs per device (default 4096 on CPU, 65536 elsewhere). Prints env-steps/s, MFU,
 peak memory and compile time per row, a JSON line per row, and last a JSON line with every row.
 key=value settings apply to every row (marljax train --help lists them).""",
+    "bench-agents": """usage: marljax bench-agents [--agents 4,16,64] [--mesh-agent 1,2,4,8] [--device-memory-mib M] [key=value ...]
+
+For each agent count N (MPE_simple_spread_v3 with N agents and N landmarks) and each K in
+--mesh-agent dividing N, bench IPPO with param_sharing=independent and mesh.agent=K on 8 devices
+(on a CPU with fewer, it re-runs itself on 8 fake CPU devices): learner bytes per device and in
+all, beside the ideal 1/K; the swap's bytes per update (parameters, trajectories) and its share
+of an update; the update's time and env-steps/s. Then the largest N whose learner state fits
+--device-memory-mib per device (default: half the learner state of the largest N) on one device
+and on each K: fitted through the measured bytes and checked against the state's shapes. Prints a
+markdown table, then one JSON line. Defaults: 8 envs x 16 steps (times compare rows; they are not
+absolute); key=value settings (marljax train --help) change every row.""",
     "doctor": """usage: marljax doctor [--expect cpu|gpu|tpu]
 
 Print the versions of marljax, jax, jaxlib, flax, optax, orbax, chex, jaxmarl, tensorstore; the
@@ -221,6 +236,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return doctor.main(rest)
     if command == "bench-scale":
         return _bench_scale(rest)
+    if command == "bench-agents":
+        from marljax.bench.agents import main as bench_agents
+
+        return bench_agents(rest)
     if command == "sweep":
         return _sweep(rest)
     if command == "report":

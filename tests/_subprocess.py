@@ -8,14 +8,14 @@ import subprocess
 import sys
 import textwrap
 
+from marljax.parallel.placement import fake_cpu_devices_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_with_devices(code: str, n_devices: int, timeout: int = 600) -> dict:
     """Execute `code` (which must print one JSON line last) with n fake devices; return it parsed."""
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={n_devices}"
-    env["JAX_PLATFORMS"] = "cpu"
+    env = fake_cpu_devices_env(n_devices)
     # the snippet may import test helpers (tests._trees): put this checkout first on its path
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     proc = subprocess.run(

@@ -5,6 +5,8 @@
     env_only.py    the rollout ceiling: the same environments stepped with random actions
     swap.py        the agent-parallel swap between learning and acting layouts (mesh.agent > 1)
     pipeline.py    `marljax bench mode=async`: generation, learning, the sync (same threads) and async loops
+    agents.py      `marljax bench-agents`: learner bytes per device, swap and update time over agent count
+                   N and mesh.agent K, and the largest N whose learner state fits a device budget
     stragglers.py  `python -m marljax.bench.stragglers`: host env copies with a 10x straggler, per host_stepping
     target.py      `marljax bench-target`: wall-clock time (compile included) until the training
                    return first reaches a target, stopping the run there

@@ -16,8 +16,19 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(f"{a:<{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows)
 
 
+def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table: the header, a rule, then one line per row (numbers right-aligned)."""
+    line = lambda cells: "| " + " | ".join(cells) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("---:" for _ in header) + "|", *map(line, rows)])
+
+
 def report(rows: Sequence[Row], result: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
     """Log the table of `rows`, then `result` as the JSON line; return `result`."""
-    log(table(rows))
+    return report_text(table(rows), result, log)
+
+
+def report_text(text: str, result: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
+    """Log `text` (a rendered table), then `result` as the JSON line; return `result`."""
+    log(text)
     log(json.dumps(result))
     return result

@@ -8,7 +8,9 @@ and place with these functions.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import os
+import re
+from typing import Any, Callable, Mapping
 
 import jax
 from jax.sharding import Mesh, NamedSharding
@@ -40,6 +42,15 @@ def copy_to_devices(tree: Any, devices: Any) -> dict:
 def platform(mesh: Mesh | None = None) -> str:
     """The platform ("cpu", "gpu", "tpu") of the mesh's devices, or of the first visible device."""
     return (mesh.devices.flat[0] if mesh is not None else jax.devices()[0]).platform
+
+
+def fake_cpu_devices_env(n: int, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """A copy of `environ` for a child process whose JAX sees `n` CPU devices (a host platform
+    split into n fake devices: the multi-device code paths on a machine without accelerators).
+    Only a process that has not yet started JAX's backend can take it: hence a child process."""
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "", environ.get("XLA_FLAGS", "")).split()
+    flags.append(f"--xla_force_host_platform_device_count={n}")
+    return {**environ, "XLA_FLAGS": " ".join(flags), "JAX_PLATFORMS": "cpu"}
 
 
 def bytes_on_one_device(tree: Any) -> int:
