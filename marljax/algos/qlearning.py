@@ -224,7 +224,9 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         per_agent = {k: whole[k] for k in ("obs", "mask", "reset")} | {"action": traj["action"]}
         if config.recurrent:  # the GRU's state before the first step, [1, E_act, A_g, H]
             per_agent["hidden"] = jax.tree.map(lambda h: h[:1], traj["hidden"])
-        per_env = {"reward": traj["reward"], "done": traj["done"]} | ({"world": whole["world"]} if "world" in whole else {})
+        per_env = {"reward": traj["reward"], "done": traj["done"]}  # [T, E_act, N], [T, E_act]
+        if "world" in whole:  # QMIX's world state [T + 1, E_act, W]
+            per_env["world"] = whole["world"]
         per_agent, per_env = layout.to_learning(per_agent, per_env)
         sequences = jax.tree.map(swap, {**per_agent, **per_env})  # [E/D, T(+1), ...]
         if config.recurrent:
