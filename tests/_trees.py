@@ -61,9 +61,11 @@ NOT_NUMBERS = ("wall_s", "env_steps_per_s", "actor_wait_s", "learner_wait_s", "p
 
 def run_tree(res) -> dict:
     """A train() result as one tree: the learner's whole state (parameters, optimizer state,
-    hyperparameters, key, update count; leaves [S, ...], per-agent ones [S, A, ...]) and every
-    metric of every row (a field's values over the rows stacked: [rows, ...])."""
-    return {"learner": jax.device_get(res.state.learner), "rows": rows_tree(res.rows)}
+    hyperparameters, key, update count; leaves [S, ...], per-agent ones [S, A, ...]), the
+    algorithm's extra state (the Q family's target network and replay buffer; none for PPO) and
+    every metric of every row (a field's values over the rows stacked: [rows, ...])."""
+    learner, extra = jax.device_get((res.state.learner, res.state.extra))
+    return {"learner": learner, "extra": extra, "rows": rows_tree(res.rows)}
 
 
 def rows_tree(rows: list[dict]) -> dict[str, np.ndarray]:

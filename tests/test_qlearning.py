@@ -78,7 +78,7 @@ def test_checkpoint_with_replay_resumes_bitwise(tmp_path):
     "change, field",
     [(["replay.buffer_size=2"], "replay.buffer_size"), (["replay.batch_size=0"], "replay.batch_size"),
      (["replay.tau=2"], "replay.tau"),
-     (["param_sharing=independent", "mesh.agent=2"], "mesh.agent")],
+     (["mesh.agent=2"], "mesh.agent")],  # shared Q-networks do not split (independent ones do: test_replay_agent_axis.py)
 )  # fmt: skip
 def test_bad_replay_settings_name_the_field(change, field):
     with pytest.raises(ConfigError) as info:

@@ -21,6 +21,16 @@ without burn-in). A stored state is as old as its sequence, which is what the re
 
 The replay buffer and the target network live in `TrainState.extra`, so checkpoints hold
 them: a resumed run continues with the same replay contents.
+
+With `param_sharing=independent` and `mesh.agent` = K, each device learns the Q-networks (and
+keeps the target networks) of A_g/K agents of every group, as PQN-VDN does
+(`parallel/layouts.py`): acting gathers every network, and one all-to-all moves the rollout to
+the learning layout, where a device's replay holds its own agents' fields (obs, mask, reset,
+action, hidden) and, replicated over its agent column, the per-environment ones (reward, done,
+world). Every device of a column samples the same slots (same key), so sampling needs no
+communication. The loss then gathers every agent's chosen and next values with one all-gather
+(the gradient flows through a device's own agents only) and is the single device's loss, whole
+on every device: QMIX's mixer is replicated, its gradient the same everywhere.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from marljax.algos.api import AlgorithmSpec, CostPiece, Trainer, hparams_from_co
 from marljax.algos.learning import descend, init_keys, init_learner, learning_rate
 from marljax.algos.mixers import QMixer
 from marljax.algos.q_acting import QConfig, make_q_acting, q_trainer, through_final
-from marljax.config import AlgorithmSchema, Config, ConfigError, setting
+from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
@@ -67,15 +77,16 @@ class ReplayConfig:
 
 @struct.dataclass
 class QExtra:
-    target: dict  # the target network's parameters (same tree as the learner's)
-    buffer: replay.ReplayState  # sequences [capacity, T + 1, ...]
+    target: dict  # the target network's parameters (same tree as the learner's, split the same way)
+    # sequences [capacity, T(+1), ...]: per group obs/mask/reset/action [capacity, T(+1), A_g, ...] and
+    # hidden [capacity, A_g, H] (split over `agent` on A_g, see parallel/mesh.py), reward [capacity, T, N],
+    # done [capacity, T], world [capacity, T + 1, W] (whole on every agent device)
+    buffer: replay.ReplayState
 
 
 def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Trainer:
     del correction
     algo = config.algo
-    if layout.agent_parallel:
-        raise ConfigError("mesh.agent", f"algo={algo} has no agent-parallel replay yet; allowed: 1 (algo=pqn_vdn has one)")
     D = layout.num_data  # data shards: each keeps buffer_size/D slots of its own environments' sequences
     for name in ("buffer_size", "batch_size"):
         if getattr(config.replay, name) % D:
@@ -85,6 +96,8 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     q = make_q_acting(config, env, layout, world=algo == "qmix")
     mixer = QMixer()
     T, E, N = config.num_steps, config.num_envs, env.num_agents
+    K = layout.num_agent  # agent devices: each learns A_g/K agents of every group
+    split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
     start_update = config.replay.learning_starts // (T * E)  # the first update that learns
     swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731 - batch-major [B, T, ...] <-> time-major [T, B, ...]
 
@@ -137,6 +150,21 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             nxt.append(ops.double_q_value(online[:, 1:], tgt[:, 1:], mask[:, 1:]))
         return jnp.concatenate(taken, axis=-1), jax.lax.stop_gradient(jnp.concatenate(nxt, axis=-1))
 
+    def every_agent(local: Array) -> Array:
+        """[..., N/K] this device's agents' values, group after group -> [..., N] every agent's, in
+        the env's order (mesh.agent > 1). One all-gather; the gradient flows through this
+        device's own agents' values only."""
+        axis = layout.agent_axis
+        gathered = jax.lax.all_gather(jax.lax.stop_gradient(local), axis)  # [K, ..., N/K]
+        gathered = jax.lax.dynamic_update_index_in_dim(gathered, local, jax.lax.axis_index(axis), 0)
+        parts, start = [], 0
+        for g in groups:
+            n = g.size // K
+            part = jnp.moveaxis(gathered[..., start : start + n], 0, -2)  # [..., K, A_g/K]: device k's agents
+            parts.append(part.reshape(part.shape[:-2] + (g.size,)))
+            start += n
+        return jnp.concatenate(parts, axis=-1)
+
     def team(params_mixer, values: Array, world: Array) -> Array:
         """[B, T, N] -> [B, T]: VDN's sum or QMIX's mixer on the world state [B, T, W]."""
         if algo == "vdn":
@@ -146,7 +174,9 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         return out.reshape(B, T)
 
     def loss_fn(params, target, seq, hp: HParams, full: bool = False):
-        taken, nxt = chosen_and_next(params, target, seq, full)  # [B, T, N]
+        taken, nxt = chosen_and_next(params, target, seq, full)  # [B, T, N/K]: this device's agents
+        if split:  # every agent's values, in one collective
+            taken, nxt = every_agent(jnp.stack([taken, nxt]))  # [B, T, N] each
         done = seq["done"]  # [B, T]
         if algo == "iql":
             reward, q_now, q_next, done = seq["reward"], taken, nxt, jnp.broadcast_to(done[..., None], taken.shape)
@@ -166,7 +196,11 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         -> (params, opt_state, (loss, q_mean, grad_norm))."""
         seq, _ = replay.sample(buffer, key, config.replay.batch_size // D)
         (loss, q_mean), grads = grad_fn(params, target, seq, hp, full=full)
-        params, opt_state, grad_norm = descend(layout, frozenset(), params, opt_state, grads, lr, hp)
+        # the loss is whole on every agent device, its gradient exact for the device's own agents;
+        # reduce_grads divides split sets by K (it expects per-agent means), so scale them up first
+        # (not the mixer's: replicated, averaged over `agent` as it is)
+        grads = {k: jax.tree.map(lambda x: x * K, v) if k in split else v for k, v in grads.items()}
+        params, opt_state, grad_norm = descend(layout, split, params, opt_state, grads, lr, hp)
         return params, opt_state, (loss, q_mean, grad_norm)
 
     def gradient_steps(learner: LearnerState, extra: QExtra, key: Array, lr: Array):
@@ -182,21 +216,30 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         )
         return params, opt_state, (jnp.mean(loss), jnp.mean(q_mean), jnp.mean(grad_norm))
 
+    def to_sequences(traj: dict, final: dict) -> dict:
+        """A rollout in the acting layout (leaves [T, E_act, ...], see q_acting.rollout) -> one
+        sequence per environment of the learning layout, [E/D, T(+1), ...], per-agent fields on
+        this device's agents only (A_g/K): one all-to-all (identity unless mesh.agent > 1)."""
+        whole = through_final(traj, final)  # obs, mask, reset (, world): [T + 1, E_act, ...]
+        per_agent = {k: whole[k] for k in ("obs", "mask", "reset")} | {"action": traj["action"]}
+        if config.recurrent:  # the GRU's state before the first step, [1, E_act, A_g, H]
+            per_agent["hidden"] = jax.tree.map(lambda h: h[:1], traj["hidden"])
+        per_env = {"reward": traj["reward"], "done": traj["done"]}  # [T, E_act, N], [T, E_act]
+        if "world" in whole:  # QMIX's world state [T + 1, E_act, W]
+            per_env["world"] = whole["world"]
+        per_agent, per_env = layout.to_learning(per_agent, per_env)
+        sequences = jax.tree.map(swap, {**per_agent, **per_env})  # [E/D, T(+1), ...]
+        if config.recurrent:
+            sequences["hidden"] = jax.tree.map(lambda h: h[:, 0], sequences["hidden"])  # [E/D, A_g/K, H]
+        return sequences
+
     def update(state: TrainState):
         learner, extra = state.learner, state.extra
         key, k_roll, k_learn = jax.random.split(learner.key, 3)
         eps = q.epsilon(learner.update)
-        actors, stats, traj, final = q.rollout(learner.params, eps, state.actors, k_roll)
-        # one sequence per environment: [E, T(+1), ...]
-        sequences = {
-            **jax.tree.map(swap, through_final(traj, final)),  # obs, mask, reset (, world): [E, T + 1, ...]
-            "action": jax.tree.map(swap, traj["action"]),
-            "reward": swap(traj["reward"]),
-            "done": swap(traj["done"]),
-        }
-        if config.recurrent:
-            sequences["hidden"] = jax.tree.map(lambda h: h[0], traj["hidden"])  # [E, A_g, H] before the first step
-        extra = extra.replace(buffer=replay.add(extra.buffer, sequences))
+        acting = layout.to_acting(learner.params, split)  # every agent's network, beside every env
+        actors, stats, traj, final = q.rollout(acting, eps, state.actors, k_roll)
+        extra = extra.replace(buffer=replay.add(extra.buffer, to_sequences(traj, final)))
 
         lr = learning_rate(config, learner)
 
@@ -216,6 +259,8 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         (loss, q_mean), (replay_size, stats) = ops.psum_tree(
             ((loss / D, q_mean / D), (replay.size(extra.buffer).astype(jnp.float32), stats)), layout.data_axis
         )  # over data shards: means of the losses, sums of the slots and episodes
+        if split:  # the loss and the replay are the same on every agent device; episodes were split over them
+            stats = ops.psum_tree(stats, layout.agent_axis)
         metrics = {"loss_total": loss, "q_mean": q_mean, "grad_norm": grad_norm, "lr": lr, "epsilon": eps,
                    "replay_size": replay_size, "episodes": stats}  # fmt: skip
         learner = learner.replace(params=params, opt_state=opt_state, key=key, update=n_done)
@@ -248,7 +293,8 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
 def _spec(name: str, summary: str, **defaults) -> AlgorithmSpec:
     # shared by the replay family; each then tuned to learn on MPE_simple_spread_v3 in 1M steps
     base = {"total_timesteps": 1_000_000, "activation": "relu", "lr": 1e-3, "num_envs": 16, "num_steps": 32}
-    return AlgorithmSpec(AlgorithmSchema(name, summary, {"q": QConfig, "replay": ReplayConfig}, defaults={**base, **defaults}),
+    return AlgorithmSpec(AlgorithmSchema(name, summary, {"q": QConfig, "replay": ReplayConfig},
+                                         defaults={**base, **defaults}, supports=Supports(agent_axis=True)),
                          make_train)  # fmt: skip
 
 

@@ -98,22 +98,33 @@ def state_specs(state_shape: TrainState, split: frozenset[str]) -> TrainState:
 
     Learner leaves under a group in `split` (per-agent parameter sets and their Adam moments)
     are [S, A_g, ...] and split over `agent` too; the rest of the learner is split over `seed`.
+    The extra state: see `_extra_spec`.
     """
 
     learner = learner_specs(state_shape.learner, split, SEED)
     actors = jax.tree.map(lambda _: ACTING, state_shape.actors)
-    extra = jax.tree_util.tree_map_with_path(_extra_spec, state_shape.extra)
+    extra = jax.tree_util.tree_map_with_path(lambda path, _: _extra_spec(path, split), state_shape.extra)
     return TrainState(learner=learner, actors=actors, extra=extra)
 
 
-def _extra_spec(path, _leaf) -> P:
-    """An algorithm's extra state is split over seeds, except a replay buffer's slots
-    (`extra.buffer`, leaves [S, capacity, ...]), which are split over `data` too: each data
-    shard keeps the sequences of its own environments. The ring position stays whole (every
-    shard writes the same number of sequences per update, so the positions agree)."""
+def _extra_spec(path, split: frozenset[str]) -> P:
+    """An algorithm's extra state is split over seeds, and:
+
+    * a replay buffer's slots (`extra.buffer`, leaves [S, capacity, ...]) over `data` too: each
+      data shard keeps the sequences of its own environments. The ring position stays whole
+      (every shard writes the same number of sequences per update, so the positions agree);
+    * under a group in `split`, its agents over `agent`, like the learner's: a target network
+      [S, A_g, ...], a buffer's per-agent fields [S, capacity, T, A_g, ...] and its stored GRU
+      states `hidden` [S, capacity, A_g, H]. The buffer's other fields (per environment) are whole
+      on every agent device, so an agent column samples the same slots without communicating.
+    """
     names = [getattr(k, "name", getattr(k, "key", None)) for k in path]
-    per_slot = bool(names) and names[0] == "buffer" and names[-1] != "position"
-    return P(SEED, DATA) if per_slot else P(SEED)
+    per_agent = any(n in split for n in names)
+    if not names or names[0] != "buffer" or names[-1] == "position":
+        return P(SEED, AGENT) if per_agent else P(SEED)
+    if not per_agent:
+        return P(SEED, DATA)
+    return P(SEED, DATA, AGENT) if "hidden" in names else P(SEED, DATA, None, AGENT)
 
 
 class ShardedFns(NamedTuple):
