@@ -62,7 +62,11 @@ def test_pqn_vdn_same_numbers_on_one_and_two_data_devices(tmp_path):
 
 
 @pytest.mark.slow
-def test_pqn_vdn_independent_agents_on_the_agent_axis_match_one_device(tmp_path):
+@pytest.mark.parametrize("runs", [
+    pytest.param([("rnn", ["recurrent=true"])], id="rnn"),
+    pytest.param([("ff", ["recurrent=false"])], id="ff", marks=pytest.mark.nightly),  # CI keeps the GRU one
+])  # fmt: skip
+def test_pqn_vdn_independent_agents_on_the_agent_axis_match_one_device(runs, tmp_path):
     """4 agents' Q-networks split over mesh.agent=2 (x mesh.data=2; 4 fake devices), feed-forward
     and recurrent: the targets come from the acting layout, each device trains its agents'
     networks on Q_tot whose other part comes from the other device, and the learner's whole
@@ -70,7 +74,6 @@ def test_pqn_vdn_independent_agents_on_the_agent_axis_match_one_device(tmp_path)
     from tests.test_agent_axis import SPREAD4
 
     base = [*SETTINGS, *SPREAD4, "lr=2.5e-4", "num_envs=16", "total_timesteps=4096", "num_chunks=8"]
-    runs = [("ff", ["recurrent=false"]), ("rnn", ["recurrent=true"])]
     one = train_runs(tmp_path / "one", base, runs, 1)
     four = train_runs(tmp_path / "four", base, [(n, o + ["mesh.data=2", "mesh.agent=2"]) for n, o in runs], 4)
     for name, _ in runs:

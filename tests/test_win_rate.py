@@ -59,7 +59,7 @@ def test_smax_rows_carry_win_rates_and_mpe_rows_do_not(tmp_path):
     settings = ["activation=relu", "num_envs=8", "num_steps=16", "num_chunks=2", "eval_every=2", "eval_episodes=4",
                 "progress=false", "plot=false"]  # fmt: skip
     qmix = ["algo=qmix", "replay.gradient_steps=1", "replay.batch_size=8", "replay.learning_starts=0"]
-    smax = train(load_config(None, [*settings, *qmix, "recurrent=true", "env=HeuristicEnemySMAX",
+    smax = train(load_config(None, [*settings, *qmix, "env=HeuristicEnemySMAX",
                                     "env_kwargs.scenario=3m", "total_timesteps=1024", f"out_dir={tmp_path / 'smax'}"]),
                  log=lambda s: None).rows  # fmt: skip
     last = smax[-1]
