@@ -19,3 +19,20 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # cache every program, however quick
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Order and group the tests for `pytest -n 2 --dist loadgroup` (pyproject's addopts).
+
+    - A test that uses a module-scoped fixture joins its module's xdist group, so the fixture (a
+      training run, a sweep, a wheel install) runs on one worker, not once on each.
+    - Slow tests go first: the workers' queues then end on quick tests, and neither waits long
+      for the other's last test.
+    Neither changes what a test checks; without xdist the groups are ignored."""
+    import pytest
+
+    for item in items:
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if any(d.scope == "module" for fixturedefs in defs.values() for d in fixturedefs):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow ones first
