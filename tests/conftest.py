@@ -11,6 +11,9 @@ import atexit
 import os
 import shutil
 import tempfile
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
@@ -22,17 +25,28 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Order and group the tests for `pytest -n 2 --dist loadgroup` (pyproject's addopts).
+    """Slow tests first: the xdist workers' queues then end on quick tests, and neither waits
+    long for the other's last test. The order changes nothing a test checks."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
-    - A test that uses a module-scoped fixture joins its module's xdist group, so the fixture (a
-      training run, a sweep, a wheel install) runs on one worker, not once on each.
-    - Slow tests go first: the workers' queues then end on quick tests, and neither waits long
-      for the other's last test.
-    Neither changes what a test checks; without xdist the groups are ignored."""
-    import pytest
 
-    for item in items:
-        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        if any(d.scope == "module" for fixturedefs in defs.values() for d in fixturedefs):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow ones first
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: harmless where xdist is not installed
+def pytest_xdist_make_scheduler(config, log):
+    """`pytest -n N` (xdist's default `--dist load`): tests are handed out one by one as workers
+    free up, except that the tests of a module with a module-scoped fixture (a training run, a
+    sweep, a wheel install) all go to one worker, so that fixture runs once, not on every worker.
+    (xdist's own `--dist loadgroup` would do this from markers, but with pytest 9 it no longer
+    groups: it renames `item._nodeid`, which pytest 9's node ids do not read.)"""
+    if config.getvalue("dist") != "load":
+        return None  # the user chose another mode: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    here = Path(__file__).parent
+    shared = {f"{here.name}/{p.name}" for p in here.glob("test_*.py") if 'scope="module"' in p.read_text()}
+
+    class OneWorkerPerSharedFixture(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in shared else nodeid
+
+    return OneWorkerPerSharedFixture(config, log)
