@@ -3,14 +3,18 @@ returns stay the env's own), and the config errors. Learning with it: test_learn
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marljax.algos.acting import shaping_schedule
+from marljax.algos.acting import VecEnv, shaping_schedule
 from marljax.config import ConfigError, load_config
-from marljax.train.wiring import make_adapter, make_trainer
+from marljax.parallel.layouts import Layout
+from marljax.train.wiring import make_adapter
+from marljax.types import EpisodeStats
 
 SMALL = ["env=tests.bonus_env:make_env", "num_envs=4", "num_steps=8", "total_timesteps=3200"]  # 100 updates
 
@@ -25,22 +29,23 @@ def test_factor_falls_linearly_over_the_horizon_in_env_steps():
     assert shaping_schedule(load_config(None, SMALL)) is None  # off by default
 
 
-def test_rollout_reward_is_env_reward_plus_factor_times_bonus():
-    """Same parameters, actors and key with and without shaping: the recorded rewards differ by
-    factor * info["bonus"] (agent i: i + 1), the episode statistics not at all."""
-    on = load_config(None, [*SMALL, "reward_shaping.info_key=bonus", "reward_shaping.horizon=1600"])
-    off = load_config(None, SMALL)
-    trainers = [make_trainer(c, make_adapter(c)) for c in (on, off)]
-    state = trainers[1].init(jax.random.PRNGKey(0))
-    update = jnp.int32(20)  # 640 of 1600 env steps: factor 0.6
-    (_, shaped), (_, plain) = [
-        jax.jit(t.collect)(state.learner.params, state.actors, jax.random.PRNGKey(1), update) for t in trainers
-    ]
-    group = trainers[0].env.groups[0].name
-    bonus = np.arange(1, 4, dtype=np.float32)  # [A]
-    added = np.asarray(shaped.batch[group].reward) - np.asarray(plain.batch[group].reward)  # [T, E, A]
-    np.testing.assert_allclose(added, np.broadcast_to(0.6 * bonus, added.shape), rtol=1e-5)
-    jax.tree.map(np.testing.assert_array_equal, shaped.stats, plain.stats)
+def test_rollout_step_records_reward_plus_factor_times_bonus_and_counts_the_envs_own():
+    """One step of 4 environments: the recorded (training) reward exceeds the env's own, which the
+    running episode returns count, by factor * info["bonus"] (agent i: i + 1)."""
+    config = load_config(None, [*SMALL, "reward_shaping.info_key=bonus", "reward_shaping.horizon=1600"])
+    env = make_adapter(config)
+    vec = VecEnv(env, config.num_envs, Layout(), shaping_schedule(config))
+    g = env.groups[0]
+
+    def policy(actors, masks, keys):  # every agent takes action 0
+        return {g.name: jnp.zeros((config.num_envs, g.size), jnp.int32)}, {}, None
+
+    actors = vec.init_actors(jax.random.PRNGKey(0), None)
+    factor = vec.shaping(jnp.int32(20))  # 640 of 1600 env steps: 0.6
+    step = jax.jit(partial(vec.step, policy, lambda before, res: res.reward[g.name], factor=factor))
+    (actors, _), trained = step((actors, EpisodeStats.zero(env.num_agents)), jax.random.PRNGKey(1))
+    added = np.asarray(trained) - np.asarray(actors.ep_return)  # [E, A]
+    np.testing.assert_allclose(added, np.broadcast_to(0.6 * np.arange(1, 4), added.shape), rtol=1e-5)
 
 
 @pytest.mark.parametrize("overrides, field, words", [
