@@ -136,6 +136,19 @@ class LogConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class RewardShapingConfig:
+    """`reward_shaping.*`: a dense reward the env reports in its step `info` (agent -> scalar), added
+    to the training reward scaled by a factor that falls linearly from 1 to 0 over `horizon` env
+    steps (JaxMARL's Overcooked pays `info["shaped_reward"]` for onions placed, dishes taken and
+    soups picked up). Logged returns stay the env's own reward."""
+
+    info_key: str = setting("", "the env step's info key holding a per-agent dense reward (overcooked: "
+                            "shaped_reward); empty: no shaping")  # fmt: skip
+    horizon: int = setting(0, "env steps (of one seed) over which the shaping factor falls linearly from 1 to 0; "
+                           "0: constant 1", minimum=0)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
 class AsyncConfig:
     """`async.*`: the actor-learner pipeline of mode=async (marljax/pipeline).
 
@@ -335,6 +348,8 @@ class Config:
     mesh: MeshConfig = setting(factory=MeshConfig, help="device mesh shape: mesh.seed, mesh.data, mesh.agent")
     distributed: DistributedConfig = setting(factory=DistributedConfig, help="multi-host: distributed.* or distributed=auto")
     log: LogConfig = setting(factory=LogConfig, help="experiment trackers: log.backends=[tensorboard,wandb,neptune,mlflow]")
+    reward_shaping: RewardShapingConfig = setting(factory=RewardShapingConfig, help="a dense reward from the env's info, "
+                                                  "annealed: reward_shaping.info_key, reward_shaping.horizon")  # fmt: skip
 
     # host loop
     out_dir: str = setting("", "the run's directory; empty: runs/<algo>_<env>_<timestamp>", resumable=True)
@@ -826,6 +841,9 @@ def validate(config: Config) -> Config:
         )
     if (d.auto or d.num_processes > 1) and c.mode == "async":
         raise ConfigError("distributed", "mode=async runs in one process (its actor threads share the host); use mode=anakin across hosts")
+    if c.reward_shaping.info_key and c.mode == "async":
+        raise ConfigError("reward_shaping.info_key", "the shaping factor follows the learner's updates on device; "
+                          "allowed with mode=anakin (or leave it empty)")  # fmt: skip
     if c.resume and not c.out_dir:
         raise ConfigError("out_dir", "resume=true needs the out_dir of the run to continue")
     if c.resume and c.overwrite:
@@ -889,7 +907,7 @@ def dump_yaml(config: Config) -> str:
 
 
 __all__ = [
-    "Config", "MeshConfig", "DistributedConfig", "LogConfig", "AsyncConfig", "ConfigError", "Supports", "AlgorithmSchema",
+    "Config", "MeshConfig", "DistributedConfig", "LogConfig", "AsyncConfig", "RewardShapingConfig", "ConfigError", "Supports", "AlgorithmSchema",
     "load_config", "from_dict", "replace", "validate", "parse_overrides", "dump_yaml", "read_yaml_mapping",
     "register_schema", "algorithm_schema", "algorithms", "setting", "traced_keys", "resumable_keys",
     "hparams_values", "schema_fields", "to_flat", "divisors",

@@ -129,6 +129,9 @@ def from_jaxmarl(values: Mapping[str, Any], path: str | Path, algo: str | None =
             pass  # the default: the clip range is not scaled by the agent count
         elif key == "TEST_DURING_TRAINING" and not value:
             flat["eval_every"] = 0
+        elif key == "REW_SHAPING_HORIZON":  # JaxMARL's Overcooked IPPO: info["shaped_reward"], annealed over it
+            flat["reward_shaping.info_key"] = "shaped_reward"
+            flat["reward_shaping.horizon"] = _int(value)
         elif key == "TEST_INTERVAL":
             continue  # below, once the update size is known
         elif key in IGNORED:

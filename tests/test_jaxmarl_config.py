@@ -119,6 +119,12 @@ def test_ippo_rnn_smax_is_recurrent_with_its_map_and_env_kwargs(tmp_path):
     assert (c.lr, c.max_grad_norm, c.ppo.clip_eps) == (0.004, 0.25, 0.05)
 
 
+def test_overcooked_shaping_horizon_maps_to_reward_shaping(tmp_path):
+    c = load_config(_write(tmp_path, "ippo_ff_overcooked.yaml", IPPO_FF_MPE.replace(
+        '"MPE_simple_spread_v3"', '"overcooked"') + '"REW_SHAPING_HORIZON": 2.5e6\n'))  # fmt: skip
+    assert (c.env, c.reward_shaping.info_key, c.reward_shaping.horizon) == ("overcooked", "shaped_reward", 2_500_000)
+
+
 def test_unknown_keys_are_refused_all_listed(tmp_path):
     path = _write(tmp_path, "qmix_smax.yaml", QMIX_SMAX)
     with pytest.raises(ConfigError) as err:

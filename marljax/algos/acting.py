@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from marljax.config import Config
 from marljax.envs.adapter import AgentGroup, EnvAdapter
+from marljax.nn.ops import linear_schedule
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats
 
@@ -165,6 +166,25 @@ def track_episodes(
     return actors, stats
 
 
+def shaping_schedule(config: Config) -> Callable[[Array], Array] | None:
+    """The reward-shaping factor as a function of the learner's update counter (`reward_shaping.*`):
+    1 falling linearly to 0 over `horizon` env steps of one seed (constant 1 without a horizon);
+    None when the run has no shaping."""
+    rs = config.reward_shaping
+    if not rs.info_key:
+        return None
+    updates = rs.horizon / config.run_steps_per_update  # the horizon in updates (a float: no int32 overflow)
+    return lambda update: linear_schedule(jnp.float32(1.0), jnp.asarray(update), updates, rs.horizon > 0)
+
+
+def shaped(res, factor: Array | None):
+    """The env step's result with the training reward: reward + factor * bonus (each group's
+    `StepResult.bonus`); `res` itself without a factor or a bonus."""
+    if factor is None or res.bonus is None:
+        return res
+    return res._replace(reward={g: r + factor * res.bonus[g] for g, r in res.reward.items()})
+
+
 @dataclasses.dataclass(frozen=True)
 class VecEnv:
     """`num_envs` copies of `env` (global count); inside a sharded program each device steps its
@@ -173,6 +193,7 @@ class VecEnv:
     env: EnvAdapter
     num_envs: int  # E, every device's environments together
     layout: Layout
+    shaping: Callable[[Array], Array] | None = None  # update -> reward-shaping factor (`shaping_schedule`)
 
     @property
     def local(self) -> int:
@@ -196,9 +217,12 @@ class VecEnv:
             ep_return=jnp.zeros((E, self.env.num_agents), jnp.float32), ep_length=jnp.zeros((E,), jnp.int32),
         )  # fmt: skip
 
-    def step(self, policy: StepPolicy, record: StepRecord, carry: tuple[ActorState, EpisodeStats], key_t: Array):
+    def step(self, policy: StepPolicy, record: StepRecord, carry: tuple[ActorState, EpisodeStats], key_t: Array,
+             factor: Array | None = None):  # fmt: skip
         """One env step of every local environment (the body of the rollout scan):
-        ((actors, stats), key [2]) -> ((actors, stats), record(policy's record, env step result))."""
+        ((actors, stats), key [2]) -> ((actors, stats), record(policy's record, env step result)).
+        `factor`: the reward-shaping factor; the record's reward is then shaped, the episode
+        statistics keep the env's own."""
         actors, stats = carry
         k_act, k_env = jax.random.split(key_t)
         act_keys, env_keys = self.keys(k_act), self.keys(k_env)
@@ -210,14 +234,17 @@ class VecEnv:
         with jax.named_scope("env_step"):
             res = jax.vmap(self.env.step)(env_keys, actors.env_state, actions)
         with jax.named_scope("episodes"):
-            entry = record(before, res)
+            entry = record(before, shaped(res, factor))
             actors, stats = track_episodes(self.env, actors, stats, res, hidden)
         return (actors, stats), entry
 
-    def rollout(self, policy: StepPolicy, record: StepRecord, actors: ActorState, key: Array, num_steps: int):
+    def rollout(self, policy: StepPolicy, record: StepRecord, actors: ActorState, key: Array, num_steps: int,
+                update: Array | None = None):  # fmt: skip
         """`num_steps` steps in one scan -> (actors, EpisodeStats of the episodes that ended,
-        the records stacked time-major: leaves [T, E_local, ...])."""
+        the records stacked time-major: leaves [T, E_local, ...]). `update`: the learner's update
+        counter, which sets the reward-shaping factor (runs with `shaping`)."""
         zero = EpisodeStats.zero(self.env.num_agents)
-        step = partial(self.step, policy, record)
+        factor = None if self.shaping is None or update is None else self.shaping(update)
+        step = partial(self.step, policy, record, factor=factor)
         (actors, stats), traj = jax.lax.scan(step, (actors, zero), jax.random.split(key, num_steps))
         return actors, stats, traj

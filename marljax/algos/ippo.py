@@ -24,7 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, group_keys, uses_cnn
+from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, group_keys, shaping_schedule, uses_cnn
 from marljax.algos.api import AlgorithmSpec, AsyncTrainer, CostPiece, EpochSchedule, hparams_from_config
 from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate, loop
 from marljax.config import AlgorithmSchema, Config, Supports, setting
@@ -94,7 +94,7 @@ def make_train(
     groups = env.groups
     nets = GroupNetworks.of(config, {g.name: make_network(config, g, critic=critic is None) for g in groups})
     rnn = config.recurrent
-    vec = VecEnv(env, config.num_envs, layout)
+    vec = VecEnv(env, config.num_envs, layout, shaping_schedule(config))
     batches = Minibatches.of(config, config.ppo, layout)
     T, E_act = config.num_steps, vec.local  # E_act: environments per device while acting
     split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
@@ -208,9 +208,10 @@ def make_train(
         """One env step of every local environment, episodes counted from zero (a cost piece)."""
         return vec.step(step_policy(params), record, (actors, EpisodeStats.zero(env.num_agents)), key)
 
-    def collect(params, actors: ActorState, key: Array) -> tuple[ActorState, Trajectory]:
-        """One rollout of num_steps on every local env with `params` in the acting layout."""
-        actors, stats, batch = vec.rollout(step_policy(params), record, actors, key, T)
+    def collect(params, actors: ActorState, key: Array, update: Array | None = None) -> tuple[ActorState, Trajectory]:
+        """One rollout of num_steps on every local env with `params` in the acting layout; `update`
+        (the learner's counter) sets the reward-shaping factor of runs with `reward_shaping.*`."""
+        actors, stats, batch = vec.rollout(step_policy(params), record, actors, key, T, update)
         masks = jax.vmap(env.action_mask)(actors.env_state)
         world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)
         last_value = {}
@@ -325,7 +326,7 @@ def make_train(
         """collect with the learner's parameters gathered to the acting layout, then learn."""
         key, k_roll, k_epochs = jax.random.split(state.learner.key, 3)
         acting = layout.to_acting(state.learner.params, split)  # every agent's parameters, beside every env
-        actors, traj = collect(acting, state.actors, k_roll)
+        actors, traj = collect(acting, state.actors, k_roll, state.learner.update)
         learner, metrics = learn(state.learner.replace(key=key), traj, k_epochs)
         return TrainState(learner, actors), metrics
 

@@ -110,7 +110,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         key, k_roll, k_epochs = jax.random.split(learner.key, 3)
         eps = q.epsilon(learner.update)
         acting = layout.to_acting(learner.params, split)  # every agent's parameters, beside every env
-        actors, stats, traj, final = q.rollout(acting, eps, state.actors, k_roll)
+        actors, stats, traj, final = q.rollout(acting, eps, state.actors, k_roll, learner.update)
         # targets from the network as it is now: Q(s_{t+1}) for every step, the last from the final
         # obs; recurrent: one pass over all T + 1 steps from the rollout's first GRU state
         whole = through_final(traj, final)  # obs, mask, reset: [T + 1, E_act, ...]

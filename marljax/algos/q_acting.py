@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, uses_cnn
+from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, shaping_schedule, uses_cnn
 from marljax.algos.api import Trainer
 from marljax.algos.learning import loop
 from marljax.config import Config, ConfigError, setting
@@ -80,7 +80,7 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
     if layout.agent_parallel and not nets.independent:
         raise ConfigError("mesh.agent", "splits per-agent Q-networks: it needs param_sharing=independent")
     T = config.num_steps
-    vec = VecEnv(env, config.num_envs, layout)
+    vec = VecEnv(env, config.num_envs, layout, shaping_schedule(config))
     decay_updates = max(config.q.eps_decay_steps / (T * config.num_envs), 1e-9)  # epsilon falls over this many updates
 
     def q_values(params, g: AgentGroup, obs: Array, hidden: Array | None = None, reset: Array | None = None):
@@ -161,12 +161,12 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
     def rollout_step(params, eps, actors: ActorState, key: Array):
         return vec.step(step_policy(params, eps), record, (actors, EpisodeStats.zero(env.num_agents)), key)
 
-    def rollout(params, eps, actors: ActorState, key: Array):
+    def rollout(params, eps, actors: ActorState, key: Array, update: Array | None = None):
         """num_steps of epsilon-greedy acting. traj leaves [T, E_local, ...] (reward [T, E, N] per
         agent, done [T, E], reset: the observation starts an episode, hidden: the GRU's state
         before the step, when recurrent); `final` holds what follows
-        the last step (obs, mask, reset, world)."""
-        actors, stats, traj = vec.rollout(step_policy(params, eps), record, actors, key, T)
+        the last step (obs, mask, reset, world). `update` sets the reward-shaping factor."""
+        actors, stats, traj = vec.rollout(step_policy(params, eps), record, actors, key, T, update)
         final = dict(obs=actors.obs, mask=jax.vmap(env.action_mask)(actors.env_state), reset=actors.reset)
         if world:
             final["world"] = jax.vmap(env.world_state)(actors.env_state, actors.obs)

@@ -238,7 +238,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         key, k_roll, k_learn = jax.random.split(learner.key, 3)
         eps = q.epsilon(learner.update)
         acting = layout.to_acting(learner.params, split)  # every agent's network, beside every env
-        actors, stats, traj, final = q.rollout(acting, eps, state.actors, k_roll)
+        actors, stats, traj, final = q.rollout(acting, eps, state.actors, k_roll, learner.update)
         extra = extra.replace(buffer=replay.add(extra.buffer, to_sequences(traj, final)))
 
         lr = learning_rate(config, learner)

@@ -52,6 +52,7 @@ class StepResult(NamedTuple):
     reward: dict[str, Array]  # group -> [A_g] float32
     done: dict[str, Array]  # group -> [A_g] bool (agent done, or the episode ended)
     episode_done: Array  # [] bool: dones["__all__"]; the env auto-reset
+    bonus: dict | None = None  # group -> [A_g] float32: info[bonus_key] (reward shaping); None without one
 
 
 # Envs whose stacked (non agent-keyed) observations put the agent axis somewhere that cannot be
@@ -89,9 +90,11 @@ def _role_name(agent) -> str:
 class EnvAdapter:
     """Group-major, single-environment view of a JaxMARL `MultiAgentEnv`."""
 
-    def __init__(self, env, name: str = "", group_by: str = "roles"):
+    def __init__(self, env, name: str = "", group_by: str = "roles", bonus_key: str = ""):
         """`group_by`: "roles" splits agents by the env's `agent_classes` and then by spaces;
-        "spaces" groups every agent with identical observation and action spaces together."""
+        "spaces" groups every agent with identical observation and action spaces together.
+        `bonus_key`: an info key of the env's step holding a per-agent reward (agent -> scalar),
+        returned as `StepResult.bonus` (reward shaping); empty: none."""
         if group_by not in ("roles", "spaces"):
             raise ConfigError("group_by", f"got {group_by!r}; allowed: roles, spaces")
         self.group_by = group_by
@@ -107,6 +110,9 @@ class EnvAdapter:
         self.groups: tuple[AgentGroup, ...] = self._make_groups(obs_shapes)
         self._world_fn = self._find_world_fn()
         self._win_bonus = self._find_win_bonus()
+        self.bonus_key = bonus_key
+        if bonus_key:
+            self._check_bonus_key()
 
     # ---------------------------------------------------------------- probing
     def _probe_obs_shapes(self) -> dict:
@@ -116,6 +122,25 @@ class EnvAdapter:
 
         shapes = jax.eval_shape(flat_obs, jax.random.PRNGKey(0))
         return {a: shapes[a].shape for a in self.agents}
+
+    def _check_bonus_key(self) -> None:
+        """ConfigError unless one step's info holds `bonus_key` with one scalar per agent (traced only)."""
+        def info(key):
+            _, state = self.env.reset(key)
+            actions = {g.name: jnp.zeros((g.size,) if g.discrete else (g.size, g.action_dim),
+                                         jnp.int32 if g.discrete else jnp.float32) for g in self.groups}  # fmt: skip
+            return self.env.step(key, state, self.agent_actions(actions))[4]
+
+        found = jax.eval_shape(info, jax.random.PRNGKey(0))
+        field = "reward_shaping.info_key"
+        keys = sorted(map(str, found)) if isinstance(found, dict) else []
+        if self.bonus_key not in keys:
+            raise ConfigError(field, f"{self.name}'s step info has no key {self.bonus_key!r}; its keys: "
+                              f"{', '.join(keys) or 'none'}")  # fmt: skip
+        value = found[self.bonus_key]
+        if not (isinstance(value, dict) and all(a in value and value[a].size == 1 for a in self.agents)):
+            raise ConfigError(field, f"info[{self.bonus_key!r}] of {self.name} must map every agent to a scalar "
+                              f"reward, got {jax.tree.map(lambda x: x.shape, value)}")  # fmt: skip
 
     def _find_mask_fn(self):
         _, state = jax.eval_shape(self.env.reset, jax.random.PRNGKey(0))
@@ -303,14 +328,17 @@ class EnvAdapter:
 
     def step(self, key: Array, state, actions: dict[str, Array]) -> StepResult:
         """Step one env with group actions (`[A_g]` ints or `[A_g, dim]` floats)."""
-        obs, state, reward, done, _info = self.env.step(key, state, self.agent_actions(actions))
+        obs, state, reward, done, info = self.env.step(key, state, self.agent_actions(actions))
         episode_done = jnp.asarray(done["__all__"]).reshape(())
         reward = {g: r.astype(jnp.float32) for g, r in self._group_scalar(reward).items()}
         done = {
             g: jnp.logical_or(d.astype(bool), episode_done)
             for g, d in self._group_scalar(done, default=episode_done).items()
         }
-        return StepResult(self._group_obs(obs), state, reward, done, episode_done)
+        bonus = None
+        if self.bonus_key:
+            bonus = {g: b.astype(jnp.float32) for g, b in self._group_scalar(info[self.bonus_key]).items()}
+        return StepResult(self._group_obs(obs), state, reward, done, episode_done, bonus)
 
     def world_state(self, state, obs: dict[str, Array]) -> Array:
         """Global state for a centralised critic, [W] float32: the env's `get_world_state` where
