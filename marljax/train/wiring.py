@@ -4,6 +4,8 @@ The host loop, sweeps, policy export and the benchmarks all build their runs her
 
 from __future__ import annotations
 
+import sys
+
 from marljax.algos import registry
 from marljax.algos.api import Trainer
 from marljax.config import Config, ConfigError, algorithm_schema
@@ -12,6 +14,7 @@ from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
 from marljax.envs.registry import make_env
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import build_mesh, mesh_layout
+from marljax.parallel.placement import platform
 
 
 def make_adapter(config: Config) -> EnvAdapter:
@@ -69,6 +72,9 @@ def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> 
     The off-policy correction applies in async mode only; on device the data is on-policy.
     """
     correction = config.async_.correction if config.mode == "async" else "none"
+    if config.dtype == "bfloat16" and platform() == "cpu":
+        print("warning: dtype=bfloat16 on a CPU: bf16 matmuls run slower than float32 here; the option is for GPUs "
+              "and TPUs", file=sys.stderr)  # fmt: skip
     return registry.get(config.algo).make_train(config, env, layout=layout, correction=correction)
 
 
