@@ -11,7 +11,7 @@ import pytest
 from marljax.algos.mixers import QMixer
 from marljax.config import ConfigError, load_config
 from marljax.nn.networks import ActorCritic, Critic, QNetwork, RecurrentActorCritic, RecurrentQNetwork
-from marljax.train.wiring import make_adapter, make_trainer
+from marljax.train.wiring import make_adapter, make_trainer, warn_slow_dtype
 
 B, OBS, N, H = 4, 6, 5, 8
 MATMULS = ("dot_general", "conv_general_dilated")
@@ -91,9 +91,10 @@ def test_bfloat16_learns_in_float32_and_its_first_loss_is_close(capsys):
     rollout: compiling those took more than half of this test's time."""
     env, steps = make_adapter(load_config(None, TINY)), {}
     for dtype in ("float32", "bfloat16"):
-        trainer = make_trainer(load_config(None, TINY + [f"dtype={dtype}"]), env)
-        warned = "warning: dtype=bfloat16 on a CPU" in capsys.readouterr().err  # a warning, not an error
-        assert warned == (dtype == "bfloat16")
+        config = load_config(None, TINY + [f"dtype={dtype}"])
+        warn_slow_dtype(config)  # what prepare (train, bench, sweeps) and async runs call: a warning, not an error
+        assert ("warning: dtype=bfloat16 on a CPU" in capsys.readouterr().err) == (dtype == "bfloat16")
+        trainer = make_trainer(config, env)
         shapes = jax.eval_shape(trainer.init, jax.random.PRNGKey(0))
         steps[dtype] = next(p for p in trainer.cost_pieces(shapes) if p.name == "gradient step")
     params, opt_state, minibatch, _ = steps["float32"].args  # shapes; they do not depend on dtype

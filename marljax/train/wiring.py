@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+from jax.sharding import Mesh
+
 from marljax.algos import registry
 from marljax.algos.api import Trainer
 from marljax.config import Config, ConfigError, algorithm_schema
@@ -72,10 +74,14 @@ def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> 
     The off-policy correction applies in async mode only; on device the data is on-policy.
     """
     correction = config.async_.correction if config.mode == "async" else "none"
-    if config.dtype == "bfloat16" and platform() == "cpu":
+    return registry.get(config.algo).make_train(config, env, layout=layout, correction=correction)
+
+
+def warn_slow_dtype(config: Config, mesh: Mesh | None = None) -> None:
+    """dtype=bfloat16 on a CPU is allowed but slower than float32 there: one line on stderr."""
+    if config.dtype == "bfloat16" and platform(mesh) == "cpu":
         print("warning: dtype=bfloat16 on a CPU: bf16 matmuls run slower than float32 here; the option is for GPUs "
               "and TPUs", file=sys.stderr)  # fmt: skip
-    return registry.get(config.algo).make_train(config, env, layout=layout, correction=correction)
 
 
 def prepare(config: Config):
@@ -83,4 +89,5 @@ def prepare(config: Config):
     env = make_adapter(config)
     check_agent_axis(config, env)
     mesh = build_mesh(config)
+    warn_slow_dtype(config, mesh)
     return env, mesh, make_trainer(config, env, mesh_layout(mesh))
