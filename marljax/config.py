@@ -72,6 +72,7 @@ def _fields(cls) -> dict[str, dataclasses.Field]:
 
 ACTIVATIONS = ("tanh", "relu")
 TORSOS = ("auto", "mlp", "cnn")
+DTYPES = ("float32", "bfloat16")  # the networks' matmul/conv compute dtype (marljax.nn.networks)
 SHARING = ("shared", "per_role", "independent")
 MODES = ("anakin", "async")
 
@@ -337,6 +338,8 @@ class Config:
     recurrent: bool = setting(False, "GRU networks; the hidden state resets at episode ends")
     gru_hidden_size: int = setting(128, "GRU state width (recurrent=true)", minimum=1)
     torso: str = setting("auto", "observation encoder; auto: cnn for [H, W, C] observations", choices=TORSOS)
+    dtype: str = setting("float32", "the networks' matmul/conv inputs; bfloat16: bf16 operands, float32 accumulation, "
+                         "float32 parameters and outputs (for GPUs/TPUs; slower on CPU)", choices=DTYPES)  # fmt: skip
     agent_id: bool = setting(True, "append a one-hot agent id where agents share parameters")
     param_sharing: str = setting("shared", "shared: one set per group of identical spaces | per_role: one per agent "
                                  "class | independent: one per agent", choices=SHARING)  # fmt: skip
@@ -862,6 +865,8 @@ def _check_network(c: Config) -> None:
     if not isinstance(c.network, dict):
         raise ConfigError("network", f"expected a mapping network.<group>.<{'|'.join(NETWORK_KEYS)}>, got {c.network!r}")
     for group, sizes in c.network.items():
+        if group == "dtype":  # one compute dtype for every network: a core key
+            raise ConfigError("network.dtype", f"the networks' compute dtype is the core key: write dtype={'|'.join(DTYPES)}")
         if not isinstance(sizes, Mapping):
             raise ConfigError(f"network.{group}", f"expected a mapping of {', '.join(NETWORK_KEYS)}, got {sizes!r}")
         for key, value in sizes.items():

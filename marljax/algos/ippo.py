@@ -64,9 +64,10 @@ def make_network(config: Config, group: AgentGroup, critic: bool = True) -> nn.M
     hidden, layers = config.group_network(group.name)
     if config.recurrent:
         return RecurrentActorCritic(
-            group.discrete, group.action_dim, hidden, config.gru_hidden_size, config.activation, cnn, critic
-        )
-    return ActorCritic(group.discrete, group.action_dim, hidden, layers, config.activation, cnn, critic)
+            group.discrete, group.action_dim, hidden, config.gru_hidden_size, config.activation, cnn, critic,
+            dtype=config.dtype,
+        )  # fmt: skip
+    return ActorCritic(group.discrete, group.action_dim, hidden, layers, config.activation, cnn, critic, dtype=config.dtype)
 
 
 def make_train(

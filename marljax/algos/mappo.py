@@ -36,7 +36,7 @@ def world_state_size(env: EnvAdapter) -> int:
 
 
 def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:
-    net = Critic(config.hidden_size, config.num_layers, config.activation)
+    net = Critic(config.hidden_size, config.num_layers, config.activation, config.dtype)
     n_agents, width = env.num_agents, world_state_size(env)
 
     def value(params, world: Array, ids: Array) -> Array:

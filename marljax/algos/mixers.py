@@ -12,6 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from marljax.nn.networks import dense, einsum
+
 Array = jax.Array
 
 
@@ -26,16 +28,17 @@ class QMixer(nn.Module):
 
     embed_dim: int = 32  # the mixing layer's width
     hyper_hidden: int = 64  # hidden width of the hypernetworks for the weights
+    dtype: str = "float32"  # the matmuls' compute dtype (marljax.nn.networks)
 
     @nn.compact
     def __call__(self, q: Array, world: Array) -> Array:
         """q [B, N] chosen-action values, world [B, W] -> Q_tot [B]."""
-        n = q.shape[-1]
+        n, Dense = q.shape[-1], lambda features: dense(features, self.dtype)  # noqa: E731
         world = nn.LayerNorm()(world)  # world states come unnormalised (SMAX: up to ~25)
-        w1 = nn.Dense(n * self.embed_dim)(nn.relu(nn.Dense(self.hyper_hidden)(world)))  # [B, N*E]
+        w1 = Dense(n * self.embed_dim)(nn.relu(Dense(self.hyper_hidden)(world)))  # [B, N*E]
         w1 = jnp.abs(w1).reshape(-1, n, self.embed_dim)
-        b1 = nn.Dense(self.embed_dim)(world)  # [B, E]
-        hidden = nn.elu(jnp.einsum("bn,bne->be", q, w1) + b1)  # [B, E]
-        w2 = jnp.abs(nn.Dense(self.embed_dim)(nn.relu(nn.Dense(self.hyper_hidden)(world))))  # [B, E]
-        b2 = nn.Dense(1)(nn.relu(nn.Dense(self.embed_dim)(world)))[:, 0]  # [B]: V(s)
-        return jnp.einsum("be,be->b", hidden, w2) + b2
+        b1 = Dense(self.embed_dim)(world)  # [B, E]
+        hidden = nn.elu(einsum("bn,bne->be", q, w1, self.dtype) + b1)  # [B, E]
+        w2 = jnp.abs(Dense(self.embed_dim)(nn.relu(Dense(self.hyper_hidden)(world))))  # [B, E]
+        b2 = Dense(1)(nn.relu(Dense(self.embed_dim)(world)))[:, 0]  # [B]: V(s)
+        return einsum("be,be->b", hidden, w2, self.dtype) + b2

@@ -73,8 +73,8 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
     rnn, H = config.recurrent, config.gru_hidden_size
     size = config.group_network  # group -> (hidden_size, num_layers), network.<group>.* over the global sizes
     nets = GroupNetworks.of(config, {
-        g.name: RecurrentQNetwork(g.action_dim, size(g.name)[0], H, config.activation, uses_cnn(config, g)) if rnn
-        else QNetwork(g.action_dim, *size(g.name), config.activation, uses_cnn(config, g))
+        g.name: RecurrentQNetwork(g.action_dim, size(g.name)[0], H, config.activation, uses_cnn(config, g), config.dtype)
+        if rnn else QNetwork(g.action_dim, *size(g.name), config.activation, uses_cnn(config, g), config.dtype)
         for g in groups
     })  # fmt: skip
     if layout.agent_parallel and not nets.independent:

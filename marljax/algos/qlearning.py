@@ -94,7 +94,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
                                               f"share); got {getattr(config.replay, name)}")  # fmt: skip
     groups = env.groups
     q = make_q_acting(config, env, layout, world=algo == "qmix")
-    mixer = QMixer()
+    mixer = QMixer(dtype=config.dtype)
     T, E, N = config.num_steps, config.num_envs, env.num_agents
     K = layout.num_agent  # agent devices: each learns A_g/K agents of every group
     split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()

@@ -41,15 +41,21 @@ def flops(fn: Callable, *args: Any) -> float:
     return float(cost.get("flops", 0.0)) if cost else 0.0
 
 
-def peak_matmul_gflops(mesh: Mesh, sizes: tuple[int, ...] | None = None, reps: int = MATMUL_REPS) -> dict:
-    """Best float32 matmul GFLOP/s on the mesh's devices: one n x n @ n x n per device, 2 n^3 each."""
+def peak_matmul_gflops(mesh: Mesh, sizes: tuple[int, ...] | None = None, reps: int = MATMUL_REPS,
+                       dtype: str = "float32") -> dict:  # fmt: skip
+    """Best matmul GFLOP/s on the mesh's devices: one n x n @ n x n per device, 2 n^3 each, on
+    `dtype` operands (bfloat16: with a float32 result, as the networks' dtype=bfloat16 runs them)."""
     devices = mesh.devices.size
     sizes = sizes or MATMUL_SIZES.get(platform(mesh), MATMUL_SIZES["default"])
-    matmul = on_every_device(lambda a, b: (a[0] @ b[0])[None], mesh)  # each device its own pair, a 2-D matmul
+    if dtype == "float32":
+        product = lambda a, b: a[0] @ b[0]  # noqa: E731
+    else:
+        product = lambda a, b: jnp.matmul(a[0], b[0], preferred_element_type=jnp.float32)  # noqa: E731
+    matmul = on_every_device(lambda a, b: product(a, b)[None], mesh)  # each device its own pair, a 2-D matmul
     best, best_n = 0.0, 0
     for n in sizes:
         make = jax.jit(
-            lambda k: jax.random.normal(k, (devices, n, n), jnp.float32),  # noqa: B023
+            lambda k: jax.random.normal(k, (devices, n, n), jnp.float32).astype(dtype),  # noqa: B023
             out_shardings=every_device_sharding(mesh),
         )
         a, b = make(jax.random.PRNGKey(1)), make(jax.random.PRNGKey(2))
@@ -59,7 +65,7 @@ def peak_matmul_gflops(mesh: Mesh, sizes: tuple[int, ...] | None = None, reps: i
         if gflops > best:
             best, best_n = gflops, n
         del a, b
-    return {"peak_matmul_gflops": best, "peak_matmul_n": best_n}
+    return {"peak_matmul_gflops": best, "peak_matmul_n": best_n, "peak_matmul_dtype": dtype}
 
 
 def peak_rss_mb() -> float:

@@ -168,7 +168,7 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     result.update(count_flops(config, env, shapes, pieces))
     result.update(group_costs(config, trainer, shapes))
     result["achieved_gflops"] = result["flops_per_env_step"] * result["train_env_steps_per_s"] / 1e9
-    result.update(peak_matmul_gflops(mesh))
+    result.update(peak_matmul_gflops(mesh, dtype=config.dtype))  # MFU against the peak of the networks' dtype
     result["mfu"] = result["achieved_gflops"] / result["peak_matmul_gflops"]
     result["peak_rss_mb"] = peak_rss_mb()
     result["peak_device_mb"] = peak_device_mb(mesh)  # None on CPU
@@ -194,7 +194,7 @@ def _rows(r: dict[str, Any]) -> list[Row]:
          f"rollout {r['rollout_flops_per_env_step']:,.0f} (env {r['env_flops_per_env_step']:,.0f})"
          f" + learn {r['learn_flops_per_env_step']:,.0f}"),
         ("achieved", f"{r['achieved_gflops']:.2f}", "GFLOP/s"),
-        ("peak f32 matmul", f"{r['peak_matmul_gflops']:.1f}", f"GFLOP/s (n={r['peak_matmul_n']})"),
+        (f"peak {r['peak_matmul_dtype']} matmul", f"{r['peak_matmul_gflops']:.1f}", f"GFLOP/s (n={r['peak_matmul_n']})"),
         ("MFU", f"{100 * r['mfu']:.2f}%", "achieved / measured matmul peak"),
         ("compile", f"{r['compile_s']:.1f}", "s (training chunk)"),
         ("peak RSS", f"{r['peak_rss_mb']:,.0f}", "MiB"),

@@ -7,18 +7,25 @@
 * `QNetwork` / `RecurrentQNetwork`: per-agent action values for the Q-learning family, with
   LayerNorm in every hidden layer.
 * The torso is an MLP, or a small CNN for image-like `[H, W, C]` observations.
+* `dtype`: the compute dtype of every matmul and convolution. "float32" (the default) leaves
+  flax's own ops untouched; "bfloat16" casts the two operands of each matmul/conv to bf16 and
+  accumulates and returns float32 (`preferred_element_type`). Parameters stay float32 (the
+  master weights, and Adam's state with them), and biases, activations, LayerNorm, the GRU's
+  gates and every output (logits, values, Q-values) stay float32, so the losses, GAE, softmax
+  and the optimizer all run in float32.
 
 Both take an optional agent-id one-hot that is joined to the torso's features.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 Array = jax.Array
 _NEG = -1e9  # logit for an unavailable action (finite, so gradients stay finite)
@@ -92,8 +99,34 @@ def orthogonal(scale: float = 1.0):
     return init
 
 
-def _dense(features: int, scale: float) -> nn.Dense:
-    return nn.Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)
+def _low_precision(op: Callable, dtype: str) -> Callable | None:
+    """`op` (lax.dot_general or lax.conv_general_dilated) with both operands cast to `dtype` and
+    a float32 result (accumulated in float32); None for float32, so flax keeps its own op."""
+    if dtype == "float32":
+        return None
+    low = jnp.dtype(dtype)
+
+    def cast(lhs: Array, rhs: Array, *args, **kwargs) -> Array:
+        kwargs["preferred_element_type"] = jnp.float32
+        return op(lhs.astype(low), rhs.astype(low), *args, **kwargs)
+
+    return cast
+
+
+def dense(features: int, dtype: str = "float32", **kwargs) -> nn.Dense:
+    """nn.Dense whose matmul runs in `dtype` (float32 parameters, bias and output)."""
+    return nn.Dense(features, dot_general=_low_precision(lax.dot_general, dtype), **kwargs)
+
+
+def einsum(spec: str, a: Array, b: Array, dtype: str = "float32") -> Array:
+    """jnp.einsum of two operands, in `dtype` with a float32 result (as `dense`)."""
+    if dtype == "float32":
+        return jnp.einsum(spec, a, b)
+    return jnp.einsum(spec, a.astype(dtype), b.astype(dtype), preferred_element_type=jnp.float32)
+
+
+def _dense(features: int, scale: float, dtype: str = "float32") -> nn.Dense:
+    return dense(features, dtype, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)
 
 
 class CNNEncoder(nn.Module):
@@ -101,12 +134,14 @@ class CNNEncoder(nn.Module):
 
     channels: Sequence[int] = (32, 32)
     activation: str = "relu"
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         act = _act(self.activation)
+        conv = _low_precision(lax.conv_general_dilated, self.dtype)
         for c in self.channels:
-            x = act(nn.Conv(c, (3, 3), padding="SAME", kernel_init=orthogonal(np.sqrt(2)))(x))
+            x = act(nn.Conv(c, (3, 3), padding="SAME", kernel_init=orthogonal(np.sqrt(2)), conv_general_dilated=conv)(x))
         return x.reshape(x.shape[0], -1)
 
 
@@ -114,11 +149,12 @@ class MLP(nn.Module):
     hidden_size: int
     num_layers: int
     activation: str
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         for _ in range(self.num_layers):
-            x = _act(self.activation)(_dense(self.hidden_size, np.sqrt(2))(x))
+            x = _act(self.activation)(_dense(self.hidden_size, np.sqrt(2), self.dtype)(x))
         return x
 
 
@@ -127,19 +163,43 @@ class Head(nn.Module):
 
     discrete: bool
     action_dim: int
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x: Array, mask: Array | None) -> Distribution:
-        out = _dense(self.action_dim, 0.01)(x)
+        out = _dense(self.action_dim, 0.01, self.dtype)(x)
         if self.discrete:
             return Categorical.masked(out, mask)
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
         return DiagGaussian(out, jnp.broadcast_to(log_std, out.shape))
 
 
-def _features(obs: Array, agent_id: Array | None, cnn: bool, activation: str, name: str) -> Array:
-    x = CNNEncoder(activation=activation, name=f"{name}_cnn")(obs) if cnn else obs.reshape(obs.shape[0], -1)
+def _features(obs: Array, agent_id: Array | None, cnn: bool, activation: str, name: str, dtype: str) -> Array:
+    x = CNNEncoder(activation=activation, dtype=dtype, name=f"{name}_cnn")(obs) if cnn else obs.reshape(obs.shape[0], -1)
     return x if agent_id is None else jnp.concatenate([x, agent_id], axis=-1)
+
+
+class GRUCell(nn.Module):
+    """A GRU step, (h [B, H], x [B, F]) -> (h', h'), the equations and parameters of flax's
+    `nn.GRUCell` (kernels ir, iz, in on the input with biases; hr, hz, hn on the state, only hn
+    with a bias; orthogonal recurrent kernels), written out so that its matmuls take `dtype`
+    (flax's cell builds its Dense layers without a matmul hook). The gates stay float32."""
+
+    features: int
+    dtype: str = "float32"
+
+    @nn.compact
+    def __call__(self, h: Array, x: Array) -> tuple[Array, Array]:
+        def layer(name: str, on_input: bool) -> nn.Dense:
+            init = nn.initializers.lecun_normal() if on_input else orthogonal()
+            return dense(self.features, self.dtype, use_bias=on_input or name == "hn", kernel_init=init,
+                         bias_init=nn.initializers.zeros, name=name)  # fmt: skip
+
+        r = nn.sigmoid(layer("ir", True)(x) + layer("hr", False)(h))
+        z = nn.sigmoid(layer("iz", True)(x) + layer("hz", False)(h))
+        n = nn.tanh(layer("in", True)(x) + r * layer("hn", False)(h))
+        h = (1.0 - z) * n + z * h
+        return h, h
 
 
 class ActorCritic(nn.Module):
@@ -155,16 +215,17 @@ class ActorCritic(nn.Module):
     activation: str = "tanh"
     cnn: bool = False
     critic: bool = True
+    dtype: str = "float32"  # the matmuls' compute dtype (module docstring)
 
     @nn.compact
     def __call__(self, obs: Array, agent_id: Array | None = None, mask: Array | None = None):
-        mlp = lambda name: MLP(self.hidden_size, self.num_layers, self.activation, name=name)  # noqa: E731
-        actor_x = mlp("actor")(_features(obs, agent_id, self.cnn, self.activation, "actor"))
-        dist = Head(self.discrete, self.action_dim, name="pi")(actor_x, mask)
+        mlp = lambda name: MLP(self.hidden_size, self.num_layers, self.activation, self.dtype, name=name)  # noqa: E731
+        actor_x = mlp("actor")(_features(obs, agent_id, self.cnn, self.activation, "actor", self.dtype))
+        dist = Head(self.discrete, self.action_dim, self.dtype, name="pi")(actor_x, mask)
         if not self.critic:
             return dist, jnp.zeros(obs.shape[:1], jnp.float32)
-        critic_x = mlp("critic")(_features(obs, agent_id, self.cnn, self.activation, "critic"))
-        return dist, _dense(1, 1.0)(critic_x)[:, 0]
+        critic_x = mlp("critic")(_features(obs, agent_id, self.cnn, self.activation, "critic", self.dtype))
+        return dist, _dense(1, 1.0, self.dtype)(critic_x)[:, 0]
 
 
 class Critic(nn.Module):
@@ -173,10 +234,12 @@ class Critic(nn.Module):
     hidden_size: int = 64
     num_layers: int = 2
     activation: str = "tanh"
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        return _dense(1, 1.0)(MLP(self.hidden_size, self.num_layers, self.activation)(x))[:, 0]
+        x = MLP(self.hidden_size, self.num_layers, self.activation, self.dtype)(x)
+        return _dense(1, 1.0, self.dtype)(x)[:, 0]
 
 
 class RecurrentActorCritic(nn.Module):
@@ -189,19 +252,21 @@ class RecurrentActorCritic(nn.Module):
     activation: str = "relu"
     cnn: bool = False
     critic: bool = True  # False: the actor alone (value is zeros), as for MAPPO
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None, mask: Array | None = None):
-        x = _features(obs, agent_id, self.cnn, self.activation, "embed")
-        x = _act(self.activation)(_dense(self.gru_hidden_size, np.sqrt(2))(x))
+        dense = lambda features, scale=np.sqrt(2): _dense(features, scale, self.dtype)  # noqa: E731
+        x = _features(obs, agent_id, self.cnn, self.activation, "embed", self.dtype)
+        x = _act(self.activation)(dense(self.gru_hidden_size)(x))
         h = jnp.where(reset[:, None], jnp.zeros_like(h), h)
-        h, x = nn.GRUCell(self.gru_hidden_size, recurrent_kernel_init=orthogonal(), name="gru")(h, x)
-        actor_x = _act(self.activation)(_dense(self.hidden_size, np.sqrt(2))(x))
-        dist = Head(self.discrete, self.action_dim, name="pi")(actor_x, mask)
+        h, x = GRUCell(self.gru_hidden_size, self.dtype, name="gru")(h, x)
+        actor_x = _act(self.activation)(dense(self.hidden_size)(x))
+        dist = Head(self.discrete, self.action_dim, self.dtype, name="pi")(actor_x, mask)
         if not self.critic:
             return h, dist, jnp.zeros(obs.shape[:1], jnp.float32)
-        critic_x = _act(self.activation)(_dense(self.hidden_size, np.sqrt(2))(x))
-        return h, dist, _dense(1, 1.0)(critic_x)[:, 0]
+        critic_x = _act(self.activation)(dense(self.hidden_size)(x))
+        return h, dist, dense(1, 1.0)(critic_x)[:, 0]
 
 
 class QNetwork(nn.Module):
@@ -213,13 +278,14 @@ class QNetwork(nn.Module):
     num_layers: int = 2
     activation: str = "relu"
     cnn: bool = False
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, obs: Array, agent_id: Array | None = None) -> Array:
-        x = _features(obs, agent_id, self.cnn, self.activation, "q")
+        x = _features(obs, agent_id, self.cnn, self.activation, "q", self.dtype)
         for _ in range(self.num_layers):
-            x = _normed(x, self.hidden_size, self.activation)
-        return _dense(self.action_dim, 1.0)(x)
+            x = _normed(x, self.hidden_size, self.activation, self.dtype)
+        return _dense(self.action_dim, 1.0, self.dtype)(x)
 
 
 class RecurrentQNetwork(nn.Module):
@@ -233,15 +299,17 @@ class RecurrentQNetwork(nn.Module):
     gru_hidden_size: int = 128
     activation: str = "relu"
     cnn: bool = False
+    dtype: str = "float32"
 
     @nn.compact
     def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None):
-        x = _normed(_features(obs, agent_id, self.cnn, self.activation, "q"), self.hidden_size, self.activation)
+        x = _features(obs, agent_id, self.cnn, self.activation, "q", self.dtype)
+        x = _normed(x, self.hidden_size, self.activation, self.dtype)
         h = jnp.where(reset[:, None], jnp.zeros_like(h), h)
-        h, x = nn.GRUCell(self.gru_hidden_size, recurrent_kernel_init=orthogonal(), name="gru")(h, x)
-        return h, _dense(self.action_dim, 1.0)(_normed(x, self.hidden_size, self.activation))
+        h, x = GRUCell(self.gru_hidden_size, self.dtype, name="gru")(h, x)
+        return h, _dense(self.action_dim, 1.0, self.dtype)(_normed(x, self.hidden_size, self.activation, self.dtype))
 
 
-def _normed(x: Array, features: int, activation: str) -> Array:
+def _normed(x: Array, features: int, activation: str, dtype: str) -> Array:
     """Dense -> LayerNorm -> activation: PQN's layer, which keeps bootstrapped targets stable."""
-    return _act(activation)(nn.LayerNorm()(_dense(features, np.sqrt(2))(x)))
+    return _act(activation)(nn.LayerNorm()(_dense(features, np.sqrt(2), dtype)(x)))

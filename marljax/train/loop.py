@@ -30,7 +30,7 @@ from marljax.train.records import config_yaml
 from marljax.train.marl_eval_run import write_run_marl_eval
 from marljax.train.trackers import Trackers
 from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, chunk_sizes, run_chunks
-from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare
+from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare, warn_slow_dtype
 from marljax.types import TrainState
 
 
@@ -333,6 +333,7 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
 
     env = make_adapter(config)
     check_agent_axis(config, env)
+    warn_slow_dtype(config)
     log(f"marljax {config.algo} (async) on {env.describe()}")
     runner = AsyncRun(config, env, make_trainer, log)
     log(

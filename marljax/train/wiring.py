@@ -4,6 +4,10 @@ The host loop, sweeps, policy export and the benchmarks all build their runs her
 
 from __future__ import annotations
 
+import sys
+
+from jax.sharding import Mesh
+
 from marljax.algos import registry
 from marljax.algos.api import Trainer
 from marljax.config import Config, ConfigError, algorithm_schema
@@ -12,6 +16,7 @@ from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
 from marljax.envs.registry import make_env
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import build_mesh, mesh_layout
+from marljax.parallel.placement import platform
 
 
 def make_adapter(config: Config) -> EnvAdapter:
@@ -73,9 +78,17 @@ def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> 
     return registry.get(config.algo).make_train(config, env, layout=layout, correction=correction)
 
 
+def warn_slow_dtype(config: Config, mesh: Mesh | None = None) -> None:
+    """dtype=bfloat16 on a CPU is allowed but slower than float32 there: one line on stderr."""
+    if config.dtype == "bfloat16" and platform(mesh) == "cpu":
+        print("warning: dtype=bfloat16 on a CPU: bf16 matmuls run slower than float32 here; the option is for GPUs "
+              "and TPUs", file=sys.stderr)  # fmt: skip
+
+
 def prepare(config: Config):
     """Everything that can fail on bad input, before anything is compiled."""
     env = make_adapter(config)
     check_agent_axis(config, env)
     mesh = build_mesh(config)
+    warn_slow_dtype(config, mesh)
     return env, mesh, make_trainer(config, env, mesh_layout(mesh))
