@@ -2,7 +2,7 @@
 
 import pytest
 
-from marljax.parallel.agent_placement import REPLICATE, SPLIT, GroupCost, balanced, naive, plan
+from marljax.parallel.agent_placement import REPLICATE, SPLIT, GroupCost, balanced, modes_for, naive
 
 # 4 narrow agents (cost 1) and 2 wide ones (cost 40, 10x the parameters), on 4 agent devices
 NARROW = GroupCost("narrow", agents=4, params=10, flops=1.0, param_bytes=40, opt_bytes=80)
@@ -44,7 +44,10 @@ def test_dividing_groups_stay_split_and_k1_is_one_device():
     assert one.devices[0].flops == 84.0 and one.imbalance == 1.0
 
 
-def test_plan_follows_the_config():
-    assert plan([NARROW, WIDE], 4, "split").replicated == frozenset()
-    assert plan([NARROW, WIDE], 2, "split", frozenset({"wide"})).modes == {"narrow": SPLIT, "wide": REPLICATE}
-    assert plan([NARROW, WIDE], 4, "balanced", frozenset({"narrow"})).replicated == {"narrow", "wide"}
+def test_modes_follow_the_config():
+    sizes = {"narrow": 4, "wide": 2}
+    assert modes_for(sizes, 4, "split") == {"narrow": SPLIT, "wide": SPLIT}  # wiring refuses the wide split
+    assert modes_for(sizes, 2, "split", ["wide"]) == {"narrow": SPLIT, "wide": REPLICATE}
+    assert modes_for(sizes, 4, "balanced", ["narrow"]) == {"narrow": REPLICATE, "wide": REPLICATE}
+    with pytest.raises(ValueError, match="placement"):
+        modes_for(sizes, 4, "even")

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping
+from typing import Iterable, Mapping
 
 SPLIT, REPLICATE = "split", "replicate"
 MODES = (SPLIT, REPLICATE)
+PLACEMENTS = ("split", "balanced")  # mesh.placement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,20 +106,24 @@ def naive(groups: list[GroupCost], k: int) -> Placement:
     return place(groups, k, {g.name: SPLIT for g in groups})
 
 
-def balanced(groups: list[GroupCost], k: int, forced: Mapping[str, str] = {}) -> Placement:
-    """Every group split where its count divides k, else replicated (`forced`: group -> mode fixed).
+def modes_for(sizes: Mapping[str, int], k: int, placement: str, replicate: Iterable[str] = ()) -> dict[str, str]:
+    """group -> split | replicate, as `mesh.placement` (`split` | `balanced`) and `mesh.replicate` say.
 
-    Why no search: the learner does not pad, so a split group divides k and loads every device with
-    exactly A_g/K agents, the mean; a replicated one loads each with A_g * c_g / K, the mean too.
-    Every runnable placement is therefore even in FLOPs, and split holds fewer bytes (A_g/K sets,
-    not A_g). Not in the model: a replicated group's Adam step touches all A_g sets on every device,
-    and its gradients take an all-reduce over `agent` (a split group's take none)."""
-    return place(groups, k, {g.name: forced.get(g.name, SPLIT if g.agents % k == 0 else REPLICATE) for g in groups})
+    `split`: every group split (today's), those in `replicate` excepted. `balanced`: a group split
+    where its count divides k, else replicated. Why no search: the learner does not pad, so a split
+    group loads every device with exactly A_g/K agents, the mean; a replicated one loads each with
+    A_g * c_g / K, the mean too. Every runnable placement is thus even in FLOPs, and split holds
+    fewer bytes (A_g/K sets, not A_g). Not in the model: a replicated group's Adam step touches all
+    A_g sets on every device, and its gradients take an all-reduce over `agent`."""
+    forced = set(replicate)
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    even = placement == "split"
+    return {g: REPLICATE if g in forced or not (even or n % k == 0) else SPLIT for g, n in sizes.items()}
 
 
-def plan(groups: list[GroupCost], k: int, placement: str, replicate: frozenset[str] = frozenset()) -> Placement:
-    """The config's choice: `split` (today's, `replicate` groups excepted) or `balanced`."""
-    forced = {name: REPLICATE for name in replicate}
-    if placement == "balanced":
-        return balanced(groups, k, forced=forced)
-    return place(groups, k, {g.name: forced.get(g.name, SPLIT) for g in groups})
+def balanced(groups: list[GroupCost], k: int, replicate: Iterable[str] = ()) -> Placement:
+    """The `balanced` placement's loads (see `modes_for`)."""
+    return place(groups, k, modes_for({g.name: g.agents for g in groups}, k, "balanced", replicate))
+
+
