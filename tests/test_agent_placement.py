@@ -51,3 +51,27 @@ def test_modes_follow_the_config():
     assert modes_for(sizes, 4, "balanced", ["narrow"]) == {"narrow": REPLICATE, "wide": REPLICATE}
     with pytest.raises(ValueError, match="placement"):
         modes_for(sizes, 4, "even")
+
+
+def test_bench_rows_show_every_device_of_both_placements():
+    from marljax.bench.placement import placement_figures, placement_rows, timed_placements
+    from marljax.config import load_config
+
+    r = placement_figures([NARROW, WIDE], 4)
+    assert r["placement_naive_flops"] == [41.0] * 4 and r["placement_balanced_flops"] == [21.0] * 4
+    assert r["placement_balanced_replicated"] == ["wide"] and r["placement_naive_imbalance"] == pytest.approx(41 / 21)
+
+    def refuse_split(config):  # the learner refuses a split that does not divide: naive is not timed
+        if config.mesh.placement == "split":
+            from marljax.config import ConfigError
+
+            raise ConfigError("mesh.agent", "does not divide")
+        return 0.5
+
+    r.update(timed_placements(load_config(None, ["param_sharing=independent", "mesh.agent=2"]), refuse_split))
+    assert r["placement_naive_update_s"] is None and r["placement_balanced_update_s"] == 0.5
+    rows = placement_rows(r)
+    assert [row[0] for row in rows] == ["placement naive"] + [f"  device {a}" for a in range(4)] + \
+        ["placement balanced"] + [f"  device {a}" for a in range(4)]  # fmt: skip
+    assert rows[0][1] == "1.952x" and "not run: mesh.agent" in rows[0][2] and rows[5][1] == "1.000x"
+    assert "update 500.0 ms" in rows[5][2] and rows[6][1] == "21"

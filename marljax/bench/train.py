@@ -15,6 +15,8 @@
 * **peak resident memory** of the process;
 * **each agent group's parameters and forward FLOPs per agent step** (`groups.py`);
 * **the agent-parallel swap** (`swap.py`) and the learner bytes per device.
+* **with mesh.agent > 1, each agent device's parameters, FLOPs and bytes** under the naive and
+  the balanced placement and the update time of each that runs (`placement.py`).
 
 An algorithm with a learning warm-up (a `learning_starts` field in one of its sections: the
 replay family) is timed with it at 0, so that every timed update learns. mode=async runs the

@@ -13,7 +13,7 @@ on every device. A group can use the axis in two ways:
 The mean (ideal) load is sum_g A_g * c_g / K. When one agent outweighs it (a wide group beside
 narrow ones), no assignment of *whole* agents comes near it; replicating the heavy group does.
 The learner does not pad: `naive` (every group split) shows what a padded split would cost, and
-`balanced` splits the groups whose count divides K and replicates the others (see `balanced`).
+`balanced` splits the groups whose count divides K and replicates the others (see `modes_for`).
 
 FLOPs are per environment step of one data shard (learning layout), i.e. what a device computes
 while learning; acting is environment-major for every group and so even under any placement.
