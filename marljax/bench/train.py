@@ -46,7 +46,7 @@ from marljax.bench.swap import bench_swap
 from marljax.bench.table import Row, report
 from marljax.config import Config, replace
 from marljax.envs.adapter import EnvAdapter
-from marljax.parallel.mesh import seed_keys, shard_trainer
+from marljax.parallel.mesh import replicated_groups, seed_keys, shard_trainer
 from marljax.parallel.placement import platform
 from marljax.train.wiring import make_trainer, prepare
 
@@ -172,7 +172,8 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     result.update(group_costs(config, trainer, shapes))
     if config.mesh.agent > 1:
         result.update(placement_figures(group_cost_list(trainer, shapes, result), config.mesh.agent))
-        result.update(timed_placements(config, partial(_update_s, config, result)))
+        sizes = {g.name: g.size for g in env.groups}
+        result.update(timed_placements(config, partial(_update_s, config, sizes, result)))
     result["achieved_gflops"] = result["flops_per_env_step"] * result["train_env_steps_per_s"] / 1e9
     result.update(peak_matmul_gflops(mesh, dtype=config.dtype))  # MFU against the peak of the networks' dtype
     result["mfu"] = result["achieved_gflops"] / result["peak_matmul_gflops"]
@@ -182,9 +183,10 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     return report(_rows(result), result, log)
 
 
-def _update_s(own: Config, timed_own: dict[str, Any], config: Config) -> float:
-    """Seconds per update of `config`: `own`'s timing when it is the same run, else benched anew."""
-    if config == own:
+def _update_s(own: Config, sizes: dict[str, int], timed_own: dict[str, Any], config: Config) -> float:
+    """Seconds per update of `config`: `own`'s timing when it places the groups (name -> count)
+    the same way (the same program), else benched anew."""
+    if replicated_groups(config, sizes) == replicated_groups(own, sizes):
         return timed_own["train_chunk_s_min"] / timed_own["updates_per_chunk"]
     _, mesh, trainer = prepare(config)
     timing = bench_train(config, mesh, trainer)
