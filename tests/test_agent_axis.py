@@ -68,7 +68,7 @@ UNEQUAL = ["env=MPE_simple_tag_v3", "param_sharing=independent", "env_kwargs.num
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # two subprocesses, 8 updates: 366 s on the shared 2-core CPU (beside a full test run)
+@pytest.mark.nightly  # two subprocesses, 8 updates: 366 s (ippo), 601 s (mappo) on the shared 2-core CPU
 @pytest.mark.parametrize("algo", ["ippo", "mappo"])
 def test_replicated_group_on_agent_axis_matches_one_device(tmp_path, algo):
     extra = UNEQUAL + [f"algo={algo}"]
