@@ -85,6 +85,17 @@ class MeshConfig:
     data: int = setting(-1, "devices that split the environments; gradients are averaged over them", resumable=True)
     agent: int = setting(1, "devices that split each group's per-agent parameters (param_sharing=independent)",
                          minimum=1, resumable=True)  # fmt: skip
+    placement: str = setting("split", "how groups use mesh.agent: split (every group's agents divided over it; "
+                             "each count must divide mesh.agent) or balanced (split where the count divides, else "
+                             "replicated: whole on every agent device, its environments split over it)",
+                             choices=("split", "balanced"))  # fmt: skip
+    replicate: str = setting("", "comma-separated groups kept whole on every agent device (e.g. a heavy or "
+                             "odd-sized group), whatever mesh.placement says")  # fmt: skip
+
+    @property
+    def replicated(self) -> tuple[str, ...]:
+        """mesh.replicate's group names."""
+        return tuple(name.strip() for name in str(self.replicate).split(",") if name.strip())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +277,7 @@ class Supports:
     recurrent: bool = True
     param_sharing: tuple[str, ...] = SHARING
     agent_axis: bool = False  # mesh.agent > 1 (param_sharing=independent)
+    agent_replicate: bool = False  # a group replicated over mesh.agent (mesh.placement=balanced, mesh.replicate)
     async_mode: bool = False  # mode=async
     host_envs: bool = False  # PettingZoo envs stepped on the host (mode=async)
 
@@ -889,6 +901,15 @@ def _check_supports(c: Config, schema: AlgorithmSchema) -> None:
     if c.mesh.agent > 1 and not s.agent_axis:
         raise ConfigError("mesh.agent", f"algo={c.algo} has no agent-parallel learner yet; allowed: 1 (mesh.data and mesh.seed "
                                         f"add devices; mesh.agent: {others(lambda o: o.agent_axis)})")  # fmt: skip
+    if (c.mesh.placement != "split" or c.mesh.replicated) and c.mesh.agent > 1:
+        field = "mesh.replicate" if c.mesh.replicated else "mesh.placement"
+        if not s.agent_replicate:
+            raise ConfigError(field, f"algo={c.algo} splits every group over mesh.agent; replicating a group "
+                              f"there needs {others(lambda o: o.agent_replicate)} (allowed here: mesh.placement=split, "
+                              "mesh.replicate empty)")  # fmt: skip
+        if c.mode == "async":
+            raise ConfigError(field, "mode=async splits every group over mesh.agent; allowed: mesh.placement=split, "
+                              "mesh.replicate empty")  # fmt: skip
     if c.recurrent and not s.recurrent:
         raise ConfigError("recurrent", f"algo={c.algo} has no recurrent networks; allowed: false")
     if c.param_sharing not in s.param_sharing:

@@ -60,6 +60,27 @@ def test_heterogeneous_groups_split_over_agent_axis(tmp_path):
     assert_same_run(one, eight, atol=1e-6, rtol=5e-6, controls=(SEEDS, AGENTS))
 
 
+# simple_tag with 4 adversaries (narrow) and 2 good agents (wider): on mesh.agent=4,
+# mesh.placement=balanced splits the adversaries (4 divides 4) and replicates the good agents
+# (2 does not): both kinds of group in one run
+UNEQUAL = ["env=MPE_simple_tag_v3", "param_sharing=independent", "env_kwargs.num_adversaries=4",
+           "env_kwargs.num_good_agents=2", "network.adversary.hidden_size=16", "network.agent.hidden_size=64"]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.nightly  # two subprocesses, 8 updates: 366 s (ippo), 601 s (mappo) on the shared 2-core CPU
+@pytest.mark.parametrize("algo", ["ippo", "mappo"])
+def test_replicated_group_on_agent_axis_matches_one_device(tmp_path, algo):
+    extra = UNEQUAL + [f"algo={algo}"]
+    _, one = run(tmp_path, "one", extra, 1)
+    info, eight = run(tmp_path, "eight", extra + ["mesh.data=2", "mesh.agent=4", "mesh.placement=balanced"], 8)
+    assert info["mesh"]["agent"] == 4
+    # measured: learner max |diff| 6e-8 (both), metrics 1.9e-6 (ippo), 3.8e-6 (mappo, whose critic
+    # is replicated too); ATOL, RTOL as in test_multidevice (the controls
+    # exchange two seeds' and two agents' parameters: in both groups, split and replicated)
+    assert_same_run(one, eight, atol=ATOL, rtol=RTOL, controls=(SEEDS, AGENTS))
+
+
 SWAP_CODE = """
 import json, jax, jax.numpy as jnp, numpy as np
 from jax.sharding import PartitionSpec as P
@@ -124,3 +145,27 @@ def test_agent_axis_errors_name_the_field_before_compiling():
     cfg = load_config(None, SPREAD4 + ["mesh.agent=4"])
     with pytest.raises(ConfigError, match="mesh.agent.*visible devices"):
         prepare(cfg)
+
+
+def test_placement_errors_name_the_field_and_balanced_replicates_odd_groups():
+    from marljax.train.wiring import check_agent_axis, make_adapter
+
+    with pytest.raises(ConfigError, match="mesh.placement.*allowed: split, balanced"):
+        load_config(None, ["mesh.placement=even"])
+    with pytest.raises(ConfigError, match="mesh.placement.*algo=ippo, mappo"):
+        load_config(None, ["algo=pqn_vdn", "param_sharing=independent", "mesh.agent=2", "mesh.placement=balanced"])
+    with pytest.raises(ConfigError, match="mesh.replicate.*mode=async"):
+        load_config(None, ["mode=async", "param_sharing=independent", "mesh.agent=2", "mesh.replicate=agent"])
+    cfg = load_config(None, UNEQUAL + ["mesh.agent=4", "mesh.replicate=good"])
+    with pytest.raises(ConfigError, match="mesh.replicate.*no group 'good'.*adversary, agent"):
+        check_agent_axis(cfg, make_adapter(cfg))
+    # 4 adversaries and 2 good agents on 4 devices: split refuses the good agents, balanced replicates them
+    cfg = load_config(None, UNEQUAL + ["mesh.agent=4"])
+    with pytest.raises(ConfigError, match=r"mesh.agent.*agent \(2\).*mesh.placement=balanced"):
+        check_agent_axis(cfg, make_adapter(cfg))
+    for extra in (["mesh.placement=balanced"], ["mesh.replicate=agent"]):
+        cfg = load_config(None, UNEQUAL + ["mesh.agent=4"] + extra)
+        assert check_agent_axis(cfg, make_adapter(cfg)) == {"agent"}
+    # simple_tag's default 3 + 1 on 2 devices: neither divides, both replicated
+    cfg = load_config(None, ["env=MPE_simple_tag_v3", "param_sharing=independent", "mesh.agent=2", "mesh.placement=balanced"])
+    assert check_agent_axis(cfg, make_adapter(cfg)) == {"adversary", "agent"}

@@ -98,9 +98,14 @@ def make_train(
     vec = VecEnv(env, config.num_envs, layout, shaping_schedule(config))
     batches = Minibatches.of(config, config.ppo, layout)
     T, E_act = config.num_steps, vec.local  # E_act: environments per device while acting
-    split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
+    # swapped: groups that learn agent-major (all but those the layout keeps whole on every agent
+    # device); split: those whose sets are split over `agent` (the swapped ones, agent-parallel)
+    swapped = [g for g in groups if g.name not in layout.replicated]
+    split = frozenset(g.name for g in swapped) if layout.agent_parallel else frozenset()
     if split and not nets.independent:
         raise ValueError("an agent-parallel layout needs param_sharing=independent")
+    # a replicated group learns in the acting layout: minibatches of this device's E_act envs
+    acting_batches = dataclasses.replace(batches, local_envs=E_act, data_axis=layout.env_axes)
 
     # ------------------------------------------------------------------ acting
     def policy(params, g: AgentGroup, obs, mask, hidden=None, reset=None):
@@ -119,7 +124,7 @@ def make_train(
         """
         dist, value, h = policy(params[g.name], g, obs, mask, hidden, reset)
         if critic is not None:
-            first, count = layout.local_agents(g.size) if learning else (0, g.size)
+            first, count = layout.local_agents(g.size) if learning and g.name in split else (0, g.size)
             ids = jax.lax.dynamic_slice_in_dim(all_ids[jnp.array(g.indices)], first, count)  # [A, N]
             value = critic.value(params[CRITIC_KEY], world, ids).reshape(-1)
         return dist, value, h
@@ -285,26 +290,37 @@ def make_train(
         target, adv = ops.vtrace(b.reward, prox_value, b.done, last_value, weight, hp["gamma"])
         return b, adv, target, jnp.ones_like(weight)  # V-trace's advantages already carry rho
 
+    def shuffle(data: dict, key: Array) -> dict:
+        """Minibatches [M, L, E_local, ...] of every group, each in its own layout, with the same
+        per-global-environment keys (`Minibatches.shuffle`)."""
+        out = batches.shuffle({g.name: data[g.name] for g in swapped}, key, runs=rnn)
+        kept = {g.name: data[g.name] for g in groups if g.name in layout.replicated}
+        return {**out, **acting_batches.shuffle(kept, key, runs=rnn)} if kept else out
+
     def learn(learner: LearnerState, traj: Trajectory, k_epochs: Array) -> tuple[LearnerState, dict]:
         """One PPO update on `traj` (acting layout): swap to agent-major, advantages, epochs of minibatches."""
         hp = learner.hparams
-        # environment-major -> agent-major (the world state, shared by all groups, travels once)
-        per_agent = {
-            g.name: (traj.batch[g.name]._replace(world=None), traj.last_value[g.name][None]) for g in groups
-        }
-        with jax.named_scope("swap"):
-            per_agent, world_traj = layout.to_learning(per_agent, traj.batch[groups[0].name].world)
+        # environment-major -> agent-major (the world state, shared by all groups, travels once);
+        # replicated groups stay environment-major, beside the acting layout's world state
+        world = traj.batch[groups[0].name].world
+        per_agent = {g.name: (traj.batch[g.name]._replace(world=None), traj.last_value[g.name][None]) for g in swapped}
+        world_traj = world
+        if swapped:
+            with jax.named_scope("swap"):
+                per_agent, world_traj = layout.to_learning(per_agent, world)
         data = {}
         for g in groups:
-            b, last_value = per_agent[g.name]
+            b, last_value = per_agent.get(g.name, (traj.batch[g.name], traj.last_value[g.name][None]))
             with jax.named_scope("gae"):
-                data[g.name] = advantages(learner.params, b._replace(world=world_traj), last_value[0], g, hp)
+                data[g.name] = advantages(
+                    learner.params, b._replace(world=world_traj if g.name in per_agent else world), last_value[0], g, hp
+                )
 
         lr = learning_rate(config, learner)
         step = lambda c, minibatch: minibatch_step(*c, minibatch, hp, lr)  # noqa: E731
         # recurrent: whole runs of L steps, each replayed from the GRU state stored at its start
         (params, opt_state), (parts, grad_norm) = batches.run(
-            step, (learner.params, learner.opt_state), k_epochs, lambda k: batches.shuffle(data, k, runs=rnn)
+            step, (learner.params, learner.opt_state), k_epochs, lambda k: shuffle(data, k)
         )
         # one collective for all metrics: loss means are averaged, episode counts summed
         parts, stats = ops.psum_tree(
@@ -367,7 +383,8 @@ def make_train(
 SPEC = AlgorithmSpec(
     AlgorithmSchema(
         "ippo", "independent PPO: one actor-critic per group, role or agent", {"ppo": PPOConfig},
-        supports=Supports(actions=("discrete", "continuous"), agent_axis=True, async_mode=True, host_envs=True),
+        supports=Supports(actions=("discrete", "continuous"), agent_axis=True, agent_replicate=True, async_mode=True,
+                          host_envs=True),
     ),
     make_train,
 )

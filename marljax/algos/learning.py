@@ -72,7 +72,7 @@ class Minibatches:
     epochs: int  # passes over each rollout
     num_envs: int  # E, global
     local_envs: int  # E_learn: this device's environments while learning
-    data_axis: str | None
+    data_axis: str | tuple[str, ...] | None  # the axes that split them (data; data x agent for a replicated group)
 
     @classmethod
     def of(cls, config: Config, schedule: EpochSchedule, layout: Layout) -> Minibatches:

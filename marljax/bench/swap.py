@@ -37,7 +37,7 @@ def bench_swap(config: Config, mesh: Mesh, trainer: Trainer, update_s: float) ->
         "learner_bytes_per_device": bytes_on_one_device(learner),
         "learner_bytes_total": sum(x.nbytes for x in jax.tree.leaves(learner)),
     }
-    if not lay.agent_parallel:
+    if not lay.agent_parallel or not split:  # no group split over `agent`: nothing swaps
         return result | {"swap_param_bytes": 0, "swap_traj_bytes": 0, "swap_share_of_update": 0.0}
     if not isinstance(trainer, AsyncTrainer):
         return result
@@ -49,7 +49,8 @@ def bench_swap(config: Config, mesh: Mesh, trainer: Trainer, update_s: float) ->
 
     def learning_input(params, actors, key):
         _, traj = twin.collect(params, actors, key)
-        per_agent = {g: (b._replace(world=None), traj.last_value[g][None]) for g, b in traj.batch.items()}
+        # replicated groups (mesh.placement, mesh.replicate) learn environment-major: no swap
+        per_agent = {g: (b._replace(world=None), traj.last_value[g][None]) for g, b in traj.batch.items() if g in split}
         return per_agent, next(iter(traj.batch.values())).world
 
     shapes = jax.eval_shape(learning_input, twin_state.learner.params, twin_state.actors, jax.random.PRNGKey(0))

@@ -15,6 +15,8 @@
 * **peak resident memory** of the process;
 * **each agent group's parameters and forward FLOPs per agent step** (`groups.py`);
 * **the agent-parallel swap** (`swap.py`) and the learner bytes per device.
+* **with mesh.agent > 1, each agent device's parameters, FLOPs and bytes** under the naive and
+  the balanced placement and the update time of each that runs (`placement.py`).
 
 An algorithm with a learning warm-up (a `learning_starts` field in one of its sections: the
 replay family) is timed with it at 0, so that every timed update learns. mode=async runs the
@@ -39,11 +41,12 @@ from marljax.bench.env_only import bench_env_only, random_step
 from marljax.bench.groups import group_costs, group_rows
 from marljax.bench.measure import TIME_BUDGET_S, flops, peak_device_mb, peak_matmul_gflops, peak_rss_mb, six_digits, timed
 from marljax.bench.pipeline import run_async_bench
+from marljax.bench.placement import group_cost_list, placement_figures, placement_rows, timed_placements
 from marljax.bench.swap import bench_swap
 from marljax.bench.table import Row, report
 from marljax.config import Config, replace
 from marljax.envs.adapter import EnvAdapter
-from marljax.parallel.mesh import seed_keys, shard_trainer
+from marljax.parallel.mesh import replicated_groups, seed_keys, shard_trainer
 from marljax.parallel.placement import platform
 from marljax.train.wiring import make_trainer, prepare
 
@@ -167,6 +170,10 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     result["train_over_env_only"] = result["train_env_steps_per_s"] / result["env_only_env_steps_per_s"]
     result.update(count_flops(config, env, shapes, pieces))
     result.update(group_costs(config, trainer, shapes))
+    if config.mesh.agent > 1:
+        result.update(placement_figures(group_cost_list(trainer, shapes, result), config.mesh.agent))
+        sizes = {g.name: g.size for g in env.groups}
+        result.update(timed_placements(config, partial(_update_s, config, sizes, result)))
     result["achieved_gflops"] = result["flops_per_env_step"] * result["train_env_steps_per_s"] / 1e9
     result.update(peak_matmul_gflops(mesh, dtype=config.dtype))  # MFU against the peak of the networks' dtype
     result["mfu"] = result["achieved_gflops"] / result["peak_matmul_gflops"]
@@ -174,6 +181,16 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     result["peak_device_mb"] = peak_device_mb(mesh)  # None on CPU
     result = six_digits(result)
     return report(_rows(result), result, log)
+
+
+def _update_s(own: Config, sizes: dict[str, int], timed_own: dict[str, Any], config: Config) -> float:
+    """Seconds per update of `config`: `own`'s timing when it places the groups (name -> count)
+    the same way (the same program), else benched anew."""
+    if replicated_groups(config, sizes) == replicated_groups(own, sizes):
+        return timed_own["train_chunk_s_min"] / timed_own["updates_per_chunk"]
+    _, mesh, trainer = prepare(config)
+    timing = bench_train(config, mesh, trainer)
+    return timing["train_chunk_s_min"] / timing["updates_per_chunk"]
 
 
 def _rows(r: dict[str, Any]) -> list[Row]:
@@ -204,6 +221,8 @@ def _rows(r: dict[str, Any]) -> list[Row]:
          f"params + Adam; {r['learner_bytes_total']:,} in all"),
     ]  # fmt: skip
     rows += group_rows(r, [k[len("group_"):-len("_params")] for k in r if k.startswith("group_") and k.endswith("_params")])
+    if "placement_naive_imbalance" in r:
+        rows += placement_rows(r)
     if r.get("swap_param_bytes"):
         rows += [
             ("swap: params in", f"{r['swap_param_bytes']:,}", "bytes per device per update (all-gather)"),

@@ -12,6 +12,11 @@ D = mesh.data and K = mesh.agent devices on those axes.
   steps: parameters are whole ([A_g, ...]) and environments are split over data x agent,
   trajectories *environment-major* [T, E/(D*K), A_g, ...].
 
+* **A replicated group** (`mesh.placement=balanced`, `mesh.replicate`; see agent_placement.py)
+  keeps its parameters and Adam moments whole on every device and learns in the acting layout,
+  [T, E/(D*K), A_g, ...]: it takes no part in the swap, and its gradients are averaged over data
+  and agent, like a central critic's.
+
 `to_acting` (parameters, learning -> acting) and `to_learning` (trajectories,
 acting -> learning) are the swap; each is one collective over the `agent` axis. With
 K = 1 both are the identity and the layouts coincide.
@@ -44,6 +49,8 @@ class Layout:
     num_data: int = 1
     agent_axis: str | None = None
     num_agent: int = 1
+    # groups kept whole on every agent device: acting layout while learning too, no swap
+    replicated: frozenset[str] = frozenset()
     # async micro-batches (unsharded actors only): this trainer steps slice `env_slice` of
     # `num_env_slices` equal, consecutive slices of the environments, with their keys
     env_slice: int = 0

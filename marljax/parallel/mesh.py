@@ -7,7 +7,9 @@ Mesh axes:
   * `data`: splits each seed's environments; gradients and advantage statistics
     are averaged over it with collectives inside `jax.shard_map`;
   * `agent`: splits each group's per-agent parameter sets and optimizer state
-    (`param_sharing=independent`); see `layouts.py` for the two layouts it implies.
+    (`param_sharing=independent`); see `layouts.py` for the two layouts it implies. A group
+    that `mesh.placement=balanced` or `mesh.replicate` keeps whole is replicated over it
+    instead, and its environments are split over it (`agent_placement.py`).
 
 The learner state (parameters, optimizer state, keys) is split over `seed`, its
 per-agent leaves also over `agent`, and replicated over `data`; the actor state
@@ -24,6 +26,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from marljax.config import Config, ConfigError
+from marljax.parallel.agent_placement import REPLICATE, modes_for
 from marljax.parallel.layouts import AGENT, Layout
 from marljax.parallel.placement import shardings as named
 from marljax.types import TrainState
@@ -77,9 +80,19 @@ def build_mesh(config: Config) -> Mesh:
     return jax.make_mesh(resolve_mesh_shape(config), AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3)
 
 
-def mesh_layout(mesh: Mesh) -> Layout:
-    """The axes a trainer's collectives run over inside `shard_trainer`'s program."""
-    return Layout(DATA, mesh.shape[DATA], AGENT, mesh.shape[AGENT])
+def mesh_layout(mesh: Mesh, replicated: frozenset[str] = frozenset()) -> Layout:
+    """The axes a trainer's collectives run over inside `shard_trainer`'s program; `replicated`:
+    the groups kept whole on every agent device (`replicated_groups`)."""
+    return Layout(DATA, mesh.shape[DATA], AGENT, mesh.shape[AGENT], replicated=replicated)
+
+
+def replicated_groups(config: Config, sizes: dict[str, int]) -> frozenset[str]:
+    """Groups (name -> agent count) that `mesh.placement` / `mesh.replicate` keep whole on every
+    agent device instead of splitting them over `agent` (none unless mesh.agent > 1)."""
+    if config.mesh.agent == 1:
+        return frozenset()
+    modes = modes_for(sizes, config.mesh.agent, config.mesh.placement, config.mesh.replicated)
+    return frozenset(g for g, m in modes.items() if m == REPLICATE)
 
 
 def learner_specs(learner_shape, split: frozenset[str], seed_axis: str | None):
@@ -136,9 +149,12 @@ class ShardedFns(NamedTuple):
 
 
 def split_groups(trainer) -> frozenset[str]:
-    """Groups whose parameter sets are split over `agent` (all of them, in an agent-parallel run)."""
-    agent_parallel = trainer.config.mesh.agent > 1
-    return frozenset(g.name for g in trainer.env.groups) if agent_parallel else frozenset()
+    """Groups whose parameter sets are split over `agent` (in an agent-parallel run, all of them
+    but those `replicated_groups` keeps whole)."""
+    if trainer.config.mesh.agent == 1:
+        return frozenset()
+    sizes = {g.name: g.size for g in trainer.env.groups}
+    return frozenset(sizes) - replicated_groups(trainer.config, sizes)
 
 
 def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:

@@ -15,7 +15,7 @@ from marljax.envs.adapter import EnvAdapter
 from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
 from marljax.envs.registry import make_env
 from marljax.parallel.layouts import Layout
-from marljax.parallel.mesh import build_mesh, mesh_layout
+from marljax.parallel.mesh import build_mesh, mesh_layout, replicated_groups
 from marljax.parallel.placement import platform
 
 
@@ -55,18 +55,28 @@ def check_group_networks(config: Config, env: EnvAdapter | HostEnvAdapter) -> No
         )
 
 
-def check_agent_axis(config: Config, env: EnvAdapter) -> None:
-    """Every group's agents must split evenly over `mesh.agent` devices."""
+def check_agent_axis(config: Config, env: EnvAdapter) -> frozenset[str]:
+    """Every group split over `mesh.agent` must split evenly; `mesh.replicate` must name groups of
+    this env. -> the groups kept whole on every agent device (`replicated_groups`)."""
+    names = [g.name for g in env.groups]
+    unknown = [name for name in config.mesh.replicated if name not in names]
+    if unknown:
+        raise ConfigError("mesh.replicate", f"{config.env} has no group {unknown[0]!r} with "
+                          f"param_sharing={config.param_sharing}; its groups: {', '.join(names)}")  # fmt: skip
     k = config.mesh.agent
-    bad = [f"{g.name} ({g.size})" for g in env.groups if g.size % k]
+    replicated = replicated_groups(config, {g.name: g.size for g in env.groups})
+    split = [g for g in env.groups if g.name not in replicated]
+    bad = [f"{g.name} ({g.size})" for g in split if g.size % k]
     if bad:
-        smallest = min(g.size for g in env.groups)
-        allowed = [n for n in range(1, smallest + 1) if all(g.size % n == 0 for g in env.groups)]
+        smallest = min(g.size for g in split)
+        allowed = [n for n in range(1, smallest + 1) if all(g.size % n == 0 for g in split)]
         raise ConfigError(
             "mesh.agent",
             f"{k} devices must split every agent group of {config.env} evenly, but these groups "
-            f"don't divide: {', '.join(bad)}; allowed: {allowed}",
+            f"don't divide: {', '.join(bad)}; allowed: {allowed} (or keep them whole on every agent "
+            "device: mesh.placement=balanced or mesh.replicate=<group>, for algo=ippo or mappo)",
         )
+    return replicated
 
 
 def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> Trainer:
@@ -88,7 +98,7 @@ def warn_slow_dtype(config: Config, mesh: Mesh | None = None) -> None:
 def prepare(config: Config):
     """Everything that can fail on bad input, before anything is compiled."""
     env = make_adapter(config)
-    check_agent_axis(config, env)
+    replicated = check_agent_axis(config, env)
     mesh = build_mesh(config)
     warn_slow_dtype(config, mesh)
-    return env, mesh, make_trainer(config, env, mesh_layout(mesh))
+    return env, mesh, make_trainer(config, env, mesh_layout(mesh, replicated))
