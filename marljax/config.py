@@ -89,8 +89,9 @@ class MeshConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DistributedConfig:
-    """Multi-host runs (marljax.parallel.distributed). `distributed=auto` lets JAX find the
-    cluster itself (Cloud TPU, Slurm, Open MPI); else give all three of the first fields."""
+    """Multi-host runs (marljax.parallel.distributed), in both modes (mode=async: one pipeline per
+    process, one learner mesh across them; marljax/pipeline/processes.py). `distributed=auto` lets
+    JAX find the cluster itself (Cloud TPU, Slurm, Open MPI); else give all three of the first fields."""
 
     coordinator: str = setting("", "host:port of process 0, reachable from every process", resumable=True)
     num_processes: int = setting(1, "processes in the run; 1: a single-process run", minimum=1, resumable=True)

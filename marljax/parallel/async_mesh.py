@@ -5,7 +5,9 @@ Actor thread i runs on `actor_devices[i % len]`; the learner on a mesh of its ow
 all there is). The learner state is created on that mesh in the learning layout (per-agent
 sets split over `agent` when mesh.agent > 1, the rest replicated); a batch from the host
 buffer arrives in the acting layout, its environments split over every learner device, and
-`learn` runs inside `shard_map` over the mesh.
+`learn` runs inside `shard_map` over the mesh. Several processes: the actor devices are each
+process's own, the learner mesh joins every process's learner devices (process order), and a
+batch is made of every process's environments (`placement.place_process_local`).
 """
 
 from __future__ import annotations

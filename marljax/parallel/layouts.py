@@ -44,8 +44,8 @@ class Layout:
     num_data: int = 1
     agent_axis: str | None = None
     num_agent: int = 1
-    # async micro-batches (unsharded actors only): this trainer steps slice `env_slice` of
-    # `num_env_slices` equal, consecutive slices of the environments, with their keys
+    # async micro-batches and processes (unsharded actors only): this trainer steps slice
+    # `env_slice` of `num_env_slices` equal, consecutive slices of the environments, with their keys
     env_slice: int = 0
     num_env_slices: int = 1
 

@@ -24,6 +24,12 @@ the newest parameters allowed, and with several actor threads an update's M slic
 out in parallel by whichever threads are free (with K = 0, M = 1 leaves all threads but one
 waiting for the next version). Counters (produced, consumed, dropped) count slices.
 
+Several processes (`distributed.*`, processes.py): each process runs all of the above on its own
+actor devices with its own buffer and version counter; the learner mesh spans every process's
+learner devices, process p's actors step environment slice p of P, and every update each process
+hands in exactly one local batch as its share of the global batch, so all processes call `learn`
+the same number of times and its collectives average the gradients across them.
+
 Concurrency traps, and what is done about them:
 * every wait is on the buffer's or the store's condition variable; `close()` wakes them all,
   so no thread can hang at shutdown; actor threads are joined with a timeout;
