@@ -13,7 +13,9 @@ timing; a process whose actors are slower makes the others wait inside the updat
 collective. What needs a common decision, and how it is made:
 
 * staleness_policy=drop and balance=rate would let a process's pace depend on its own timing
-  while the others wait on it in a collective; they are refused with distributed (config.py);
+  while the others wait on it in a collective; they are refused with distributed (config.py),
+  as are (not built yet) trajectory recording, mesh.agent > 1 (actors copy a whole local replica
+  of the parameters) and host (PettingZoo) envs;
 * stopping (SIGINT/SIGTERM): processes may see a signal at different updates, so they decide
   together at chunk ends (`agree_to_stop`, one tiny all-gather per chunk), and all stop after
   the same update, which every process then checkpoints together.
