@@ -100,8 +100,9 @@ class MeshConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DistributedConfig:
-    """Multi-host runs (marljax.parallel.distributed). `distributed=auto` lets JAX find the
-    cluster itself (Cloud TPU, Slurm, Open MPI); else give all three of the first fields."""
+    """Multi-host runs (marljax.parallel.distributed), in both modes (mode=async: one pipeline per
+    process, one learner mesh across them; marljax/pipeline/processes.py). `distributed=auto` lets
+    JAX find the cluster itself (Cloud TPU, Slurm, Open MPI); else give all three of the first fields."""
 
     coordinator: str = setting("", "host:port of process 0, reachable from every process", resumable=True)
     num_processes: int = setting(1, "processes in the run; 1: a single-process run", minimum=1, resumable=True)
@@ -264,6 +265,22 @@ class AsyncConfig:
         if self.host_stepping == "auto":
             return "lockstep" if self.deterministic else "independent"
         return self.host_stepping
+
+
+def _check_async_processes(c: "Config") -> None:
+    """mode=async with distributed.*: every process takes one local batch per update, so the
+    settings whose pace depends on one process's own timing are refused (pipeline/processes.py)."""
+    a = c.async_
+    refused = [
+        ("async.staleness_policy", a.staleness_policy == "drop", "block"),
+        ("async.balance", a.balance == "rate", "off"),
+        ("async.record_trajectories", bool(a.record_trajectories), "'' (no recording)"),
+        ("mesh.agent", c.mesh.agent != 1, "1 (each process's actors copy a whole replica of the parameters)"),
+    ]
+    for field, bad, allowed in refused:
+        if bad:
+            raise ConfigError(field, f"mode=async on several processes (distributed.*) steps every process's learner in "
+                              f"lockstep, one local batch per update; allowed: {allowed}")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- the algorithm table
@@ -855,7 +872,7 @@ def validate(config: Config) -> Config:
             "distributed.coordinator", f"needs host:port of process 0 (e.g. 10.0.0.2:8476) with num_processes > 1, got {d.coordinator!r}"
         )
     if (d.auto or d.num_processes > 1) and c.mode == "async":
-        raise ConfigError("distributed", "mode=async runs in one process (its actor threads share the host); use mode=anakin across hosts")
+        _check_async_processes(c)
     if c.reward_shaping.info_key and c.mode == "async":
         raise ConfigError("reward_shaping.info_key", "the shaping factor follows the learner's updates on device; "
                           "allowed with mode=anakin (or leave it empty)")  # fmt: skip

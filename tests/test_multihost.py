@@ -5,70 +5,22 @@ processes; misconfigurations that must fail fast with a clear message instead of
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests._trees import SEEDS, assert_same_run, flat, load_checkpoint, rows_tree
+from tests._multihost import free_port as _free_port
+from tests._multihost import marljax as _marljax
+from tests._multihost import one_process as _one_process
+from tests._multihost import two_processes as _two_processes
+from tests._multihost import whole_run as _whole_run
+from tests._trees import SEEDS, assert_same_run
 
 pytestmark = pytest.mark.slow
 
 RUN = ["num_envs=8", "num_steps=16", "total_timesteps=2048", "num_seeds=2", "num_chunks=8", "checkpoint_every=4",
        "keep_checkpoints=5", "progress=false", "plot=false", "mesh.seed=1", "mesh.data=4"]  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(devices: int) -> dict:
-    env = dict(os.environ)
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", PYTHONUNBUFFERED="1")
-    return env
-
-
-def _marljax(args: list[str], devices: int) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "marljax.cli", *args], env=_env(devices),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-
-
-def _two_processes(args: list[str], *, extra: tuple[list[str], list[str]] = ([], []), timeout: int = 400):
-    """Run `marljax ARGS` as processes 0 and 1 of a 2-process job; returns [(rc, output)] per process."""
-    port = _free_port()
-    common = [f"distributed.coordinator=127.0.0.1:{port}", "distributed.num_processes=2", "distributed.timeout_s=60"]
-    procs = [_marljax([*args, *common, f"distributed.process_id={i}", *extra[i]], 2) for i in range(2)]
-    out = []
-    for p in procs:
-        try:
-            text, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise AssertionError("a two-process run hung") from None
-        out.append((p.returncode, text))
-    return out
-
-
-def _one_process(args: list[str], devices: int = 4) -> str:
-    proc = subprocess.run([sys.executable, "-m", "marljax.cli", *args], env=_env(devices), capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout + proc.stderr
-
-
-def _whole_run(out: Path, update: int) -> dict:
-    """A run's checkpoint at `update` (its whole state) and its metrics rows, as one flat tree."""
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {**load_checkpoint(out / "checkpoints" / str(update)), **flat({"rows": rows_tree(rows)})}
 
 
 @pytest.fixture(scope="module")

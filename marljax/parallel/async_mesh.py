@@ -5,7 +5,9 @@ Actor thread i runs on `actor_devices[i % len]`; the learner on a mesh of its ow
 all there is). The learner state is created on that mesh in the learning layout (per-agent
 sets split over `agent` when mesh.agent > 1, the rest replicated); a batch from the host
 buffer arrives in the acting layout, its environments split over every learner device, and
-`learn` runs inside `shard_map` over the mesh.
+`learn` runs inside `shard_map` over the mesh. Several processes: the actor devices are each
+process's own, the learner mesh joins every process's learner devices (process order), and a
+batch is made of every process's environments (`placement.place_process_local`).
 """
 
 from __future__ import annotations
@@ -31,28 +33,18 @@ class AsyncPlacement(NamedTuple):
 
 
 def async_placement(config: Config) -> AsyncPlacement:
-    """Disjoint actor and learner devices (`async.actor_devices`, then `async.learner_devices`); shared on one device."""
-    devices = jax.devices()
-    n_act, n_learn = config.async_.actor_devices, config.async_.learner_devices
-    if isinstance(n_act, (list, tuple)) or isinstance(n_learn, (list, tuple)):
-        if not (isinstance(n_act, (list, tuple)) and isinstance(n_learn, (list, tuple))):
-            raise ConfigError("async.actor_devices", "give both async.actor_devices and async.learner_devices as index lists, "
-                              "or both as counts")
-        bad = [i for i in list(n_act) + list(n_learn) if i >= len(devices)]
-        if bad:
-            raise ConfigError("async.actor_devices", f"device indices {bad} don't exist; {len(devices)} devices are visible")
-        actor, learner = [devices[i] for i in n_act], [devices[i] for i in n_learn]
-    elif len(devices) == 1:
-        if n_act != 1 or n_learn != 1:
-            raise ConfigError("async.actor_devices", "only 1 device is visible; actors and learner share it (set both to 1)")
-        actor, learner = devices, devices
+    """Disjoint actor and learner devices (`async.actor_devices`, then `async.learner_devices`); shared on one device.
+
+    Several processes (`distributed.*`): the counts or indices apply to each process's own devices;
+    a process's actors run on its own actor devices, and the learner mesh joins every process's
+    learner devices in process order (process p holds data shard p, with the environments its
+    actors generate)."""
+    if jax.process_count() == 1:
+        actor, learner = _split(config, jax.devices())
     else:
-        if n_act + n_learn > len(devices):
-            raise ConfigError(
-                "async.actor_devices",
-                f"async.actor_devices + async.learner_devices = {n_act + n_learn}, but {len(devices)} devices are visible",
-            )
-        actor, learner = devices[:n_act], devices[n_act : n_act + n_learn]
+        mine = jax.process_index()
+        by_process = [_split(config, [d for d in jax.devices() if d.process_index == q]) for q in range(jax.process_count())]
+        actor, learner = by_process[mine][0], [d for _, devices in by_process for d in devices]
     k = config.mesh.agent
     if len(learner) % k:
         raise ConfigError("mesh.agent", f"{k} must divide the {len(learner)} learner devices (async.learner_devices)")
@@ -63,28 +55,55 @@ def async_placement(config: Config) -> AsyncPlacement:
     return AsyncPlacement(tuple(actor), mesh)
 
 
+def _split(config: Config, devices: list) -> tuple[list, list]:
+    """(actor devices, learner devices) of one process's `devices` as async.actor_devices/learner_devices say."""
+    n_act, n_learn = config.async_.actor_devices, config.async_.learner_devices
+    if isinstance(n_act, (list, tuple)) or isinstance(n_learn, (list, tuple)):
+        if not (isinstance(n_act, (list, tuple)) and isinstance(n_learn, (list, tuple))):
+            raise ConfigError("async.actor_devices", "give both async.actor_devices and async.learner_devices as index lists, "
+                              "or both as counts")
+        bad = [i for i in list(n_act) + list(n_learn) if i >= len(devices)]
+        if bad:
+            raise ConfigError("async.actor_devices", f"device indices {bad} don't exist; {len(devices)} devices are visible")
+        return [devices[i] for i in n_act], [devices[i] for i in n_learn]
+    if len(devices) == 1:
+        if n_act != 1 or n_learn != 1:
+            raise ConfigError("async.actor_devices", "only 1 device is visible; actors and learner share it (set both to 1)")
+        return devices, devices
+    if n_act + n_learn > len(devices):
+        raise ConfigError(
+            "async.actor_devices",
+            f"async.actor_devices + async.learner_devices = {n_act + n_learn}, but {len(devices)} devices are visible",
+        )
+    return devices[:n_act], devices[n_act : n_act + n_learn]
+
+
 def learner_on_mesh(init_fn: Callable, keys: jax.Array, mesh: Mesh, specs):
     """`vmap(init_fn)(keys)` created already placed on `mesh` by `specs` (jit with out_shardings)."""
     return jax.jit(jax.vmap(init_fn), out_shardings=shardings(mesh, specs))(keys)
 
 
-def trajectory_specs() -> Trajectory:
-    """A batch [S, T, E, ...] in the acting layout: environments split over every learner device."""
+def trajectory_specs(per_device_stats: bool = False) -> Trajectory:
+    """A batch [S, T, E, ...] in the acting layout: environments split over every learner device.
+
+    The episode statistics are replicated ([S, ...], one process: they cover every environment),
+    or with `per_device_stats` ([n_learner_devices, S, ...], several processes: each process's
+    devices carry the statistics of that process's environments) split one row per device."""
     envs = (DATA, AGENT)
-    return Trajectory(batch=P(None, None, envs), last_value=P(None, envs), stats=P())
+    return Trajectory(batch=P(None, None, envs), last_value=P(None, envs), stats=P(envs) if per_device_stats else P())
 
 
-def trajectory_shardings(mesh: Mesh) -> Trajectory:
-    return shardings(mesh, trajectory_specs())
+def trajectory_shardings(mesh: Mesh, per_device_stats: bool = False) -> Trajectory:
+    return shardings(mesh, trajectory_specs(per_device_stats))
 
 
-def shard_learn(fn: Callable, mesh: Mesh, learner_specs) -> Callable:
+def shard_learn(fn: Callable, mesh: Mesh, learner_specs, per_device_stats: bool = False) -> Callable:
     """`fn(learner, traj) -> (learner, metrics)` on each device's blocks, jitted inside `shard_map`
     over `mesh`: the learner split by `learner_specs`, the batch by `trajectory_specs()`, metrics
     replicated. The learner input is donated."""
     return jax.jit(
         jax.shard_map(
-            fn, mesh=mesh, in_specs=(learner_specs, trajectory_specs()), out_specs=(learner_specs, P()),
+            fn, mesh=mesh, in_specs=(learner_specs, trajectory_specs(per_device_stats)), out_specs=(learner_specs, P()),
             check_vma=False,
         ),
         donate_argnums=0,

@@ -51,8 +51,8 @@ class Layout:
     num_agent: int = 1
     # groups kept whole on every agent device: acting layout while learning too, no swap
     replicated: frozenset[str] = frozenset()
-    # async micro-batches (unsharded actors only): this trainer steps slice `env_slice` of
-    # `num_env_slices` equal, consecutive slices of the environments, with their keys
+    # async micro-batches and processes (unsharded actors only): this trainer steps slice
+    # `env_slice` of `num_env_slices` equal, consecutive slices of the environments, with their keys
     env_slice: int = 0
     num_env_slices: int = 1
 

@@ -13,6 +13,7 @@ import re
 from typing import Any, Callable, Mapping
 
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -37,6 +38,22 @@ def copy_to(tree: Any, device: Any) -> Any:
 def copy_to_devices(tree: Any, devices: Any) -> dict:
     """`copy_to` each distinct device of `devices`: device -> its copy."""
     return {d: copy_to(tree, d) for d in set(devices)}
+
+
+def place_process_local(tree: Any, where: Any) -> Any:
+    """Several processes: global arrays made of each process's blocks. `where` is a tree of
+    shardings (or a prefix of `tree`'s structure); each leaf of `tree` holds this process's
+    consecutive share of the sharded axes (the global shape is inferred: every process gives
+    the same local shape)."""
+    return jax.tree.map(
+        lambda s, sub: jax.tree.map(lambda x: jax.make_array_from_process_local_data(s, np.asarray(x)), sub), where, tree
+    )
+
+
+def local_replica(tree: Any) -> Any:
+    """A fully replicated (possibly multi-process) tree as this process's copy on one of its
+    own devices (its first addressable shard; no communication)."""
+    return jax.tree.map(lambda x: x.addressable_data(0), tree)
 
 
 def platform(mesh: Mesh | None = None) -> str:

@@ -24,6 +24,12 @@ the newest parameters allowed, and with several actor threads an update's M slic
 out in parallel by whichever threads are free (with K = 0, M = 1 leaves all threads but one
 waiting for the next version). Counters (produced, consumed, dropped) count slices.
 
+Several processes (`distributed.*`, processes.py): each process runs all of the above on its own
+actor devices with its own buffer and version counter; the learner mesh spans every process's
+learner devices, process p's actors step environment slice p of P, and every update each process
+hands in exactly one local batch as its share of the global batch, so all processes call `learn`
+the same number of times and its collectives average the gradients across them.
+
 Concurrency traps, and what is done about them:
 * every wait is on the buffer's or the store's condition variable; `close()` wakes them all,
   so no thread can hang at shutdown; actor threads are joined with a timeout;
@@ -51,15 +57,17 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from marljax.config import Config
+from marljax.config import Config, ConfigError
+from marljax.parallel.distributed import host_values
 from marljax.parallel.async_mesh import async_placement, learner_on_mesh, shard_learn, trajectory_shardings
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import learner_specs, mesh_layout, seed_keys, split_groups
-from marljax.parallel.placement import copy_to_devices, place
+from marljax.parallel.placement import copy_to_devices, local_replica, place, place_process_local
 from marljax.pipeline.balance import Observation, RateBalancer, Throttle
 from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.micro_batches import join_slices, slice_actors
+from marljax.pipeline import processes
 from marljax.pipeline.watchdog import ActorStuck, Heartbeats, stuck_message
 from marljax.types import Trajectory
 
@@ -86,6 +94,9 @@ class AsyncRun:
         mesh = self.placement.learner_mesh
         layout = mesh_layout(mesh)
         n_learn = layout.num_env_shards  # every learner device
+        # several processes (processes.py): process p's actors step environment slice p of P
+        self.process, self.processes = processes.env_share()
+        self.local_learners = n_stats = n_learn // self.processes  # this process's learner devices
         self.actor_trainer = make_trainer(config, env, Layout())
         self.learner_trainer = make_trainer(config, env, layout)
         S = config.num_seeds
@@ -96,21 +107,30 @@ class AsyncRun:
         # params, Adam, hparams, keys, update: [S, ...] created on the learner mesh
         self.learner = learner_on_mesh(self.learner_trainer.init_learner, keys, mesh, learner_spec)
         self.host = getattr(env, "host", False)
+        if self.host and self.processes > 1:  # host copies would need slicing per process; not built
+            raise ConfigError("distributed", "host (PettingZoo) envs in mode=async run in one process; "
+                              "allowed with distributed: JAX envs")  # fmt: skip
         self.actor_init = None if self.host else jax.jit(jax.vmap(self.actor_trainer.init_actors))
         self.actor_keys = keys
         self.collect = jax.jit(jax.vmap(self.actor_trainer.collect))
         self.micro_batches = M = config.async_.micro_batches
-        # M > 1: one rollout program per environment slice (M compilations, each of E/M envs)
-        self.slice_collects = [jax.jit(jax.vmap(make_trainer(config, env, Layout.env_slice_of(j, M)).collect))
-                               for j in range(M)] if M > 1 else []  # fmt: skip
+        # M > 1 or several processes: one rollout program per environment slice this process
+        # steps (M compilations of E/(P*M) envs; slice index p*M + j of P*M)
+        n_slices, first = self.processes * M, self.process * M
+        self.slice_collects = [jax.jit(jax.vmap(make_trainer(config, env, Layout.env_slice_of(first + j, n_slices)).collect))
+                               for j in range(M)] if n_slices > 1 else []  # fmt: skip
         self.host_policy = jax.jit(jax.vmap(self.actor_trainer.policy_step))  # host envs: one step, all copies
         # a batch arrives in the acting layout: environments split over every learner device
-        self.traj_shardings = trajectory_shardings(mesh)
+        per_device = self.processes > 1
+        self.traj_shardings = trajectory_shardings(mesh, per_device_stats=per_device)
 
         def learn_local(learner, traj: Trajectory):
-            # the rollout's episode totals are replicated on every learner device; learn sums
-            # them over all of them, so each device contributes its 1/n share
-            traj = traj._replace(stats=jax.tree.map(lambda x: x / n_learn, traj.stats))
+            # one process: the rollout's episode totals are replicated on every learner device;
+            # learn sums them over all of them, so each device contributes its 1/n share. Several:
+            # each device holds its process's totals ([1, S, ...]) and contributes 1/n_stats of them
+            stats = jax.tree.map(lambda x: x[0] / n_stats, traj.stats) if per_device else \
+                jax.tree.map(lambda x: x / n_learn, traj.stats)  # fmt: skip
+            traj = traj._replace(stats=stats)
 
             def one(state, t):
                 key, k_epochs = jax.random.split(state.key)
@@ -118,13 +138,21 @@ class AsyncRun:
 
             return jax.vmap(one)(learner, traj)
 
-        self.learn = shard_learn(learn_local, mesh, learner_spec)  # donates the learner state
+        self.learn = shard_learn(learn_local, mesh, learner_spec, per_device)  # donates the learner state
         self.samples_per_batch = config.num_steps * config.num_envs * S  # one update's
         self.health = EnvHealth()  # host env copies' failures, restarts, retirements (a new one every run)
+        self.stopping = False  # several processes: the stop they agreed on at the last chunk end
 
     def to_learner_mesh(self, traj: Trajectory) -> Trajectory:
-        """A batch from the host buffer placed on the learner mesh, as `learn` takes it."""
-        return place(traj, self.traj_shardings)
+        """A batch from the host buffer placed on the learner mesh, as `learn` takes it (several
+        processes: this process's environments become its share of the global batch)."""
+        if self.processes == 1:
+            return place(traj, self.traj_shardings)
+        return place_process_local(processes.with_stats_rows(traj, self.local_learners), self.traj_shardings)
+
+    def acting_params(self, params) -> Any:
+        """The learner's parameters as this process can read them (several processes: its own replica)."""
+        return params if self.processes == 1 else local_replica(params)
 
     # ------------------------------------------------------------------ threads
     def thread_keys(self, i: int) -> jax.Array:
@@ -156,7 +184,7 @@ class AsyncRun:
     def _publish(self, store: ParamStore, version: int, params) -> None:
         """Copy params to every actor device (dispatch is asynchronous) and publish them."""
         # a real copy even on a shared device (never an alias), since the learner donates its state
-        store.publish(version, copy_to_devices(params, self.placement.actor_devices))
+        store.publish(version, copy_to_devices(self.acting_params(params), self.placement.actor_devices))
 
     def _actor(self, i: int, buffer: TrajectoryBuffer, store: ParamStore, budget: int | None, errors: list,
                heart: Heartbeats, throttle: Throttle | None = None) -> None:  # fmt: skip
@@ -200,6 +228,14 @@ class AsyncRun:
             heart.idle(i)
 
     # ------------------------------------------------------------------- driver
+    def _stopping(self, stop: Callable[[], bool] | None, chunk_ends: bool) -> bool:
+        """Whether to stop after this update. Several processes must agree (each update is a
+        collective): they decide together, at chunk ends only (processes.py)."""
+        if self.processes == 1:
+            return stop is not None and stop()
+        self.stopping = chunk_ends and processes.agree_to_stop(stop is not None and stop())
+        return self.stopping
+
     def _next_batch(self, buffer: TrajectoryBuffer, heart: Heartbeats) -> Stamped:
         """buffer.get(), failing the run when an actor hangs (see watchdog.py)."""
         limit = self.config.async_.actor_timeout_s
@@ -299,9 +335,9 @@ class AsyncRun:
                                                              end - t_update)))  # fmt: skip
                     dropped_before, t_update = dropped, end
                 pending.append(metrics)
-                stopping = stop is not None and stop()
+                stopping = self._stopping(stop, chunk_ends=len(pending) == chunk or u == updates - 1)
                 if len(pending) == chunk or u == updates - 1 or stopping:
-                    stacked = jax.tree.map(lambda *xs: np.stack(xs, axis=1), *jax.device_get(pending))
+                    stacked = jax.tree.map(lambda *xs: np.stack(xs, axis=1), *host_values(pending))
                     now, wall = buffer.stats(), time.perf_counter() - t_chunk
                     row = async_row(now, last, staleness, wall, self.samples_per_batch // self.micro_batches,
                                     self.health.snapshot())  # fmt: skip
@@ -346,17 +382,18 @@ class _JaxCollector:
     def __init__(self, runner: AsyncRun, device, keys: jax.Array):
         self.runner, self.device, self.keys = runner, device, keys
         actors = runner.actor_init(keys)  # leaves [S, E, ...]
-        M = runner.micro_batches
-        self.actors = actors if M == 1 else None
-        # micro-batches: M states of E/M environments, rolled out in turn (leaves [S, E/M, ...])
-        self.slices = slice_actors(actors, M) if M > 1 else []
+        M, P, p = runner.micro_batches, runner.processes, runner.process
+        self.actors = actors if M * P == 1 else None
+        # micro-batches and/or processes: this process's M states of E/(P*M) environments, rolled
+        # out in turn (leaves [S, E/(P*M), ...]); process p keeps slices p*M .. p*M+M-1 of P*M
+        self.slices = slice_actors(actors, P * M)[p * M : (p + 1) * M] if M * P > 1 else []
         self.next_slice = 0
 
     def collect(self, params, ticket: int, version: int = 0, min_version: int = 0) -> tuple[Trajectory, int]:
         """(the rollout of batch `ticket` with `params`, their version); with micro-batches, of the
         next of this thread's environment slices, with the keys of batch ticket // M."""
         runner, M = self.runner, self.runner.micro_batches
-        if M == 1:
+        if self.actors is not None:
             self.actors, traj = runner.collect(params, self.actors, runner.step_keys(self.keys, ticket))
             return traj, version
         j = self.next_slice

@@ -349,17 +349,20 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
         learner, start, rows, meta = _initial_state(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
         runner.learner = learner
         before = meta.get("async_counters", {})  # the counters of the sessions before a resume
-        write_text_atomic(out_dir / "config.yaml", config_yaml(config))
+        if distributed.is_primary():
+            write_text_atomic(out_dir / "config.yaml", config_yaml(config))
         evaluator = PeriodicEval(runner.actor_trainer, config.num_seeds) if config.eval_every else None
         chunks = _ChunkLog(config, env, checkpointer, rows, start, metrics_path, evaluator, on_row)
 
         def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
             counters = _add_counters(before, {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason",
                                                                      *EnvHealth.KEYS)})  # fmt: skip
+            # several processes save together: on the stop they agreed on, not on their own signal
+            save = stop.signum is not None if runner.processes == 1 else runner.stopping
             chunks.record(
-                metrics, int(np.shape(metrics["lr"])[1]), wall, learner, learner.params,
+                metrics, int(np.shape(metrics["lr"])[1]), wall, learner, runner.acting_params(learner.params),
                 extra={**extra, **counters, "policy_version": start + extra["policy_version"]},
-                extra_meta={"async_counters": counters}, save=stop.signum is not None,
+                extra_meta={"async_counters": counters}, save=save,
             )  # fmt: skip
 
         ok = False

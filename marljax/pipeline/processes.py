@@ -1,0 +1,52 @@
+"""mode=async on several processes (`distributed.*`): how the processes' pipelines stay in step.
+
+Each process runs the whole pipeline of actor_learner.py on its own devices: its actor threads
+on its actor devices, its own bounded buffer, version stamps and staleness counters. Only the
+learner is shared: its mesh joins every process's learner devices, and each update is one
+jitted program over that mesh whose collectives average the gradients across processes.
+
+How the processes agree, with no messages of their own: every update, each process takes
+exactly one local batch (M slices with micro-batches) from its own buffer and hands it in as
+its share of the global batch (process p: environment slice p of P, on data shard p). So every
+process calls the update the same number of times, in the same order, whatever its actors'
+timing; a process whose actors are slower makes the others wait inside the update's
+collective. What needs a common decision, and how it is made:
+
+* staleness_policy=drop and balance=rate would let a process's pace depend on its own timing
+  while the others wait on it in a collective; they are refused with distributed (config.py),
+  as are (not built yet) trajectory recording, mesh.agent > 1 (actors copy a whole local replica
+  of the parameters) and host (PettingZoo) envs;
+* stopping (SIGINT/SIGTERM): processes may see a signal at different updates, so they decide
+  together at chunk ends (`agree_to_stop`, one tiny all-gather per chunk), and all stop after
+  the same update, which every process then checkpoints together.
+
+Process 0 alone writes metrics rows and logs (as in the on-device mode); checkpoints are
+written by all processes together (orbax).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from marljax.types import Trajectory
+
+
+def env_share() -> tuple[int, int]:
+    """(p, P): this process's actors step environment slice p of P, which is data shard p of the
+    learner mesh (async_mesh.async_placement orders its devices by process)."""
+    return jax.process_index(), jax.process_count()
+
+
+def with_stats_rows(traj: Trajectory, rows: int) -> Trajectory:
+    """This process's batch with its episode statistics ([S, ...]) repeated on a new leading axis
+    ([rows, S, ...]), one row per local learner device (async_mesh.trajectory_specs)."""
+    stats = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (rows, *np.shape(x))), traj.stats)
+    return traj._replace(stats=stats)
+
+
+def agree_to_stop(mine: bool) -> bool:
+    """True on every process when any process asks to stop (one all-gather)."""
+    from jax.experimental import multihost_utils
+
+    return bool(np.asarray(multihost_utils.process_allgather(np.array([mine]))).any())
