@@ -239,6 +239,12 @@ def test_resume_names_changed_section_fields_and_refuses_a_flat_config_of_old(tm
     msg = str(info.value)
     assert info.value.field == "resume" and "ppo.clip_eps: 0.1 -> 0.2" in msg and "async.max_staleness: 3 -> 1" in msg
     assert "async.actor_devices:" not in msg  # resumable: placement may change
+    # a setting added after the checkpoint was written is absent from its config: it counts as its
+    # default (which keeps the old behaviour), so the run resumes unless the setting is changed
+    older = {**saved, "mesh": {k: v for k, v in saved["mesh"].items() if k != "placement"}}
+    check_resumable(older, config, tmp_path)
+    with pytest.raises(ConfigError, match="mesh.placement: 'split' -> 'balanced'"):
+        check_resumable(older, load_config(None, BASE + ["mode=async", "mesh.placement=balanced"]), tmp_path)
     flat = {k: v for k, v in saved.items() if k not in ("ppo", "async")} | saved["ppo"]
     with pytest.raises(ConfigError) as info:
         check_resumable(flat, config, tmp_path)

@@ -77,8 +77,14 @@ def fingerprint(tree) -> list[int]:
 
 def structural_changes(saved: dict, config: Config) -> list[str]:
     """Dotted keys of `config` that differ from the saved config and a resume may not change
-    (the fields declared `resumable` may; see marljax.config)."""
-    before, now = to_flat(saved), to_flat(config.to_dict())
+    (the fields declared `resumable` may; see marljax.config). A field the saved config lacks (a
+    setting added after it was written) counts as its default: a new setting's default keeps the
+    old behaviour, so a run saved before it resumes unless the setting is changed."""
+    try:
+        defaults = to_flat(from_dict(saved).to_dict())
+    except ConfigError:  # unreadable: compared as saved (check_resumable names stale keys first)
+        defaults = {}
+    before, now = {**defaults, **to_flat(saved)}, to_flat(config.to_dict())
     resumable = resumable_keys(config)
     return sorted(
         f"{k}: {before.get(k)!r} -> {now.get(k)!r}"
