@@ -26,7 +26,6 @@ import math
 from typing import Iterable, Mapping
 
 SPLIT, REPLICATE = "split", "replicate"
-MODES = (SPLIT, REPLICATE)
 PLACEMENTS = ("split", "balanced")  # mesh.placement
 
 

@@ -137,6 +137,16 @@ def barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def any_process(mine: bool) -> bool:
+    """True on every process when `mine` is true on any of them (one all-gather; a decision all
+    processes must take together, e.g. to stop after the same update)."""
+    if jax.process_count() == 1:
+        return mine
+    from jax.experimental import multihost_utils
+
+    return bool(np.asarray(multihost_utils.process_allgather(np.array([mine]))).any())
+
+
 def host_values(tree: Any) -> Any:
     """Numpy copies of a pytree of (possibly multi-process) arrays, whole on every process."""
     if jax.process_count() == 1:

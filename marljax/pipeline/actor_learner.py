@@ -58,7 +58,7 @@ import jax
 import numpy as np
 
 from marljax.config import Config, ConfigError
-from marljax.parallel.distributed import host_values
+from marljax.parallel.distributed import any_process, host_values
 from marljax.parallel.async_mesh import async_placement, learner_on_mesh, shard_learn, trajectory_shardings
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import learner_specs, mesh_layout, seed_keys, split_groups
@@ -233,7 +233,7 @@ class AsyncRun:
         collective): they decide together, at chunk ends only (processes.py)."""
         if self.processes == 1:
             return stop is not None and stop()
-        self.stopping = chunk_ends and processes.agree_to_stop(stop is not None and stop())
+        self.stopping = chunk_ends and any_process(stop is not None and stop())
         return self.stopping
 
     def _next_batch(self, buffer: TrajectoryBuffer, heart: Heartbeats) -> Stamped:

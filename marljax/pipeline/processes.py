@@ -17,7 +17,7 @@ collective. What needs a common decision, and how it is made:
   as are (not built yet) trajectory recording, mesh.agent > 1 (actors copy a whole local replica
   of the parameters) and host (PettingZoo) envs;
 * stopping (SIGINT/SIGTERM): processes may see a signal at different updates, so they decide
-  together at chunk ends (`agree_to_stop`, one tiny all-gather per chunk), and all stop after
+  together at chunk ends (`distributed.any_process`, one tiny all-gather per chunk), and all stop after
   the same update, which every process then checkpoints together.
 
 Process 0 alone writes metrics rows and logs (as in the on-device mode); checkpoints are
@@ -44,9 +44,3 @@ def with_stats_rows(traj: Trajectory, rows: int) -> Trajectory:
     stats = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (rows, *np.shape(x))), traj.stats)
     return traj._replace(stats=stats)
 
-
-def agree_to_stop(mine: bool) -> bool:
-    """True on every process when any process asks to stop (one all-gather)."""
-    from jax.experimental import multihost_utils
-
-    return bool(np.asarray(multihost_utils.process_allgather(np.array([mine]))).any())
