@@ -21,6 +21,8 @@ class Scores:
     random: float
     learned_wins: float  # win rate (0 without a win condition)
     random_wins: float
+    last_row: dict  # the run's last metrics row
+    groups: tuple[str, ...]  # the env's agent groups
 
     @property
     def best_baseline(self) -> float:
@@ -43,7 +45,7 @@ def learned_vs_baselines(overrides: list[str], out_dir, episodes: int = 64) -> S
         res = make_evaluator(trainer, episodes, act=baseline_act(trainer.env, kind))(result.state.learner.params, keys)
         baseline[kind] = (float(np.mean(res.returns)), float(np.mean(res.won)))
     scores = Scores(row["eval_return"], baseline["noop"][0], baseline["random"][0], row.get("eval_win_rate") or 0.0,
-                    baseline["random"][1])  # fmt: skip
+                    baseline["random"][1], row, tuple(g.name for g in trainer.env.groups))  # fmt: skip
     print(f"\n{' '.join(overrides)}: learned {scores.learned:.3f}, no-op {scores.noop:.3f}, random {scores.random:.3f} "
           f"per agent; win rate {scores.learned_wins:.2f} vs random {scores.random_wins:.2f}; same {episodes} episodes, "
           f"seed {config.seed}")  # fmt: skip

@@ -20,8 +20,8 @@ SPREAD4 = ["param_sharing=independent", "env_kwargs.num_agents=4", "env_kwargs.n
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # CI keeps mesh.agent=2 with mesh.data=4 (two groups) in the heterogeneous test below
 def test_independent_agents_same_returns_on_agent_axis_4(tmp_path):
-    # mesh.agent=2 (with mesh.data=4) is the heterogeneous test below; agent=2 alone, nightly
     _, one = run(tmp_path, "one", SPREAD4, 1)
     mesh = ["mesh.seed=2", "mesh.data=1", "mesh.agent=4"]
     info, other = run(tmp_path, "agent4", SPREAD4 + mesh, 8)
@@ -31,7 +31,7 @@ def test_independent_agents_same_returns_on_agent_axis_4(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # CI has agent=2 with data=4 in the heterogeneous test, agent=4 above
+@pytest.mark.nightly  # CI has agent=2 with data=4 in the heterogeneous test
 def test_independent_agents_same_returns_on_agent_axis_2(tmp_path):
     _, one = run(tmp_path, "one", SPREAD4, 1)
     info, other = run(tmp_path, "agent2", SPREAD4 + ["mesh.seed=1", "mesh.data=4", "mesh.agent=2"], 8)
@@ -40,7 +40,7 @@ def test_independent_agents_same_returns_on_agent_axis_2(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # 2-3 CPU-minutes; CI keeps IPPO on agent = 2 and 4 and two groups split over agent
+@pytest.mark.nightly  # 2-3 CPU-minutes; CI keeps IPPO with two groups split over agent=2
 def test_mappo_recurrent_on_agent_axis_matches_one_device(tmp_path):
     extra = SPREAD4 + ["algo=mappo", "recurrent=true"]
     _, one = run(tmp_path, "one", extra, 1)

@@ -158,6 +158,7 @@ def test_host_pettingzoo_env_groups_and_vector_step():
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # 2-3 CPU-minutes; CI runs host envs through the async pipeline in test_env_failures.py
 def test_async_learns_a_host_pettingzoo_env(tmp_path):
     cfg = load_config(None, ["mode=async", "env=pettingzoo:marljax.envs.host_spread:parallel_env",
                              "total_timesteps=3e5", "num_chunks=6", "progress=false", "plot=false",

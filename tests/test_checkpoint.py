@@ -260,7 +260,8 @@ def test_existing_run_is_not_overwritten_without_asking(tmp_path):
         load_config(None, BASE + [f"out_dir={out}", "resume=true", "overwrite=true"])
 
 
-@pytest.mark.parametrize("recurrent", [False, True], ids=["ff", "gru"])
+@pytest.mark.parametrize("recurrent", [False, pytest.param(True, marks=pytest.mark.nightly)],  # GRU: ~2 CPU-minutes
+                         ids=["ff", "gru"])
 def test_exported_policy_acts_like_the_training_policy(tmp_path, recurrent):
     out = tmp_path / "run"
     cfg = _cfg(out, "env=HeuristicEnemySMAX", "env_kwargs.scenario=3m", f"recurrent={recurrent}",

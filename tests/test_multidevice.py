@@ -26,7 +26,8 @@ def run(tmp_path, name: str, overrides: list[str], devices: int) -> tuple[dict, 
 @pytest.mark.parametrize(
     "extra,mesh8",
     [
-        ([], ["mesh.seed=2", "mesh.data=4"]),
+        # nightly: the independent4 case below runs the same mesh (and feed-forward) in CI
+        pytest.param([], ["mesh.seed=2", "mesh.data=4"], marks=pytest.mark.nightly),
         (["recurrent=true"], ["mesh.seed=1", "mesh.data=8"]),
         (
             ["param_sharing=independent", "env_kwargs.num_agents=4", "env_kwargs.num_landmarks=4"],

@@ -67,6 +67,7 @@ def test_a_two_process_checkpoint_resumes_in_one_process(two_process_run, tmp_pa
     assert_same_run(_whole_run(out, 16), _whole_run(resumed, 16), atol=1e-6, rtol=2e-6, controls=(SEEDS,))
 
 
+@pytest.mark.nightly  # 2-3 CPU-minutes; CI keeps two-process training and one-process sweeps equal to single runs
 def test_a_sweep_across_two_processes_matches_one_process(tmp_path):
     from marljax.sweeps.results import load
 
