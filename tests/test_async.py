@@ -236,7 +236,10 @@ def test_async_learner_splits_agents_over_mesh_agent(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_an_async_run_promptly_and_keeps_its_checkpoints(tmp_path):
+def test_ctrl_c_stops_an_async_run_promptly_with_a_checkpoint_and_resume_keeps_counting(tmp_path):
+    """Ctrl-C (SIGINT; SIGTERM takes the same path: tests/test_hostile.py) finishes the update in
+    progress, saves it although checkpoint_every=0, and stops within 30 s with no actor thread
+    left running; resume continues the learner and the buffer's counters from the checkpoint's."""
     import json
     import os
     import signal
@@ -245,15 +248,15 @@ def test_ctrl_c_stops_an_async_run_promptly_and_keeps_its_checkpoints(tmp_path):
     import time
 
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "marljax.cli", "train", "mode=async", "total_timesteps=2e6", "num_envs=16",
-           "num_steps=32", "num_chunks=200", "checkpoint_every=20", "progress=false", "plot=false", f"out_dir={out}"]
+    long = ["mode=async", "total_timesteps=2e6", "num_envs=16", "num_steps=32", "num_chunks=200", "checkpoint_every=0",
+            "progress=false", "plot=false", f"out_dir={out}"]  # 3906 updates  # fmt: skip
     # a child inherits an ignored SIGINT (pytest-xdist workers ignore it), and Python then never
     # installs its KeyboardInterrupt handler: restore the default disposition in the child
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    proc = subprocess.Popen([sys.executable, "-m", "marljax.cli", "train", *long], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     metrics, deadline = out / "metrics.jsonl", time.time() + 240
-    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
+    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
         time.sleep(0.2)
     assert proc.poll() is None, proc.stderr.read()[-2000:]
     interrupted_at = time.time()
@@ -265,16 +268,17 @@ def test_ctrl_c_stops_an_async_run_promptly_and_keeps_its_checkpoints(tmp_path):
         raise AssertionError("the run did not stop within 30 s of Ctrl-C")
     # the first Ctrl-C finishes the update in progress, saves it, and stops (a second would interrupt at once)
     assert proc.returncode == 130 and "marljax: stopped by SIGINT at update" in err and "Traceback" not in err, err[-2000:]
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert rows[-1]["update"] < 3906, "the run went on to the end instead of stopping"
     assert time.time() - interrupted_at < 30
-    # the checkpoints written before the interrupt are whole: resume continues from the newest
+    update = int(err.split("stopped by SIGINT at update ")[1].split(";")[0])
+    assert 0 < update < 3906 and (out / "checkpoints" / str(update)).is_dir()
+    stopped = json.loads(metrics.read_text().splitlines()[-1])
+    assert stopped["update"] == update and stopped["consumed"] == update  # block mode: one batch per update
+    # resume to a nearer end: the learner and the buffer's counters go on from the checkpoint's, not from 0
     logs: list[str] = []
-    res = train(load_config(None, ["mode=async", "total_timesteps=2e6", "num_envs=16", "num_steps=32",
-                                   "num_chunks=200", "checkpoint_every=20", "progress=false", "plot=false",
-                                   f"out_dir={out}", "resume=true", "total_timesteps=4e5"]), log=logs.append)  # fmt: skip
+    res = train(load_config(None, [*long, "resume=true", f"total_timesteps={(update + 8) * 16 * 32}"]), log=logs.append)
     assert any(line.startswith("resumed from") for line in logs), logs
-    assert res.rows[-1]["update"] == load_config(None, ["num_envs=16", "num_steps=32", "total_timesteps=4e5"]).num_updates
+    last = res.rows[-1]
+    assert last["update"] == update + 8 and last["consumed"] == update + 8 and last["produced"] >= update + 8
 
 
 def test_an_async_run_exports_its_policy(tmp_path):

@@ -26,6 +26,13 @@ ENVS = {
 FF_ENVS = {"MPE_simple_spread_v3", "MPE_simple_facmac_v1", "HeuristicEnemySMAX", "storm", "hanabi", "overcooked",
            "overcooked_v2", "coin_game", "switch_riddle", "jaxnav"}  # fmt: skip
 CASES = [(name, recurrent) for name in sorted(ENVS) for recurrent in (False, True) if recurrent or name in FF_ENVS]
+# nightly: cases whose code CI runs elsewhere. The 3-, 6- and 9-agent facmac maps are simple_facmac_v1's
+# scenario with more agents; feed-forward spread, coin_game and HeuristicEnemySMAX train in other CI tests
+# (test_defaults_learn, test_learns, test_checkpoint's export and test_win_rate)
+NIGHTLY = {("MPE_simple_facmac_3a_v1", True), ("MPE_simple_facmac_6a_v1", True), ("MPE_simple_facmac_9a_v1", True),
+           ("MPE_simple_spread_v3", False), ("coin_game", False), ("HeuristicEnemySMAX", False)}  # fmt: skip
+PARAMS = [pytest.param(n, r, id=f"{'rnn' if r else 'ff'}-{n}", marks=pytest.mark.nightly if (n, r) in NIGHTLY else ())
+          for n, r in CASES]  # fmt: skip
 
 # A smoke run is all compile (2 updates of 2 envs x 4 steps): LLVM's optimisations, which only
 # speed up the generated code, are off. Measured: a case compiles in ~60% of the time.
@@ -35,7 +42,7 @@ TINY = ["num_envs=2", "num_steps=4", "ppo.num_minibatches=2", "ppo.update_epochs
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, recurrent", CASES, ids=[f"{'rnn' if r else 'ff'}-{n}" for n, r in CASES])
+@pytest.mark.parametrize("name, recurrent", PARAMS)
 def test_env_trains(name, recurrent):
     cfg = load_config(None, TINY + [f"env={name}", f"recurrent={str(recurrent).lower()}", "gru_hidden_size=16"])
     env = EnvAdapter(make_env(name, ENVS[name]), name)

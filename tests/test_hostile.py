@@ -347,6 +347,7 @@ def test_a_host_env_that_never_returns_fails_the_run_naming_the_actor_and_copy(t
     assert time.monotonic() - t0 < 120
 
 
+@pytest.mark.nightly  # CI: the same stop and resume by SIGINT in test_async.py (one handler for both signals)
 def test_sigterm_stops_an_async_run_with_a_checkpoint_and_resume_keeps_counting(tmp_path):
     import signal
     import time
