@@ -184,7 +184,8 @@ class AsyncConfig:
         1, "M: each actor thread rolls out its num_envs environments in M slices of num_envs/M, each its own "
         "jitted rollout and buffer item with its own version stamp; an update concatenates M slices (JAX envs; "
         "must divide num_envs)", minimum=1, resumable=True)  # fmt: skip
-    record_trajectories: str = setting("", "append every consumed batch to this zarr dataset (marljax.pipeline.recorder)")
+    record_trajectories: str = setting("", "append every consumed batch to this zarr dataset (marljax.pipeline.recorder; "
+                                     "several processes: process p writes PATH/process_<p>)")
     actor_timeout_s: float = setting(
         300.0, "fail the run, naming the actor, when one rollout (a JAX env's, compilation included) or one host "
         "env step takes longer than this; 0 waits forever", minimum=0.0, resumable=True)  # fmt: skip
@@ -268,19 +269,10 @@ class AsyncConfig:
 
 
 def _check_async_processes(c: "Config") -> None:
-    """mode=async with distributed.*: every process takes one local batch per update, so the
-    settings whose pace depends on one process's own timing are refused (pipeline/processes.py)."""
-    a = c.async_
-    refused = [
-        ("async.staleness_policy", a.staleness_policy == "drop", "block"),
-        ("async.balance", a.balance == "rate", "off"),
-        ("async.record_trajectories", bool(a.record_trajectories), "'' (no recording)"),
-        ("mesh.agent", c.mesh.agent != 1, "1 (each process's actors copy a whole replica of the parameters)"),
-    ]
-    for field, bad, allowed in refused:
-        if bad:
-            raise ConfigError(field, f"mode=async on several processes (distributed.*) steps every process's learner in "
-                              f"lockstep, one local batch per update; allowed: {allowed}")  # fmt: skip
+    """mode=async with distributed.*: what is not built for several processes (pipeline/processes.py)."""
+    if c.mesh.agent != 1:
+        raise ConfigError("mesh.agent", "mode=async on several processes (distributed.*) copies a whole replica of "
+                          "the parameters to each process's actors; allowed: 1")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- the algorithm table

@@ -5,11 +5,14 @@ processes; misconfigurations that must fail fast with a clear message instead of
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
+from tests._multihost import device_env
 from tests._multihost import free_port as _free_port
 from tests._multihost import marljax as _marljax
 from tests._multihost import one_process as _one_process
@@ -113,3 +116,25 @@ def test_processes_with_different_configs_are_refused_naming_the_field(tmp_path)
         assert rc == 2, text[-2000:]
         assert "every process must run the same config" in text and "in: lr" in text
     assert not (tmp_path / "x" / "checkpoints").exists()
+
+
+GATHER = """
+import sys, numpy as np, jax
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
+from marljax.parallel.distributed import every_process, any_process
+p = jax.process_index()
+print(every_process(np.array([10 + p, 20 + p, 30], np.int64)).tolist(), any_process(p == 1), any_process(False))
+"""
+
+
+def test_every_process_gathers_each_processs_values_in_process_order():
+    """The all-gather behind the async rows' by_process and the agreed stop: on every process,
+    process 0's values first, then process 1's (each sent its own)."""
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", GATHER, f"127.0.0.1:{port}", str(i)], env=device_env(1),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert out.strip().splitlines()[-1] == "[[10, 20, 30], [11, 21, 30]] True False", out

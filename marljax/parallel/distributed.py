@@ -137,14 +137,22 @@ def barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def any_process(mine: bool) -> bool:
-    """True on every process when `mine` is true on any of them (one all-gather; a decision all
-    processes must take together, e.g. to stop after the same update)."""
+def every_process(mine: np.ndarray) -> np.ndarray:
+    """Every process's `mine` (a small host array, the same shape on each), stacked in process
+    order on every process: [P, ...]. One all-gather, so every process must call it at the same
+    point of the run."""
+    mine = np.asarray(mine)
     if jax.process_count() == 1:
-        return mine
+        return mine[None]
     from jax.experimental import multihost_utils
 
-    return bool(np.asarray(multihost_utils.process_allgather(np.array([mine]))).any())
+    return np.asarray(multihost_utils.process_allgather(mine)).reshape(jax.process_count(), *mine.shape)
+
+
+def any_process(mine: bool) -> bool:
+    """True on every process when `mine` is true on any of them (a decision all processes must
+    take together, e.g. to stop after the same update)."""
+    return bool(every_process(np.array([mine])).any())
 
 
 def host_values(tree: Any) -> Any:

@@ -298,7 +298,8 @@ class AsyncRun:
         if config.async_.record_trajectories:
             from marljax.pipeline.recorder import TrajectoryRecorder
 
-            recorder = TrajectoryRecorder(config.async_.record_trajectories)
+            recorder = TrajectoryRecorder(processes.dataset_dir(config.async_.record_trajectories, self.process,
+                                                                self.processes))  # fmt: skip
         clean = False
         pending: list[dict] = []
         staleness: list[int] = []  # per consumed item (slice) in this chunk
@@ -347,6 +348,9 @@ class AsyncRun:
                     row.update(active_actors=balancer.active if balancer else n_threads,
                                batch_window=balancer.window if balancer else None,
                                balance_target=config.async_.balance_target if balancer else None)  # fmt: skip
+                    if self.processes > 1:  # the scalars above are this process's (process 0 writes the row)
+                        row["by_process"] = processes.by_process(now.produced, now.consumed, row["dropped"], now.held,
+                                                                 row["active_actors"])  # fmt: skip
                     on_chunk(stacked, wall, row, self.learner)
                     pending, staleness, slices, last, t_chunk = [], [], [], now, time.perf_counter()
                 if stopping:

@@ -12,10 +12,15 @@ process calls the update the same number of times, in the same order, whatever i
 timing; a process whose actors are slower makes the others wait inside the update's
 collective. What needs a common decision, and how it is made:
 
-* staleness_policy=drop and balance=rate would let a process's pace depend on its own timing
-  while the others wait on it in a collective; they are refused with distributed (config.py),
-  as are (not built yet) trajectory recording, mesh.agent > 1 (actors copy a whole local replica
-  of the parameters) and host (PettingZoo) envs;
+* staleness_policy=drop and balance=rate act on each process's own buffer: a process drops
+  its own stale slices and its controller paces its own actor threads, so the processes' counters
+  differ; the learner's pace is common all the same (one local batch per process per update,
+  a fresh one under drop). Metrics rows carry every process's counters (`by_process`, gathered
+  at chunk ends) beside process 0's own;
+* recording (async.record_trajectories=PATH): process p writes its own slice's batches to
+  PATH/process_<p>, a dataset of its own (recorder.py);
+* not built: mesh.agent > 1 (actors copy a whole local replica of the parameters) and host
+  (PettingZoo) envs;
 * stopping (SIGINT/SIGTERM): processes may see a signal at different updates, so they decide
   together at chunk ends (`distributed.any_process`, one tiny all-gather per chunk), and all stop after
   the same update, which every process then checkpoints together.
@@ -26,10 +31,16 @@ written by all processes together (orbax).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import numpy as np
 
+from marljax.parallel.distributed import every_process
 from marljax.types import Trajectory
+
+# a process's counters that a metrics row lists for every process (by_process)
+COUNTERS = ("produced", "consumed", "dropped", "held", "active_actors")
 
 
 def env_share() -> tuple[int, int]:
@@ -44,3 +55,17 @@ def with_stats_rows(traj: Trajectory, rows: int) -> Trajectory:
     stats = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (rows, *np.shape(x))), traj.stats)
     return traj._replace(stats=stats)
 
+
+
+def by_process(produced: int, consumed: int, dropped: int, held: int, active_actors: int) -> dict[str, list[int]]:
+    """Every process's buffer counters and active actor threads at this chunk end, by name:
+    {counter: [value of process 0, 1, ...]}. An all-gather: every process calls it at the same
+    chunk end (the processes' updates are in lockstep)."""
+    mine = np.array([produced, consumed, dropped, held, active_actors], np.int64)
+    return {name: [int(v) for v in column] for name, column in zip(COUNTERS, every_process(mine).T)}
+
+
+def dataset_dir(path: str | Path, process: int, processes: int) -> Path:
+    """Where process `process` records its batches (async.record_trajectories=path): path itself
+    in a single process, path/process_<p> with several (each its own environment slice)."""
+    return Path(path) if processes == 1 else Path(path) / f"process_{process}"

@@ -80,8 +80,11 @@ def train(
         raise ConfigError("out_dir", problem)
     record = config.async_.record_trajectories if config.mode == "async" else None  # only ippo/mappo have async.*
     if record and distributed.is_primary():  # refused now, not after compiling and starting the actors
+        from marljax.pipeline.processes import dataset_dir
+
         problem = check_writable_dir(Path(record))
-        if problem is None and (Path(record) / "index.json").exists():
+        P = jax.process_count()  # several processes: one dataset per process under record (processes.py)
+        if problem is None and any((dataset_dir(record, p, P) / "index.json").exists() for p in range(P)):
             problem = f"{Path(record).absolute()} already holds a dataset; choose a new path"
         if problem:
             raise ConfigError("async.record_trajectories", problem)
@@ -356,7 +359,7 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
 
         def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
             counters = _add_counters(before, {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason",
-                                                                     *EnvHealth.KEYS)})  # fmt: skip
+                                                                     "by_process", *EnvHealth.KEYS) if k in extra})  # fmt: skip
             # several processes save together: on the stop they agreed on, not on their own signal
             save = stop.signum is not None if runner.processes == 1 else runner.stopping
             chunks.record(
@@ -388,11 +391,17 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
 
 
 def _add_counters(before: dict, now: dict) -> dict:
-    """Async buffer counters of the sessions before a resume plus this session's."""
-    out = {k: before.get(k, 0) + now[k] for k in ("produced", "consumed", "dropped", *EnvHealth.KEYS)}
+    """Async buffer counters of the sessions before a resume plus this session's (several processes:
+    each process's too; `held` and `active_actors` are states, not counts)."""
+    cumulative = ("produced", "consumed", "dropped")
+    out = {k: before.get(k, 0) + now[k] for k in (*cumulative, *EnvHealth.KEYS)}
     reasons = dict(before.get("dropped_by_reason", {}))
     for reason, n in now["dropped_by_reason"].items():
         reasons[reason] = reasons.get(reason, 0) + n
+    if "by_process" in now:
+        was = before.get("by_process", {})
+        out["by_process"] = {k: [a + b for a, b in zip(was.get(k, [0] * len(v)), v)] if k in cumulative else v
+                             for k, v in now["by_process"].items()}  # fmt: skip
     return {**out, "dropped_by_reason": reasons}
 
 
