@@ -57,7 +57,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from marljax.config import Config, ConfigError
+from marljax.config import Config
 from marljax.parallel.distributed import any_process, host_values
 from marljax.parallel.async_mesh import async_placement, learner_on_mesh, shard_learn, trajectory_shardings
 from marljax.parallel.layouts import Layout
@@ -107,9 +107,6 @@ class AsyncRun:
         # params, Adam, hparams, keys, update: [S, ...] created on the learner mesh
         self.learner = learner_on_mesh(self.learner_trainer.init_learner, keys, mesh, learner_spec)
         self.host = getattr(env, "host", False)
-        if self.host and self.processes > 1:  # host copies would need slicing per process; not built
-            raise ConfigError("distributed", "host (PettingZoo) envs in mode=async run in one process; "
-                              "allowed with distributed: JAX envs")  # fmt: skip
         self.actor_init = None if self.host else jax.jit(jax.vmap(self.actor_trainer.init_actors))
         self.actor_keys = keys
         self.collect = jax.jit(jax.vmap(self.actor_trainer.collect))
@@ -170,14 +167,17 @@ class AsyncRun:
         -> (Trajectory, the oldest policy version in it)`."""
         device = self.placement.actor_devices[i % len(self.placement.actor_devices)]
         keys = place(self.thread_keys(i), device)
+        share = (self.process, self.processes)  # host envs: this process's slice of num_envs
+        if self.host and self.processes > 1:  # and its own sampling keys (JAX envs: keys of global env indices)
+            keys = jax.vmap(lambda k: jax.random.fold_in(k, self.process))(keys)
         if self.host and self.config.async_.stepping() == "independent":
             from marljax.pipeline.host_copies import IndependentHostCollector
 
-            return IndependentHostCollector(self.config, self.env, self.host_policy, device, keys, i, self.health)
+            return IndependentHostCollector(self.config, self.env, self.host_policy, device, keys, i, self.health, share)
         if self.host:
             from marljax.pipeline.host_rollout import HostCollector
 
-            return HostCollector(self.config, self.env, self.host_policy, device, keys, i)
+            return HostCollector(self.config, self.env, self.host_policy, device, keys, i, share)
         return _JaxCollector(self, device, keys)
 
     # ------------------------------------------------------------------ threads (bodies)

@@ -45,6 +45,7 @@ from marljax.envs.host import HostCopy
 from marljax.parallel.placement import place
 from marljax.pipeline.buffer import BufferClosed
 from marljax.pipeline.env_workers import Answer, CopyWorker, EnvHealth
+from marljax.pipeline.processes import host_seed_base
 from marljax.types import EpisodeStats, GroupBatch, Trajectory
 
 FIELDS = ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")
@@ -85,11 +86,13 @@ class IndependentHostCollector:
     newest: Callable[[], tuple[int, Any]] | None = None  # set by the actor thread: (version, params on this device)
     cancelled: Callable[[], bool] = staticmethod(lambda: False)  # set by the actor thread: the pipeline is closing
 
-    def __init__(self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int, health: EnvHealth):
-        """policy_step: jitted, seed-vmapped `Trainer.policy_step`, shared by the threads."""
+    def __init__(self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int, health: EnvHealth,
+                 share: tuple[int, int] = (0, 1)):  # fmt: skip
+        """policy_step: jitted, seed-vmapped `Trainer.policy_step`, shared by the threads. share:
+        (p, P), this process's slice of num_envs (processes.host_share)."""
         a = config.async_
         self.config, self.adapter, self.device, self.health = config, adapter, device, health
-        self.S, self.E, self.T = config.num_seeds, config.num_envs, config.num_steps
+        self.S, self.E, self.T = config.num_seeds, config.num_envs // share[1], config.num_steps
         self.K, self.timeout_s = a.max_staleness, a.env_step_timeout_s
         self.max_failures, self.min_copies = a.max_env_failures, a.min_env_copies
         self.thread_index, self.keys, self.step_fn = thread_index, keys, policy_step
@@ -101,7 +104,7 @@ class IndependentHostCollector:
         self.hidden = {g.name: np.zeros((n, g.size, config.gru_hidden_size), np.float32) for g in self.groups}
         self.finished: list[list[Segment]] = [[] for _ in range(self.S)]  # finished, not yet in a batch
         self.policy_s = 0.001  # moving average of one policy call
-        base = config.seed * 1000 + thread_index
+        base = host_seed_base(config, thread_index, share)
         self._seeds = [itertools.count((base * 4099 + c) * 1_000_003 + 1) for c in range(n)]
         self.copies: list[_Copy] = []
         for c in range(n):  # made here, in order (copy c is the c-th env made), then reset on their workers

@@ -14,19 +14,22 @@ import jax
 import numpy as np
 
 from marljax.parallel.placement import place
+from marljax.pipeline.processes import host_seed_base
 from marljax.types import EpisodeStats, GroupBatch, Trajectory
 
 
 class HostCollector:
     beat: Callable[[str], None] = staticmethod(lambda what: None)  # set by the actor thread (watchdog.py)
 
-    def __init__(self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int):
+    def __init__(self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int,
+                 share: tuple[int, int] = (0, 1)):  # fmt: skip
         """policy_step: jitted, seed-vmapped `Trainer.policy_step`, built once and shared by threads
-        (a jit wrapper made per thread would compile again in each one)."""
+        (a jit wrapper made per thread would compile again in each one). share: (p, P), this
+        process's slice of num_envs (processes.host_share)."""
         self.config, self.adapter, self.device = config, adapter, device
-        S, E = config.num_seeds, config.num_envs
+        S, E = config.num_seeds, config.num_envs // share[1]
         self.S, self.E, self.T = S, E, config.num_steps
-        self.venv = adapter.vector(S * E, seed=config.seed * 1000 + thread_index)
+        self.venv = adapter.vector(S * E, seed=host_seed_base(config, thread_index, share))
         self.obs = self._split(self.venv.reset())
         groups = adapter.groups
         self.reset = {g.name: np.ones((S, E, g.size), bool) for g in groups}

@@ -19,8 +19,10 @@ collective. What needs a common decision, and how it is made:
   at chunk ends) beside process 0's own;
 * recording (async.record_trajectories=PATH): process p writes its own slice's batches to
   PATH/process_<p>, a dataset of its own (recorder.py);
-* not built: mesh.agent > 1 (actors copy a whole local replica of the parameters) and host
-  (PettingZoo) envs;
+* host (PettingZoo) envs: process p's actor threads make num_envs/P copies per seed (its slice),
+  seeded apart from every other process's copies (host_seed_base), and sample actions with
+  their own keys;
+* not built: mesh.agent > 1 (actors copy a whole local replica of the parameters);
 * stopping (SIGINT/SIGTERM): processes may see a signal at different updates, so they decide
   together at chunk ends (`distributed.any_process`, one tiny all-gather per chunk), and all stop after
   the same update, which every process then checkpoints together.
@@ -69,3 +71,10 @@ def dataset_dir(path: str | Path, process: int, processes: int) -> Path:
     """Where process `process` records its batches (async.record_trajectories=path): path itself
     in a single process, path/process_<p> with several (each its own environment slice)."""
     return Path(path) if processes == 1 else Path(path) / f"process_{process}"
+
+
+def host_seed_base(config, thread_index: int, share: tuple[int, int]) -> int:
+    """The seed base of actor thread `thread_index`'s host env copies (host_rollout.py,
+    host_copies.py): `seed * 1000 + thread index` in one process; with several (share = (p, P)),
+    the thread indices run on across processes, so no two processes' copies share a seed."""
+    return config.seed * 1000 + share[0] * config.async_.num_actor_threads + thread_index
