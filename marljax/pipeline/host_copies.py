@@ -89,7 +89,7 @@ class IndependentHostCollector:
     def __init__(self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int, health: EnvHealth,
                  share: tuple[int, int] = (0, 1)):  # fmt: skip
         """policy_step: jitted, seed-vmapped `Trainer.policy_step`, shared by the threads. share:
-        (p, P), this process's slice of num_envs (processes.host_share)."""
+        (p, P), this process's slice of num_envs (processes.env_share)."""
         a = config.async_
         self.config, self.adapter, self.device, self.health = config, adapter, device, health
         self.S, self.E, self.T = config.num_seeds, config.num_envs // share[1], config.num_steps

@@ -25,7 +25,7 @@ class HostCollector:
                  share: tuple[int, int] = (0, 1)):  # fmt: skip
         """policy_step: jitted, seed-vmapped `Trainer.policy_step`, built once and shared by threads
         (a jit wrapper made per thread would compile again in each one). share: (p, P), this
-        process's slice of num_envs (processes.host_share)."""
+        process's slice of num_envs (processes.env_share)."""
         self.config, self.adapter, self.device = config, adapter, device
         S, E = config.num_seeds, config.num_envs // share[1]
         self.S, self.E, self.T = S, E, config.num_steps

@@ -58,7 +58,6 @@ def with_stats_rows(traj: Trajectory, rows: int) -> Trajectory:
     return traj._replace(stats=stats)
 
 
-
 def by_process(produced: int, consumed: int, dropped: int, held: int, active_actors: int) -> dict[str, list[int]]:
     """Every process's buffer counters and active actor threads at this chunk end, by name:
     {counter: [value of process 0, 1, ...]}. An all-gather: every process calls it at the same

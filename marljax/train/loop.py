@@ -26,6 +26,7 @@ from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.pipeline.env_workers import EnvHealth
+from marljax.pipeline.processes import dataset_dir
 from marljax.train.records import config_yaml
 from marljax.train.marl_eval_run import write_run_marl_eval
 from marljax.train.trackers import Trackers
@@ -80,8 +81,6 @@ def train(
         raise ConfigError("out_dir", problem)
     record = config.async_.record_trajectories if config.mode == "async" else None  # only ippo/mappo have async.*
     if record and distributed.is_primary():  # refused now, not after compiling and starting the actors
-        from marljax.pipeline.processes import dataset_dir
-
         problem = check_writable_dir(Path(record))
         P = jax.process_count()  # several processes: one dataset per process under record (processes.py)
         if problem is None and any((dataset_dir(record, p, P) / "index.json").exists() for p in range(P)):
