@@ -12,6 +12,9 @@ from tests._subprocess import run_with_devices
 from tests._trees import AGENTS, SEEDS, assert_same_run
 from tests.test_multidevice import ATOL, RTOL, run
 
+# the tolerances below are drifts measured on optimised compiles (tests/conftest.py)
+pytestmark = pytest.mark.optimized
+
 SPREAD4 = ["param_sharing=independent", "env_kwargs.num_agents=4", "env_kwargs.num_landmarks=4"]
 
 

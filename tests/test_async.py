@@ -107,6 +107,7 @@ print(json.dumps({{"learned": s.learned, "noop": s.noop, "random": s.random}}))
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 @pytest.mark.nightly  # 3-6 min on 2 cores; CI covers the async pipeline's correctness in the tests above
 def test_async_learns_on_separate_actor_and_learner_devices(tmp_path):
     # 2 fake devices: actors on one, the learner on the other. The greedy policy after 1.5M steps
@@ -158,6 +159,7 @@ def test_host_pettingzoo_env_groups_and_vector_step():
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 @pytest.mark.nightly  # 2-3 CPU-minutes; CI runs host envs through the async pipeline in test_env_failures.py
 def test_async_learns_a_host_pettingzoo_env(tmp_path):
     cfg = load_config(None, ["mode=async", "env=pettingzoo:marljax.envs.host_spread:parallel_env",
@@ -220,6 +222,7 @@ def test_async_nan_guard_keeps_the_last_good_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized  # its tolerance is a drift measured on optimised compiles (tests/conftest.py)
 def test_async_learner_splits_agents_over_mesh_agent(tmp_path):
     base = SMALL + ["async.deterministic=true", "param_sharing=independent", "env_kwargs.num_agents=4",
                     "env_kwargs.num_landmarks=4", "lr=2.5e-4", "num_seeds=2", "total_timesteps=1024",

@@ -39,6 +39,7 @@ CASES = [
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 @pytest.mark.parametrize("algo, recurrent, steps", CASES)
 def test_the_defaults_learn(algo, recurrent, steps, tmp_path):
     overrides = [f"algo={algo}", f"total_timesteps={steps}", *(["recurrent=true"] if recurrent else [])]

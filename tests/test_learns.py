@@ -50,6 +50,7 @@ CASES = [
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 @pytest.mark.parametrize("overrides, margin, win_floor", CASES)
 def test_learns_above_no_op_and_random(overrides, margin, win_floor, tmp_path):
     s = learned_vs_baselines(overrides, tmp_path / "run")

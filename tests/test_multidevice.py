@@ -7,6 +7,9 @@ import pytest
 from tests._subprocess import train_runs
 from tests._trees import assert_same_run
 
+# the tolerances below are drifts measured on optimised compiles (tests/conftest.py)
+pytestmark = pytest.mark.optimized
+
 # 8 updates, one metrics row each. JaxMARL's lr: a small step keeps reduction-order noise from
 # being amplified (by flipped sampled actions) past float tolerance within these 8 updates.
 BASE = ["num_envs=16", "num_seeds=2", "num_steps=32", "total_timesteps=4096", "num_chunks=8", "lr=2.5e-4"]

@@ -13,6 +13,9 @@ from marljax.config import ConfigError, load_config
 from tests._multihost import one_process, two_processes, whole_run
 from tests._trees import SEEDS, assert_same_run
 
+# the tolerances below are drifts measured on optimised compiles (tests/conftest.py)
+pytestmark = pytest.mark.optimized
+
 # 4 updates of 8 envs x 16 steps, 2 seeds, one row per update, a checkpoint at the end
 RUN = ["mode=async", "num_envs=8", "num_steps=16", "total_timesteps=512", "num_seeds=2", "num_chunks=4",
        "async.deterministic=true", "async.max_staleness=1", "progress=false", "plot=false"]  # fmt: skip

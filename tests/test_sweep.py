@@ -226,6 +226,7 @@ def test_a_different_sweep_in_the_same_out_dir_is_refused(tmp_path, finished):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized  # its tolerance is a drift measured on optimised compiles (tests/conftest.py)
 def test_a_vmapped_row_runs_what_train_runs_for_its_cell():
     """Row (cell c, seed i) of a program is seed i of `marljax train` on cell c's config.
 
