@@ -35,7 +35,10 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # cache every program, however quick
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # read by JAX in this process and in every test subprocess (the persistent cache keys on it)
-_UNOPTIMISED = os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+import jax  # noqa: E402  (after the settings above, which it reads once on import)
+
+_SESSION_UNOPTIMISED: bool = jax.config.values["jax_disable_most_optimizations"]  # as JAX parsed the variable
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -43,11 +46,9 @@ def pytest_runtest_setup(item) -> None:
     """Before any of the test's fixtures (a module-scoped one included, which the first test of its
     module sets up): a test marked `optimized` compiles as a user's run does, in this process and
     in the processes it starts; any other test as the session's setting says."""
-    import jax
-
-    value = "0" if item.get_closest_marker("optimized") else _UNOPTIMISED
-    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = value
-    jax.config.update("jax_disable_most_optimizations", value.lower() in ("1", "true", "t", "yes", "y", "on"))
+    unoptimised = _SESSION_UNOPTIMISED and item.get_closest_marker("optimized") is None
+    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1" if unoptimised else "0"
+    jax.config.update("jax_disable_most_optimizations", unoptimised)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -61,7 +61,8 @@ def test_every_notebook_installs_from_the_wheel_and_runs_top_to_bottom(colab_lik
     monkeypatch.setenv("MARLJAX_SMALL", "1")
     monkeypatch.setenv("MARLJAX_SOURCE", str(wheel))
     monkeypatch.setenv("JUPYTER_PATH", str(jupyter_path))
-    for var in ("XLA_FLAGS", "PYTHONPATH", "JAX_DISABLE_MOST_OPTIMIZATIONS"):  # nothing of this checkout or this process leaks into the kernel
+    # nothing of this checkout or this process leaks into the kernel (the tests' compile settings included)
+    for var in ("XLA_FLAGS", "PYTHONPATH", "JAX_DISABLE_MOST_OPTIMIZATIONS"):
         monkeypatch.delenv(var, raising=False)
     checks = {
         "01_quickstart.ipynb": ["installing marljax @ file://", "kept)", "return per agent", "one greedy episode"],
