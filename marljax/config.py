@@ -268,13 +268,6 @@ class AsyncConfig:
         return self.host_stepping
 
 
-def _check_async_processes(c: "Config") -> None:
-    """mode=async with distributed.*: what is not built for several processes (pipeline/processes.py)."""
-    if c.mesh.agent != 1:
-        raise ConfigError("mesh.agent", "mode=async on several processes (distributed.*) copies a whole replica of "
-                          "the parameters to each process's actors; allowed: 1")  # fmt: skip
-
-
 # ----------------------------------------------------------------------------- the algorithm table
 
 
@@ -863,8 +856,6 @@ def validate(config: Config) -> Config:
         raise ConfigError(
             "distributed.coordinator", f"needs host:port of process 0 (e.g. 10.0.0.2:8476) with num_processes > 1, got {d.coordinator!r}"
         )
-    if (d.auto or d.num_processes > 1) and c.mode == "async":
-        _check_async_processes(c)
     if c.reward_shaping.info_key and c.mode == "async":
         raise ConfigError("reward_shaping.info_key", "the shaping factor follows the learner's updates on device; "
                           "allowed with mode=anakin (or leave it empty)")  # fmt: skip

@@ -7,7 +7,8 @@ sets split over `agent` when mesh.agent > 1, the rest replicated); a batch from 
 buffer arrives in the acting layout, its environments split over every learner device, and
 `learn` runs inside `shard_map` over the mesh. Several processes: the actor devices are each
 process's own, the learner mesh joins every process's learner devices (process order), and a
-batch is made of every process's environments (`placement.place_process_local`).
+batch is made of every process's environments (`placement.place_process_local`); with mesh.agent
+> 1 the agent axis lies within each process (every process holds every agent's parameters).
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ def async_placement(config: Config) -> AsyncPlacement:
     k = config.mesh.agent
     if len(learner) % k:
         raise ConfigError("mesh.agent", f"{k} must divide the {len(learner)} learner devices (async.learner_devices)")
+    per_process = len(learner) // jax.process_count()
+    if jax.process_count() > 1 and per_process % k:
+        # the mesh's rows (data shards) are k consecutive learner devices in process order: each
+        # row within one process, so that each process holds every agent's parameters (its actors'
+        # replica, placement.local_replica) and the agent swap never crosses processes
+        raise ConfigError("mesh.agent", f"with {jax.process_count()} processes, {k} must divide each process's "
+                          f"{per_process} learner devices (async.learner_devices): the agent axis lies within a process")  # fmt: skip
     if config.num_envs % len(learner):
         raise ConfigError("async.learner_devices", f"{len(learner)} learner devices must divide num_envs={config.num_envs}")
     shape = (len(learner) // k, k)

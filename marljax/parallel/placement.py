@@ -51,9 +51,29 @@ def place_process_local(tree: Any, where: Any) -> Any:
 
 
 def local_replica(tree: Any) -> Any:
-    """A fully replicated (possibly multi-process) tree as this process's copy on one of its
-    own devices (its first addressable shard; no communication)."""
-    return jax.tree.map(lambda x: x.addressable_data(0), tree)
+    """This process's whole copy of a (possibly multi-process) tree, from its own devices only (no
+    communication). A leaf that one of its devices holds whole (replicated) comes back as that
+    shard; a leaf split over its devices (mesh.agent > 1: each device holds some agents) is put
+    together on the host from the blocks this process holds, which must tile it: a ValueError
+    names the leaf otherwise (the agent axis must lie within each process)."""
+
+    def whole(path, x):
+        if x.is_fully_addressable and len(x.sharding.device_set) == 1:
+            return x
+        shards = x.addressable_shards
+        full = next((s.data for s in shards if s.data.shape == x.shape), None)
+        if full is not None:
+            return full
+        out, covered = np.empty(x.shape, x.dtype), np.zeros(x.shape, bool)
+        for s in shards:
+            out[s.index] = np.asarray(s.data)
+            covered[s.index] = True
+        if not covered.all():
+            raise ValueError(f"{jax.tree_util.keystr(path)}: this process's devices hold only part of it "
+                             f"(shape {x.shape}, sharding {x.sharding}); each process must hold every agent")  # fmt: skip
+        return out
+
+    return jax.tree_util.tree_map_with_path(whole, tree)
 
 
 def platform(mesh: Mesh | None = None) -> str:

@@ -22,7 +22,10 @@ collective. What needs a common decision, and how it is made:
 * host (PettingZoo) envs: process p's actor threads make num_envs/P copies per seed (its slice),
   seeded apart from every other process's copies (host_seed_base), and sample actions with
   their own keys;
-* not built: mesh.agent > 1 (actors copy a whole local replica of the parameters);
+* mesh.agent > 1: the learner mesh's agent axis lies within each process (async_mesh.py
+  refuses a split that would cross processes), so the agent swap stays inside a process and
+  each process puts its actors' whole replica of the parameters together from its own
+  devices (placement.local_replica); only the data axis, the gradient average, crosses processes;
 * stopping (SIGINT/SIGTERM): processes may see a signal at different updates, so they decide
   together at chunk ends (`distributed.any_process`, one tiny all-gather per chunk), and all stop after
   the same update, which every process then checkpoints together.
