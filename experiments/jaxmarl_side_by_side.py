@@ -1,7 +1,7 @@
 """JaxMARL's own IPPO-FF MPE baseline and `marljax train` at the same settings, one right after
 the other in this process, on whatever device JAX has (the GPU protocol runs it on a GPU).
 
-    python experiments/jaxmarl_side_by_side.py --jaxmarl PATH [--num-envs N] [--timesteps T] [--seeds S]
+    python experiments/jaxmarl_side_by_side.py --jaxmarl PATH [--num-envs N] [--timesteps T] [--seeds S] [--target R]
 
 PATH is a checkout of https://github.com/FLAIROx/JaxMARL; its `baselines/IPPO/ippo_ff_mpe.py`
 is imported as it is (its `make_train`, with its config file `config/ippo_ff_mpe.yaml` and the
@@ -16,6 +16,11 @@ MPELogWrapper multiplies every reward by that number, "as per on-policy codebase
 log holds the return of each env's latest finished episode, averaged over the update's steps);
 for marljax the mean return of the episodes finished in the last update. Close in meaning, not
 to the last digit.
+With `--target R` each side also reports its time to R: the first block of updates whose return per agent
+(the mean over seeds, as above, averaged over blocks of `--block-steps` env steps per seed, as
+`marljax bench-target` checks once per chunk) is >= R, and compile time plus the run's time
+prorated to that block's last update (each update runs the same program, so the run's time is linear in
+updates). Compare it with `marljax bench-target` on marljax's own defaults, run right after.
 Prints a table, then one JSON line.
 """
 
@@ -58,8 +63,10 @@ def jaxmarl_side(checkout: Path, num_envs: int, timesteps: float, seeds: int) ->
     import jaxmarl
 
     agents = jaxmarl.make(config["ENV_NAME"], **config["ENV_KWARGS"]).num_agents  # its log scales rewards by this
+    curve = returns.mean(axis=0) / agents  # [updates]: per agent, the mean over seeds
     return {"compile_s": compile_s, "run_s": run_s, "env_steps": int(steps), "env_steps_per_s": steps / run_s,
-            "final_return": float(returns[:, -1].mean()) / agents}  # fmt: skip
+            "final_return": float(curve[-1]), "curve": curve,
+            "steps_per_update": config["NUM_ENVS"] * config["NUM_STEPS"]}  # fmt: skip
 
 
 def marljax_side(num_envs: int, timesteps: float, seeds: int) -> dict:
@@ -77,12 +84,28 @@ def marljax_side(num_envs: int, timesteps: float, seeds: int) -> dict:
     compile_s, compiled = _timed(lambda: fns.chunk.lower(state, config.num_updates).compile())
     run_s, (_, metrics) = _timed(compiled, state)
     steps = config.num_updates * config.env_steps_per_update
-    episodes = metrics["episodes"]  # the last update's finished episodes, per seed
-    count = np.asarray(episodes.count)[:, -1]  # [S]
-    per_agent = np.asarray(episodes.return_sum)[:, -1]  # [S, A]: summed over the episodes
-    last = per_agent.mean(axis=-1) / np.where(count > 0, count, np.nan)
+    episodes = metrics["episodes"]  # every update's finished episodes, per seed
+    count = np.asarray(episodes.count)  # [S, U]
+    per_agent = np.asarray(episodes.return_sum).mean(axis=-1)  # [S, U]: summed over the episodes, mean over agents
+    curve = np.nanmean(per_agent / np.where(count > 0, count, np.nan), axis=0)  # [U]
     return {"compile_s": compile_s, "run_s": run_s, "env_steps": int(steps), "env_steps_per_s": steps / run_s,
-            "final_return": float(np.nanmean(last))}  # fmt: skip
+            "final_return": float(curve[-1]), "curve": curve, "steps_per_update": config.run_steps_per_update}  # fmt: skip
+
+
+def time_to_target(side: dict, target: float, block_steps: float) -> dict:
+    """The first block of updates (about `block_steps` env steps per seed, as `marljax bench-target`
+    checks once per chunk) whose mean return reaches `target`: the env steps per seed to its end and
+    the seconds to it (compile + the run's time prorated to that update); None if none reaches it."""
+    curve = side.pop("curve")  # [U]
+    per_block = max(1, round(block_steps / side["steps_per_update"]))
+    blocks = curve[: curve.size // per_block * per_block].reshape(-1, per_block).mean(axis=1)  # [U // per_block]
+    reached = np.flatnonzero(blocks >= target)
+    if reached.size == 0:
+        return {"target": target, "reached": False, "target_env_steps": None, "target_s": None,
+                "best_return": float(np.nanmax(blocks))}  # fmt: skip
+    updates = (int(reached[0]) + 1) * per_block
+    return {"target": target, "reached": True, "target_env_steps": updates * side["steps_per_update"],
+            "target_s": side["compile_s"] + side["run_s"] * updates / curve.size, "best_return": float(np.nanmax(blocks))}
 
 
 def main(argv: list[str]) -> int:
@@ -91,17 +114,30 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--num-envs", type=int, default=16, help="JaxMARL's config: 16")
     parser.add_argument("--timesteps", type=float, default=1e7, help="JaxMARL's config: 1e7")
     parser.add_argument("--seeds", type=int, default=10, help="JaxMARL's config: 10")
+    parser.add_argument("--target", type=float, default=None, help="also report each side's time to this return")
+    parser.add_argument("--block-steps", type=float, default=1e5,
+                        help="env steps per seed averaged per check (bench-target's chunk at its defaults: 1e5)")
     args = parser.parse_args(argv)
     if not (args.jaxmarl / "baselines" / "IPPO" / "ippo_ff_mpe.py").is_file():
         parser.error(f"--jaxmarl {args.jaxmarl}: no baselines/IPPO/ippo_ff_mpe.py there")
     sides = {"jaxmarl": jaxmarl_side(args.jaxmarl, args.num_envs, args.timesteps, args.seeds),
              "marljax": marljax_side(args.num_envs, args.timesteps, args.seeds)}  # fmt: skip
+    for r in sides.values():
+        target = time_to_target(r, args.target, args.block_steps) if args.target is not None else {}
+        r.pop("curve", None)
+        r.update(target)
     device = jax.devices()[0]
     print(f"IPPO-FF MPE_simple_spread_v3, {args.num_envs} envs x {args.seeds} seeds, {args.timesteps:.3g} steps each, "
           f"on {device.platform} ({device.device_kind})")  # fmt: skip
     print(f"{'':<8} {'env-steps/s':>14} {'compile s':>10} {'run s':>9} {'final return':>13}")
     for name, r in sides.items():
         print(f"{name:<8} {r['env_steps_per_s']:>14,.0f} {r['compile_s']:>10.1f} {r['run_s']:>9.1f} {r['final_return']:>13.2f}")
+    if args.target is not None:
+        print(f"time to a return of {args.target:g} per agent (mean over seeds; compile + run to that update):")
+        for name, r in sides.items():
+            shown = (f"{r['target_s']:.1f} s, {r['target_env_steps']:,} env steps per seed" if r["reached"]
+                     else f"not reached (best {r['best_return']:.2f})")
+            print(f"  {name:<8} {shown}")
     speedup = sides["marljax"]["env_steps_per_s"] / sides["jaxmarl"]["env_steps_per_s"]
     print(f"marljax / jaxmarl env-steps/s: {speedup:.2f}x")
     print(json.dumps({"bench": "jaxmarl_side_by_side", "platform": device.platform, "device_kind": device.device_kind,

@@ -1,0 +1,77 @@
+"""Which hyperparameters reach a return soonest in wall-clock time: `marljax bench-target` over a set
+of candidates, one fresh process each, one after the other, then a table sorted by time.
+
+    python experiments/target_search.py [--base "key=value ..."] [--target R] [CANDIDATE ...]
+
+A CANDIDATE is a quoted set of overrides ("lr=4e-3", "num_envs=128 ppo.num_minibatches=8"); ""
+is the base config itself. Without candidates it runs the default search of docs/performance.md
+section 3: IPPO's defaults, then one setting changed at a time (learning rate, num_envs,
+num_steps, update epochs, minibatches). Each process compiles from scratch (marljax keeps no
+persistent compilation cache), so every time includes its own compilation, as a user's run does.
+Run it on a quiet machine: the candidates are timed one after another, not side by side.
+Prints a table, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+
+# one change at a time from IPPO's defaults (lr 2e-3, 64 envs x 128 steps, 4 epochs x 4 minibatches)
+DEFAULT_CANDIDATES = [
+    "",
+    "lr=1e-3", "lr=4e-3",
+    "num_envs=32", "num_envs=128",
+    "num_steps=64",
+    "ppo.update_epochs=2", "ppo.update_epochs=8",
+    "ppo.num_minibatches=2", "ppo.num_minibatches=8",
+]  # fmt: skip
+
+
+def bench_target(overrides: list[str], timeout_s: float) -> dict:
+    """One `marljax bench-target` process: its JSON line, or {"reached": False, "error": ...}."""
+    cmd = ["marljax", "bench-target", *overrides]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"reached": False, "error": f"timed out after {timeout_s:.0f} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"reached": False, "error": tail[0]}
+    return json.loads(lines[-1])
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("candidates", nargs="*", help='quoted overrides per candidate; "" is the base config')
+    parser.add_argument("--base", default="num_seeds=2 num_chunks=100",
+                        help="overrides every candidate starts from (default: 2 seeds, a check every 50k env steps)")
+    parser.add_argument("--target", type=float, default=None, help="the return to reach (default: the env's)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per candidate before it counts as not reached")
+    args = parser.parse_args(argv)
+    base = shlex.split(args.base) + ([f"target={args.target}"] if args.target is not None else [])
+    rows = []
+    for candidate in args.candidates or DEFAULT_CANDIDATES:
+        result = bench_target(base + shlex.split(candidate), args.timeout)
+        rows.append({"candidate": candidate or "(base)", **result})
+        shown = (f"{result['wall_s']:.1f} s, {result['env_steps']:,} env steps" if result.get("reached")
+                 else result.get("error", "not reached"))
+        print(f"  {candidate or '(base)':<28} {shown}", flush=True)
+    print(f"marljax bench-target over {len(rows)} candidates, base: {args.base}")
+    print(f"{'candidate':<28} {'wall s':>8} {'compile s':>10} {'env steps':>11} {'return':>8}")
+    for r in sorted(rows, key=lambda r: r["wall_s"] if r.get("reached") else float("inf")):
+        if r.get("reached"):
+            print(f"{r['candidate']:<28} {r['wall_s']:>8.1f} {r['compile_s']:>10.1f} {r['env_steps']:>11,} {r['return']:>8.2f}")
+        else:
+            print(f"{r['candidate']:<28} {'not reached':>8}  {r.get('error', '')}")
+    print(json.dumps({"bench": "target_search", "base": args.base,
+                      "rows": [{k: v for k, v in r.items() if k != "curve"} for r in rows]}))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
