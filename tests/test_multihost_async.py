@@ -161,6 +161,32 @@ def test_an_agent_axis_that_would_cross_processes_is_refused(monkeypatch):
     assert shape == (2, 2) and [(d.process_index, d.id) for d in learners] == [(0, 1), (0, 2), (1, 1), (1, 2)]
 
 
+def test_local_replica_puts_agent_split_leaves_together():
+    """An actor's replica of the learner's parameters (placement.local_replica): a leaf split over
+    `agent` is put together from the blocks, a replicated one taken whole; the old one-shard copy
+    (addressable_data(0)) would give agents 0-1 of 4 only. One process with 4 fake devices: there
+    every block is this process's, as each process's are with the agent axis within it."""
+    import numpy as np
+
+    from tests._subprocess import run_with_devices
+
+    out = run_with_devices("""
+        import json, jax, numpy as np
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        from marljax.parallel.placement import local_replica
+        mesh = jax.make_mesh((2, 2), ("data", "agent"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+        x = np.arange(24, dtype=np.float32).reshape(2, 4, 3)  # [S, A, F]
+        tree = {"split": jax.device_put(x, NamedSharding(mesh, P(None, "agent"))),
+                "replicated": jax.device_put(x, NamedSharding(mesh, P()))}
+        got = local_replica(tree)
+        print(json.dumps({k: np.asarray(v).tolist() for k, v in got.items()}
+                         | {"blocks": [list(s.data.shape) for s in tree["split"].addressable_shards]}))
+    """, 4)
+    whole = np.arange(24, dtype=np.float32).reshape(2, 4, 3).tolist()
+    assert out["blocks"] == [[2, 2, 3]] * 4  # each device holds 2 of the 4 agents
+    assert out["split"] == whole and out["replicated"] == whole
+
+
 def test_a_resumed_run_adds_each_processs_counters_to_those_before():
     from marljax.train.loop import _add_counters
 
