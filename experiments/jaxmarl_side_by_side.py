@@ -92,11 +92,11 @@ def marljax_side(num_envs: int, timesteps: float, seeds: int) -> dict:
             "final_return": float(curve[-1]), "curve": curve, "steps_per_update": config.run_steps_per_update}  # fmt: skip
 
 
-def time_to_target(side: dict, target: float, block_steps: float) -> dict:
-    """The first block of updates (about `block_steps` env steps per seed, as `marljax bench-target`
-    checks once per chunk) whose mean return reaches `target`: the env steps per seed to its end and
-    the seconds to it (compile + the run's time prorated to that update); None if none reaches it."""
-    curve = side.pop("curve")  # [U]
+def time_to_target(side: dict, curve: np.ndarray, target: float, block_steps: float) -> dict:
+    """The first block of updates of `curve` ([U], the side's return per update) (about
+    `block_steps` env steps per seed, as `marljax bench-target` checks once per chunk) whose mean
+    return reaches `target`: the env steps per seed to its end and the seconds to it (compile + the
+    run's time prorated to that update); None if none reaches it."""
     per_block = max(1, round(block_steps / side["steps_per_update"]))
     blocks = curve[: curve.size // per_block * per_block].reshape(-1, per_block).mean(axis=1)  # [U // per_block]
     reached = np.flatnonzero(blocks >= target)
@@ -123,9 +123,9 @@ def main(argv: list[str]) -> int:
     sides = {"jaxmarl": jaxmarl_side(args.jaxmarl, args.num_envs, args.timesteps, args.seeds),
              "marljax": marljax_side(args.num_envs, args.timesteps, args.seeds)}  # fmt: skip
     for r in sides.values():
-        target = time_to_target(r, args.target, args.block_steps) if args.target is not None else {}
-        r.pop("curve", None)
-        r.update(target)
+        curve = r.pop("curve")  # [U]: not in the JSON line
+        if args.target is not None:
+            r.update(time_to_target(r, curve, args.target, args.block_steps))
     device = jax.devices()[0]
     print(f"IPPO-FF MPE_simple_spread_v3, {args.num_envs} envs x {args.seeds} seeds, {args.timesteps:.3g} steps each, "
           f"on {device.platform} ({device.device_kind})")  # fmt: skip

@@ -33,7 +33,7 @@ DEFAULT_CANDIDATES = [
 
 def bench_target(overrides: list[str], timeout_s: float) -> dict:
     """One `marljax bench-target` process: its JSON line, or {"reached": False, "error": ...}."""
-    cmd = ["marljax", "bench-target", *overrides]
+    cmd = [sys.executable, "-m", "marljax.cli", "bench-target", *overrides]  # this interpreter's marljax
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
