@@ -206,7 +206,8 @@ class AsyncConfig:
     balance: str = setting(
         "off", "production/consumption balance: off | rate (pause actor threads between batches, within "
         "[min_actor_threads, num_actor_threads], and bound the batches in flight, so that about balance_target "
-        "batches wait for the learner and none is dropped; marljax/pipeline/balance.py). Ignored with deterministic=true",
+        "batches wait for the learner and none is dropped; with micro-batches it counts slices; "
+        "marljax/pipeline/balance.py). Ignored with deterministic=true",
         choices=("off", "rate"), resumable=True)  # fmt: skip
     min_actor_threads: int = setting(1, "balance=rate: the fewest active actor threads (at most num_actor_threads)",
                                      minimum=1, resumable=True)  # fmt: skip
@@ -253,9 +254,6 @@ class AsyncConfig:
             allowed = ", ".join(str(d) for d in range(1, E + 1) if E % d == 0)
             raise ConfigError("async.micro_batches", f"must divide num_envs={E} (each slice takes num_envs/micro_batches "
                               f"environments of an actor thread); allowed: {allowed}; got {M}")  # fmt: skip
-        if M > 1 and self.balance == "rate":
-            raise ConfigError("async.micro_batches", "async.balance=rate counts whole batches; with micro-batches "
-                              "allowed: async.balance=off (or async.micro_batches=1)")  # fmt: skip
 
     def balanced(self) -> bool:
         """Whether the balance controller runs (never in deterministic mode: timing must not steer it)."""

@@ -84,14 +84,14 @@ def test_balance_settings_are_checked_before_anything_compiles():
     assert load_config(None, ["mode=async"]).async_.balance == "off"
 
 
-def _drop_runs(updates: int = 48) -> dict[str, dict]:
-    """balance=off, then rate, on one runner (compiled once): drop mode, K=1, 2 actor threads."""
+def _drop_runs(micro_batches: int, updates: int = 48) -> dict[str, dict]:
+    """balance=off, then rate, on one runner (compiled once): drop mode, K=1, 2 actor threads, M slices."""
     from marljax.bench.balance import DEFAULTS, balanced_run, pad_generation, pad_learning
     from marljax.config import replace
     from marljax.pipeline.actor_learner import AsyncRun
     from marljax.train.wiring import make_adapter, make_trainer
 
-    config = load_config(None, DEFAULTS)
+    config = load_config(None, DEFAULTS + [f"async.micro_batches={micro_batches}"])
     runner = AsyncRun(config, make_adapter(config), make_trainer, log=lambda s: None)
     # 2 threads of 20 ms rollouts against 30 ms updates: 3x more production than consumption
     pad_learning(runner, 0.03)
@@ -100,12 +100,13 @@ def _drop_runs(updates: int = 48) -> dict[str, dict]:
 
 
 @pytest.mark.nightly  # ~40 s on a 2-core machine, nearly all of it compiling the runner
-def test_rate_balance_drops_fewer_batches_than_off():
-    runs = _drop_runs()
+@pytest.mark.parametrize("micro_batches", [1, 2])  # 2: every count, the window included, in slices
+def test_rate_balance_drops_fewer_batches_than_off(micro_batches):
+    runs = _drop_runs(micro_batches)
     off, rate = runs["off"], runs["rate"]
     for r in (off, rate):
         assert r["produced"] == r["consumed"] + r["dropped_stale"] + r["dropped_end_of_run"]
-        assert r["consumed"] == 48
+        assert r["consumed"] == 48 * micro_batches
     assert off["active_actors"] == [2] * len(off["active_actors"]) and set(off["batch_window"]) == {None}
     assert all(1 <= a <= 2 for a in rate["active_actors"])
     # counts, not timings: off drops about half of what it makes; rate keeps production near consumption

@@ -28,8 +28,7 @@ def test_config_errors_name_the_field_and_what_is_allowed():
         load_config(None, SMALL + ["async.micro_batches=3"])
     with pytest.raises(ConfigError, match=r"async\.micro_batches"):
         load_config(None, SMALL + ["async.micro_batches=0"])
-    with pytest.raises(ConfigError, match=r"async\.micro_batches.*async\.balance=off"):
-        load_config(None, SMALL + ["async.micro_batches=2", "async.balance=rate"])
+    assert load_config(None, SMALL + ["async.micro_batches=2", "async.balance=rate"]).async_.balanced()  # counts slices
     with pytest.raises(ConfigError, match=r"async\.micro_batches.*host"):  # before anything compiles
         make_adapter(load_config(None, SMALL + ["env=pettingzoo:marljax.envs.host_spread:parallel_env",
                                                 "async.micro_batches=2"]))  # fmt: skip
@@ -127,9 +126,11 @@ def test_recorded_slices_keep_their_own_stamps(lockstep_runs):
     assert data["batch.agents.obs"].shape[1:4] == (1, 16, 4)  # [slices, S, T, E/M, ...]
 
 
-@pytest.mark.parametrize("extra", [["async.correction=vtrace", "recurrent=true"]], ids=["vtrace-gru-2-actors"])
+@pytest.mark.parametrize("extra", [["async.correction=vtrace", "recurrent=true", "async.balance=rate"]],
+                         ids=["vtrace-gru-2-actors-balanced"])  # fmt: skip
 def test_micro_batches_with_correction_learn_every_env_step(tmp_path, extra):
-    """Free-running (not lockstep): 2 actor threads, slices of whichever thread is ready."""
+    """Free-running (not lockstep): 2 actor threads, slices of whichever thread is ready, the
+    balance controller steering them (its window in slices)."""
     cfg = load_config(None, SMALL + extra + ["async.micro_batches=2", "async.num_actor_threads=2",
                                              f"out_dir={tmp_path}"])  # fmt: skip
     res = train(cfg, log=lambda s: None)
@@ -141,4 +142,6 @@ def test_micro_batches_with_correction_learn_every_env_step(tmp_path, extra):
         assert np.isfinite(r["loss_total"]) and np.isfinite(r["loss_value"])
         assert r["produced"] == r["consumed"] + r["dropped"] + r["buffer_occupancy"]
         assert all(len(u) == 2 and max(u) <= cfg.async_.max_staleness for u in r["slice_staleness"])
+        assert 1 <= r["active_actors"] <= 2 and (r["batch_window"] is None or r["batch_window"] >= 1)
+        assert r["balance_target"] == 0
     assert res.rows[-1]["consumed"] == 2 * 16

@@ -2,6 +2,7 @@
 whose actors could produce `ratio` times (default 3) more batches than the learner consumes.
 
     python -m marljax.bench.balance [ratio=3] [key=value ...]
+    python -m marljax.bench.balance async.micro_batches=2    # the controller counting slices
 
 `staleness_policy=drop`, 2 actor threads, K=1, buffer of 2. Generation and learning are timed
 alone first; the learner is then padded with a host sleep so that the threads' generation
@@ -9,6 +10,8 @@ capacity is `ratio` x consumption (num_actor_threads x learn time / one batch's 
 time). Both settings run the same number of updates on the same runner (compiled once). Prints
 a table (drop share = stale drops / produced; the batches still held at the end are dropped
 with the reason "end of run" and shown apart), then one JSON line. Figures, not assertions.
+With `async.micro_batches=M` every count (produced, dropped, the window) is in slices, M per
+update, and the padding of a batch's generation is spread over its M slices.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from marljax.bench.table import Row, report
 from marljax.config import Config, load_config, replace
 from marljax.parallel.placement import copy_to
 from marljax.pipeline.actor_learner import AsyncRun
+from marljax.pipeline.micro_batches import join_slices
 from marljax.train.wiring import make_adapter, make_trainer
 
 DEFAULTS = ["mode=async", "num_envs=8", "num_steps=16", "hidden_size=32", "progress=false", "async.num_actor_threads=2",
@@ -48,21 +52,28 @@ def pad_learning(runner: AsyncRun, seconds: float) -> None:
 
 
 def pad_generation(runner: AsyncRun, seconds: float) -> None:
-    """Make every rollout take `seconds` more (a host sleep after it)."""
-    real = runner.make_collector
-    runner.make_collector = lambda i: _Padded(real(i), seconds) if seconds else real(i)
+    """Make every batch's rollout take `seconds` more (a host sleep after each of its M slices)."""
+    real, per_slice = runner.make_collector, seconds / runner.micro_batches
+    runner.make_collector = lambda i: _Padded(real(i), per_slice) if seconds else real(i)
 
 
 def stage_seconds(runner: AsyncRun, batches: int = 6) -> tuple[float, float]:
-    """(seconds per batch of one collector's generation, of one learner update), after compiling."""
+    """(seconds per batch of one collector's generation, of one learner update), after compiling.
+    With micro-batches a batch is M slices, rolled out in turn and joined (as the learner joins them)."""
     collector = runner.make_collector(0)
     params = copy_to(runner.learner.params, collector.device)
-    traj, _ = collector.collect(params, 0)
+    M = runner.micro_batches
+
+    def batch(k: int):
+        slices = [collector.collect(params, k * M + j)[0] for j in range(M)]
+        return slices[0] if M == 1 else join_slices(slices)
+
+    traj = batch(0)
     runner.learner, _ = runner.learn(runner.learner, runner.to_learner_mesh(traj))  # compile both
     jax.block_until_ready(runner.learner)
     t = time.perf_counter()
     for k in range(batches):
-        traj, _ = collector.collect(params, k + 1)
+        traj = batch(k + 1)
     jax.block_until_ready(traj)
     gen = (time.perf_counter() - t) / batches
     t = time.perf_counter()
@@ -100,9 +111,11 @@ def run_balance_bench(config: Config, ratio: float = 3.0, updates: int = UPDATES
     capacity = n * (learn + learn_pad) / (gen + gen_pad)
     log(f"marljax bench (balance): {n} actor threads, generation {1e3 * gen:.1f} + {1e3 * gen_pad:.1f} ms padding per "
         f"batch, learning {1e3 * learn:.1f} + {1e3 * learn_pad:.1f} ms padding per update: capacity / consumption = "
-        f"{capacity:.1f}; {updates} updates, drop mode, K={config.async_.max_staleness}")  # fmt: skip
+        f"{capacity:.1f}; {updates} updates, drop mode, K={config.async_.max_staleness}, "
+        f"M={runner.micro_batches}")  # fmt: skip
     result: dict[str, Any] = {"ratio": capacity, "generation_ms": 1e3 * gen, "generation_pad_ms": 1e3 * gen_pad,
-                              "learning_ms": 1e3 * learn, "learning_pad_ms": 1e3 * learn_pad, "updates": updates}  # fmt: skip
+                              "learning_ms": 1e3 * learn, "learning_pad_ms": 1e3 * learn_pad, "updates": updates,
+                              "micro_batches": runner.micro_batches}  # fmt: skip
     rows: list[Row] = []
     for mode in ("off", "rate"):
         r = balanced_run(runner, replace(config, **{"async": {"balance": mode}}), updates)

@@ -22,7 +22,8 @@ result) is what lets the pipeline overlap more: the first slices are on their wa
 learner (device-to-host copy, buffer) while the actor rolls out the next, each slice picks up
 the newest parameters allowed, and with several actor threads an update's M slices are rolled
 out in parallel by whichever threads are free (with K = 0, M = 1 leaves all threads but one
-waiting for the next version). Counters (produced, consumed, dropped) count slices.
+waiting for the next version). Counters (produced, consumed, dropped) count slices, and so does
+the balance controller (`async.balance=rate`: its window and target are in slices).
 
 Several processes (`distributed.*`, processes.py): each process runs all of the above on its own
 actor devices with its own buffer and version counter; the learner mesh spans every process's
@@ -284,7 +285,9 @@ class AsyncRun:
         n_threads = config.async_.num_actor_threads
         balancer = throttle = None
         if config.async_.balanced():  # deterministic mode never gets here: its lockstep must not depend on timing
-            balancer = RateBalancer(n_threads, config.async_.min_actor_threads, config.async_.balance_target)
+            # in items: with micro-batches the window, the waiting count and the target are in slices
+            balancer = RateBalancer(n_threads, config.async_.min_actor_threads,
+                                    config.async_.balance_target * self.micro_batches)  # fmt: skip
             throttle = Throttle(n_threads)
             buffer.on_taken = throttle.taken
         threads = [

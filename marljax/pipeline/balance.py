@@ -28,6 +28,13 @@ update). In between it holds: that band is the hysteresis, and every change is f
 It starts at a window of `max_active` (one batch in flight per thread).
 Active threads follow the window, within [`min_active`, `max_active`] (threads beyond the
 window would only wait). The first `warmup` updates are ignored: they include compilation.
+
+Micro-batches (`async.micro_batches=M`): the buffer's items are slices, an update takes M of
+them, and every count here is in items: the window (slices started and not yet taken, starting
+at one per thread), the waiting count and the target (`balance_target` batches = M x that many
+slices). A slice is what goes stale and what a thread starts, so the window steers at the
+granularity the buffer drops at; a window below M does not stall the learner, which takes the
+slices of an update one by one as they arrive (each one taken frees the window for the next).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ Micro-batches (`micro_batches` = M > 1): an item is a slice of a batch (num_envs
 of one actor thread) and an update consumes M items, so every count above is in items and
 "ticket t" reads "ticket t, consumed by update t // M": in block mode the learner at version V
 takes tickets V*M .. V*M+M-1 in order, an actor starts ticket t with a version >= t//M - K, and
-only while t < (V + capacity) * M (capacity stays in batches of M items). Staleness is per item;
+only while t < (V + capacity) * M (capacity stays in batches of M items, in drop mode too: the
+queue holds capacity * M items). Staleness is per item;
 the M items of one update may come from different actors and versions. M = 1 is the plain case.
 
 Counting is exact: produced == consumed + dropped + held, at every moment under the lock;
@@ -134,7 +135,7 @@ class TrajectoryBuffer:
         """Hand a finished batch to the learner (drop: waits while the buffer is full)."""
         with self._cond:
             if self.policy == "drop":
-                self._wait(lambda: len(self._fifo) < self.capacity, timeout, "actor")
+                self._wait(lambda: len(self._fifo) < self.capacity * self.micro_batches, timeout, "actor")
                 self._fifo.append(batch)
             else:
                 if self._closed:
