@@ -182,8 +182,8 @@ class AsyncConfig:
     deterministic: bool = setting(False, "lockstep with a fixed lag of exactly K versions; bitwise reproducible")
     micro_batches: int = setting(
         1, "M: each actor thread rolls out its num_envs environments in M slices of num_envs/M, each its own "
-        "jitted rollout and buffer item with its own version stamp; an update concatenates M slices (JAX envs; "
-        "must divide num_envs)", minimum=1, resumable=True)  # fmt: skip
+        "jitted rollout and buffer item with its own version stamp; an update concatenates M slices (host envs: "
+        "num_envs/M finished segments, or M groups of copies in lockstep; must divide num_envs)", minimum=1, resumable=True)  # fmt: skip
     record_trajectories: str = setting("", "append every consumed batch to this zarr dataset (marljax.pipeline.recorder; "
                                      "several processes: process p writes PATH/process_<p>)")
     actor_timeout_s: float = setting(

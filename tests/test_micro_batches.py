@@ -29,9 +29,6 @@ def test_config_errors_name_the_field_and_what_is_allowed():
     with pytest.raises(ConfigError, match=r"async\.micro_batches"):
         load_config(None, SMALL + ["async.micro_batches=0"])
     assert load_config(None, SMALL + ["async.micro_batches=2", "async.balance=rate"]).async_.balanced()  # counts slices
-    with pytest.raises(ConfigError, match=r"async\.micro_batches.*host"):  # before anything compiles
-        make_adapter(load_config(None, SMALL + ["env=pettingzoo:marljax.envs.host_spread:parallel_env",
-                                                "async.micro_batches=2"]))  # fmt: skip
     assert load_config(None, SMALL).async_.micro_batches == 1
 
 
@@ -145,3 +142,31 @@ def test_micro_batches_with_correction_learn_every_env_step(tmp_path, extra):
         assert 1 <= r["active_actors"] <= 2 and (r["batch_window"] is None or r["batch_window"] >= 1)
         assert r["balance_target"] == 0
     assert res.rows[-1]["consumed"] == 2 * 16
+
+
+HOST = ["mode=async", "env=pettingzoo:tests.flaky_env:parallel_env", "num_envs=4", "num_steps=8", "hidden_size=16",
+        "total_timesteps=640", "num_chunks=5", "progress=false", "plot=false", "async.micro_batches=2"]  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", [
+    ["async.deterministic=true", "async.max_staleness=1"],  # lockstep: M collectors of 2 copies, in turn
+    ["async.num_actor_threads=2", "env_kwargs.fail_p=0.3", "async.max_env_failures=50"],  # independent, failing copies
+], ids=["lockstep-deterministic", "independent-2-actors-failing"])  # fmt: skip
+def test_host_env_copies_hand_over_slices(tmp_path, extra):
+    pytest.importorskip("pettingzoo")
+    cfg = load_config(None, HOST + extra + [f"out_dir={tmp_path}"])
+    res = train(cfg, log=lambda s: None)
+    updates, per_update = cfg.num_updates, cfg.num_steps * cfg.num_envs
+    assert res.rows[-1]["update"] == updates == 20
+    assert [r["env_steps"] for r in res.rows] == [r["update"] * per_update for r in res.rows]
+    for r in res.rows:  # every row: nothing lost, every update made of 2 slices within the bound
+        assert r["produced"] == r["consumed"] + r["dropped"] + r["buffer_occupancy"], r
+        assert r["env_failures"] == r["env_restarts"] + r["env_retired"], r
+        assert all(len(u) == 2 and max(u) <= cfg.async_.max_staleness for u in r["slice_staleness"])
+        assert np.isfinite(r["loss_total"])
+    assert res.rows[-1]["consumed"] == 2 * updates
+    versions = [v for r in res.rows for v in r["slice_versions"]]
+    if cfg.async_.deterministic:  # lockstep: every slice of update u has exactly version u - K
+        assert versions == [[max(0, u - 1)] * 2 for u in range(updates)]
+    else:
+        assert res.rows[-1]["env_failures"] >= 3  # copies failed and were restarted while slices flowed

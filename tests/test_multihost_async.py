@@ -133,7 +133,8 @@ def test_two_processes_split_agents_over_mesh_agent_like_one_process(tmp_path):
 def test_an_agent_axis_that_would_cross_processes_is_refused(monkeypatch):
     """With several processes the mesh's agent axis must lie within each process (every process
     holds every agent's parameters for its actors): 1 learner device per process and mesh.agent=2
-    is refused naming the field, before anything is compiled."""
+    is refused naming the field, before anything is compiled; so are micro-batches that do not
+    divide a process's share of the environments."""
     import jax
 
     import marljax.parallel.async_mesh as am
@@ -159,6 +160,10 @@ def test_an_agent_axis_that_would_cross_processes_is_refused(monkeypatch):
     am.async_placement(load_config(None, run + ["async.actor_devices=1", "async.learner_devices=2"]))
     (shape, learners), = made
     assert shape == (2, 2) and [(d.process_index, d.id) for d in learners] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    # micro-batches slice each process's num_envs/2 = 4 environments: 8 divides 8 but not 4
+    with pytest.raises(ConfigError, match=r"async\.micro_batches.*2 processes.*num_envs/2=4.*allowed: 1, 2, 4; got 8"):
+        am.async_placement(load_config(None, run + ["async.actor_devices=1", "async.learner_devices=2",
+                                                    "async.micro_batches=8"]))  # fmt: skip
 
 
 def test_local_replica_puts_agent_split_leaves_together():

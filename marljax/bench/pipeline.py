@@ -127,6 +127,7 @@ def _compile_slices(runner: AsyncRun) -> None:
         params = copy_to(runner.learner.params, collector.device)
         for ticket in range(runner.micro_batches):
             jax.block_until_ready(collector.collect(params, ticket)[0])
+        getattr(collector, "close", lambda: None)()  # host envs: their copies' worker threads
 
 
 def measure_stages(runner: AsyncRun, config: Config, pads: Pads) -> dict[str, Any]:

@@ -58,6 +58,11 @@ def async_placement(config: Config) -> AsyncPlacement:
                           f"{per_process} learner devices (async.learner_devices): the agent axis lies within a process")  # fmt: skip
     if config.num_envs % len(learner):
         raise ConfigError("async.learner_devices", f"{len(learner)} learner devices must divide num_envs={config.num_envs}")
+    n_proc, M = jax.process_count(), config.async_.micro_batches
+    if config.num_envs % (n_proc * M):  # each process's actors step num_envs/P environments, in M slices
+        allowed = ", ".join(str(m) for m in range(1, config.num_envs // n_proc + 1) if config.num_envs % (n_proc * m) == 0)
+        raise ConfigError("async.micro_batches", f"with {n_proc} processes must divide each process's num_envs/"
+                          f"{n_proc}={config.num_envs / n_proc:g} environments; allowed: {allowed}; got {M}")  # fmt: skip
     shape = (len(learner) // k, k)
     mesh = jax.make_mesh(shape, (DATA, AGENT), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=learner)
     return AsyncPlacement(tuple(actor), mesh)

@@ -67,7 +67,7 @@ from marljax.parallel.placement import copy_to_devices, local_replica, place, pl
 from marljax.pipeline.balance import Observation, RateBalancer, Throttle
 from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
 from marljax.pipeline.env_workers import EnvHealth
-from marljax.pipeline.micro_batches import join_slices, slice_actors
+from marljax.pipeline.micro_batches import SliceRotation, join_slices, slice_actors
 from marljax.pipeline import processes
 from marljax.pipeline.watchdog import ActorStuck, Heartbeats, stuck_message
 from marljax.types import Trajectory
@@ -178,7 +178,13 @@ class AsyncRun:
         if self.host:
             from marljax.pipeline.host_rollout import HostCollector
 
-            return HostCollector(self.config, self.env, self.host_policy, device, keys, i, share)
+            M, (p, P) = self.micro_batches, share
+            if M == 1:
+                return HostCollector(self.config, self.env, self.host_policy, device, keys, i, share)
+            # lockstep, M slices: M collectors of num_envs/(P*M) copies, slice j of process p being
+            # share p*M + j of P*M (its own env seeds), rolled out in turn
+            return SliceRotation([HostCollector(self.config, self.env, self.host_policy, device, keys, i, (p * M + j, P * M))
+                                  for j in range(M)])  # fmt: skip
         return _JaxCollector(self, device, keys)
 
     # ------------------------------------------------------------------ threads (bodies)

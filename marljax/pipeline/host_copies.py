@@ -23,6 +23,11 @@ are discarded (counted in `env_steps_discarded`; the copy goes on from where it 
 staleness bound holds by construction as before, and a copy too slow to finish a segment within
 K versions contributes no steps.
 
+Micro-batches (`async.micro_batches=M`): an item is B = E/M segments per seed instead of E, so
+the collector hands over a slice as soon as any B segments of each seed are done; all E copies
+keep stepping meanwhile (a copy waits only while its seed's slice is already full, until the
+next call). Each slice carries the oldest version of its own segments.
+
 Failures: a copy whose `reset`/`step` raises, or whose step takes longer than
 `async.env_step_timeout_s`, has failed: its unfinished segment is discarded and its episode
 dropped (no return is reported for it), and it is restarted from a fresh reset (after a timeout,
@@ -93,6 +98,7 @@ class IndependentHostCollector:
         a = config.async_
         self.config, self.adapter, self.device, self.health = config, adapter, device, health
         self.S, self.E, self.T = config.num_seeds, config.num_envs // share[1], config.num_steps
+        self.B = self.E // a.micro_batches  # segments per seed in one item (a batch, or one of its M slices)
         self.K, self.timeout_s = a.max_staleness, a.env_step_timeout_s
         self.max_failures, self.min_copies = a.max_env_failures, a.min_env_copies
         self.thread_index, self.keys, self.step_fn = thread_index, keys, policy_step
@@ -265,17 +271,18 @@ class IndependentHostCollector:
         return {g: tuple(flat(x) for x in out[g]) for g in out}  # [S*E, ...]; a feed-forward net's hidden is a stub
 
     def collect(self, params, ticket: int, version: int = 0, min_version: int = 0) -> tuple[Trajectory, int]:
-        """(a batch of E segments per seed, the oldest policy version in it)."""
+        """(an item of B segments per seed: a batch, or with micro-batches one of its M slices; the
+        oldest policy version in it)."""
         self._discard_stale(max(min_version, version - self.K))
-        S, E, T = self.S, self.E, self.T
+        S, E, B = self.S, self.E, self.B
         stats = {"return": np.zeros((S, self.adapter.num_agents), np.float32), "length": np.zeros(S, np.float32),
                  "count": np.zeros(S, np.float32)}  # fmt: skip
         key = _fold(self.keys, ticket)
         for tick in itertools.count():
-            if all(len(self.finished[s]) >= E for s in range(S)):
+            if all(len(self.finished[s]) >= B for s in range(S)):
                 break
             self._check_enough_copies()
-            ready = [c for c in self.copies if c.ready and len(self.finished[c.index // E]) < E]
+            ready = [c for c in self.copies if c.ready and len(self.finished[c.index // E]) < B]
             if ready:
                 v, p = self.newest() if self.newest is not None else (version, params)
                 v = max(v, version)
@@ -296,8 +303,8 @@ class IndependentHostCollector:
             last_value = {g: out[g][2][c] for g in out}
             self.finished[s].append(Segment(copy.segment, last_value, copy.segment_version))
             copy.segment = []
-            if len(self.finished[s]) >= self.E:
-                return  # this seed's batch is full: the copy waits, its observation current
+            if len(self.finished[s]) >= self.B:
+                return  # this seed's item is full: the copy waits, its observation current
         step = {"version": version}
         for g in self.groups:
             action, logp, value, h = out[g.name]
@@ -312,13 +319,13 @@ class IndependentHostCollector:
         copy.worker.step({g.name: out[g.name][0][c] for g in self.groups})
 
     def _assemble(self) -> tuple[tuple[dict, dict], int]:
-        """The first E finished segments of every seed -> (batch, last_value) arrays [S, T, E, ...]."""
-        S, E = self.S, self.E
-        used = [self.finished[s][:E] for s in range(S)]
-        self.finished = [self.finished[s][E:] for s in range(S)]
+        """The first B finished segments of every seed -> (batch, last_value) arrays [S, T, B, ...]."""
+        S, B = self.S, self.B
+        used = [self.finished[s][:B] for s in range(S)]
+        self.finished = [self.finished[s][B:] for s in range(S)]
         fields = FIELDS if self.rnn else FIELDS[:6]
 
-        def stack(field: str, g: str) -> np.ndarray:  # [S, T, E, ...]
+        def stack(field: str, g: str) -> np.ndarray:  # [S, T, B, ...]
             return np.stack([np.stack([np.stack([st[field][g] for st in seg.steps]) for seg in segs], axis=1)
                              for segs in used])  # fmt: skip
 

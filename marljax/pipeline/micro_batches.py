@@ -9,6 +9,11 @@ along the environment axis, so that `learn` sees the same shapes as with M = 1. 
 its behaviour log-probabilities per step, which is what the correction (decoupled PPO, V-trace)
 weighs against, so slices of different versions mix soundly in one update.
 
+Host (PettingZoo) envs: with independent stepping (host_copies.py) all of a thread's copies
+keep stepping and each item is the first num_envs/M finished segments per seed; with lockstep
+stepping (host_rollout.py) a thread holds M collectors of num_envs/M copies each (`SliceRotation`,
+their own env seeds) and rolls them out in turn, as a JAX env's slices are.
+
 Each slice of a thread uses the keys that environment slice would get in the whole rollout
 (keys split per global environment index, the rollout key of batch `ticket // M`): with one
 thread in deterministic mode, where every slice of update u has version u - K, a run with M > 1
@@ -46,3 +51,27 @@ def join_slices(slices: list[Trajectory]) -> Trajectory:
     last_value = jax.tree.map(lambda *xs: np.concatenate(xs, axis=LAST_VALUE_ENV_AXIS), *[t.last_value for t in host])
     stats = EpisodeStats(*(sum(parts) for parts in zip(*[t.stats for t in host])))
     return Trajectory(batch, last_value, stats)
+
+
+class SliceRotation:
+    """M collectors, one per environment slice, used in turn: call k rolls out slice k % M (its
+    own copies and state), so an actor thread hands over one slice per pass of its loop."""
+
+    def __init__(self, parts: list[Any]):
+        object.__setattr__(self, "parts", parts)
+        object.__setattr__(self, "next", 0)
+        object.__setattr__(self, "device", parts[0].device)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # beat, newest, cancelled: set by the actor thread, used by each slice's collector
+        for part in self.parts:
+            setattr(part, name, value)
+
+    def collect(self, params, ticket: int, **kw) -> tuple[Trajectory, int]:
+        j = self.next
+        object.__setattr__(self, "next", (j + 1) % len(self.parts))
+        return self.parts[j].collect(params, ticket, **kw)
+
+    def close(self) -> None:
+        for part in self.parts:
+            getattr(part, "close", lambda: None)()

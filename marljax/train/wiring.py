@@ -30,9 +30,6 @@ def make_adapter(config: Config) -> EnvAdapter:
             raise ConfigError("env", f"host (PettingZoo) envs run in mode=async with algo={' or '.join(hosts)}")
         if config.eval_every:
             raise ConfigError("eval_every", "evaluation runs on device; host (PettingZoo) envs have none (set 0)")
-        if config.async_.micro_batches > 1:  # a host rollout steps all its copies together: no slices yet
-            raise ConfigError("async.micro_batches", "slices the rollouts of JAX envs; host (PettingZoo) envs "
-                              "allowed: 1")  # fmt: skip
         env = HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env)
         check_group_networks(config, env)
         return env
