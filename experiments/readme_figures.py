@@ -349,7 +349,7 @@ SECTIONS = [
     Section("bench", "`marljax bench` rows", "about 3 min", bench),
     Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.40x); needs --jaxmarl PATH",
             "about 10 min", side_by_side),
-    Section("async", "`marljax bench mode=async` on 2 fake CPU devices", "about 8 min", async_bench),
+    Section("async", "`marljax bench mode=async` on 2 fake CPU devices", "about 30 min", async_bench),
     Section("bench-sweep", "`marljax bench-sweep`: vmapped vs sequential", "about 15 min", sweep_bench),
     Section("qlearning", "Q-learning beside IPPO on MPE simple_spread and SMAX 3m", "about 10 h (24 runs)", qlearning),
     Section("q-bench", "throughput of the Q-learning family (`marljax bench algo=...`)", "about 6 min", q_bench),
