@@ -4,6 +4,7 @@ equal up to float reduction order, at a tolerance that the calling test justifie
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import jax
@@ -36,12 +37,37 @@ def assert_bitwise(a, b) -> None:
 
 
 def assert_close(a, b, *, atol: float, rtol: float = 0.0) -> None:
-    """Every float leaf of a within atol + rtol*|b| of b; every other leaf (counts, ids) exactly equal."""
+    """Every float leaf of a within atol + rtol*|b| of b; every other leaf (counts, ids) exactly equal.
+    With MARLJAX_TEST_DRIFT=1 in the environment it first prints the measured drift (run pytest
+    with -s to see it): how a tolerance's measurement is repeated."""
+    if os.environ.get("MARLJAX_TEST_DRIFT"):
+        print(drift_report(a, b, atol=atol, rtol=rtol), flush=True)
     for path, x, y in _paired(a, b):
         if np.issubdtype(x.dtype, np.floating):
             np.testing.assert_allclose(x, y, atol=atol, rtol=rtol, err_msg=f"leaf {path} differs")
         else:
             np.testing.assert_array_equal(x, y, err_msg=f"leaf {path} differs")
+
+
+def drift_report(a, b, *, atol: float, rtol: float) -> str:
+    """The largest |a - b| over the state's float leaves and over the metrics rows' (with the row
+    leaf's size), and the largest share of the tolerance atol + rtol*|b| any leaf uses."""
+    state, rows, used, worst = 0.0, (0.0, 0.0), 0.0, ""
+    for path, x, y in _paired(a, b):
+        if not (np.issubdtype(x.dtype, np.floating) and x.size):
+            continue
+        d = np.abs(x.astype(np.float64) - y)
+        d = np.where(np.isnan(d), 0.0, d)  # NaN against NaN: equal (no episode ended)
+        i = int(np.argmax(d))
+        if "rows" in path:
+            rows = max(rows, (float(d.flat[i]), float(np.abs(y).flat[i])))
+        else:
+            state = max(state, float(d.flat[i]))
+        share = float(np.max(d / (atol + rtol * np.where(np.isnan(y), 0.0, np.abs(y)))))
+        if share > used:
+            used, worst = share, path
+    return (f"drift: state max |diff| {state:.2g}; rows max |diff| {rows[0]:.2g} (on a value of {rows[1]:.3g}); "
+            f"{used:.2f} of the tolerance used, at {worst}")
 
 
 def max_abs_diff(a, b) -> float:

@@ -33,11 +33,11 @@ def _run(out, devices, extra=(), max_chunks=None) -> tuple[dict, dict]:
 @pytest.mark.parametrize(
     "first,then",
     [
-        pytest.param((8, ["mesh.seed=2", "mesh.data=4"]), (1, []), id="8-to-1", marks=pytest.mark.nightly),
+        pytest.param((8, ["mesh.seed=2", "mesh.data=4"]), (1, []), id="8-to-1",
+                     marks=[pytest.mark.nightly, pytest.mark.optimized]),  # fmt: skip
         pytest.param((1, []), (4, ["mesh.data=4"]), id="1-to-4"),  # CI: one direction
     ],
 )
-@pytest.mark.optimized  # its tolerance is a drift measured on optimised compiles (tests/conftest.py)
 def test_checkpoint_restores_onto_another_mesh_and_continues(tmp_path, first, then):
     _, reference = _run(tmp_path / "ref", 1)
     out = tmp_path / "run"
@@ -47,7 +47,9 @@ def test_checkpoint_restores_onto_another_mesh_and_continues(tmp_path, first, th
     assert info["mesh"]["data"] == (4 if then[0] == 4 else 1)
     assert info["updates"] == [2, 4, 6, 8]
     # another device count for some of the updates: equal to float reduction order, at
-    # test_multidevice's tolerance (the whole learner state and every row); seeds exchanged fail
+    # test_multidevice's tolerance (the whole learner state and every row); seeds exchanged fail.
+    # 1-to-4 compiles unoptimised (tests/conftest.py); measured so: learner max |diff| 3e-8, metrics
+    # 3.8e-6 on 35.3, 0.12 of the tolerance (MARLJAX_TEST_DRIFT=1 prints it)
     assert_same_run(reference, resumed, atol=ATOL, rtol=RTOL, controls=(SEEDS,))
 
 

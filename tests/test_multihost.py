@@ -20,8 +20,9 @@ from tests._multihost import two_processes as _two_processes
 from tests._multihost import whole_run as _whole_run
 from tests._trees import SEEDS, assert_same_run
 
-# the tolerances below are drifts measured on optimised compiles (tests/conftest.py)
-pytestmark = [pytest.mark.slow, pytest.mark.optimized]
+# the tolerances below are drifts measured on optimised compiles; the tests compile unoptimised
+# (tests/conftest.py), where the drift measured less than a fifth of them (MARLJAX_TEST_DRIFT=1 prints it)
+pytestmark = [pytest.mark.slow]
 
 RUN = ["num_envs=8", "num_steps=16", "total_timesteps=2048", "num_seeds=2", "num_chunks=8", "checkpoint_every=4",
        "keep_checkpoints=5", "progress=false", "plot=false", "mesh.seed=1", "mesh.data=4"]  # fmt: skip
@@ -50,6 +51,7 @@ def test_two_processes_match_one_process_with_the_same_devices(two_process_run, 
     # float reduction order. After 16 updates the whole state (learner and environments, every seed)
     # and every metrics row: measured max |diff| 2.1e-7 (state), 5.7e-6 on returns and losses
     # ~30 (relative 2e-7); tolerance 1e-6 + 2e-6 |x|, 5-10x that. The seed control differs by 0.98.
+    # Unoptimised: 2.4e-7 (state), 3.8e-6 on 28.6, 0.16 of the tolerance.
     two, one = _whole_run(out, 16), _whole_run(single, 16)
     assert_same_run(one, two, atol=1e-6, rtol=2e-6, controls=(SEEDS,))
 
@@ -72,6 +74,7 @@ def test_a_two_process_checkpoint_resumes_in_one_process(two_process_run, tmp_pa
 
 
 @pytest.mark.nightly  # 2-3 CPU-minutes; CI keeps two-process training and one-process sweeps equal to single runs
+@pytest.mark.optimized  # its tolerance is a drift measured on optimised compiles
 def test_a_sweep_across_two_processes_matches_one_process(tmp_path):
     from marljax.sweeps.results import load
 

@@ -14,8 +14,8 @@ from marljax.config import ConfigError, load_config
 from tests._multihost import one_process, two_processes, whole_run
 from tests._trees import AGENTS, SEEDS, assert_same_run
 
-# the tolerances below are drifts measured on optimised compiles (tests/conftest.py)
-pytestmark = pytest.mark.optimized
+# the equality tests compile optimised (their tolerance is a drift measured so, tests/conftest.py);
+# the others check counts, refusals and bitwise copies, which hold either way
 
 # 4 updates of 8 envs x 16 steps, 2 seeds, one row per update, a checkpoint at the end
 RUN = ["mode=async", "num_envs=8", "num_steps=16", "total_timesteps=512", "num_seeds=2", "num_chunks=4",
@@ -35,6 +35,7 @@ def _two(out, prelude: str = "") -> list[tuple[int, str]]:
 
 
 @pytest.mark.nightly  # about 4 min here (3 runs, 5 processes, each compiling its own programs)
+@pytest.mark.optimized
 def test_two_processes_match_one_process_with_the_same_devices(tmp_path):
     (_, primary), (_, other) = _two(tmp_path / "two")
     assert "actors: 1 thread(s) on 1 device(s); learner on 2" in primary  # the learner mesh spans both
@@ -109,6 +110,7 @@ AGENT_SPLIT = ["param_sharing=independent", "env_kwargs.num_agents=4", "env_kwar
 
 
 @pytest.mark.nightly  # about 4 min here (2 runs, 3 processes)
+@pytest.mark.optimized
 def test_two_processes_split_agents_over_mesh_agent_like_one_process(tmp_path):
     """mesh.agent=2 on two processes: each process's two learner devices hold one data shard's
     two agent shards, so its actors' replica is put together from its own devices and only the

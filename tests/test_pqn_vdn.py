@@ -63,11 +63,12 @@ def test_pqn_vdn_same_numbers_on_one_and_two_data_devices(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.optimized  # its tolerance is a drift measured on optimised compiles (tests/conftest.py)
 @pytest.mark.parametrize("runs", [
     # nightly: the GRU on the agent axis (78 s here against 47 s); CI keeps the feed-forward one, and
     # test_replay_agent_axis.py a replayed GRU (QMIX) on mesh.agent=2
-    pytest.param([("rnn", ["recurrent=true"])], id="rnn", marks=pytest.mark.nightly),
+    # (the GRU compiles optimised: its tolerance is a drift measured so; the feed-forward one compiles
+    # unoptimised, tests/conftest.py, measured so: learner 1.2e-7, metrics 1.1e-5 on 60.2, 0.08 of it)
+    pytest.param([("rnn", ["recurrent=true"])], id="rnn", marks=[pytest.mark.nightly, pytest.mark.optimized]),
     pytest.param([("ff", ["recurrent=false"])], id="ff"),
 ])  # fmt: skip
 def test_pqn_vdn_independent_agents_on_the_agent_axis_match_one_device(runs, tmp_path):
