@@ -50,8 +50,8 @@ def assert_close(a, b, *, atol: float, rtol: float = 0.0) -> None:
 
 
 def drift_report(a, b, *, atol: float, rtol: float) -> str:
-    """The largest |a - b| over the state's float leaves and over the metrics rows' (with the row
-    leaf's size), and the largest share of the tolerance atol + rtol*|b| any leaf uses."""
+    """The largest |a - b| over the state's float leaves and over the metrics rows' (with the value
+    it is measured on), and the largest share of the tolerance atol + rtol*|b| any leaf uses."""
     state, rows, used, worst = 0.0, (0.0, 0.0), 0.0, ""
     for path, x, y in _paired(a, b):
         if not (np.issubdtype(x.dtype, np.floating) and x.size):

@@ -19,10 +19,9 @@ two programs compile unoptimised, each with its drift measured so beside its tol
 (MARLJAX_TEST_DRIFT=1 python -m pytest -s ... prints every comparison's drift and the share of
 the tolerance it uses); those left optimised used 0.3 or more of it unoptimised
 (test_multidevice 0.47 and 0.60, the replayed agent axis 0.30) or have a history across CPUs (a
-sweep's vmapped row). Bitwise
-comparisons of one program with itself hold either way. Measured side by side on 2 cores: the GRU data8 multidevice
-test 118 -> 92 s unoptimised, MAPPO's three actor kinds 70 -> 56 s; IPPO at 1M steps 107 -> 159 s.
-JAX_DISABLE_MOST_OPTIMIZATIONS=0 compiles every test as a user's run does."""
+sweep's vmapped row). Bitwise comparisons of one program with itself hold either way. Measured
+side by side on 2 cores: the GRU data8 multidevice test 118 -> 92 s unoptimised, MAPPO's three
+actor kinds 70 -> 56 s; IPPO at 1M steps 107 -> 159 s. JAX_DISABLE_MOST_OPTIMIZATIONS=0 compiles every test as a user's run does."""
 
 import atexit
 import os
