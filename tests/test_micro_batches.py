@@ -49,6 +49,20 @@ def test_buffer_tickets_and_staleness_are_per_slice():
     assert stats.consumed == 4 and stats.staleness_hist == {0: 2, 1: 2}
 
 
+def test_a_claim_reserves_a_whole_update_within_capacity():
+    """Host env threads claim an update's M slices at once (buffer.start(count=M))."""
+    M, cap = 2, 2
+    buf = TrajectoryBuffer(cap, max_staleness=1, policy="block", micro_batches=M)
+    assert [buf.start(timeout=0, count=M) for _ in range(cap)] == [(0, 0), (2, 0)]  # aligned to updates
+    with pytest.raises(TimeoutError):  # capacity: two batches of M slices started, none consumed
+        buf.start(timeout=0, count=M)
+    for t in range(M):
+        buf.put(Stamped(f"slice{t}", 0, 0, t, t))
+    assert [buf.get(timeout=0).data for _ in range(M)] == ["slice0", "slice1"]
+    assert buf.finish_update() == 1
+    assert buf.start(timeout=0, count=M) == (4, 1)  # update 2's slices: version >= 2 - K
+
+
 def _runner(extra: list[str]) -> AsyncRun:
     config = load_config(None, LOCKSTEP + extra)
     return AsyncRun(config, make_adapter(config), make_trainer, log=lambda s: None)
@@ -154,7 +168,8 @@ HOST = ["mode=async", "env=pettingzoo:tests.flaky_env:parallel_env", "num_envs=4
 ], ids=["lockstep-deterministic", "independent-2-actors-failing"])  # fmt: skip
 def test_host_env_copies_hand_over_slices(tmp_path, extra):
     pytest.importorskip("pettingzoo")
-    cfg = load_config(None, HOST + extra + [f"out_dir={tmp_path}"])
+    record = tmp_path / "consumed"
+    cfg = load_config(None, HOST + extra + [f"out_dir={tmp_path}", f"async.record_trajectories={record}"])
     res = train(cfg, log=lambda s: None)
     updates, per_update = cfg.num_updates, cfg.num_steps * cfg.num_envs
     assert res.rows[-1]["update"] == updates == 20
@@ -170,3 +185,11 @@ def test_host_env_copies_hand_over_slices(tmp_path, extra):
         assert versions == [[max(0, u - 1)] * 2 for u in range(updates)]
     else:
         assert res.rows[-1]["env_failures"] >= 3  # copies failed and were restarted while slices flowed
+    from marljax.pipeline.recorder import load_trajectories
+
+    stamps = load_trajectories(record)
+    assert stamps["ticket"].tolist() == list(range(2 * updates))
+    # independent copies: a thread claims both slices of an update (host_copies.py), so they are
+    # its consecutive items; lockstep: one thread, in turn
+    assert np.all(stamps["actor"][0::2] == stamps["actor"][1::2])
+    assert np.all(stamps["seq"][1::2] == stamps["seq"][0::2] + 1)

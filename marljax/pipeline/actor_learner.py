@@ -22,8 +22,10 @@ result) is what lets the pipeline overlap more: the first slices are on their wa
 learner (device-to-host copy, buffer) while the actor rolls out the next, each slice picks up
 the newest parameters allowed, and with several actor threads an update's M slices are rolled
 out in parallel by whichever threads are free (with K = 0, M = 1 leaves all threads but one
-waiting for the next version). Counters (produced, consumed, dropped) count slices, and so does
-the balance controller (`async.balance=rate`: its window and target are in slices).
+waiting for the next version; host env copies stepped independently are the exception: their
+thread claims an update's M slices at once, host_copies.py). Counters (produced, consumed,
+dropped) count slices, and so does the balance controller (`async.balance=rate`: its window and
+target are in slices).
 
 Several processes (`distributed.*`, processes.py): each process runs all of the above on its own
 actor devices with its own buffer and version counter; the learner mesh spans every process's
@@ -203,27 +205,29 @@ class AsyncRun:
             collector.beat = lambda what, since=None: heart.beat(i, what, since)
             collector.cancelled = lambda: buffer.closed
             collector.newest = lambda: _on(store.newest(), collector.device)  # per-step refresh (host_copies.py)
+            claim = getattr(collector, "claim", 1)  # items started at once (host_copies.py: a whole update's)
             seq = 0
             while True:
                 heart.idle(i)
                 if throttle is not None:
-                    throttle.wait_turn(i)  # balance=rate: paused, or held by the window, holding no ticket
-                ticket, min_version = buffer.start()
-                if budget is not None and ticket >= budget:
+                    throttle.wait_turn(i, claim)  # balance=rate: paused, or held by the window, holding no ticket
+                first, min_version = buffer.start(count=claim)
+                if budget is not None and first >= budget:
                     return  # block mode: every update's batch is spoken for
                 version, params, waited = store.wait_for(min_version, exact=config.async_.deterministic)
                 buffer.record_actor_wait(waited)
-                heart.beat(i, f"the rollout of batch {ticket}")
-                # a collector may carry env steps over from earlier batches: it returns the oldest
-                # version in the batch, never below min_version (host_copies.py)
-                traj, version = collector.collect(params[collector.device], ticket, version=version,
-                                                  min_version=min_version)  # fmt: skip
-                heart.idle(i)
-                for leaf in jax.tree.leaves(traj):
-                    if isinstance(leaf, jax.Array):
-                        leaf.copy_to_host_async()
-                buffer.put(Stamped(traj, version, i, seq, ticket))
-                seq += 1
+                for ticket in range(first, first + claim):
+                    heart.beat(i, f"the rollout of batch {ticket}")
+                    # a collector may carry env steps over from earlier batches: it returns the oldest
+                    # version in the batch, never below min_version (host_copies.py)
+                    traj, v = collector.collect(params[collector.device], ticket, version=version,
+                                                min_version=min_version)  # fmt: skip
+                    heart.idle(i)
+                    for leaf in jax.tree.leaves(traj):
+                        if isinstance(leaf, jax.Array):
+                            leaf.copy_to_host_async()
+                    buffer.put(Stamped(traj, v, i, seq, ticket))
+                    seq += 1
         except BufferClosed:
             pass
         except BaseException as exc:  # noqa: BLE001 - surfaced in the main thread

@@ -127,15 +127,17 @@ class Throttle:
             self._outstanding = max(0, self._outstanding - 1)
             self._cond.notify_all()
 
-    def wait_turn(self, i: int) -> None:
+    def wait_turn(self, i: int, count: int = 1) -> None:
         """Called by actor thread i between batches: wait while it is paused or the window is full,
-        then count its batch as outstanding. Raises BufferClosed once closed."""
+        then count its `count` items as outstanding (a claim of M slices goes ahead whenever the
+        window has room for one: a window below M must not shut it out for good). Raises
+        BufferClosed once closed."""
         with self._cond:
             while not self._closed and (i >= self._active or self._window_full()):
                 self._cond.wait()
             if self._closed:
                 raise BufferClosed("throttle closed")
-            self._outstanding += 1
+            self._outstanding += count
 
     def _window_full(self) -> bool:
         return self._window is not None and self._outstanding >= self._window

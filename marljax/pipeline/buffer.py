@@ -117,18 +117,22 @@ class TrajectoryBuffer:
                 self._learner_wait += waited
 
     # ----------------------------------------------------------------- producers
-    def start(self, timeout: float | None = None) -> tuple[int, int]:
-        """Reserve the next batch before generating it: (ticket, minimum policy version to use).
+    def start(self, timeout: float | None = None, count: int = 1) -> tuple[int, int]:
+        """Reserve the next `count` items before generating them: (the first of their consecutive
+        tickets, minimum policy version to use).
 
         block: waits while `capacity` batches (of M items) are already started and not consumed.
         drop: returns at once (the minimum version is 0).
+        count = M claims a whole update's slices for one actor (a host env thread whose copies
+        finish all of its slices together, host_copies.py); then every actor must claim M, so
+        that tickets stay aligned to updates and the minimum version holds for all M.
         """
         M = self.micro_batches
         with self._cond:
             if self.policy == "block":
-                self._wait(lambda: self._next_ticket < (self._version + self.capacity) * M, timeout, "actor")
+                self._wait(lambda: self._next_ticket + count <= (self._version + self.capacity) * M, timeout, "actor")
             ticket = self._next_ticket
-            self._next_ticket += 1
+            self._next_ticket += count
             return ticket, (max(0, ticket // M - self.max_staleness) if self.policy == "block" else 0)
 
     def put(self, batch: Stamped, timeout: float | None = None) -> None:
