@@ -212,22 +212,34 @@ def test_a_resumed_run_adds_each_processs_counters_to_those_before():
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # about 1.5 min here; CI runs the JAX-env pipeline on two processes above
-def test_host_envs_on_two_processes_step_their_own_seeded_slices(tmp_path):
+@pytest.mark.nightly  # 29 s for both here; CI runs the JAX-env pipeline on two processes above
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_host_envs_on_two_processes_step_their_own_seeded_slices(tmp_path, micro_batches):
     """PettingZoo envs stepped on the host, two processes: each process's actor makes its slice of
     the copies (4 of 8 per seed) with seeds of its own, so the two processes' recorded batches
-    hold 4 environments each and different episodes; the learners stay in lockstep."""
+    hold 4 environments each and different episodes; the learners stay in lockstep. With
+    micro-batches, each process hands over its 4 in 2 slices of 2 (an update's pair claimed by its
+    one thread: consecutive tickets)."""
     import numpy as np
 
     from marljax.pipeline.recorder import load_trajectories
 
     run = ["mode=async", "env=pettingzoo:marljax.envs.host_spread:parallel_env", "num_envs=8", "num_steps=16",
            "total_timesteps=512", "num_chunks=2", "async.max_staleness=1", "progress=false", "plot=false",
-           f"async.record_trajectories={tmp_path / 'data'}", f"out_dir={tmp_path / 'run'}"]  # fmt: skip
+           f"async.micro_batches={micro_batches}", f"async.record_trajectories={tmp_path / 'data'}",
+           f"out_dir={tmp_path / 'run'}"]  # fmt: skip
     for rc, text in two_processes(["train", *run, *TWO]):
         assert rc == 0, text[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["update"] == 4 and rows[-1]["by_process"]["consumed"] == [4, 4]
-    obs = [load_trajectories(tmp_path / "data" / f"process_{p}")["batch.agents.obs"] for p in range(2)]
-    assert obs[0].shape == obs[1].shape and obs[0].shape[:4] == (4, 1, 16, 4)  # [N, S, T, E, ...]: 4 envs each
+    M = micro_batches
+    assert rows[-1]["update"] == 4 and rows[-1]["by_process"]["consumed"] == [4 * M, 4 * M]
+    for row in rows:
+        assert row["produced"] == row["consumed"] + row["dropped"] + row["buffer_occupancy"], row
+    data = [load_trajectories(tmp_path / "data" / f"process_{p}") for p in range(2)]
+    obs = [d["batch.agents.obs"] for d in data]
+    # [N, S, T, E, ...]: each process's 4 envs per update, in M slices
+    assert obs[0].shape == obs[1].shape and obs[0].shape[:4] == (4 * M, 1, 16, 4 // M)
+    for d in data:
+        assert d["ticket"].tolist() == list(range(4 * M))
+        assert np.all(d["seq"][M - 1 :: M] == d["seq"][::M] + M - 1)  # an update's slices: one claim
     assert not np.allclose(obs[0][0, 0, 0], obs[1][0, 0, 0]), "both processes reset their copies with the same seeds"
