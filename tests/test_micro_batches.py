@@ -14,6 +14,7 @@ import pytest
 from marljax.config import ConfigError, load_config, replace
 from marljax.pipeline.actor_learner import AsyncRun
 from marljax.pipeline.buffer import Stamped, TrajectoryBuffer
+from marljax.pipeline.recorder import load_trajectories
 from marljax.train.loop import train
 from marljax.train.wiring import make_adapter, make_trainer
 
@@ -128,8 +129,6 @@ def test_two_micro_batches_stamp_every_slice_and_match_one(lockstep_runs):
 
 
 def test_recorded_slices_keep_their_own_stamps(lockstep_runs):
-    from marljax.pipeline.recorder import load_trajectories
-
     data = load_trajectories(lockstep_runs["recorded"])
     assert data["ticket"].tolist() == list(range(2 * UPDATES))  # one item per slice, in ticket order
     assert data["learner_version"].tolist() == [u for u in range(UPDATES) for _ in range(2)]
@@ -181,15 +180,13 @@ def test_host_env_copies_hand_over_slices(tmp_path, extra):
         assert np.isfinite(r["loss_total"])
     assert res.rows[-1]["consumed"] == 2 * updates
     versions = [v for r in res.rows for v in r["slice_versions"]]
+    stamps = load_trajectories(record)
+    assert stamps["ticket"].tolist() == list(range(2 * updates))
     if cfg.async_.deterministic:  # lockstep: every slice of update u has exactly version u - K
         assert versions == [[max(0, u - 1)] * 2 for u in range(updates)]
     else:
         assert res.rows[-1]["env_failures"] >= 3  # copies failed and were restarted while slices flowed
-    from marljax.pipeline.recorder import load_trajectories
-
-    stamps = load_trajectories(record)
-    assert stamps["ticket"].tolist() == list(range(2 * updates))
-    # independent copies: a thread claims both slices of an update (host_copies.py), so they are
-    # its consecutive items; lockstep: one thread, in turn
-    assert np.all(stamps["actor"][0::2] == stamps["actor"][1::2])
-    assert np.all(stamps["seq"][1::2] == stamps["seq"][0::2] + 1)
+        # 2 threads: each claims both slices of an update (host_copies.py), so they are its
+        # consecutive items (with one lockstep thread this would hold trivially)
+        assert np.all(stamps["actor"][0::2] == stamps["actor"][1::2])
+        assert np.all(stamps["seq"][1::2] == stamps["seq"][0::2] + 1)

@@ -218,8 +218,7 @@ def test_host_envs_on_two_processes_step_their_own_seeded_slices(tmp_path, micro
     """PettingZoo envs stepped on the host, two processes: each process's actor makes its slice of
     the copies (4 of 8 per seed) with seeds of its own, so the two processes' recorded batches
     hold 4 environments each and different episodes; the learners stay in lockstep. With
-    micro-batches, each process hands over its 4 in 2 slices of 2 (an update's pair claimed by its
-    one thread: consecutive tickets)."""
+    micro-batches, each process hands over its 4 in 2 slices of 2."""
     import numpy as np
 
     from marljax.pipeline.recorder import load_trajectories
@@ -239,7 +238,6 @@ def test_host_envs_on_two_processes_step_their_own_seeded_slices(tmp_path, micro
     obs = [d["batch.agents.obs"] for d in data]
     # [N, S, T, E, ...]: each process's 4 envs per update, in M slices
     assert obs[0].shape == obs[1].shape and obs[0].shape[:4] == (4 * M, 1, 16, 4 // M)
-    for d in data:
+    for d in data:  # every slice ticket consumed once, in order (one thread per process: no claim to check)
         assert d["ticket"].tolist() == list(range(4 * M))
-        assert np.all(d["seq"][M - 1 :: M] == d["seq"][::M] + M - 1)  # an update's slices: one claim
     assert not np.allclose(obs[0][0, 0, 0], obs[1][0, 0, 0]), "both processes reset their copies with the same seeds"
