@@ -21,7 +21,8 @@ With `--target R` each side also reports its time to R: the first block of updat
 `marljax bench-target` checks once per chunk) is >= R, and compile time plus the run's time
 prorated to that block's last update (each update runs the same program, so the run's time is linear in
 updates). Compare it with `marljax bench-target` on marljax's own defaults, run right after.
-Prints a table, then one JSON line.
+Then the env alone at the same batch (no policy, no-op actions), the most any trainer stepping
+it could reach (`docs/performance.md` section 2). Prints a table, then one JSON line.
 """
 
 from __future__ import annotations
@@ -92,6 +93,43 @@ def marljax_side(num_envs: int, timesteps: float, seeds: int) -> dict:
             "final_return": float(curve[-1]), "curve": curve, "steps_per_update": config.run_steps_per_update}  # fmt: skip
 
 
+def env_alone(num_envs: int, timesteps: float, seeds: int, num_steps: int = 128) -> dict:
+    """The env by itself at the same batch: `seeds` x `num_envs` copies of MPE_simple_spread_v3 stepped
+    `num_steps` times per update by a scan, as both training scripts step it (JaxMARL's `env.step`
+    with its auto-reset, a fresh key per env and step), with every action the no-op: no policy, no
+    sampling, no learning. No trainer that steps this env can run faster than this, so its rate
+    over JaxMARL's bounds the speed-up any change to marljax's own code can reach."""
+    import jaxmarl
+
+    env = jaxmarl.make("MPE_simple_spread_v3")
+    updates = int(timesteps // (num_envs * num_steps))
+    batch = (seeds, num_envs)
+    noop = {a: jax.numpy.zeros(batch, jax.numpy.int32) for a in env.agents}  # action 0: stay put
+    step = jax.vmap(jax.vmap(env.step))  # [seeds, envs]
+
+    def run(key):
+        key, first = jax.random.split(key)
+        _, state = jax.vmap(jax.vmap(env.reset))(jax.random.split(first, batch))
+
+        def tick(carry, _):
+            key, state = carry
+            key, sub = jax.random.split(key)
+            _, state, reward, _, _ = step(jax.random.split(sub, batch), state, noop)
+            return (key, state), reward[env.agents[0]].mean()
+
+        def update(carry, _):
+            carry, rewards = jax.lax.scan(tick, carry, None, num_steps)
+            return carry, rewards.mean()
+
+        return jax.lax.scan(update, (key, state), None, updates)[1]  # [updates]: keeps every step live
+
+    key = jax.random.PRNGKey(0)
+    compile_s, compiled = _timed(lambda: jax.jit(run).lower(key).compile())
+    run_s, _ = _timed(compiled, key)
+    steps = updates * num_envs * num_steps * seeds
+    return {"compile_s": compile_s, "run_s": run_s, "env_steps": int(steps), "env_steps_per_s": steps / run_s}
+
+
 def time_to_target(side: dict, curve: np.ndarray, target: float, block_steps: float) -> dict:
     """The first block of updates of `curve` ([U], the side's return per update) (about
     `block_steps` env steps per seed, as `marljax bench-target` checks once per chunk) whose mean
@@ -122,6 +160,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"--jaxmarl {args.jaxmarl}: no baselines/IPPO/ippo_ff_mpe.py there")
     sides = {"jaxmarl": jaxmarl_side(args.jaxmarl, args.num_envs, args.timesteps, args.seeds),
              "marljax": marljax_side(args.num_envs, args.timesteps, args.seeds)}  # fmt: skip
+    alone = env_alone(args.num_envs, args.timesteps, args.seeds)
     for r in sides.values():
         curve = r.pop("curve")  # [U]: not in the JSON line
         if args.target is not None:
@@ -132,6 +171,8 @@ def main(argv: list[str]) -> int:
     print(f"{'':<8} {'env-steps/s':>14} {'compile s':>10} {'run s':>9} {'final return':>13}")
     for name, r in sides.items():
         print(f"{name:<8} {r['env_steps_per_s']:>14,.0f} {r['compile_s']:>10.1f} {r['run_s']:>9.1f} {r['final_return']:>13.2f}")
+    print(f"{'env alone':<8} {alone['env_steps_per_s']:>14,.0f} {alone['compile_s']:>10.1f} {alone['run_s']:>9.1f} "
+          f"{'(no-op actions, no policy)':>13}")  # fmt: skip
     if args.target is not None:
         print(f"time to a return of {args.target:g} per agent (mean over seeds; compile + run to that update):")
         for name, r in sides.items():
@@ -139,10 +180,12 @@ def main(argv: list[str]) -> int:
                      else f"not reached (best {r['best_return']:.2f})")
             print(f"  {name:<8} {shown}")
     speedup = sides["marljax"]["env_steps_per_s"] / sides["jaxmarl"]["env_steps_per_s"]
-    print(f"marljax / jaxmarl env-steps/s: {speedup:.2f}x")
+    bound = alone["env_steps_per_s"] / sides["jaxmarl"]["env_steps_per_s"]
+    print(f"marljax / jaxmarl env-steps/s: {speedup:.2f}x (the env alone / jaxmarl: {bound:.2f}x, the most any trainer "
+          f"stepping this env could reach)")  # fmt: skip
     print(json.dumps({"bench": "jaxmarl_side_by_side", "platform": device.platform, "device_kind": device.device_kind,
                       "num_envs": args.num_envs, "seeds": args.seeds, "timesteps": args.timesteps, **sides,
-                      "speedup": speedup}))  # fmt: skip
+                      "env_alone": alone, "speedup": speedup, "env_alone_over_jaxmarl": bound}))  # fmt: skip
     return 0
 
 
