@@ -3,11 +3,17 @@
     python experiments/readme_figures.py --list                 # sections and what each costs
     python experiments/readme_figures.py SECTION [SECTION ...]  # run them; `all` runs every one
     python experiments/readme_figures.py SECTION --quick        # tiny budgets: checks the plumbing only
+    python experiments/readme_figures.py SECTION --work DIR     # keep the runs; rerun to continue
 
 Each section runs the public commands a user would (`marljax train | sweep | bench | bench-sweep |
 bench-checkpoint` in a subprocess, or `experiments/jaxmarl_side_by_side.py`), reads their JSON
 line or `metrics.jsonl`, and prints the README's table in its markdown format, followed by the
 command that printed it. `--quick` numbers mean nothing: they only show that every step runs.
+The runs go to a temporary directory, removed at the end; with `--work DIR` they are kept there,
+and the same command run again continues where it stopped: a training run that is already in DIR
+resumes from its newest checkpoint (`resume=true`; a finished one just reads back its rows), a sweep
+skips its finished programs. So a section of many hours (qlearning) can be run in several sittings.
+Timings of a continued run are not comparable; the bench sections always measure afresh.
 Timings vary from run to run (on the project's shared 2-core CPU by 15-30%); compare ratios
 taken in one session.
 """
@@ -66,7 +72,8 @@ def last_json(stdout: str) -> dict:
 
 def train_rows(overrides: Sequence[str], out_dir: Path, path: str | None = None) -> list[dict]:
     """`marljax train [path] overrides out_dir=...`; the rows of its metrics.jsonl."""
-    marljax(["train", *([path] if path else []), *overrides, *QUIET, f"out_dir={out_dir}", "overwrite=true"])
+    again = "resume=true" if out_dir.exists() else "overwrite=true"  # in a kept --work DIR: continue it
+    marljax(["train", *([path] if path else []), *overrides, *QUIET, f"out_dir={out_dir}", again])
     return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
@@ -117,7 +124,8 @@ def sweep(o: Options) -> str:
     """`marljax sweep experiments/sharing_ablation.yaml`; the table of its report.md."""
     out = o.work / "sharing_ablation"
     quick = ["seeds=2", "total_timesteps=16384", "eval_every=2", "eval_episodes=4"] if o.quick else []
-    marljax(["sweep", "experiments/sharing_ablation.yaml", *quick, f"out_dir={out}", "progress=false", "overwrite=true"])
+    again = [] if out.exists() else ["overwrite=true"]  # in a kept --work DIR: the sweep continues
+    marljax(["sweep", "experiments/sharing_ablation.yaml", *quick, f"out_dir={out}", "progress=false", *again])
     return "\n".join(line for line in (out / "report.md").read_text().splitlines() if line.startswith("|"))
 
 
@@ -292,7 +300,7 @@ def q_bench(o: Options) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# side-by-side: JaxMARL's ippo_ff_mpe.py and marljax at its settings (README prose: 1.40x)
+# side-by-side: JaxMARL's ippo_ff_mpe.py and marljax at its settings (README prose: 1.32x)
 
 
 def side_by_side(o: Options) -> str:
@@ -347,8 +355,8 @@ SECTIONS = [
     Section("defaults", "per-algorithm defaults: greedy return after 1M steps", "about 2 h (6 runs of 1M steps)", defaults),
     Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
     Section("bench", "`marljax bench` rows", "about 3 min", bench),
-    Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.40x); needs --jaxmarl PATH",
-            "about 10 min", side_by_side),
+    Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.32x); needs --jaxmarl PATH",
+            "about 15 min", side_by_side),
     Section("async", "`marljax bench mode=async` on 2 fake CPU devices", "about 30 min", async_bench),
     Section("bench-sweep", "`marljax bench-sweep`: vmapped vs sequential", "about 15 min", sweep_bench),
     Section("qlearning", "Q-learning beside IPPO on MPE simple_spread and SMAX 3m", "about 10 h (24 runs)", qlearning),
@@ -370,6 +378,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--list", action="store_true", help="list the sections with their estimated cost")
     parser.add_argument("--quick", action="store_true", help="tiny budgets: check the plumbing, not the figures")
     parser.add_argument("--jaxmarl", type=Path, help="a checkout of FLAIROx/JaxMARL, for side-by-side")
+    parser.add_argument("--work", type=Path, help="keep the runs in this directory; the same command again continues them")
     args = parser.parse_args(argv)
     if args.list or not args.sections:
         print(list_sections())
@@ -378,9 +387,11 @@ def main(argv: Sequence[str]) -> int:
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; --list shows them")
-    with tempfile.TemporaryDirectory(prefix="readme_figures_") as work:
+    with tempfile.TemporaryDirectory(prefix="readme_figures_") as scratch:
+        work = (args.work / "quick" if args.quick else args.work) if args.work else Path(scratch)  # quick runs apart
+        work.mkdir(parents=True, exist_ok=True)
         for name in names:
-            table = BY_NAME[name].run(Options(args.quick, Path(work), args.jaxmarl))
+            table = BY_NAME[name].run(Options(args.quick, work, args.jaxmarl))
             flag = " --quick" if args.quick else ""
             print(f"## {name}{' (--quick: the figures mean nothing)' if args.quick else ''}\n\n{table}\n\n"
                   f"Printed by `python experiments/readme_figures.py {name}{flag}`\n", flush=True)
