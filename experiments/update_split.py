@@ -36,6 +36,8 @@ def parts(config, n: int) -> dict:
     from marljax.train.wiring import make_adapter, make_trainer
 
     trainer = make_trainer(config, make_adapter(config))  # unsharded: one device, no mesh axes
+    if not hasattr(trainer, "collect"):
+        raise SystemExit(f"update_split: algo={config.algo} does not split into collect and learn; use ippo or mappo")
     state = trainer.init(jax.random.PRNGKey(config.seed))
 
     def whole(s):
