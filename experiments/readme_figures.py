@@ -126,7 +126,7 @@ def sweep(o: Options) -> str:
     quick = ["seeds=2", "total_timesteps=16384", "eval_every=2", "eval_episodes=4"] if o.quick else []
     again = [] if out.exists() else ["overwrite=true"]  # in a kept --work DIR: the sweep continues
     marljax(["sweep", "experiments/sharing_ablation.yaml", *quick, f"out_dir={out}", "progress=false", *again])
-    return "\n".join(line for line in (out / "report.md").read_text().splitlines() if line.startswith("|"))
+    return "\n".join(line for line in (out / "report" / "report.md").read_text().splitlines() if line.startswith("|"))
 
 
 # ---------------------------------------------------------------------------------------------
