@@ -140,6 +140,48 @@ def test_adapter_shapes(name):
         assert np.isfinite(np.asarray(res.reward[g.name])).all()
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_agents_actions_reach_the_env(name):
+    """Rolled out with the same keys, where only agent i's actions are drawn from another key, the
+    final states differ (in at least one of 8 envs) for every agent i, and are bitwise equal where
+    no agent's actions changed. Caught: storm_2p unpacks its actions (`a0, a1 = actions`), and a dict
+    handed to it made each agent's action its own index, whatever the policy chose."""
+    kwargs, _ = CASES[name]
+    adapter = EnvAdapter(make_env(name, kwargs), name)
+    n_envs, steps = 8, 8
+
+    def rollout(changed, key):  # changed: the agent whose actions come from the other key (-1: none)
+        _, state = jax.vmap(adapter.reset)(jax.random.split(key, n_envs))
+
+        def body(state, k):
+            k_act, k_alt, k_step = jax.random.split(k, 3)
+            masks = jax.vmap(adapter.action_mask)(state)
+            actions = {}
+            for j, g in enumerate(adapter.groups):
+                def draw(kk):
+                    kk = jax.random.fold_in(kk, j)
+                    if g.discrete:  # an available action per agent, [E, A_g]
+                        return jax.random.categorical(kk, jnp.where(masks[g.name], 0.0, -jnp.inf))
+                    return jax.random.uniform(kk, (n_envs, g.size, g.action_dim), minval=-1.0, maxval=1.0)
+                a, alt = draw(k_act), draw(k_alt)
+                pick = (jnp.asarray(g.indices) == changed).reshape((1, g.size) + (1,) * (a.ndim - 2))
+                actions[g.name] = jnp.where(pick, alt, a)
+            return jax.vmap(adapter.step)(jax.random.split(k_step, n_envs), state, actions).state, None
+
+        return jax.lax.scan(body, state, jax.random.split(jax.random.fold_in(key, 1), steps))[0]
+
+    changed = jnp.arange(-1, adapter.num_agents)  # [1 + N]: none, then each agent in turn
+    final = jax.jit(jax.vmap(rollout, in_axes=(0, None)))(changed, jax.random.PRNGKey(0))
+    leaves = [np.asarray(x) for x in jax.tree.leaves(final)]  # each [1 + N, E, ...]
+    again = jax.tree.leaves(jax.jit(rollout)(-1, jax.random.PRNGKey(0)))
+    for x, y in zip(leaves, again):  # the control: the same actions give the same states, bitwise
+        np.testing.assert_array_equal(x[0], np.asarray(y))
+    for i, agent in enumerate(adapter.agents):
+        assert any(not np.array_equal(x[0], x[1 + i]) for x in leaves), (
+            f"{name}: agent {agent!r}'s actions changed and the env's state did not"
+        )
+
+
 @pytest.mark.parametrize("num_agents", [2, 5])
 def test_storm_inventory_goes_to_its_agent(num_agents):
     """storm's obs["inventory"] is [5 features, N agents]: agent i must get column i.

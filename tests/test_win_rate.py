@@ -40,7 +40,7 @@ def test_won_matches_the_terminal_state_of_the_battle():
             actions = {g: jax.random.categorical(jax.random.fold_in(k_act, i), jnp.where(m, 0.0, -jnp.inf))
                        for i, (g, m) in enumerate(masks.items())}  # fmt: skip
             # the same transition without the reset (MultiAgentEnv.step uses the first half of its key)
-            _, after, _, dones, _ = raw.step_env(jax.random.split(k_step)[0], state, env.agent_actions(actions))
+            _, after, _, dones, _ = raw.step_env(jax.random.split(k_step)[0], state, env.env_actions(actions))
             alive = after.state.unit_alive  # [allies + enemies]
             truth = dones["__all__"] & ~jnp.any(alive[6:]) & jnp.any(alive[:6])
             res = env.step(k_step, state, actions)

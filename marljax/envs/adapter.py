@@ -102,6 +102,9 @@ class EnvAdapter:
         self.name = name or type(env).__name__
         self.agents: tuple = tuple(env.agents)
         self.num_agents = len(self.agents)
+        # agents named 0..N-1 (the STORM family) get their actions as a tuple in agent order:
+        # storm_2p unpacks them (`a0, a1 = actions`), which on a dict yields the keys 0, 1
+        self._positional_actions = self.agents == tuple(range(self.num_agents))
         if self.num_agents == 0:
             raise ConfigError("env", f"{self.name} has no agents")
         self._obs_is_dict_of_agents = True
@@ -129,7 +132,7 @@ class EnvAdapter:
             _, state = self.env.reset(key)
             actions = {g.name: jnp.zeros((g.size,) if g.discrete else (g.size, g.action_dim),
                                          jnp.int32 if g.discrete else jnp.float32) for g in self.groups}  # fmt: skip
-            return self.env.step(key, state, self.agent_actions(actions))[4]
+            return self.env.step(key, state, self.env_actions(actions))[4]
 
         found = jax.eval_shape(info, jax.random.PRNGKey(0))
         field = "reward_shaping.info_key"
@@ -318,6 +321,12 @@ class EnvAdapter:
                 env_actions[a] = acts[i]
         return env_actions
 
+    def env_actions(self, actions: dict[str, Array]) -> dict | tuple:
+        """Group actions in the container the env's `step` takes: agent name -> action, or a tuple
+        in agent order where the agents are named 0..N-1 (it indexes the same way, and unpacks)."""
+        by_agent = self.agent_actions(actions)
+        return tuple(by_agent[a] for a in self.agents) if self._positional_actions else by_agent
+
     def group_masks(self, avail: dict[str, Array]) -> dict[str, Array]:
         """Available actions given per agent name -> group -> [A_g, action_dim] bool."""
         return {
@@ -328,7 +337,7 @@ class EnvAdapter:
 
     def step(self, key: Array, state, actions: dict[str, Array]) -> StepResult:
         """Step one env with group actions (`[A_g]` ints or `[A_g, dim]` floats)."""
-        obs, state, reward, done, info = self.env.step(key, state, self.agent_actions(actions))
+        obs, state, reward, done, info = self.env.step(key, state, self.env_actions(actions))
         episode_done = jnp.asarray(done["__all__"]).reshape(())
         reward = {g: r.astype(jnp.float32) for g, r in self._group_scalar(reward).items()}
         done = {

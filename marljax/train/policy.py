@@ -169,13 +169,14 @@ def load_policy(path: str | Path, trust_code: bool = False, log: Callable = prin
         return {g.name: jnp.zeros((1, g.size, config.gru_hidden_size)) for g in env.groups}
 
     def act(obs: dict, key: Array, carry: dict | None = None, avail_actions: dict | None = None, greedy: bool = False):
-        """obs: the env's agent name -> observation; returns (agent name -> action, next carry)."""
+        """obs: the env's agent name -> observation; returns (the actions as the env's `step` takes them:
+        agent name -> action, or a tuple in agent order for envs whose agents are 0..N-1, next carry)."""
         grouped = {k: v[None] for k, v in env.group_obs(obs).items()}  # [1, A_g, ...]
         mask = {k: v[None] for k, v in env.group_masks(avail_actions).items()} if avail_actions else {}
         hidden = carry if carry is not None else (init_carry() or {})
         reset = {g.name: jnp.zeros((1, g.size), bool) for g in env.groups}
         actions, hidden = trainer.act(params, grouped, reset, hidden, mask, key, greedy)
-        return env.agent_actions({k: v[0] for k, v in actions.items()}), (hidden if config.recurrent else None)
+        return env.env_actions({k: v[0] for k, v in actions.items()}), (hidden if config.recurrent else None)
 
     return Policy(act, init_carry, config, params, env)
 
