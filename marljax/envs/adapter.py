@@ -322,10 +322,13 @@ class EnvAdapter:
         return env_actions
 
     def env_actions(self, actions: dict[str, Array]) -> dict | tuple:
-        """Group actions in the container the env's `step` takes: agent name -> action, or a tuple
-        in agent order where the agents are named 0..N-1 (it indexes the same way, and unpacks)."""
+        """Group actions in the container the env's `step` takes, in `env.agents` order (coin_game
+        reads `actions.values()`): agent name -> action, or a tuple where the agents are named
+        0..N-1 (it indexes the same way, and unpacks)."""
         by_agent = self.agent_actions(actions)
-        return tuple(by_agent[a] for a in self.agents) if self._positional_actions else by_agent
+        if self._positional_actions:
+            return tuple(by_agent[a] for a in self.agents)
+        return {a: by_agent[a] for a in self.agents}
 
     def group_masks(self, avail: dict[str, Array]) -> dict[str, Array]:
         """Available actions given per agent name -> group -> [A_g, action_dim] bool."""
