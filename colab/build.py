@@ -22,27 +22,43 @@ REPOSITORY = "https://github.com/marljax/marljax"  # the one place that names th
 SETUP = f'''\
 # Set-up. MARLJAX_SOURCE says where marljax comes from: a git URL (your fork's, or this default),
 # the path of a wheel you uploaded ("/content/marljax-0.1.0-py3-none-any.whl"), or "marljax"
-# once it is on the package index. Colab's own jax is kept when it is in marljax's tested range
-# (0.10.x); otherwise the jax build that matches this runtime (GPU: cuda12, TPU: tpu) is installed,
-# never a CPU-only jax over an accelerator.
+# once it is on the package index. Colab's own jax is kept, pinned so that pip cannot swap it,
+# when it is in marljax's tested range (0.10 to 0.12); otherwise the jax build that matches this
+# runtime is installed (GPU: cuda13 on a CUDA 13 driver, else cuda12; TPU: tpu), never a
+# CPU-only jax over an accelerator.
 MARLJAX_SOURCE = "git+{REPOSITORY}"
 
-import glob, importlib.metadata, importlib.util, os, shutil, subprocess, sys
+import glob, importlib.metadata, importlib.util, os, shutil, subprocess, sys, tempfile
 MARLJAX_SOURCE = os.environ.get("MARLJAX_SOURCE", MARLJAX_SOURCE)  # CI points this at the wheel it built
 ACCELERATOR = ("tpu" if os.environ.get("COLAB_TPU_ADDR") or glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*")
                else "gpu" if shutil.which("nvidia-smi") else None)
-if importlib.util.find_spec("marljax") is None:
+TESTED_JAX = ((0, 10), (0, 12))  # the oldest and newest jax minor marljax is tested on
+
+def installed(name):
     try:
-        jax_version = importlib.metadata.version("jax")
+        return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
-        jax_version = None
-    keep_jax = jax_version is not None and jax_version.startswith("0.10.")
-    extra = "" if keep_jax or ACCELERATOR is None else {{"gpu": "[cuda12]", "tpu": "[tpu]"}}[ACCELERATOR]
+        return None
+
+def cuda_build():  # CUDA 13 needs driver 580 or newer
+    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                            capture_output=True, text=True).stdout.split(".")[0].strip()
+    return "cuda13" if driver.isdigit() and int(driver) >= 580 else "cuda12"
+
+if importlib.util.find_spec("marljax") is None:
+    jax_version = installed("jax")
+    minor = tuple(int(x) for x in jax_version.split(".")[:2]) if jax_version else None
+    keep_jax = minor is not None and TESTED_JAX[0] <= minor <= TESTED_JAX[1]
+    extra = "" if keep_jax or ACCELERATOR is None else f"[{{cuda_build() if ACCELERATOR == 'gpu' else 'tpu'}}]"
     bare = MARLJAX_SOURCE == "marljax"
     url = "file://" + os.path.abspath(MARLJAX_SOURCE) if os.path.exists(MARLJAX_SOURCE) else MARLJAX_SOURCE
     requirement = f"marljax{{extra}}" if bare else f"marljax{{extra}} @ {{url}}"
     print(f"installing {{requirement}} (jax here: {{jax_version or 'none'}}, {{'kept' if keep_jax else 'replaced'}})")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", requirement], check=True)
+    pins = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
+    if keep_jax:  # the runtime's jax and jaxlib stay exactly as they are (its accelerator plugin matches them)
+        pins.write("".join(f"{{name}}=={{installed(name)}}\\n" for name in ("jax", "jaxlib") if installed(name)))
+    pins.close()
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", pins.name, requirement], check=True)
     importlib.invalidate_caches()
 
 # marljax doctor runs in its own process, so this kernel has not imported jax yet (the notebook
@@ -214,9 +230,11 @@ or TPU one).
 
 **The set-up cell.** It installs marljax when it is missing, from `MARLJAX_SOURCE`: a git URL
 (the default: the repository above), an uploaded wheel's path, or `marljax` once it is on the
-package index. Colab's preinstalled jax is kept when it is in marljax's tested range (0.10.x);
-otherwise, on a GPU or TPU runtime, the set-up installs `marljax[cuda12]` or `marljax[tpu]`, so
-that pip never puts a CPU-only jax over the runtime's accelerator build. Then it prints
+package index. Colab's preinstalled jax is kept when it is in marljax's tested range (0.10 to
+0.12), pinned with a constraint so that pip cannot swap it or its jaxlib for another build;
+otherwise, on a GPU or TPU runtime, the set-up installs `marljax[cuda13]` (driver 580 or newer),
+`marljax[cuda12]` or `marljax[tpu]`, so that pip never puts a CPU-only jax over the runtime's
+accelerator build. Then it prints
 `marljax doctor`'s report (versions, backend, devices) and a red warning when a GPU or TPU
 runtime ended up with JAX on the CPU.
 

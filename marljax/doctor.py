@@ -1,8 +1,9 @@
 """`marljax doctor [--expect cpu|gpu|tpu]`: what this install is and what JAX sees.
 
 Prints the versions of marljax and its stack, the backend, every device with its kind and
-memory, the process count and which accelerator build of jax is installed (the `cuda12` or
-`tpu` extra, or the CPU build), then one JSON line. With `--expect gpu` (or `tpu`) it exits
+memory, the process count, which accelerator build of jax is installed (the `cuda12`,
+`cuda13` or `tpu` extra, or the CPU build) and whether the jax and Python found are in the range
+this project tests, then one JSON line. With `--expect gpu` (or `tpu`) it exits
 with code 1 and one clear line when JAX sees no such device: the check a setup script or a
 notebook runs before it trains, so that a GPU runtime that ended up on jax's CPU build says
 so instead of training silently on the CPU.
@@ -19,6 +20,26 @@ STACK = ("marljax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "chex"
 # the distribution that makes each accelerator build; none of them: jax's CPU build
 BUILDS = {"cuda12": "jax-cuda12-plugin", "cuda13": "jax-cuda13-plugin", "tpu": "libtpu", "rocm": "jax-rocm7-plugin"}
 PLATFORMS = ("cpu", "gpu", "tpu")
+# What this project runs its tests on (README, "Tested combinations"): each jax minor with the
+# Python it was tested under. pyproject.toml's jax range ends where this table does.
+TESTED_JAX = {"0.10": "Python 3.11, CI", "0.11": "Python 3.12, the offline GPU kit's rehearsal",
+              "0.12": "Python 3.13, CI"}  # fmt: skip
+TESTED_PYTHON = ("3.11", "3.12", "3.13")
+
+
+def _minor(v: str | None) -> str | None:
+    return ".".join(v.split(".")[:2]) if v else None
+
+
+def range_verdict(jax_version: str | None, python_version: str) -> str:
+    """One line: whether this jax and this Python are ones the project tests, and what is."""
+    jax_minor, py_minor = _minor(jax_version), _minor(python_version)
+    tested = f"jax {min(TESTED_JAX)}-{max(TESTED_JAX)} on Python {TESTED_PYTHON[0]}-{TESTED_PYTHON[-1]}"
+    if jax_minor in TESTED_JAX and py_minor in TESTED_PYTHON:
+        return f"yes: jax {jax_minor} is tested on {TESTED_JAX[jax_minor]} (tested: {tested})"
+    outside = [f"jax {jax_version or '(not installed)'}"] if jax_minor not in TESTED_JAX else []
+    outside += [f"Python {python_version}"] if py_minor not in TESTED_PYTHON else []
+    return f"no: {' and '.join(outside)} outside the tested {tested}; it may work, but nothing here checked it"
 
 
 def _version(name: str) -> str | None:
@@ -62,6 +83,7 @@ def report() -> dict[str, Any]:
             for d in devices
         ],
         "builds": installed_builds(),
+        "tested": range_verdict(_version("jax"), sys.version.split()[0]),
     }
 
 
@@ -71,6 +93,7 @@ def _lines(r: dict[str, Any]) -> list[str]:
     lines += [
         f"{'python':<18} {r['python']}",
         f"{'accelerator build':<18} {builds}",
+        f"{'tested range':<18} {r['tested']}",
         f"{'backend':<18} {r['backend']}",
         f"{'processes':<18} {r['process_count']} (this is process {r['process_index']})",
         f"{'devices':<18} {r['device_count']} in all, {r['local_device_count']} here",
@@ -89,7 +112,8 @@ def check(r: dict[str, Any], expect: str | None) -> str | None:
     if expect in found:
         return None
     if expect == "gpu" and "cuda12" not in r["builds"] and "cuda13" not in r["builds"] and "rocm" not in r["builds"]:
-        fix = 'jax\'s CPU build is installed: pip install "marljax[cuda12]" (or keep a runtime\'s own CUDA jax)'
+        fix = ('jax\'s CPU build is installed: pip install "marljax[cuda13]" (CUDA 13 driver, >= 580) or '
+               '"marljax[cuda12]" (or keep a runtime\'s own CUDA jax)')
     elif expect == "tpu" and "tpu" not in r["builds"]:
         fix = 'libtpu is not installed: pip install "marljax[tpu]"'
     else:

@@ -31,6 +31,11 @@ def _dependencies() -> list[str]:
 
 
 def test_the_python_range_is_what_the_dependencies_accept():
+    jax = Version(metadata("jax")["Version"])
+    lowest = next(Requirement(r) for r in PROJECT["dependencies"] if Requirement(r).name == "jax").specifier
+    if f"{jax.major}.{jax.minor - 1}.0" in lowest:
+        # the metadata read is the installed jax's: only the range's oldest jax speaks for the lowest Python
+        pytest.skip(f"jax {jax} is installed; this check reads the oldest jax of the range (CI's Python 3.11 leg)")
     ours = SpecifierSet(PROJECT["requires-python"])
     allowed = [v for v in PYTHONS if v in ours]
     refused_by = {}
@@ -47,7 +52,7 @@ def test_the_python_range_is_what_the_dependencies_accept():
 def test_the_accelerator_extras_pull_the_tested_jax_range():
     jax = next(Requirement(r) for r in PROJECT["dependencies"] if Requirement(r).name == "jax")
     extras = PROJECT["optional-dependencies"]
-    for extra in ("cuda12", "tpu"):
+    for extra in ("cuda12", "cuda13", "tpu"):
         (req,) = [Requirement(r) for r in extras[extra]]
         assert req.name == "jax" and req.extras == {extra} and req.specifier == jax.specifier, req
 

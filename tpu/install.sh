@@ -7,10 +7,11 @@
 #   tpu/install.sh [--dry-run] SRC VENV cpu|tpu|cuda12
 #
 # Why uv: the default TPU VM images (tpu-ubuntu2204-base, v2-alpha-tpuv5-lite) are Ubuntu 22.04
-# with Python 3.10, and jax 0.10 and jaxmarl 0.2.0 need Python >= 3.11. `uv venv --python 3.11`
-# takes a Python 3.11 that is installed and otherwise fetches a standalone build of it: no apt
-# source, no PPA, the same command on every image. uv itself comes from pip where the system
-# has pip, else from its installer.
+# with Python 3.10; marljax needs 3.11 or newer, and jax 0.11 and later need 3.12. `uv venv
+# --python 3.13` takes the newest Python marljax is tested on where it is installed and otherwise
+# fetches a standalone build of it: no apt source, no PPA, the same command on every image.
+# MARLJAX_PYTHON names another (a version such as 3.12, or an interpreter's path). uv itself
+# comes from pip where the system has pip, else from its installer.
 set -euo pipefail
 
 DRY_RUN=0
@@ -39,6 +40,6 @@ else
       || run sh -c "curl -LsSf https://astral.sh/uv/install.sh | env UV_INSTALL_DIR='$UV_HOME/bin' UV_NO_MODIFY_PATH=1 sh"
   fi
 fi
-run "$UV" venv --clear --python 3.11 "$VENV"
+run "$UV" venv --clear --python "${MARLJAX_PYTHON:-3.13}" "$VENV"
 run "$UV" pip install --python "$VENV/bin/python" "$SPEC"
 run "$VENV/bin/marljax" doctor --expect "$EXPECT"

@@ -2,7 +2,7 @@
 # Install marljax (this checkout) with jax[tpu] on every worker and mount the bucket there.
 #   tpu/setup.sh --project P --zone Z --bucket gs://B [--dry-run]
 #   tpu/setup.sh --local DIR [--dry-run]
-# On each worker: install.sh builds ~/venv with uv's Python 3.11 (the images ship 3.10; see
+# On each worker: install.sh builds ~/venv with uv's Python 3.13 (the images ship 3.10; see
 # install.sh for why uv), installs marljax[tpu] and prints `marljax doctor --expect tpu`, which
 # fails the setup if the worker's JAX sees no TPU; mount.sh installs gcsfuse from Google's apt
 # repository and mounts the bucket. --local DIR runs the same install.sh here, into DIR/venv with
