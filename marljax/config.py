@@ -172,6 +172,11 @@ class AsyncConfig:
                                  resumable=True)  # fmt: skip
     learner_devices: Any = setting(1, "a device count (the next M devices learn) or a list of device indices",
                                    resumable=True)  # fmt: skip
+    actor_backend: str = setting(
+        "default", "where the actors run: default (the devices of JAX's default backend, shared out with the learner "
+        "by async.actor_devices / learner_devices) | cpu (the host CPU backend's devices, while the learner takes "
+        "the accelerator's; async.actor_devices then counts or indexes CPU devices, async.learner_devices the "
+        "accelerator's; on a CPU-only machine the same as default)", choices=("default", "cpu"), resumable=True)  # fmt: skip
     num_actor_threads: int = setting(1, "actor threads, each with num_envs environments", minimum=1)
     buffer_capacity: int = setting(2, "batches the buffer may hold (started and not consumed, for block)", minimum=1)
     max_staleness: int = setting(1, "K: the most policy versions a consumed batch may lag the learner", minimum=0)
@@ -221,7 +226,8 @@ class AsyncConfig:
             ok_list = isinstance(v, (list, tuple)) and v and all(isinstance(i, int) and i >= 0 for i in v)
             if not (ok_count or ok_list) or (ok_list and len(set(v)) != len(v)):
                 raise ConfigError(f"async.{name}", f"must be a device count >= 1 or a list of distinct device indices, got {v!r}")
-        if isinstance(self.actor_devices, (list, tuple)) and isinstance(self.learner_devices, (list, tuple)):
+        lists = isinstance(self.actor_devices, (list, tuple)) and isinstance(self.learner_devices, (list, tuple))
+        if lists and self.actor_backend == "default":  # with cpu they may index two platforms (async_mesh checks)
             shared = sorted(set(self.actor_devices) & set(self.learner_devices))
             if shared:
                 raise ConfigError("async.learner_devices", f"actor and learner devices must be disjoint; both list {shared}")

@@ -38,7 +38,7 @@ def _two(out, prelude: str = "") -> list[tuple[int, str]]:
 @pytest.mark.optimized
 def test_two_processes_match_one_process_with_the_same_devices(tmp_path):
     (_, primary), (_, other) = _two(tmp_path / "two")
-    assert "actors: 1 thread(s) on 1 device(s); learner on 2" in primary  # the learner mesh spans both
+    assert "actors: 1 thread(s) on 1 cpu device(s); learner on 2 cpu" in primary  # the learner mesh spans both
     assert "return per agent" in primary and "return per agent" not in other  # process 0 alone logs
     one_process(["train", *RUN, *ONE, f"out_dir={tmp_path / 'one'}"])
     one, two = whole_run(tmp_path / "one", 4), whole_run(tmp_path / "two", 4)

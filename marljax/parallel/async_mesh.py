@@ -5,7 +5,9 @@ Actor thread i runs on `actor_devices[i % len]`; the learner on a mesh of its ow
 all there is). The learner state is created on that mesh in the learning layout (per-agent
 sets split over `agent` when mesh.agent > 1, the rest replicated); a batch from the host
 buffer arrives in the acting layout, its environments split over every learner device, and
-`learn` runs inside `shard_map` over the mesh. Several processes: the actor devices are each
+`learn` runs inside `shard_map` over the mesh. With `async.actor_backend=cpu` on an accelerator
+the actors take their devices from the host CPU backend and the learner every device it is given
+of the accelerator's: parameters go to the CPU after each update, trajectories come back. Several processes: the actor devices are each
 process's own, the learner mesh joins every process's learner devices (process order), and a
 batch is made of every process's environments (`placement.place_process_local`); with mesh.agent
 > 1 the agent axis lies within each process (every process holds every agent's parameters).
@@ -40,11 +42,13 @@ def async_placement(config: Config) -> AsyncPlacement:
     a process's actors run on its own actor devices, and the learner mesh joins every process's
     learner devices in process order (process p holds data shard p, with the environments its
     actors generate)."""
+    host_actors = _host_cpu_devices(config)
     if jax.process_count() == 1:
-        actor, learner = _split(config, jax.devices())
+        actor, learner = _split(config, jax.devices(), host_actors)
     else:
         mine = jax.process_index()
-        by_process = [_split(config, [d for d in jax.devices() if d.process_index == q]) for q in range(jax.process_count())]
+        by_process = [_split(config, [d for d in jax.devices() if d.process_index == q], host_actors)
+                      for q in range(jax.process_count())]  # fmt: skip
         actor, learner = by_process[mine][0], [d for _, devices in by_process for d in devices]
     k = config.mesh.agent
     if len(learner) % k:
@@ -68,17 +72,46 @@ def async_placement(config: Config) -> AsyncPlacement:
     return AsyncPlacement(tuple(actor), mesh)
 
 
-def _split(config: Config, devices: list) -> tuple[list, list]:
-    """(actor devices, learner devices) of one process's `devices` as async.actor_devices/learner_devices say."""
+def _host_cpu_devices(config: Config) -> list | None:
+    """This process's host CPU devices when the actors should run there apart from an accelerator
+    learner (`async.actor_backend=cpu` and a default backend other than the CPU); else None."""
+    if config.async_.actor_backend != "cpu" or jax.default_backend() == "cpu":
+        return None  # on a CPU-only machine the CPU devices are the ones the learner shares out
+    try:
+        return jax.local_devices(backend="cpu")
+    except RuntimeError as e:  # JAX_PLATFORMS left the CPU backend out
+        raise ConfigError("async.actor_backend", f"cpu: JAX has no CPU backend here ({e}); allow it "
+                          "(JAX_PLATFORMS=cuda,cpu, or unset) or set async.actor_backend=default") from None  # fmt: skip
+
+
+def _pick(spec: int | list, devices: list, name: str) -> list:
+    """The devices `spec` (a count: the first N; or a list of indices) names among `devices`."""
+    if isinstance(spec, (list, tuple)):
+        bad = [i for i in spec if i >= len(devices)]
+        if bad:
+            raise ConfigError(name, f"device indices {bad} don't exist; {len(devices)} {devices[0].platform} devices are visible")
+        return [devices[i] for i in spec]
+    if spec > len(devices):
+        raise ConfigError(name, f"{spec} devices asked for, but {len(devices)} {devices[0].platform} devices are visible")
+    return devices[:spec]
+
+
+def _split(config: Config, devices: list, host_actors: list | None = None) -> tuple[list, list]:
+    """(actor devices, learner devices) of one process's `devices` as async.actor_devices/learner_devices say.
+
+    With `host_actors` (the host CPU's devices, async.actor_backend=cpu on an accelerator) the
+    actors are picked from those and the learner from `devices`: two pools, disjoint by platform."""
     n_act, n_learn = config.async_.actor_devices, config.async_.learner_devices
+    if host_actors is not None:
+        return _pick(n_act, host_actors, "async.actor_devices"), _pick(n_learn, devices, "async.learner_devices")
     if isinstance(n_act, (list, tuple)) or isinstance(n_learn, (list, tuple)):
         if not (isinstance(n_act, (list, tuple)) and isinstance(n_learn, (list, tuple))):
             raise ConfigError("async.actor_devices", "give both async.actor_devices and async.learner_devices as index lists, "
                               "or both as counts")
-        bad = [i for i in list(n_act) + list(n_learn) if i >= len(devices)]
-        if bad:
-            raise ConfigError("async.actor_devices", f"device indices {bad} don't exist; {len(devices)} devices are visible")
-        return [devices[i] for i in n_act], [devices[i] for i in n_learn]
+        shared = sorted(set(n_act) & set(n_learn))
+        if shared:  # one pool (async.actor_backend=cpu on a CPU-only machine is checked here, not in the config)
+            raise ConfigError("async.learner_devices", f"actor and learner devices must be disjoint; both list {shared}")
+        return _pick(n_act, devices, "async.actor_devices"), _pick(n_learn, devices, "async.learner_devices")
     if len(devices) == 1:
         if n_act != 1 or n_learn != 1:
             raise ConfigError("async.actor_devices", "only 1 device is visible; actors and learner share it (set both to 1)")

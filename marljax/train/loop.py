@@ -339,8 +339,9 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
     log(f"marljax {config.algo} (async) on {env.describe()}")
     runner = AsyncRun(config, env, make_trainer, log)
     log(
-        f"actors: {config.async_.num_actor_threads} thread(s) on {len(runner.placement.actor_devices)} device(s); learner on "
-        f"{runner.placement.learner_mesh.devices.size}; K={config.async_.max_staleness} ({config.async_.staleness_policy}), "
+        f"actors: {config.async_.num_actor_threads} thread(s) on {len(runner.placement.actor_devices)} "
+        f"{runner.placement.actor_devices[0].platform} device(s); learner on {runner.placement.learner_mesh.devices.size} "
+        f"{runner.placement.learner_mesh.devices.flat[0].platform}; K={config.async_.max_staleness} ({config.async_.staleness_policy}), "
         f"correction={config.async_.correction}{', deterministic' if config.async_.deterministic else ''}; out_dir {out_dir}"
     )
     ckpt_dir, metrics_path = out_dir / "checkpoints", out_dir / "metrics.jsonl"
