@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +50,7 @@ def test_bench_scale_runs_a_row_then_the_protocol_summary_reads_it(tmp_path):
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert "doctor        ok: jax 0.10." in text and "backend cpu" in text
+    assert re.search(r"doctor        ok: jax 0\.1[0-2]\.", text) and "backend cpu" in text
     assert "bench-scale   ok, stopped: max-envs" in text and f"{row['train_env_steps_per_s']:>14,.0f}" in text
     assert "train         not run" in text and "jaxmarl_4096_envs not run" in text
     assert json.loads(text.strip().splitlines()[-1])["bench_scale"] == summary["rows"]

@@ -15,7 +15,7 @@ import readme_figures  # noqa: E402
 # tables that hold no measured figures (settings, support and feature lists)
 # tables of what exists (no measured figures in them), exempt from needing a command
 EXEMPT = ("| section | algorithms | keys |", "| environment (JaxMARL id) | runs | learns (test) | notes |", "| feature | status |",
-          "| tracker | where it writes (by default) | its settings |")  # fmt: skip
+          "| tracker | where it writes (by default) | its settings |", "| Python | jax, jaxlib | how | where |")  # fmt: skip
 WITHIN = 6  # lines after a table's last row in which its command must appear
 
 
