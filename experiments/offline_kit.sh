@@ -6,7 +6,8 @@
 #       here, with network: writes into DIR the wheel of this checkout's marljax, CPython 3.12
 #       manylinux x86_64 wheels of experiments/offline_kit.txt less what the node already holds
 #       (experiments/offline_node.txt, or FILE from `python3 -m pip list --format=freeze` there),
-#       JaxMARL's baselines/IPPO/ippo_ff_mpe.py and its config from the checkout at PATH, the
+#       JaxMARL's baselines/IPPO/ippo_ff_mpe.py and its config from the checkout (or bare git
+#       repository) at PATH, the
 #       protocol's scripts (DIR/protocol) and DIR/MANIFEST.txt; prints the kit's size.
 #   bash DIR/protocol/offline_kit.sh install DIR [--expect gpu|tpu|cpu] [--keep-installed]
 #       on the node: `pip install --no-index --no-deps` of the kit's wheels over what is there,
@@ -95,13 +96,18 @@ build() {
 
   local jaxmarl_commit="none"
   if [[ -n $jaxmarl ]]; then
-    local f
+    local f git=(git -C "$jaxmarl")
+    [[ -f $jaxmarl/HEAD && -d $jaxmarl/objects ]] && git=(git --git-dir="$jaxmarl")  # a bare repository
     for f in "${JAXMARL_FILES[@]}"; do
-      [[ -f $jaxmarl/$f ]] || die "--jaxmarl $jaxmarl: no $f there"
       mkdir -p "$dir/JaxMARL/$(dirname "$f")"
-      cp "$jaxmarl/$f" "$dir/JaxMARL/$f"
+      if [[ ${git[1]} == --git-dir=* ]]; then
+        "${git[@]}" show "HEAD:$f" >"$dir/JaxMARL/$f" 2>/dev/null || die "--jaxmarl $jaxmarl: no $f at its HEAD"
+      else
+        [[ -f $jaxmarl/$f ]] || die "--jaxmarl $jaxmarl: no $f there"
+        cp "$jaxmarl/$f" "$dir/JaxMARL/$f"
+      fi
     done
-    jaxmarl_commit="$(git -C "$jaxmarl" rev-parse HEAD 2>/dev/null || echo "unknown (not a git checkout)")"
+    jaxmarl_commit="$("${git[@]}" rev-parse HEAD 2>/dev/null || echo "unknown (not a git checkout)")"
   else
     echo "offline_kit: no --jaxmarl PATH: the kit holds no JaxMARL baseline, so the protocol's jaxmarl_* steps will fail" >&2
   fi
