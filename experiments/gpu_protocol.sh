@@ -37,7 +37,7 @@ STEPS=(doctor tests bench_scale train jaxmarl_own_config jaxmarl_4096_envs dtype
 declare -A LIMIT=([doctor]=60 [tests]=330 [bench_scale]=360 [train]=180 [jaxmarl_own_config]=300
   [jaxmarl_4096_envs]=120 [dtype]=120 [async]=90)
 declare -A SMALL_LIMIT=([doctor]=60 [tests]=240 [bench_scale]=150 [train]=90 [jaxmarl_own_config]=150
-  [jaxmarl_4096_envs]=150 [dtype]=120 [async]=150)
+  [jaxmarl_4096_envs]=150 [dtype]=240 [async]=150)
 
 die() { echo "gpu_protocol: $*" >&2; exit 2; }
 
@@ -57,7 +57,7 @@ commands() {  # NAME SMALL JAXMARL: the step's commands, one shell line each
     doctor) echo "$cli doctor --expect $EXPECT" ;;
     tests)
       if ((small)); then
-        echo "$(q "$PY")-m pytest -q -n 1 -p absent_extras -m 'not slow and not nightly' tests/test_doctor.py tests/test_trackers.py"
+        echo "$(q "$PY")-m pytest -q -n 1 -p absent_extras -m 'not slow and not nightly' tests/test_trackers.py tests/test_offline_kit.py"
       else
         echo "$(q "$PY")-m pytest -q -n 4 -p absent_extras -m 'not slow and not nightly'"
       fi ;;

@@ -190,7 +190,7 @@ install() {
     if [[ $action == install ]]; then todo+=("$wheel"); else echo "  $why"; fi
   done <<<"$plan"
   if ((${#todo[@]})); then
-    "$PY" -m pip install --no-index --no-deps --force-reinstall --no-warn-script-location "${todo[@]}"
+    "$PY" -m pip install --isolated --no-index --no-deps --force-reinstall --no-warn-script-location "${todo[@]}"
   fi
   check_kit_deps "${wheels[@]}"
   echo "== marljax doctor --expect $expect"
@@ -275,8 +275,8 @@ rehearse() {
   cd "$root"
   offline env PYTHON="$python" JAX_PLATFORMS=cpu EXPECT=cpu bash "$dir/protocol/gpu_protocol.sh" "$out" --small \
     --kit "$dir" || true
-  echo "== $python $dir/protocol/protocol_summary.py $out --check"
-  "$python" "$dir/protocol/protocol_summary.py" "$out" --check
+  "$python" "$dir/protocol/protocol_summary.py" "$out" --check >/dev/null
+  echo "rehearsal: every step exited 0 ($(basename "$python") $dir/protocol/protocol_summary.py $out --check)"
 }
 
 not_on_node() {  # PYTHON DIR: warn about what the venv holds that neither the node's list nor the kit has
