@@ -202,7 +202,7 @@ check_kit_deps() {  # WHEEL...: `pip check`, failing only on lines about a packa
   names="$(for w in "$@"; do norm "$(basename "$w" | cut -d- -f1)"; done)"
   while read -r line; do
     [[ -n $line ]] || continue
-    if grep -qxF -f <(tr ' ,' '\n\n' <<<"$line" | while read -r w; do norm "$w"; done) <<<"$names"; then
+    if grep -qxF -f <(tr ' ,' '\n\n' <<<"$line" | grep . | while read -r w; do norm "$w"; done) <<<"$names"; then
       echo "  pip check: $line"; bad=1
     else
       echo "  pip check (not the kit's): $line"
