@@ -241,6 +241,7 @@ node_venv() {  # the cached venv holding the node's packages, reset to just thos
     # shellcheck disable=SC2086
     "$venv/bin/python" -m pip uninstall --quiet -y $extra >&2
   fi
+  rm -rf "$venv"/lib/python3*/site-packages/~*  # what an interrupted uninstall leaves behind
   echo "$venv/bin/python"
 }
 
