@@ -57,9 +57,9 @@ commands() {  # NAME SMALL JAXMARL: the step's commands, one shell line each
     doctor) echo "$cli doctor --expect $EXPECT" ;;
     tests)
       if ((small)); then
-        echo "$(q "$PY")-m pytest -q -n 1 -p absent_extras -m 'not slow and not nightly' tests/test_trackers.py tests/test_offline_kit.py"
+        echo "$(q "$PY")-m pytest -q -rs -n 1 -p absent_extras -m 'not slow and not nightly' tests/test_trackers.py tests/test_offline_kit.py"
       else
-        echo "$(q "$PY")-m pytest -q -n 4 -p absent_extras -m 'not slow and not nightly'"
+        echo "$(q "$PY")-m pytest -q -rs -n 4 -p absent_extras -m 'not slow and not nightly'"
       fi ;;
     bench_scale)
       if ((small)); then echo "$cli bench-scale num_steps=8 --max-envs 64 --timeout 120"
