@@ -1,46 +1,160 @@
 #!/usr/bin/env bash
-# The accelerator protocol in one command: what marljax's figures on a GPU (or TPU) are made of.
+# The accelerator protocol: what marljax's figures on a GPU (or TPU) are made of. It needs no
+# network: marljax and what it needs installed (on an offline node: experiments/offline_kit.sh
+# install KIT), run from a marljax checkout (the tests step runs its tests/).
 #
-#   pip install -e ".[cuda12,dev]"          # in a fresh venv, from a checkout (TPU: ".[tpu,dev]")
-#   bash experiments/gpu_protocol.sh [OUT_DIR]          (EXPECT=tpu for a TPU)
+#   bash experiments/gpu_protocol.sh OUT [--step NAME] [--small] [--kit DIR | --jaxmarl PATH] [--dry-run]
 #
-# Each step's output goes to OUT_DIR/<step>.log (default runs/gpu_protocol_<time>); a failing
-# step is recorded and the next one still runs. The steps:
-#   doctor       marljax doctor --expect gpu: versions, devices, and a stop if JAX sees no GPU
-#   tests        the test suite (python -m pytest -q -n 4)
-#   bench_scale  marljax bench-scale: env-steps/s, MFU, peak memory, compile per num_envs
-#   train        the default training run (marljax train), whole process timed
-#   jaxmarl_*    JaxMARL's own baselines/IPPO/ippo_ff_mpe.py beside marljax at the same settings,
-#                one right after the other: at JaxMARL's config (16 envs, 10 seeds, 1e7 steps)
-#                and at 4096 envs (experiments/jaxmarl_side_by_side.py; clones JaxMARL into
-#                OUT_DIR unless JAXMARL_DIR points at a checkout, and pip-installs what its
-#                script imports: hydra-core, omegaconf, distrax, wandb (disabled), six)
-# Last it prints one table of every figure, and writes it to OUT_DIR/summary.txt.
-set -uo pipefail
-EXPECT="${EXPECT:-gpu}"
-OUT="${1:-runs/gpu_protocol_$(date +%Y%m%d_%H%M%S)}"
-here="$(cd "$(dirname "$0")/.." && pwd)"
-mkdir -p "$OUT"
-: > "$OUT/steps.tsv"
+# Steps, each under its own time limit (`timeout`; together about 25 minutes), each writing
+# OUT/<step>.log (every command it ran, after "$ ", then its output) and a line of OUT/steps.tsv
+# (step, exit code, seconds, limit); a failing step is recorded and the next one still runs.
+# --step NAME runs that step alone (the others' records stay), so each step can be its own
+# 10-minute command. Last, OUT/summary.txt: every figure with the command that printed it, and
+# the table of steps (experiments/protocol_summary.py).
+#   doctor              marljax doctor --expect $EXPECT (default gpu)
+#   tests               the fast tests (not slow, not nightly) on the default backend, -n 4; a test
+#                       needing a package the kit leaves out (Jupyter, wandb, neptune, mlflow) skips
+#   bench_scale         marljax bench-scale: 64 .. 64k envs per device (env-steps/s, MFU, memory, compile)
+#   train               the default run (marljax train), whole process timed
+#   jaxmarl_own_config  JaxMARL's baselines/IPPO/ippo_ff_mpe.py beside marljax at JaxMARL's settings
+#                       (16 envs, 10 seeds; 2e6 steps each rather than its 1e7, to fit the limit)
+#   jaxmarl_4096_envs   the same at 4096 envs (1e7 steps)
+#   dtype               marljax bench at 4096 envs, dtype=float32 then dtype=bfloat16 (MFU against
+#                       the device's own measured matmul peak of that dtype)
+#   async               marljax bench mode=async: generation, learning, sync and async rates and the
+#                       overlap efficiency; actors and learner share the one accelerator (marljax
+#                       cannot yet put actors on the host CPU backend beside a GPU learner)
+# --small: tiny budgets (and a few test files), so that the whole protocol runs on a CPU in
+# minutes: the offline rehearsal (offline_kit.sh rehearse). $PYTHON: the interpreter (python3).
+# JaxMARL's baseline: DIR/JaxMARL of a kit (--kit), a JaxMARL checkout (--jaxmarl), or $JAXMARL_DIR.
+set -euo pipefail
 
-step() {  # step NAME CMD...: run CMD, keep its output in OUT/NAME.log, note its exit code
-  local name=$1; shift
-  echo "== $name: $*"
-  "$@" 2>&1 | tee "$OUT/$name.log"
-  printf '%s\t%s\t%s\n' "$name" "${PIPESTATUS[0]}" "$*" >> "$OUT/steps.tsv"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SELF="$HERE/$(basename "${BASH_SOURCE[0]}")"
+PY="${PYTHON:-python3}"
+EXPECT="${EXPECT:-gpu}"
+STEPS=(doctor tests bench_scale train jaxmarl_own_config jaxmarl_4096_envs dtype async)
+declare -A LIMIT=([doctor]=60 [tests]=330 [bench_scale]=360 [train]=180 [jaxmarl_own_config]=300
+  [jaxmarl_4096_envs]=120 [dtype]=120 [async]=90)
+declare -A SMALL_LIMIT=([doctor]=60 [tests]=240 [bench_scale]=150 [train]=90 [jaxmarl_own_config]=150
+  [jaxmarl_4096_envs]=150 [dtype]=240 [async]=150)
+
+die() { echo "gpu_protocol: $*" >&2; exit 2; }
+
+checkout() {  # the marljax checkout whose tests/ the tests step runs: this script's, else the working directory
+  local d
+  for d in "$HERE/.." "$PWD"; do [[ -d $d/tests && -f $d/pyproject.toml ]] && { (cd "$d" && pwd); return; }; done
+  die "run from a marljax checkout (its tests/ are the tests step's)"
 }
 
-step doctor marljax doctor --expect "$EXPECT"
-step tests python -m pytest -q -n 4 "$here/tests"
-step bench_scale marljax bench-scale
-start=$(date +%s.%N)
-step train marljax train out_dir="$OUT/train" overwrite=true progress=false
-printf 'train_wall_s\t%s\n' "$(echo "$(date +%s.%N) - $start" | bc)" > "$OUT/train_wall.tsv"
+q() { printf '%q ' "$@"; }  # a command as one line that the shell reads back as it was
 
-JAXMARL_DIR="${JAXMARL_DIR:-$OUT/JaxMARL}"
-[[ -d "$JAXMARL_DIR" ]] || git clone --depth 1 https://github.com/FLAIROx/JaxMARL "$JAXMARL_DIR"
-python -m pip install -q hydra-core omegaconf distrax wandb six
-step jaxmarl_own_config python "$here/experiments/jaxmarl_side_by_side.py" --jaxmarl "$JAXMARL_DIR"
-step jaxmarl_4096_envs python "$here/experiments/jaxmarl_side_by_side.py" --jaxmarl "$JAXMARL_DIR" --num-envs 4096
+commands() {  # NAME SMALL JAXMARL: the step's commands, one shell line each
+  local name=$1 small=$2 jaxmarl=$3 cli side
+  cli="$(q "$PY")-m marljax.cli"
+  side="$(q "$PY" "$HERE/jaxmarl_side_by_side.py" --jaxmarl "$jaxmarl")"
+  case $name in
+    doctor) echo "$cli doctor --expect $EXPECT" ;;
+    tests)
+      if ((small)); then
+        echo "$(q "$PY")-m pytest -q -rs -n 1 -p absent_extras -m 'not slow and not nightly' tests/test_trackers.py tests/test_offline_kit.py"
+      else
+        echo "$(q "$PY")-m pytest -q -rs -n 4 -p absent_extras -m 'not slow and not nightly'"
+      fi ;;
+    bench_scale)
+      if ((small)); then echo "$cli bench-scale num_steps=8 --max-envs 64 --timeout 120"
+      else echo "$cli bench-scale --timeout 100"; fi ;;
+    train)
+      local run="out_dir=$(q "$OUT/train")overwrite=true progress=false"
+      if ((small)); then echo "$cli train $run total_timesteps=16384 num_envs=16 num_chunks=2"
+      else echo "$cli train $run"; fi ;;
+    jaxmarl_own_config)
+      if ((small)); then echo "$side--timesteps 8192 --seeds 1"; else echo "$side--timesteps 2e6"; fi ;;
+    jaxmarl_4096_envs)
+      if ((small)); then echo "$side--num-envs 64 --timesteps 16384 --seeds 1"; else echo "$side--num-envs 4096"; fi ;;
+    dtype)
+      local dt bench="$cli bench num_envs=4096"
+      ((small)) && bench="$cli bench num_envs=16 num_steps=16 total_timesteps=8192"
+      for dt in float32 bfloat16; do echo "$bench dtype=$dt"; done ;;
+    async)
+      if ((small)); then echo "$cli bench mode=async num_envs=16 num_steps=16 total_timesteps=8192"
+      else echo "$cli bench mode=async num_envs=1024"; fi ;;
+  esac
+}
 
-python "$here/experiments/protocol_summary.py" "$OUT" | tee "$OUT/summary.txt"
+run_commands() {  # NAME SMALL JAXMARL: inside the time limit; every command runs, the step fails if one did
+  local line rc=0 start
+  export PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}"  # absent_extras, the pytest plugin
+  # the tests' conftest picks the CPU unless JAX_PLATFORMS is set: empty lets JAX take the accelerator
+  export JAX_PLATFORMS="${JAX_PLATFORMS-}"
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false  # several test workers share one GPU
+  if [[ $1 == jaxmarl_* && ! -f $3/baselines/IPPO/ippo_ff_mpe.py ]]; then
+    echo "no JaxMARL baseline at '$3': give --kit DIR (a kit built with --jaxmarl) or --jaxmarl PATH"
+    return 2
+  fi
+  while read -r line; do
+    echo "\$ $line"
+    start=$(date +%s.%N)
+    eval "$line" || rc=$?
+    echo "whole process: $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $start}") s"
+  done < <(commands "$@")
+  return $rc
+}
+
+run_step() {  # NAME SMALL JAXMARL: run the step under its limit, log it, record its exit code
+  local name=$1 limit rc start seconds
+  limit=$(($2 ? SMALL_LIMIT[$name] : LIMIT[$name]))
+  echo "== $name (limit $limit s)"
+  start=$(date +%s)
+  set +e
+  timeout --kill-after=20 "$limit" bash "$SELF" __step "$OUT" "$@" 2>&1 | tee "$OUT/$name.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  seconds=$(($(date +%s) - start))
+  ((rc == 124 || rc == 137)) && echo "gpu_protocol: $name passed its limit of $limit s" | tee -a "$OUT/$name.log"
+  touch "$OUT/steps.tsv"
+  { grep -v "^$name	" "$OUT/steps.tsv" || true; printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$seconds" "$limit"; } >"$OUT/steps.tsv.new"
+  mv "$OUT/steps.tsv.new" "$OUT/steps.tsv"
+}
+
+main() {
+  local only="" small=0 dry=0 jaxmarl="${JAXMARL_DIR:-}"
+  OUT=""
+  while (($#)); do
+    case $1 in
+      --step) only="$2"; shift 2 ;;
+      --small) small=1; shift ;;
+      --dry-run) dry=1; shift ;;
+      --kit) jaxmarl="$2/JaxMARL"; shift 2 ;;
+      --jaxmarl) jaxmarl="$2"; shift 2 ;;
+      -*) die "unknown option $1" ;;
+      *) OUT="$1"; shift ;;
+    esac
+  done
+  [[ -n $OUT ]] || die "usage: gpu_protocol.sh OUT [--step NAME] [--small] [--kit DIR | --jaxmarl PATH] [--dry-run]"
+  [[ -z $only || " ${STEPS[*]} " == *" $only "* ]] || die "--step $only: the steps are ${STEPS[*]}"
+  local steps=("${STEPS[@]}") name total=0
+  [[ -n $only ]] && steps=("$only")
+  if ((dry)); then
+    for name in "${steps[@]}"; do
+      local limit=$((small ? SMALL_LIMIT[$name] : LIMIT[$name]))
+      total=$((total + limit))
+      printf '%s\t%s\n' "$name" "$limit"
+      commands "$name" "$small" "$jaxmarl" | sed 's/^/\t$ /'
+    done
+    printf 'total\t%s\n' "$total"
+    return 0
+  fi
+  mkdir -p "$OUT"
+  OUT="$(cd "$OUT" && pwd)"
+  cd "$(checkout)"
+  for name in "${steps[@]}"; do run_step "$name" "$small" "$jaxmarl"; done
+  "$PY" "$HERE/protocol_summary.py" "$OUT" | tee "$OUT/summary.txt"
+}
+
+if [[ ${1:-} == __step ]]; then  # one step's commands, in the process that `timeout` limits
+  OUT="$2"; shift 2
+  run_commands "$@"
+else
+  main "$@"
+fi

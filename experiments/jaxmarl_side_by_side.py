@@ -5,8 +5,10 @@ the other in this process, on whatever device JAX has (the GPU protocol runs it 
 
 PATH is a checkout of https://github.com/FLAIROx/JaxMARL; its `baselines/IPPO/ippo_ff_mpe.py`
 is imported as it is (its `make_train`, with its config file `config/ippo_ff_mpe.yaml` and the
-overrides given here) and needs `hydra-core`, `omegaconf`, `distrax`, `wandb` (disabled: no
-account) and `six` installed. Nothing of it is copied here.
+overrides given here) and needs `hydra-core`, `omegaconf`, `distrax` and `six` installed; `wandb`
+too where it is installed (disabled: no account), else a stand-in whose `init` and `log` do
+nothing (an offline node has no wandb). Nothing of it is copied here; the offline kit
+(`experiments/offline_kit.sh`) carries the two files this reads.
 
 Both sides are timed the same way: compile apart (`jit(...).lower(...).compile()`), then one
 timed call that runs every update of every seed. env-steps/s = num_envs x num_steps x updates
@@ -32,6 +34,7 @@ import importlib.util
 import json
 import sys
 import time
+import types
 from pathlib import Path
 
 import jax
@@ -45,13 +48,23 @@ def _timed(fn, *args):
     return time.perf_counter() - t, out
 
 
+def _wandb() -> types.ModuleType:
+    """wandb, or where it is not installed a stand-in whose `init` and `log` do nothing, as disabled
+    wandb's do: JaxMARL's script imports it and logs every update through it."""
+    try:
+        import wandb
+    except ModuleNotFoundError:
+        wandb = types.ModuleType("wandb")
+        wandb.init = wandb.log = lambda *args, **kwargs: None
+        sys.modules["wandb"] = wandb
+    return wandb
+
+
 def jaxmarl_side(checkout: Path, num_envs: int, timesteps: float, seeds: int) -> dict:
     baseline = checkout / "baselines" / "IPPO"
     config = yaml.safe_load((baseline / "config" / "ippo_ff_mpe.yaml").read_text())
     config.update(NUM_ENVS=num_envs, TOTAL_TIMESTEPS=timesteps, NUM_SEEDS=seeds, WANDB_MODE="disabled")
-    import wandb
-
-    wandb.init(mode="disabled")  # its update step logs through wandb.log; disabled, that is a no-op
+    _wandb().init(mode="disabled")  # its update step logs through wandb.log; disabled, that is a no-op
     spec = importlib.util.spec_from_file_location("jaxmarl_ippo_ff_mpe", baseline / "ippo_ff_mpe.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

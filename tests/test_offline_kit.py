@@ -1,0 +1,199 @@
+"""The offline kit and the GPU protocol (experiments/offline_kit.sh, gpu_protocol.sh,
+protocol_summary.py, absent_extras.py): the parts that need no download here, in seconds; and
+the whole rehearsal (a venv like the offline GPU node's, the kit installed with --no-index, the
+protocol end to end on the CPU with --small), nightly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPERIMENTS = ROOT / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import absent_extras  # noqa: E402
+import protocol_summary  # noqa: E402
+
+STEPS = protocol_summary.STEPS
+
+
+def _bash(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def _dry_run(*flags: str) -> dict[str, tuple[int, list[str]]]:
+    """gpu_protocol.sh --dry-run: {step: (limit, commands)}, and 'total'."""
+    proc = _bash("experiments/gpu_protocol.sh", "/tmp/protocol-out", "--dry-run", "--kit", "/kit", *flags)
+    assert proc.returncode == 0, proc.stderr
+    steps: dict[str, tuple[int, list[str]]] = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("\t$ "):
+            steps[name][1].append(line[3:])
+        else:
+            name, limit = line.split("\t")
+            steps[name] = (int(limit), [])
+    return steps
+
+
+def test_every_step_ends_inside_10_minutes_and_all_inside_about_25():
+    steps = _dry_run()
+    assert [s for s in steps if s != "total"] == list(STEPS)
+    assert all(limit <= 600 for limit, _ in steps.values() if limit != steps["total"][0])
+    assert steps["total"][0] == sum(limit for name, (limit, _) in steps.items() if name != "total") <= 27 * 60
+    commands = [c for _, cs in steps.values() for c in cs]
+    assert not [c for c in commands if "git clone" in c or "pip install" in c]  # nothing from the network
+    assert any("bench-scale" in c for c in steps["bench_scale"][1])
+    assert [c.split()[-1] for c in steps["dtype"][1]] == ["dtype=float32", "dtype=bfloat16"]
+    assert "mode=async" in steps["async"][1][0] and "-n 4" in steps["tests"][1][0]
+    assert all("--jaxmarl /kit/JaxMARL" in c for c in steps["jaxmarl_own_config"][1] + steps["jaxmarl_4096_envs"][1])
+    assert "--num-envs 4096" in steps["jaxmarl_4096_envs"][1][0]
+
+
+def test_small_and_one_step():
+    small = _dry_run("--small")
+    assert "total_timesteps=16384" in small["train"][1][0] and "-n 1" in small["tests"][1][0]
+    one = _dry_run("--step", "train")
+    assert list(one) == ["train", "total"]
+    proc = _bash("experiments/gpu_protocol.sh", "/tmp/x", "--dry-run", "--step", "nope")
+    assert proc.returncode == 2 and "the steps are doctor tests" in proc.stderr
+
+
+def _write_fixture(out: Path, rcs: dict[str, int]) -> None:
+    """A protocol's OUT as gpu_protocol.sh leaves it: steps.tsv and one log per step."""
+    doctor = {"versions": {"jax": "0.11.2"}, "python": "3.12.3", "backend": "gpu", "device_count": 1, "builds": ["cuda13"],
+              "devices": [{"platform": "gpu", "kind": "NVIDIA H100 80GB HBM3"}]}  # fmt: skip
+    row = {"num_envs_per_device": 64, "train_env_steps_per_s": 1.5e6, "mfu": 0.012, "peak_device_mb": 900.0, "compile_s": 9.5}
+    side = {"bench": "jaxmarl_side_by_side", "platform": "gpu", "device_kind": "H100", "num_envs": 16, "seeds": 10,
+            "timesteps": 2e6, "speedup": 1.8, "env_alone_over_jaxmarl": 9.0,
+            **{w: {"env_steps_per_s": 1e6, "compile_s": 4.0, "final_return": -22.0} for w in ("jaxmarl", "marljax")}}  # fmt: skip
+    bench = {"num_envs": 4096, "train_env_steps_per_s": 2e7, "mfu": 0.05, "peak_matmul_gflops": 5e5, "compile_s": 8.0}
+    asynch = {"generation_samples_per_s": 4e6, "learning_samples_per_s": 3e6, "sync_samples_per_s": 1.6e6,
+              "async_samples_per_s": 2.7e6, "overlap_efficiency": 0.9}  # fmt: skip
+    logs = {
+        "doctor": [("python3 -m marljax.cli doctor --expect gpu", ["jax 0.11.2", json.dumps(doctor)])],
+        "tests": [("python3 -m pytest -q -n 4", ["..s..", "SKIPPED [1] tests/x.py:3: needs wandb, not installed here",
+                                                 "412 passed, 9 skipped in 301.2s"])],  # fmt: skip
+        "bench_scale": [("python3 -m marljax.cli bench-scale", [json.dumps({"stopped": "max-envs", "rows": [row]})])],
+        "train": [("python3 -m marljax.cli train", ["return per agent -27.20 -> -22.03 (+5.17); 3.1M env-steps/s"])],
+        "jaxmarl_own_config": [("python3 side.py --timesteps 2e6", [json.dumps(side)])],
+        "jaxmarl_4096_envs": [("python3 side.py --num-envs 4096", [json.dumps(side | {"num_envs": 4096})])],
+        "dtype": [(f"python3 -m marljax.cli bench num_envs=4096 dtype={d}", [json.dumps(bench | {"peak_matmul_dtype": d})])
+                  for d in ("float32", "bfloat16")],  # fmt: skip
+        "async": [("python3 -m marljax.cli bench mode=async", [json.dumps(asynch)])],
+    }
+    for name, blocks in logs.items():
+        text = [part for command, lines in blocks for part in (f"$ {command}", *lines, "whole process: 12.5 s")]
+        (out / f"{name}.log").write_text("\n".join(text) + "\n")
+    (out / "steps.tsv").write_text("".join(f"{name}\t{rc}\t30\t60\n" for name, rc in rcs.items()))
+
+
+def test_the_summary_shows_every_figure_with_its_command_and_every_exit_code(tmp_path):
+    _write_fixture(tmp_path, {name: 0 for name in STEPS})
+    lines, figures = protocol_summary.summary(tmp_path)
+    text = "\n".join(lines)
+    assert "1 x gpu NVIDIA H100 80GB HBM3; accelerator build cuda13" in text
+    assert "412 passed, 9 skipped in 301.2s" in text and "skipped for want of: wandb" in text
+    assert "1,500,000" in text and "return per agent -27.20 -> -22.03 (+5.17); 3.1M env-steps/s; whole process 12.5 s" in text
+    assert "marljax / jaxmarl: 1.80x" in text and "overlap efficiency 0.90" in text
+    assert "float32: 20,000,000 env-steps/s" in text and "bfloat16: 20,000,000 env-steps/s" in text
+    assert "  from: python3 -m marljax.cli bench num_envs=4096 dtype=bfloat16" in text
+    assert text.count("  from: ") == 9  # one per command: every figure says which command printed it
+    table = lines[lines.index(next(l for l in lines if l.startswith("step "))) + 1 :]  # noqa: E741
+    assert [row.split()[:2] for row in table[: len(STEPS)]] == [[name, "0"] for name in STEPS]
+    assert figures["steps"] == {name: 0 for name in STEPS} and figures["dtype_1"]["peak_matmul_dtype"] == "bfloat16"
+    assert protocol_summary.main([str(tmp_path), "--check"]) == 0
+
+
+def test_check_fails_on_a_failed_timed_out_or_missing_step(tmp_path, capsys):
+    rcs = {name: 0 for name in STEPS} | {"dtype": 124}
+    del rcs["async"]
+    _write_fixture(tmp_path, rcs)
+    assert protocol_summary.main([str(tmp_path), "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "dtype: TIMED OUT (exit 124)" in out and "async: not run" in out
+
+
+def _fake_wheel(folder: Path, name: str, version: str) -> Path:
+    """A wheel of nothing but its metadata, named like the real one."""
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_install_refuses_to_replace_an_installed_jax(tmp_path):
+    _fake_wheel(tmp_path, "jax", "0.0.1")
+    proc = _bash("experiments/offline_kit.sh", "install", str(tmp_path), "--expect", "cpu", env={"PYTHON": sys.executable})
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "refused: jax" in proc.stderr and "the kit has 0.0.1" in proc.stderr and "--keep-installed" in proc.stderr
+    assert "pip install" not in proc.stdout  # refused before pip ran
+
+
+def test_install_plan_skips_the_same_version_and_keeps_the_installed_one_on_request(tmp_path):
+    from importlib.metadata import version
+
+    same, other = _fake_wheel(tmp_path, "numpy", version("numpy")), _fake_wheel(tmp_path, "jax", "0.0.1")
+    script = f'source <(sed "/^case \\"\\${{1/,\\$d" experiments/offline_kit.sh); install_plan 1 {same} {other}'
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"skip {same} numpy {version('numpy')} is installed already",
+                                        f"skip {other} kept the installed jax {version('jax')} (the kit has 0.0.1)"]  # fmt: skip
+
+
+def test_the_kit_carries_nothing_the_node_holds_and_pins_everything():
+    def names(path: Path) -> dict[str, str]:
+        lines = [l.strip() for l in path.read_text().splitlines() if l.strip() and not l.startswith("#")]  # noqa: E741
+        return {l.split("==")[0].lower().replace("_", "-"): l for l in lines}  # noqa: E741
+
+    kit, node = names(EXPERIMENTS / "offline_kit.txt"), names(EXPERIMENTS / "offline_node.txt")
+    assert not set(kit) & set(node)
+    assert all("==" in req for req in kit.values())
+    assert {"jaxmarl", "gymnax", "hydra-core", "omegaconf", "distrax", "pettingzoo", "tensorboardx"} <= set(kit)
+    assert {"jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy"} <= set(node)
+
+
+def test_a_missing_optional_package_is_a_skip_and_anything_else_a_failure(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("wandb", "jaxmarl") else real(name, *a))
+    assert absent_extras.missing_package(ModuleNotFoundError("No module named 'wandb'", name="wandb.proto")) == "wandb"
+    assert absent_extras.missing_package(ValueError('log.backends: wandb is not installed: pip install "marljax[wandb]"')) == "wandb"
+    assert absent_extras.missing_package(ModuleNotFoundError("No module named 'jaxmarl'", name="jaxmarl")) is None
+    assert absent_extras.missing_package(ModuleNotFoundError("No module named 'mlflow'", name="mlflow")) in (None, "mlflow")
+    assert absent_extras.missing_package(AssertionError("wrong")) is None
+
+
+def _jaxmarl_source() -> str | None:
+    """A JaxMARL checkout or bare repository for the rehearsal: $JAXMARL_DIR, else none."""
+    path = os.environ.get("JAXMARL_DIR")
+    return path if path and Path(path).exists() else None
+
+
+@pytest.mark.nightly
+def test_the_offline_rehearsal_runs_every_step_with_exit_code_0(tmp_path):
+    """Needs PyPI (the first run builds a cached venv like the node's, and every run downloads the
+    kit's wheels), Python 3.12 or 3.13, and JAXMARL_DIR (a JaxMARL checkout); about 7 minutes on 2 cores."""
+    jaxmarl = _jaxmarl_source()
+    if jaxmarl is None:
+        pytest.skip("set JAXMARL_DIR to a JaxMARL checkout (or bare git repository)")
+    proc = _bash("experiments/offline_kit.sh", "rehearse", str(tmp_path / "kit"), "--jaxmarl", jaxmarl,
+                 "--out", str(tmp_path / "out"), timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "pip check: the kit's packages have every dependency they declare" in proc.stdout
+    for name in STEPS:
+        assert f"\n{name}: ok" in proc.stdout, name
+    kit_mib = sum(p.stat().st_size for p in (tmp_path / "kit").rglob("*") if p.is_file()) / 2**20
+    assert kit_mib <= 64
