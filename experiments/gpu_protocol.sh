@@ -22,8 +22,8 @@
 #   dtype               marljax bench at 4096 envs, dtype=float32 then dtype=bfloat16 (MFU against
 #                       the device's own measured matmul peak of that dtype)
 #   async               marljax bench mode=async: generation, learning, sync and async rates and the
-#                       overlap efficiency; actors and learner share the one accelerator (marljax
-#                       cannot yet put actors on the host CPU backend beside a GPU learner)
+#                       overlap efficiency; actors and learner sharing the one accelerator, then
+#                       the actors on the host CPU backend (async.actor_backend=cpu)
 # --small: tiny budgets (and a few test files), so that the whole protocol runs on a CPU in
 # minutes: the offline rehearsal (offline_kit.sh rehearse). $PYTHON: the interpreter (python3).
 # JaxMARL's baseline: DIR/JaxMARL of a kit (--kit), a JaxMARL checkout (--jaxmarl), or $JAXMARL_DIR.
@@ -34,10 +34,10 @@ SELF="$HERE/$(basename "${BASH_SOURCE[0]}")"
 PY="${PYTHON:-python3}"
 EXPECT="${EXPECT:-gpu}"
 STEPS=(doctor tests bench_scale train jaxmarl_own_config jaxmarl_4096_envs dtype async)
-declare -A LIMIT=([doctor]=60 [tests]=330 [bench_scale]=360 [train]=180 [jaxmarl_own_config]=300
-  [jaxmarl_4096_envs]=120 [dtype]=120 [async]=90)
+declare -A LIMIT=([doctor]=60 [tests]=330 [bench_scale]=330 [train]=180 [jaxmarl_own_config]=300
+  [jaxmarl_4096_envs]=120 [dtype]=120 [async]=180)
 declare -A SMALL_LIMIT=([doctor]=60 [tests]=240 [bench_scale]=150 [train]=90 [jaxmarl_own_config]=150
-  [jaxmarl_4096_envs]=150 [dtype]=240 [async]=150)
+  [jaxmarl_4096_envs]=150 [dtype]=240 [async]=240)
 
 die() { echo "gpu_protocol: $*" >&2; exit 2; }
 
@@ -77,8 +77,10 @@ commands() {  # NAME SMALL JAXMARL: the step's commands, one shell line each
       ((small)) && bench="$cli bench num_envs=16 num_steps=16 total_timesteps=8192"
       for dt in float32 bfloat16; do echo "$bench dtype=$dt"; done ;;
     async)
-      if ((small)); then echo "$cli bench mode=async num_envs=16 num_steps=16 total_timesteps=8192"
-      else echo "$cli bench mode=async num_envs=1024"; fi ;;
+      local asy="$cli bench mode=async num_envs=1024"
+      ((small)) && asy="$cli bench mode=async num_envs=16 num_steps=16 total_timesteps=8192"
+      # actors and learner on the one accelerator, then the actors on the host CPU (on a CPU: the same placement)
+      echo "$asy"; echo "$asy async.actor_backend=cpu" ;;
   esac
 }
 

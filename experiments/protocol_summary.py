@@ -164,7 +164,9 @@ def figures_of(name: str, blocks: list[Block], figures: dict) -> list[tuple[str,
         elif name.startswith("jaxmarl_"):
             lines = _side_by_side(b, figures, name)
         else:
-            lines = _bench(b, figures, f"{name}_{i}" if name == "dtype" else name)
+            # dtype: float32 then bfloat16; async: actors beside the learner, then on the host CPU
+            key = f"{name}_{i}" if name == "dtype" else (name if i == 0 else f"{name}_cpu_actors")
+            lines = _bench(b, figures, key)
         found.append((b.command, lines))
     return found
 

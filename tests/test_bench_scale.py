@@ -43,16 +43,17 @@ def test_bench_scale_runs_a_row_then_the_protocol_summary_reads_it(tmp_path):
     assert row["peak_device_mb"] is None and row["peak_rss_mb"] > 0  # the CPU runtime counts no device memory
 
     # the protocol's summary over a directory holding this step and a doctor report; the rest never ran
-    (tmp_path / "bench_scale.log").write_text(proc.stdout)
-    (tmp_path / "doctor.log").write_text(_cli("doctor").stdout)
-    (tmp_path / "steps.tsv").write_text("doctor\t0\tmarljax doctor\nbench_scale\t0\tmarljax bench-scale\n")
+    # (the protocol's log format: each command after "$ ", then its output; steps.tsv: step, exit, seconds, limit)
+    (tmp_path / "bench_scale.log").write_text(f"$ marljax bench-scale\n{proc.stdout}")
+    (tmp_path / "doctor.log").write_text(f"$ marljax doctor\n{_cli('doctor').stdout}")
+    (tmp_path / "steps.tsv").write_text("doctor\t0\t2\t60\nbench_scale\t0\t40\t330\n")
     out = subprocess.run([sys.executable, str(ROOT / "experiments" / "protocol_summary.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert re.search(r"doctor        ok: jax 0\.1[0-2]\.", text) and "backend cpu" in text
-    assert "bench-scale   ok, stopped: max-envs" in text and f"{row['train_env_steps_per_s']:>14,.0f}" in text
-    assert "train         not run" in text and "jaxmarl_4096_envs not run" in text
+    assert re.search(r"doctor: ok\n  jax 0\.1[0-2]\.[^\n]*backend cpu", text), text
+    assert "bench_scale: ok\n  stopped: max-envs" in text and f"{row['train_env_steps_per_s']:>14,.0f}" in text
+    assert "train: not run" in text and "jaxmarl_4096_envs: not run" in text
     assert json.loads(text.strip().splitlines()[-1])["bench_scale"] == summary["rows"]
 
 
