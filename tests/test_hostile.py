@@ -44,8 +44,8 @@ def policy(finished, tmp_path) -> Path:
     return tmp_path / "policy"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "marljax.cli", *args], capture_output=True, text=True, timeout=300)
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "marljax.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def _edit_policy(policy: Path, edit) -> None:
@@ -392,3 +392,97 @@ def test_a_trajectory_path_that_cannot_be_written_is_refused_before_compiling(tm
         with pytest.raises(marljax.config.ConfigError, match=f"async.record_trajectories.*{words}"):
             train(cfg, **QUIET)
     assert (tmp_path / "old" / "index.json").read_text() == '{"count": 3}'
+
+
+# ---- round two (issue 39): failing disks end in one line, promptly, and lose nothing
+
+
+def test_resume_onto_a_checkpoints_file_exits_at_once_and_keeps_the_metrics(run):
+    """Before: "no checkpoint ...; starting from scratch", the old metrics.jsonl overwritten, 3 raw
+    orbax tracebacks, then a hang until killed."""
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").write_text("x")
+    before = (run / "metrics.jsonl").read_bytes()
+    proc = _cli("train", *BASE, f"out_dir={run}", "resume=true", timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "checkpoints cannot hold checkpoints: it is a file, not a directory" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "starting from scratch" not in proc.stdout + proc.stderr
+    assert (run / "metrics.jsonl").read_bytes() == before and (run / "checkpoints").read_text() == "x"
+
+
+def _orbax_threads() -> list:
+    import threading
+
+    from orbax.checkpoint._src.futures.future import _SignalingThread
+
+    return [t for t in threading.enumerate() if isinstance(t, _SignalingThread) and t.is_alive()]
+
+
+def test_a_save_that_fails_mid_run_leaves_no_thread_behind_and_its_traces_go_to_the_debug_log(tmp_path, caplog):
+    """The checkpoints directory replaced by a file while the run goes on: the save of update 2
+    fails. orbax's threads waiting for the directory it never made are not daemons; they kept the
+    process alive for minutes. Its error records (with tracebacks) go to debug.log, not stderr."""
+    import time
+
+    from marljax.train.checkpoint import CheckpointError
+
+    out = tmp_path / "run"
+
+    def sabotage(row: dict) -> None:  # called after a chunk's row is written, before its checkpoint
+        if row["update"] == 2:
+            shutil.rmtree(out / "checkpoints")
+            (out / "checkpoints").write_text("x")
+
+    with pytest.raises(CheckpointError, match=r"saving the checkpoint of update 2 .*Not a directory"):
+        train(load_config(None, [*BASE, f"out_dir={out}"]), on_row=sabotage, **QUIET)
+    deadline = time.monotonic() + 10
+    while _orbax_threads() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _orbax_threads() == []
+    assert not [r for r in caplog.records if r.name == "absl"]  # none reached the log handlers
+    log = (out / "debug.log").read_text()
+    assert "Traceback" in log and "NotADirectoryError" in log
+
+
+def test_marljax_debug_keeps_the_library_traces_on_stderr(tmp_path, monkeypatch, caplog):
+    """The control of the one above: with MARLJAX_DEBUG=1 an orbax record passes as it was."""
+    import logging
+
+    from marljax.train import library_log
+
+    library_log.divert(tmp_path / "debug.log")
+    record = logging.LogRecord("absl", logging.ERROR, "/x/site-packages/orbax/checkpoint/y.py", 1, "boom", None, None)
+    logging.getLogger("absl").handle(record)
+    assert "boom" in (tmp_path / "debug.log").read_text() and not caplog.records
+    monkeypatch.setenv("MARLJAX_DEBUG", "1")
+    logging.getLogger("absl").handle(record)
+    assert [r.getMessage() for r in caplog.records] == ["boom"]
+
+
+def test_resume_with_no_checkpoint_keeps_the_earlier_metrics_aside_and_says_why(run):
+    """A run killed before its first checkpoint, then resume=true: it starts from scratch (nothing
+    to resume), but the old rows are kept, not overwritten."""
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").mkdir()
+    before = (run / "metrics.jsonl").read_bytes()
+    logs: list[str] = []
+    res = train(load_config(None, [*BASE, f"out_dir={run}", "resume=true"]), log=logs.append)
+    assert res.rows[-1]["update"] == 8
+    assert any("no checkpoint in" in line and "(none was saved there); starting from scratch" in line for line in logs)
+    (kept,) = run.glob("metrics.jsonl.no-checkpoint-*")
+    assert kept.read_bytes() == before and any(kept.name in line for line in logs), logs
+
+
+def test_a_run_set_aside_by_an_interrupted_overwrite_is_named_by_later_commands(run, tmp_path):
+    """overwrite=true killed during compile leaves the old run only in a hidden .overwritten-<time>/."""
+    aside = run / ".overwritten-20261125-120000-000000"
+    aside.mkdir()
+    for name in ("checkpoints", "metrics.jsonl", "config.yaml"):
+        shutil.move(str(run / name), str(aside / name))
+    logs: list[str] = []
+    train(load_config(None, [*BASE, f"out_dir={run}", "resume=true"]), log=logs.append)
+    assert any(line.startswith(f"note: {aside} holds the run an earlier overwrite=true set aside") for line in logs)
+    logs.clear()
+    export_policy(run, tmp_path / "policy", log=logs.append)
+    assert any(line.startswith(f"note: {aside}") for line in logs), logs
+    assert (aside / "metrics.jsonl").exists()  # kept until the user removes it

@@ -100,6 +100,10 @@ def export_policy(run_dir: str | Path, path: str | Path, seed_index: int = 0, lo
     run_dir, path = Path(run_dir), Path(path).absolute()
     if path.exists():  # checked before anything is read or written
         raise ConfigError("path", f"{path} exists; export writes a new directory")
+    from marljax.train.loop import set_aside_runs
+
+    for line in set_aside_runs(run_dir):
+        log(line)
     state, meta, config = restore_run(run_dir, log, trust_code)
     if not 0 <= seed_index < config.num_seeds:
         raise ConfigError("seed_index", f"must be in [0, {config.num_seeds}) for this run, got {seed_index}")
