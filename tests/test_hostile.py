@@ -138,14 +138,45 @@ def test_export_of_a_missing_run_creates_nothing(tmp_path):
         (lambda p: _edit_policy(p, lambda i: i["config"].update(hidden_size=32)), "does not hold the parameters"),
         (lambda p: _edit_policy(p, lambda i: i["config"].update(num_envs=-3)), "its config does not load here"),
         (lambda p: _edit_policy(p, lambda i: i["versions"].update(marljax="9.0.0")), "a different major version"),
+        (lambda p: (p / "policy.json").write_text("[" * 200_000), "is nested too deep"),  # was a raw RecursionError
+        (lambda p: (p / "policy.json").write_text(" " * (17 << 20) + "{}"), "bytes, more than the"),
+        (lambda p: _change_one_weight(p), "does not match the fingerprint in policy.json"),  # loaded silently
     ],
-    ids=["garbage", "not utf-8", "missing", "no config", "another network", "bad config", "major version"],
+    ids=["garbage", "not utf-8", "missing", "no config", "another network", "bad config", "major version",
+         "deeply nested", "oversized", "a changed weight"],  # fmt: skip
 )
 def test_a_damaged_policy_is_refused_naming_the_file(policy, damage, words):
     damage(policy)
     with pytest.raises(PolicyError, match=words) as info:
         marljax.load_policy(policy)
     assert str(policy) in str(info.value)
+
+
+def _change_one_weight(policy: Path) -> None:
+    """The exported parameters rewritten with one weight changed (-0.35 -> 3.4e18 in the review,
+    by a flipped byte; orbax compresses small arrays, so the change is written through orbax)."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    leaves, tree = jax.tree.flatten(jax.device_get(marljax.load_policy(policy).params))
+    leaves = [np.array(x) for x in leaves]
+    leaves[0].flat[0] = 3.4e18
+    shutil.rmtree(policy / "params")
+    saver = ocp.StandardCheckpointer()
+    saver.save(policy / "params", jax.tree.unflatten(tree, leaves))
+    saver.wait_until_finished()
+    saver.close()
+
+
+def test_a_policy_exported_without_a_fingerprint_loads_with_a_warning(policy):
+    """Policies exported before fingerprints were written still load; the user is told they are unchecked."""
+    from marljax.train.policy import load_policy
+
+    _edit_policy(policy, lambda i: i.pop("params_fingerprint"))
+    logs: list[str] = []
+    assert load_policy(policy, log=logs.append).config.hidden_size == 16
+    assert any("carries no fingerprint" in line for line in logs), logs
 
 
 def test_a_policy_of_another_minor_version_loads_with_a_warning(policy):

@@ -76,12 +76,17 @@ _diverter: _Diverter | None = None
 def divert(path: Path | None) -> None:
     """From now on, the libraries' log records and leftover tracebacks go to `path` (None: dropped),
     not stderr. Installed once per process; a later call only changes the file."""
+    install().path = None if path is None else Path(path)
+
+
+def install() -> _Diverter:
+    """The diverter, installed once per process (to the file last given to `divert`, or none)."""
     global _diverter
     if _diverter is None:
         _diverter = _Diverter()
         logging.getLogger("absl").addFilter(_diverter)
         sys.unraisablehook = _diverter.unraisable
-    _diverter.path = None if path is None else Path(path)
+    return _diverter
 
 
 def diverted() -> int:
