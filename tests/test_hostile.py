@@ -219,9 +219,19 @@ def test_a_bad_yaml_file_is_one_line_naming_it(tmp_path, command, text, words):
         ("env=jaxmarl:make env_kwargs.nope=1", "env_kwargs: jaxmarl:make(nope) failed"),
         # MPE takes **kwargs: a misspelt key used to be accepted and ignored
         ("env_kwargs.num_agent=4", "env_kwargs.num_agent: MPE_simple_spread_v3 does not use num_agent"),
+        # before: `marljax: RuntimeError: factory exploded on purpose`, nothing saying it came from the env
+        ("env=tests.broken_env:explode",
+         "env: building the env failed: tests.broken_env:explode() raised RuntimeError: factory exploded on purpose"),
+        # before: AttributeError: 'NoneType' object has no attribute 'possible_agents'
+        ("env=pettingzoo:tests.broken_env:nothing mode=async eval_every=0",
+         "env: pettingzoo:tests.broken_env:nothing returned a NoneType, not a PettingZoo ParallelEnv"),
+        ("env=pettingzoo:tests.broken_env:explode mode=async eval_every=0",
+         "env: building the env failed: pettingzoo:tests.broken_env:explode raised RuntimeError: factory exploded"),
     ],
 )
 def test_values_that_used_to_end_in_a_traceback_name_their_field(tmp_path, setting, words):
+    if "pettingzoo:" in setting:
+        pytest.importorskip("pettingzoo")
     proc = _cli("train", *BASE, *setting.split(), f"out_dir={tmp_path / 'run'}")
     assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "run").exists()
@@ -517,3 +527,55 @@ def test_a_run_set_aside_by_an_interrupted_overwrite_is_named_by_later_commands(
     export_policy(run, tmp_path / "policy", log=logs.append)
     assert any(line.startswith(f"note: {aside}") for line in logs), logs
     assert (aside / "metrics.jsonl").exists()  # kept until the user removes it
+
+
+# ---- round two (issue 39): every message names the thing and the way out
+
+
+def test_resuming_with_another_algorithm_says_so(run):
+    """Before: "saved by an older marljax whose config this version does not read" (same version)."""
+    with pytest.raises(marljax.config.ConfigError) as info:
+        train(load_config(None, [*BASE, f"out_dir={run}", "resume=true", "algo=mappo"]), **QUIET)
+    assert info.value.field == "algo" and "trained with algo=ippo, this config has algo=mappo" in str(info.value)
+    assert "resume it with algo=ippo" in str(info.value) and "older marljax" not in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_config_that_is_not_a_regular_file_is_named_as_such(tmp_path, kind):
+    """Before: "file not found" for both."""
+    import os
+
+    path = tmp_path / "x.yaml"
+    path.mkdir() if kind == "directory" else os.mkfifo(path)
+    proc = _cli("train", str(path), timeout=60)
+    words = "is a directory, not a YAML file" if kind == "directory" else "is not a regular file (a FIFO"
+    assert proc.returncode == 2 and f"config: {path} {words}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_thousands_of_unknown_env_kwargs_are_counted_not_listed(tmp_path):
+    """Before: a 2M-key file gave an 18.9 MB one-line error listing every key."""
+    path = tmp_path / "many.yaml"
+    path.write_text("env_kwargs:\n" + "".join(f"  junk_{i:05d}: 1\n" for i in range(5000)))
+    proc = _cli("train", str(path), *BASE, f"out_dir={tmp_path / 'run'}")
+    assert proc.returncode == 2 and "does not use junk_00000, junk_00001" in proc.stderr, proc.stderr[:2000]
+    assert "and 4992 more" in proc.stderr and len(proc.stderr) < 3000
+
+
+def test_a_policy_fed_another_envs_observations_names_the_env_it_was_trained_on(policy):
+    """Before: flax's ScopeParamShapeError, with no word of the env."""
+    import jax
+    import jax.numpy as jnp
+    from jaxmarl import make
+
+    loaded = marljax.load_policy(policy)
+    key = jax.random.PRNGKey(0)
+    other, _ = make("MPE_simple_reference_v3").reset(key)  # other agents
+    with pytest.raises(PolicyError, match=r"acts in MPE_simple_spread_v3 .*give it MPE_simple_spread_v3's observation"):
+        loaded.act(other, key)
+    wrong = {a: jnp.zeros(21) for a in loaded.env.agents}  # the same agents, another shape
+    with pytest.raises(PolicyError, match=r"trained on MPE_simple_spread_v3, whose agents .* observe shape \(18,\); got \(21,\)"):
+        jax.jit(loaded.act)(wrong, key)
+    right, _ = make("MPE_simple_spread_v3").reset(key)
+    actions, _ = jax.jit(loaded.act)(right, key)  # the control
+    assert set(actions) == set(loaded.env.agents)

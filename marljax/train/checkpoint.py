@@ -312,6 +312,11 @@ def _first_line(exc: Exception) -> str:
 
 def check_resumable(saved_config: dict, config: Config, where: Path) -> None:
     """ConfigError listing the structural fields that differ from the run being resumed."""
+    if saved_config.get("algo", config.algo) != config.algo:  # before the sections: another algorithm's read as stale
+        raise ConfigError(
+            "algo", f"the run in {where} was trained with algo={saved_config['algo']}, this config has algo={config.algo}; "
+            f"resume it with algo={saved_config['algo']}, or start the {config.algo} run in another out_dir",
+        )
     stale = sorted(k for k in saved_config if k not in core_keys() and k not in config.sections)
     if stale:
         raise ConfigError(

@@ -150,6 +150,25 @@ def check_versions(saved: Any, where: Path, log: Callable = print) -> None:
         log(f"warning: {where} was written by marljax {'.'.join(theirs)}; this is {'.'.join(ours)}")
 
 
+def _grouped_obs(obs: Any, env: EnvAdapter, env_name: str, where: Path) -> dict[str, Array]:
+    """`obs` as group arrays; PolicyError naming the env the policy was trained on when the
+    observations are another env's (other agents, other shapes). Shapes are static: under jit
+    this is checked once, when `act` is traced."""
+    try:
+        grouped = env.group_obs(obs)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PolicyError(f"the policy in {where} acts in {env_name} (agents {', '.join(map(str, env.agents))}); "
+                          f"these observations do not fit it ({type(exc).__name__}: {str(exc)[:200]}): "
+                          f"give it {env_name}'s observation dict") from None  # fmt: skip
+    for g in env.groups:
+        got = tuple(grouped[g.name].shape[1:])
+        if got != tuple(g.obs_shape):
+            raise PolicyError(f"the policy in {where} was trained on {env_name}, whose agents {', '.join(map(str, g.agents))} "
+                              f"observe shape {tuple(g.obs_shape)}; got {got}: observations of another env? "
+                              f"act takes {env_name}'s observations")  # fmt: skip
+    return grouped
+
+
 def _restore_params(path: Path, target: Any, saved_fingerprint: Any, log: Callable) -> dict:
     """The exported parameters, checked against the fingerprint export wrote beside them."""
     library_log.install()  # orbax's tracebacks of a failed restore: off stderr
@@ -198,7 +217,7 @@ def load_policy(path: str | Path, trust_code: bool = False, log: Callable = prin
     def act(obs: dict, key: Array, carry: dict | None = None, avail_actions: dict | None = None, greedy: bool = False):
         """obs: the env's agent name -> observation; returns (the actions as the env's `step` takes them:
         agent name -> action, or a tuple in agent order for envs whose agents are 0..N-1, next carry)."""
-        grouped = {k: v[None] for k, v in env.group_obs(obs).items()}  # [1, A_g, ...]
+        grouped = {k: v[None] for k, v in _grouped_obs(obs, env, config.env, path).items()}  # [1, A_g, ...]
         mask = {k: v[None] for k, v in env.group_masks(avail_actions).items()} if avail_actions else {}
         hidden = carry if carry is not None else (init_carry() or {})
         reset = {g.name: jnp.zeros((1, g.size), bool) for g in env.groups}
