@@ -58,6 +58,9 @@ def check_writable_dir(path: Path) -> str | None:
         return f"the name {long[0][:40]}... is longer than {NAME_MAX} bytes"
     if path.exists() and not path.is_dir():
         return f"{path} is a file, not a directory"
+    for link in (path, *path.parents):
+        if link.is_symlink() and not link.exists():  # a loop, or a target that is gone
+            return f"{link} is a symbolic link that leads nowhere (a loop or a missing target); remove it or choose another path"
     existing = path
     while not existing.exists():
         existing = existing.parent

@@ -239,12 +239,15 @@ def test_values_that_used_to_end_in_a_traceback_name_their_field(tmp_path, setti
 
 def test_an_out_dir_that_cannot_be_a_directory_is_refused_before_anything_is_created(tmp_path):
     (tmp_path / "afile").write_text("x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")  # was a raw FileExistsError
     for out, words in [(tmp_path / "afile", "is a file, not a directory"),
                        (tmp_path / "afile" / "run", "is a file, so"),
-                       (tmp_path / ("n" * 300), "longer than 255 bytes")]:  # fmt: skip
+                       (tmp_path / ("n" * 300), "longer than 255 bytes"),
+                       (tmp_path / "loop", "is a symbolic link that leads nowhere (a loop or a missing target)"),
+                       (tmp_path / "loop" / "run", "loop is a symbolic link that leads nowhere")]:  # fmt: skip
         proc = _cli("train", *BASE, f"out_dir={out}")
         assert proc.returncode == 2 and f"out_dir: " in proc.stderr and words in proc.stderr, proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "loop"]
 
 
 def test_an_unexpected_failure_is_one_line_unless_debugging(tmp_path, monkeypatch):
