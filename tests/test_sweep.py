@@ -334,9 +334,15 @@ def test_a_moved_sweep_directory_continues(tmp_path, finished):
     _assert_same_results(ref, moved)
 
 
-@pytest.mark.parametrize("name", ["progress.json", "results/coords.json"])
-def test_a_damaged_sweep_file_is_named_with_the_way_out(tmp_path, finished, capsys, name):
-    """Before: an unnamed JSONDecodeError. Following the advice continues the sweep, results kept."""
+@pytest.mark.parametrize(
+    "name, words",
+    [("progress.json", "is not valid JSON .*remove it and rerun the same command"),
+     ("results/coords.json", "is not valid JSON .*remove it and rerun the same command"),
+     ("sweep.yaml", "is damaged .*restore it from a copy to continue the sweep")],
+)  # fmt: skip
+def test_a_damaged_sweep_file_is_named_with_the_way_out(tmp_path, finished, capsys, name, words):
+    """Before: an unnamed JSONDecodeError (a yaml error for sweep.yaml). Following the advice
+    continues the sweep with its results kept."""
     import shutil
 
     from marljax.files import DamagedFile
@@ -345,11 +351,14 @@ def test_a_damaged_sweep_file_is_named_with_the_way_out(tmp_path, finished, caps
     out = tmp_path / "sweep"
     shutil.copytree(ref, out)
     (out / name).write_text('{"done": ["param_sh')
-    with pytest.raises(DamagedFile, match=rf"{out / name} is not valid JSON .*remove it and rerun the same command"):
+    with pytest.raises(DamagedFile, match=rf"{out / name} {words}"):
         run_sweep(expand(_spec(out)), log=lambda s: None, progress=False)
     if name == "results/coords.json":
         assert main(["report", str(out)]) == 1
         assert f"{out / name} is not valid JSON" in capsys.readouterr().err
-    (out / name).unlink()
+    if name == "sweep.yaml":
+        shutil.copy(ref / name, out / name)  # "restore it from a copy"
+    else:
+        (out / name).unlink()
     run_sweep(expand(_spec(out)), log=lambda s: None, progress=False)
     _assert_same_results(ref, out)

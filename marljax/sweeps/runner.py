@@ -122,8 +122,8 @@ def _saved_spec(path: Path) -> dict:
     except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
         saved = exc
     if not isinstance(saved, dict):
-        raise DamagedFile(f"{path} is damaged (not the mapping marljax wrote); continue the sweep in a copy of its "
-                          "directory with sweep.yaml from another copy, or start over with overwrite=true")  # fmt: skip
+        raise DamagedFile(f"{path} is damaged (not the mapping marljax wrote); restore it from a copy to continue the "
+                          "sweep, or start over with overwrite=true (which removes its results)")  # fmt: skip
     return saved
 
 
