@@ -582,3 +582,20 @@ def test_a_policy_fed_another_envs_observations_names_the_env_it_was_trained_on(
     right, _ = make("MPE_simple_spread_v3").reset(key)
     actions, _ = jax.jit(loaded.act)(right, key)  # the control
     assert set(actions) == set(loaded.env.agents)
+
+
+@pytest.mark.parametrize("where", ["not this host", "port taken"])
+def test_a_coordinator_process_0_cannot_serve_is_one_line_not_a_native_abort(tmp_path, where):
+    """Before: marljax's hint, then JAX's C++ check failure (exit 134) once distributed.timeout_s passed."""
+    import socket
+
+    with socket.socket() as taken:
+        if where == "port taken":
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+        address = "192.0.2.1:29517" if where == "not this host" else f"127.0.0.1:{taken.getsockname()[1]}"  # TEST-NET-1
+        proc = _cli("train", *BASE, f"distributed.coordinator={address}", "distributed.num_processes=2",
+                    "distributed.process_id=0", "distributed.timeout_s=5", f"out_dir={tmp_path / 'run'}", timeout=120)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert f"process 0 runs the coordinator, but cannot listen on {address} (distributed.coordinator)" in proc.stderr
+    assert "Check failure" not in proc.stderr and not (tmp_path / "run").exists()
