@@ -503,6 +503,31 @@ def test_marljax_debug_keeps_the_library_traces_on_stderr(tmp_path, monkeypatch,
     assert [r.getMessage() for r in caplog.records] == ["boom"]
 
 
+def test_a_librarys_leftover_coroutine_traceback_goes_to_the_debug_log(tmp_path, capsys, monkeypatch):
+    """asyncio's "Exception ignored in coroutine ..." / "Event loop is closed" after a failed save
+    reach Python's unraisable hook; those of orbax's coroutines go to debug.log, others pass."""
+    import sys
+    from types import SimpleNamespace
+
+    from marljax.train import library_log
+
+    def unraisable(filename: str) -> SimpleNamespace:
+        namespace: dict = {}
+        exec(compile("async def commit(): pass", filename, "exec"), namespace)
+        return SimpleNamespace(exc_type=RuntimeError, exc_value=RuntimeError("Event loop is closed"), exc_traceback=None,
+                               err_msg="Exception ignored in", object=namespace["commit"]())  # fmt: skip
+
+    passed_on: list = []
+    monkeypatch.setattr(sys, "unraisablehook", passed_on.append)  # the hook before marljax's
+    library_log.divert(tmp_path / "debug.log")
+    orbax, ours = unraisable("/x/site-packages/orbax/checkpoint/fake.py"), unraisable("/x/user_code.py")
+    sys.unraisablehook(orbax)
+    assert "Event loop is closed" in (tmp_path / "debug.log").read_text() and capsys.readouterr().err == ""
+    sys.unraisablehook(ours)  # not the library's: passed on
+    assert passed_on == [ours] and "user_code" not in (tmp_path / "debug.log").read_text()
+    orbax.object.close(), ours.object.close()
+
+
 def test_resume_with_no_checkpoint_keeps_the_earlier_metrics_aside_and_says_why(run):
     """A run killed before its first checkpoint, then resume=true: it starts from scratch (nothing
     to resume), but the old rows are kept, not overwritten."""

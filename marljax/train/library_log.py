@@ -41,7 +41,7 @@ class _Diverter(logging.Filter):
         super().__init__()
         self.path: Path | None = None
         self.diverted = 0  # records and unraisable exceptions kept off stderr
-        self._previous_hook = sys.unraisablehook
+        self.previous_hook = sys.unraisablehook
         self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -53,7 +53,7 @@ class _Diverter(logging.Filter):
 
     def unraisable(self, info: Any) -> None:
         if debugging() or not _unraisable_from_library(info):
-            self._previous_hook(info)
+            self.previous_hook(info)
             return
         lines = traceback.format_exception(info.exc_type, info.exc_value, info.exc_traceback)
         self._write(f"unraisable exception in {info.object!r}: {info.err_msg or ''}\n{''.join(lines)}")
@@ -85,6 +85,8 @@ def install() -> _Diverter:
     if _diverter is None:
         _diverter = _Diverter()
         logging.getLogger("absl").addFilter(_diverter)
+    if sys.unraisablehook != _diverter.unraisable:  # first time, or another hook was put in since (pytest does)
+        _diverter.previous_hook = sys.unraisablehook
         sys.unraisablehook = _diverter.unraisable
     return _diverter
 
