@@ -348,13 +348,14 @@ def _sweep(args: list[str]) -> int:
         else:
             rest.append(arg)
     try:
+        from marljax.files import DamagedFile
         from marljax.parallel.distributed import DistributedError
         from marljax.sweeps.runner import run_sweep
         from marljax.sweeps.spec import load_sweep
 
         try:
             run_sweep(load_sweep(args[0], rest), **options)
-        except DistributedError as exc:
+        except (DistributedError, DamagedFile) as exc:
             print(f"marljax: {exc}", file=sys.stderr)
             return 1
     except ConfigError as exc:
@@ -367,6 +368,7 @@ def _report(args: list[str]) -> int:
     if len(args) != 1:
         print(f"marljax: report takes one sweep directory\n\n{USAGE}", file=sys.stderr)
         return 2
+    from marljax.files import DamagedFile
     from marljax.sweeps.runner import finish
 
     try:
@@ -374,6 +376,9 @@ def _report(args: list[str]) -> int:
     except FileNotFoundError as exc:
         print(f"marljax: {exc}", file=sys.stderr)
         return 2
+    except DamagedFile as exc:
+        print(f"marljax: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -400,11 +405,16 @@ def _compare(args: list[str]) -> int:
             return 2
         else:
             specs.append(arg)
+    from marljax.files import DamagedFile
+
     try:
         compare(specs, warn=lambda line: print(line, file=sys.stderr), **options)
     except CompareError as exc:
         print(f"marljax: compare: {exc}", file=sys.stderr)
         return 2
+    except DamagedFile as exc:
+        print(f"marljax: compare: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -517,6 +517,14 @@ def to_flat(tree: Mapping, prefix: str = "") -> dict[str, Any]:
 # ----------------------------------------------------------------------------- reading
 
 
+def listed(items: typing.Iterable[Any], first: int = 8) -> str:
+    """The first few items, comma-separated, and how many more (a message stays one short line
+    however many keys a file holds)."""
+    items = [str(x) for x in items]
+    more = f" and {len(items) - first} more" if len(items) > first else ""
+    return ", ".join(items[:first]) + more
+
+
 def unknown_key(key: str, allowed: typing.Iterable[str], prefix: str = "") -> ConfigError:
     """ConfigError for field `prefix + key`, with the closest allowed key as a hint."""
     allowed = sorted(allowed)
@@ -590,6 +598,10 @@ def read_yaml_mapping(path: str | Path, field: str, expected: str) -> dict:
     something else (`expected` says what it should hold)."""
     path = Path(path)
     if not path.is_file():
+        if path.is_dir():
+            raise ConfigError(field, f"{path} is a directory, not a YAML file; give the file in it")
+        if path.exists():  # a FIFO, socket or device: reading it could block or never end
+            raise ConfigError(field, f"{path} is not a regular file (a FIFO, socket or device); give a YAML file")
         raise ConfigError(field, f"file not found: {path}")
     try:
         loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader) or {}

@@ -5,10 +5,32 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 NAME_MAX = 255  # bytes in one path component on the common filesystems
+
+
+class DamagedFile(RuntimeError):
+    """A file marljax wrote earlier does not read back; the message names it and the way out."""
+
+
+def read_json(path: Path, remedy: str, max_bytes: int = 64 << 20) -> Any:
+    """The JSON in `path` (a file marljax wrote). DamagedFile naming the file, what is wrong and
+    `remedy` when it is garbled, not UTF-8, nested too deep for Python's parser, or over
+    `max_bytes` (refused unread). FileNotFoundError passes through."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise DamagedFile(f"{path} is {size} bytes, more than the {max_bytes} a file of this kind can hold; {remedy}")
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DamagedFile(f"{path} is not valid JSON ({exc}); {remedy}") from None
+    except RecursionError:
+        raise DamagedFile(f"{path} is nested too deep to be a file marljax wrote; {remedy}") from None
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
@@ -36,6 +58,9 @@ def check_writable_dir(path: Path) -> str | None:
         return f"the name {long[0][:40]}... is longer than {NAME_MAX} bytes"
     if path.exists() and not path.is_dir():
         return f"{path} is a file, not a directory"
+    for link in (path, *path.parents):
+        if link.is_symlink() and not link.exists():  # a loop, or a target that is gone
+            return f"{link} is a symbolic link that leads nowhere (a loop or a missing target); remove it or choose another path"
     existing = path
     while not existing.exists():
         existing = existing.parent

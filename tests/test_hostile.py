@@ -44,8 +44,8 @@ def policy(finished, tmp_path) -> Path:
     return tmp_path / "policy"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "marljax.cli", *args], capture_output=True, text=True, timeout=300)
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "marljax.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def _edit_policy(policy: Path, edit) -> None:
@@ -138,14 +138,45 @@ def test_export_of_a_missing_run_creates_nothing(tmp_path):
         (lambda p: _edit_policy(p, lambda i: i["config"].update(hidden_size=32)), "does not hold the parameters"),
         (lambda p: _edit_policy(p, lambda i: i["config"].update(num_envs=-3)), "its config does not load here"),
         (lambda p: _edit_policy(p, lambda i: i["versions"].update(marljax="9.0.0")), "a different major version"),
+        (lambda p: (p / "policy.json").write_text("[" * 200_000), "is nested too deep"),  # was a raw RecursionError
+        (lambda p: (p / "policy.json").write_text(" " * (17 << 20) + "{}"), "bytes, more than the"),
+        (lambda p: _change_one_weight(p), "does not match the fingerprint in policy.json"),  # loaded silently
     ],
-    ids=["garbage", "not utf-8", "missing", "no config", "another network", "bad config", "major version"],
+    ids=["garbage", "not utf-8", "missing", "no config", "another network", "bad config", "major version",
+         "deeply nested", "oversized", "a changed weight"],  # fmt: skip
 )
 def test_a_damaged_policy_is_refused_naming_the_file(policy, damage, words):
     damage(policy)
     with pytest.raises(PolicyError, match=words) as info:
         marljax.load_policy(policy)
     assert str(policy) in str(info.value)
+
+
+def _change_one_weight(policy: Path) -> None:
+    """The exported parameters rewritten with one weight changed (-0.35 -> 3.4e18 in the review,
+    by a flipped byte; orbax compresses small arrays, so the change is written through orbax)."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    leaves, tree = jax.tree.flatten(jax.device_get(marljax.load_policy(policy).params))
+    leaves = [np.array(x) for x in leaves]
+    leaves[0].flat[0] = 3.4e18
+    shutil.rmtree(policy / "params")
+    saver = ocp.StandardCheckpointer()
+    saver.save(policy / "params", jax.tree.unflatten(tree, leaves))
+    saver.wait_until_finished()
+    saver.close()
+
+
+def test_a_policy_exported_without_a_fingerprint_loads_with_a_warning(policy):
+    """Policies exported before fingerprints were written still load; the user is told they are unchecked."""
+    from marljax.train.policy import load_policy
+
+    _edit_policy(policy, lambda i: i.pop("params_fingerprint"))
+    logs: list[str] = []
+    assert load_policy(policy, log=logs.append).config.hidden_size == 16
+    assert any("carries no fingerprint" in line for line in logs), logs
 
 
 def test_a_policy_of_another_minor_version_loads_with_a_warning(policy):
@@ -188,9 +219,19 @@ def test_a_bad_yaml_file_is_one_line_naming_it(tmp_path, command, text, words):
         ("env=jaxmarl:make env_kwargs.nope=1", "env_kwargs: jaxmarl:make(nope) failed"),
         # MPE takes **kwargs: a misspelt key used to be accepted and ignored
         ("env_kwargs.num_agent=4", "env_kwargs.num_agent: MPE_simple_spread_v3 does not use num_agent"),
+        # before: `marljax: RuntimeError: factory exploded on purpose`, nothing saying it came from the env
+        ("env=tests.broken_env:explode",
+         "env: building the env failed: tests.broken_env:explode() raised RuntimeError: factory exploded on purpose"),
+        # before: AttributeError: 'NoneType' object has no attribute 'possible_agents'
+        ("env=pettingzoo:tests.broken_env:nothing mode=async eval_every=0",
+         "env: pettingzoo:tests.broken_env:nothing returned a NoneType, not a PettingZoo ParallelEnv"),
+        ("env=pettingzoo:tests.broken_env:explode mode=async eval_every=0",
+         "env: building the env failed: pettingzoo:tests.broken_env:explode raised RuntimeError: factory exploded"),
     ],
 )
 def test_values_that_used_to_end_in_a_traceback_name_their_field(tmp_path, setting, words):
+    if "pettingzoo:" in setting:
+        pytest.importorskip("pettingzoo")
     proc = _cli("train", *BASE, *setting.split(), f"out_dir={tmp_path / 'run'}")
     assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "run").exists()
@@ -198,12 +239,15 @@ def test_values_that_used_to_end_in_a_traceback_name_their_field(tmp_path, setti
 
 def test_an_out_dir_that_cannot_be_a_directory_is_refused_before_anything_is_created(tmp_path):
     (tmp_path / "afile").write_text("x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")  # was a raw FileExistsError
     for out, words in [(tmp_path / "afile", "is a file, not a directory"),
                        (tmp_path / "afile" / "run", "is a file, so"),
-                       (tmp_path / ("n" * 300), "longer than 255 bytes")]:  # fmt: skip
+                       (tmp_path / ("n" * 300), "longer than 255 bytes"),
+                       (tmp_path / "loop", "is a symbolic link that leads nowhere (a loop or a missing target)"),
+                       (tmp_path / "loop" / "run", "loop is a symbolic link that leads nowhere")]:  # fmt: skip
         proc = _cli("train", *BASE, f"out_dir={out}")
         assert proc.returncode == 2 and f"out_dir: " in proc.stderr and words in proc.stderr, proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "loop"]
 
 
 def test_an_unexpected_failure_is_one_line_unless_debugging(tmp_path, monkeypatch):
@@ -392,3 +436,191 @@ def test_a_trajectory_path_that_cannot_be_written_is_refused_before_compiling(tm
         with pytest.raises(marljax.config.ConfigError, match=f"async.record_trajectories.*{words}"):
             train(cfg, **QUIET)
     assert (tmp_path / "old" / "index.json").read_text() == '{"count": 3}'
+
+
+# ---- round two (issue 39): failing disks end in one line, promptly, and lose nothing
+
+
+def test_resume_onto_a_checkpoints_file_exits_at_once_and_keeps_the_metrics(run):
+    """Before: "no checkpoint ...; starting from scratch", the old metrics.jsonl overwritten, 3 raw
+    orbax tracebacks, then a hang until killed."""
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").write_text("x")
+    before = (run / "metrics.jsonl").read_bytes()
+    proc = _cli("train", *BASE, f"out_dir={run}", "resume=true", timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "checkpoints cannot hold checkpoints: it is a file, not a directory" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "starting from scratch" not in proc.stdout + proc.stderr
+    assert (run / "metrics.jsonl").read_bytes() == before and (run / "checkpoints").read_text() == "x"
+
+
+def _orbax_threads() -> list:
+    import threading
+
+    from orbax.checkpoint._src.futures.future import _SignalingThread
+
+    return [t for t in threading.enumerate() if isinstance(t, _SignalingThread) and t.is_alive()]
+
+
+def test_a_save_that_fails_mid_run_leaves_no_thread_behind_and_its_traces_go_to_the_debug_log(tmp_path, caplog):
+    """The checkpoints directory replaced by a file while the run goes on: the save of update 2
+    fails. orbax's threads waiting for the directory it never made are not daemons; they kept the
+    process alive for minutes. Its error records (with tracebacks) go to debug.log, not stderr."""
+    import time
+
+    from marljax.train.checkpoint import CheckpointError
+
+    out = tmp_path / "run"
+
+    def sabotage(row: dict) -> None:  # called after a chunk's row is written, before its checkpoint
+        if row["update"] == 2:
+            shutil.rmtree(out / "checkpoints")
+            (out / "checkpoints").write_text("x")
+
+    with pytest.raises(CheckpointError, match=r"saving the checkpoint of update 2 .*Not a directory"):
+        train(load_config(None, [*BASE, f"out_dir={out}"]), on_row=sabotage, **QUIET)
+    deadline = time.monotonic() + 10
+    while _orbax_threads() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _orbax_threads() == []
+    assert not [r for r in caplog.records if r.name == "absl"]  # none reached the log handlers
+    log = (out / "debug.log").read_text()
+    assert "Traceback" in log and "NotADirectoryError" in log
+
+
+def test_marljax_debug_keeps_the_library_traces_on_stderr(tmp_path, monkeypatch, caplog):
+    """The control of the one above: with MARLJAX_DEBUG=1 an orbax record passes as it was."""
+    import logging
+
+    from marljax.train import library_log
+
+    library_log.divert(tmp_path / "debug.log")
+    record = logging.LogRecord("absl", logging.ERROR, "/x/site-packages/orbax/checkpoint/y.py", 1, "boom", None, None)
+    logging.getLogger("absl").handle(record)
+    assert "boom" in (tmp_path / "debug.log").read_text() and not caplog.records
+    monkeypatch.setenv("MARLJAX_DEBUG", "1")
+    logging.getLogger("absl").handle(record)
+    assert [r.getMessage() for r in caplog.records] == ["boom"]
+
+
+def test_a_librarys_leftover_coroutine_traceback_goes_to_the_debug_log(tmp_path, capsys, monkeypatch):
+    """asyncio's "Exception ignored in coroutine ..." / "Event loop is closed" after a failed save
+    reach Python's unraisable hook; those of orbax's coroutines go to debug.log, others pass."""
+    import sys
+    from types import SimpleNamespace
+
+    from marljax.train import library_log
+
+    def unraisable(filename: str) -> SimpleNamespace:
+        namespace: dict = {}
+        exec(compile("async def commit(): pass", filename, "exec"), namespace)
+        return SimpleNamespace(exc_type=RuntimeError, exc_value=RuntimeError("Event loop is closed"), exc_traceback=None,
+                               err_msg="Exception ignored in", object=namespace["commit"]())  # fmt: skip
+
+    passed_on: list = []
+    monkeypatch.setattr(sys, "unraisablehook", passed_on.append)  # the hook before marljax's
+    library_log.divert(tmp_path / "debug.log")
+    orbax, ours = unraisable("/x/site-packages/orbax/checkpoint/fake.py"), unraisable("/x/user_code.py")
+    sys.unraisablehook(orbax)
+    assert "Event loop is closed" in (tmp_path / "debug.log").read_text() and capsys.readouterr().err == ""
+    sys.unraisablehook(ours)  # not the library's: passed on
+    assert passed_on == [ours] and "user_code" not in (tmp_path / "debug.log").read_text()
+    orbax.object.close(), ours.object.close()
+
+
+def test_resume_with_no_checkpoint_keeps_the_earlier_metrics_aside_and_says_why(run):
+    """A run killed before its first checkpoint, then resume=true: it starts from scratch (nothing
+    to resume), but the old rows are kept, not overwritten."""
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").mkdir()
+    before = (run / "metrics.jsonl").read_bytes()
+    logs: list[str] = []
+    res = train(load_config(None, [*BASE, f"out_dir={run}", "resume=true"]), log=logs.append)
+    assert res.rows[-1]["update"] == 8
+    assert any("no checkpoint in" in line and "(none was saved there); starting from scratch" in line for line in logs)
+    (kept,) = run.glob("metrics.jsonl.no-checkpoint-*")
+    assert kept.read_bytes() == before and any(kept.name in line for line in logs), logs
+
+
+def test_a_run_set_aside_by_an_interrupted_overwrite_is_named_by_later_commands(run, tmp_path):
+    """overwrite=true killed during compile leaves the old run only in a hidden .overwritten-<time>/."""
+    aside = run / ".overwritten-20261125-120000-000000"
+    aside.mkdir()
+    for name in ("checkpoints", "metrics.jsonl", "config.yaml"):
+        shutil.move(str(run / name), str(aside / name))
+    logs: list[str] = []
+    train(load_config(None, [*BASE, f"out_dir={run}", "resume=true"]), log=logs.append)
+    assert any(line.startswith(f"note: {aside} holds the run an earlier overwrite=true set aside") for line in logs)
+    logs.clear()
+    export_policy(run, tmp_path / "policy", log=logs.append)
+    assert any(line.startswith(f"note: {aside}") for line in logs), logs
+    assert (aside / "metrics.jsonl").exists()  # kept until the user removes it
+
+
+# ---- round two (issue 39): every message names the thing and the way out
+
+
+def test_resuming_with_another_algorithm_says_so(run):
+    """Before: "saved by an older marljax whose config this version does not read" (same version)."""
+    with pytest.raises(marljax.config.ConfigError) as info:
+        train(load_config(None, [*BASE, f"out_dir={run}", "resume=true", "algo=mappo"]), **QUIET)
+    assert info.value.field == "algo" and "trained with algo=ippo, this config has algo=mappo" in str(info.value)
+    assert "resume it with algo=ippo" in str(info.value) and "older marljax" not in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_config_that_is_not_a_regular_file_is_named_as_such(tmp_path, kind):
+    """Before: "file not found" for both."""
+    import os
+
+    path = tmp_path / "x.yaml"
+    path.mkdir() if kind == "directory" else os.mkfifo(path)
+    proc = _cli("train", str(path), timeout=60)
+    words = "is a directory, not a YAML file" if kind == "directory" else "is not a regular file (a FIFO"
+    assert proc.returncode == 2 and f"config: {path} {words}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_thousands_of_unknown_env_kwargs_are_counted_not_listed(tmp_path):
+    """Before: a 2M-key file gave an 18.9 MB one-line error listing every key."""
+    path = tmp_path / "many.yaml"
+    path.write_text("env_kwargs:\n" + "".join(f"  junk_{i:05d}: 1\n" for i in range(5000)))
+    proc = _cli("train", str(path), *BASE, f"out_dir={tmp_path / 'run'}")
+    assert proc.returncode == 2 and "does not use junk_00000, junk_00001" in proc.stderr, proc.stderr[:2000]
+    assert "and 4992 more" in proc.stderr and len(proc.stderr) < 3000
+
+
+def test_a_policy_fed_another_envs_observations_names_the_env_it_was_trained_on(policy):
+    """Before: flax's ScopeParamShapeError, with no word of the env."""
+    import jax
+    import jax.numpy as jnp
+    from jaxmarl import make
+
+    loaded = marljax.load_policy(policy)
+    key = jax.random.PRNGKey(0)
+    other, _ = make("MPE_simple_reference_v3").reset(key)  # other agents
+    with pytest.raises(PolicyError, match=r"acts in MPE_simple_spread_v3 .*give it MPE_simple_spread_v3's observation"):
+        loaded.act(other, key)
+    wrong = {a: jnp.zeros(21) for a in loaded.env.agents}  # the same agents, another shape
+    with pytest.raises(PolicyError, match=r"trained on MPE_simple_spread_v3, whose agents .* observe shape \(18,\); got \(21,\)"):
+        jax.jit(loaded.act)(wrong, key)
+    right, _ = make("MPE_simple_spread_v3").reset(key)
+    actions, _ = jax.jit(loaded.act)(right, key)  # the control
+    assert set(actions) == set(loaded.env.agents)
+
+
+@pytest.mark.parametrize("where", ["not this host", "port taken"])
+def test_a_coordinator_process_0_cannot_serve_is_one_line_not_a_native_abort(tmp_path, where):
+    """Before: marljax's hint, then JAX's C++ check failure (exit 134) once distributed.timeout_s passed."""
+    import socket
+
+    with socket.socket() as taken:
+        if where == "port taken":
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+        address = "192.0.2.1:29517" if where == "not this host" else f"127.0.0.1:{taken.getsockname()[1]}"  # TEST-NET-1
+        proc = _cli("train", *BASE, f"distributed.coordinator={address}", "distributed.num_processes=2",
+                    "distributed.process_id=0", "distributed.timeout_s=5", f"out_dir={tmp_path / 'run'}", timeout=120)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert f"process 0 runs the coordinator, but cannot listen on {address} (distributed.coordinator)" in proc.stderr
+    assert "Check failure" not in proc.stderr and not (tmp_path / "run").exists()

@@ -314,3 +314,51 @@ def test_a_program_that_cannot_run_is_refused_before_out_dir_is_touched(tmp_path
     with pytest.raises(ConfigError, match="program param_sharing=shared: mode"):
         run_sweep(expand(spec), log=lambda s: None, progress=False)
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------- moved and damaged sweep directories
+
+
+def test_a_moved_sweep_directory_continues(tmp_path, finished):
+    """Before: "holds a different sweep" (only the stored out_dir differed), and the suggested
+    overwrite=true threw the results away."""
+    import shutil
+
+    ref, _, _ = finished
+    moved = tmp_path / "moved"
+    shutil.copytree(ref, moved)
+    logs: list[str] = []
+    again = run_sweep(expand(_spec(moved)), log=logs.append, progress=False)
+    assert again.ran == [] and len(again.skipped) == 2
+    assert any(f"holds this sweep, started in {ref}: continuing it here" in line for line in logs), logs
+    _assert_same_results(ref, moved)
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [("progress.json", "is not valid JSON .*remove it and rerun the same command"),
+     ("results/coords.json", "is not valid JSON .*remove it and rerun the same command"),
+     ("sweep.yaml", "is damaged .*restore it from a copy to continue the sweep")],
+)  # fmt: skip
+def test_a_damaged_sweep_file_is_named_with_the_way_out(tmp_path, finished, capsys, name, words):
+    """Before: an unnamed JSONDecodeError (a yaml error for sweep.yaml). Following the advice
+    continues the sweep with its results kept."""
+    import shutil
+
+    from marljax.files import DamagedFile
+
+    ref, _, _ = finished
+    out = tmp_path / "sweep"
+    shutil.copytree(ref, out)
+    (out / name).write_text('{"done": ["param_sh')
+    with pytest.raises(DamagedFile, match=rf"{out / name} {words}"):
+        run_sweep(expand(_spec(out)), log=lambda s: None, progress=False)
+    if name == "results/coords.json":
+        assert main(["report", str(out)]) == 1
+        assert f"{out / name} is not valid JSON" in capsys.readouterr().err
+    if name == "sweep.yaml":
+        shutil.copy(ref / name, out / name)  # "restore it from a copy"
+    else:
+        (out / name).unlink()
+    run_sweep(expand(_spec(out)), log=lambda s: None, progress=False)
+    _assert_same_results(ref, out)

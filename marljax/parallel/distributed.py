@@ -58,6 +58,8 @@ def initialize(config: Config) -> None:
         kwargs.update(coordinator_address=d.coordinator, num_processes=d.num_processes, process_id=d.process_id)
         if d.process_id != 0:
             _wait_for_coordinator(d.coordinator, d.timeout_s)
+        else:  # JAX aborts from C++ (exit 134) when process 0 cannot serve there: said first, in one line
+            _check_coordinator_here(d.coordinator)
         # A process that never comes makes JAX's runtime stop every process that did (it aborts
         # from C++ with DEADLINE_EXCEEDED, which Python cannot catch), so say what that means first.
         print(
@@ -77,6 +79,31 @@ def initialize(config: Config) -> None:
             "coordinator's port is reachable"
         ) from exc
     check_same_config(config)
+
+
+def _check_coordinator_here(address: str) -> None:
+    """DistributedError unless process 0, which runs the coordinator, can listen on `address`:
+    its host must be an address of this machine and its port free."""
+    host, port = address.rsplit(":", 1)
+    try:
+        candidates = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (socket.gaierror, ValueError) as exc:
+        raise DistributedError(f"the coordinator address {address} (distributed.coordinator) does not resolve ({exc}); "
+                               "give process 0's host:port") from None  # fmt: skip
+    problem: OSError | None = None
+    for family, kind, proto, _, sockaddr in candidates:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+                return
+            except OSError as exc:
+                problem = exc
+    reason = problem.strerror if problem is not None else "no address"
+    raise DistributedError(
+        f"process 0 runs the coordinator, but cannot listen on {address} (distributed.coordinator): {reason}. "
+        "Give an address of process 0's own host and a free port"
+    )
 
 
 def _wait_for_coordinator(address: str, timeout_s: float) -> None:

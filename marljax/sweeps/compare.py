@@ -39,7 +39,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import yaml
 
-from marljax.files import check_writable_dir, write_text_atomic
+from marljax.files import check_writable_dir, read_json, write_text_atomic
 from marljax.sweeps.report import estimate, finite, iqm_curve, percentile_interval, plot_iqm_curves, stat_columns, write_csv
 from marljax.sweeps.spec import cell_dirname
 from marljax.train.metrics import listed_lines, read_jsonl_checked
@@ -78,7 +78,8 @@ def _cell_names(sweep: Path) -> list[str]:
     """The names of a sweep's cells (from its results store), else its cell directories' names."""
     coords = sweep / "results" / "coords.json"
     if coords.is_file():
-        return [c["name"] for c in json.loads(coords.read_text())["cells"]]
+        remedy = f"remove it and rerun `marljax sweep` on {sweep}: it is written again (the results are kept)"
+        return [c["name"] for c in read_json(coords, remedy)["cells"]]
     return sorted(d.name for d in (sweep / "cells").iterdir() if d.is_dir()) if (sweep / "cells").is_dir() else []
 
 

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorstore as ts
 
-from marljax.files import write_text_atomic, zarr_spec
+from marljax.files import read_json, write_text_atomic, zarr_spec
 
 METRICS = ("return", "episode_length", "win_rate")  # per evaluation: mean over its episodes, per run (win_rate: NaN without a win condition)
 
@@ -77,7 +77,8 @@ class ResultsStore:
         self.directory = Path(directory)
         coords_path = self.directory / "coords.json"
         if coords_path.exists():
-            saved = json.loads(coords_path.read_text())
+            saved = read_json(coords_path, "remove it and rerun the same command: it is written again from the "
+                                           "sweep file (the results are kept)")  # fmt: skip
             if saved != coords:
                 raise ValueError(f"{self.directory} holds the results of a different sweep (coords.json differs)")
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -130,7 +131,8 @@ def load(directory: str | Path) -> Results:
         directory = directory / "results"
     if not (directory / "coords.json").exists():
         raise FileNotFoundError(f"no results store in {directory} (coords.json is missing)")
-    coords = json.loads((directory / "coords.json").read_text())
+    coords = read_json(directory / "coords.json", f"remove it and rerun `marljax sweep` with the sweep's file on "
+                                                   f"{directory.parent}: it is written again (the results are kept)")  # fmt: skip
     read = {name: ts.open(zarr_spec(directory / f"{name}.zarr")).result().read().result() for name in _ARRAYS}
     steps = read["eval_steps"]  # [C, K]
     unwritten = steps < 0

@@ -41,7 +41,7 @@ import yaml
 from marljax.train.checkpoint import Checkpointer, abstract_like
 from marljax.config import ConfigError, traced_keys
 from marljax.train.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
-from marljax.files import write_text_atomic
+from marljax.files import DamagedFile, read_json, write_text_atomic
 from marljax.train.records import config_yaml
 from marljax.train.trackers import Trackers
 from marljax.train.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, read_rows_kept, write_jsonl_atomic
@@ -100,7 +100,9 @@ def _claim_out_dir(sweep: Sweep, overwrite: bool, log) -> None:
         log(f"overwrite=true: removing {out}")
         shutil.rmtree(out)
     if spec_path.exists():
-        saved = yaml.safe_load(spec_path.read_text())
+        saved = _saved_spec(spec_path)
+        if saved.get("out_dir") not in (None, str(out)) and _comparable(saved) == spec:
+            log(f"{out} holds this sweep, started in {saved['out_dir']}: continuing it here")
         if _comparable(saved) != spec:
             raise ConfigError(
                 "out_dir",
@@ -110,18 +112,39 @@ def _claim_out_dir(sweep: Sweep, overwrite: bool, log) -> None:
     elif out.exists() and any(out.iterdir()):
         raise ConfigError("out_dir", f"{out} is not empty and holds no sweep; choose another out_dir")
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(spec_path, yaml.safe_dump(spec, sort_keys=False))
+    write_text_atomic(spec_path, yaml.safe_dump({**spec, "out_dir": str(out)}, sort_keys=False))
+
+
+def _saved_spec(path: Path) -> dict:
+    """The sweep.yaml a sweep directory holds; DamagedFile when it does not read as a mapping."""
+    try:
+        saved = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        saved = exc
+    if not isinstance(saved, dict):
+        raise DamagedFile(f"{path} is damaged (not the mapping marljax wrote); restore it from a copy to continue the "
+                          "sweep, or start over with overwrite=true (which removes its results)")  # fmt: skip
+    return saved
 
 
 def _comparable(spec: dict) -> dict:
-    """The sweep without `base.distributed`: where it runs, not what it runs."""
+    """The sweep without `base.distributed` and `out_dir`: where it runs, not what it runs (a
+    sweep directory moved or copied elsewhere continues)."""
     base = {k: v for k, v in (spec.get("base") or {}).items() if k != "distributed"}
-    return {**spec, "base": base}
+    return {k: v for k, v in spec.items() if k != "out_dir"} | {"base": base}
 
 
 def _done(out: Path) -> list[str]:
+    """The programs finished, as progress.json lists them; DamagedFile when it does not read."""
     path = out / "progress.json"
-    return json.loads(path.read_text())["done"] if path.exists() else []
+    if not path.exists():
+        return []
+    remedy = "remove it and rerun the same command: each program continues from its newest checkpoint"
+    progress = read_json(path, remedy)
+    done = progress.get("done") if isinstance(progress, dict) else None
+    if not isinstance(done, list) or not all(isinstance(name, str) for name in done):
+        raise DamagedFile(f"{path} holds no list of finished programs under 'done'; {remedy}")
+    return done
 
 
 def _mark_done(out: Path, name: str) -> None:

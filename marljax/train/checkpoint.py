@@ -34,14 +34,31 @@ import orbax.checkpoint as ocp
 
 from marljax.config import Config, ConfigError, core_keys, from_dict, resumable_keys, to_flat
 from marljax.parallel import distributed
+from marljax.train import library_log
 
 # Fields a resumed run may change: when and how it runs, not what it trains. Everything else
 # (env, algo, network, sharing, hyperparameters that live in the state, seeds, envs) is structural.
 PACKAGES = ("marljax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "jaxmarl")
 
 
+DEBUG_LOG = "debug.log"  # beside checkpoints/: orbax's own log records and tracebacks (marljax.train.library_log)
+
+
 class CheckpointError(RuntimeError):
     """Saving a checkpoint failed; the message names the update and the directory."""
+
+
+def not_a_checkpoint_dir(directory: Path) -> str | None:
+    """Why `directory` cannot hold checkpoints (it, or a parent, is a file), or None."""
+    directory = Path(directory).absolute()
+    for path in (directory, *directory.parents):
+        if path.exists() and not path.is_dir():
+            what = "it" if path == directory else f"{path} above it"
+            return (f"{directory} cannot hold checkpoints: {what} is a file, not a directory; nothing was changed: "
+                    "move the file aside, or start over with overwrite=true")  # fmt: skip
+        if path.is_dir():
+            return None
+    return None
 
 
 def versions() -> dict[str, str]:
@@ -127,6 +144,10 @@ class Checkpointer:
     def __init__(self, directory: Path, keep: int, log: Callable[[str], None] = print):
         self.directory = Path(directory).absolute()
         self.log = log
+        problem = not_a_checkpoint_dir(self.directory)
+        if problem:
+            raise CheckpointError(problem)
+        library_log.divert(self.directory.parent / DEBUG_LOG)  # orbax's own tracebacks: not on stderr
         spec = os.environ.get(TEST_SAVE_DELAY)
         self._delay = _SaveDelay(spec, log) if spec else None
         hold = ocp.AsyncOptions(post_finalization_callback=self._delay) if self._delay else None
@@ -252,12 +273,16 @@ class Checkpointer:
     def close(self) -> None:
         """Release the manager. orbax raises a failed asynchronous save again here; once save or
         wait has raised it as CheckpointError it is not raised a second time, so that the raw
-        OSError cannot replace that CheckpointError in the caller's `finally`."""
+        OSError cannot replace that CheckpointError in the caller's `finally`. After a failed save,
+        orbax's threads still waiting for it are released (else the process cannot exit)."""
         try:
             self._manager.close()
         except Exception:  # noqa: BLE001
             if not self._failed:
                 raise
+        finally:
+            if self._failed:
+                library_log.release_waiting_threads()
 
 
 def _plain(x: Any) -> Any:
@@ -287,6 +312,11 @@ def _first_line(exc: Exception) -> str:
 
 def check_resumable(saved_config: dict, config: Config, where: Path) -> None:
     """ConfigError listing the structural fields that differ from the run being resumed."""
+    if saved_config.get("algo", config.algo) != config.algo:  # before the sections: another algorithm's read as stale
+        raise ConfigError(
+            "algo", f"the run in {where} was trained with algo={saved_config['algo']}, this config has algo={config.algo}; "
+            f"resume it with algo={saved_config['algo']}, or start the {config.algo} run in another out_dir",
+        )
     stale = sorted(k for k in saved_config if k not in core_keys() and k not in config.sections)
     if stale:
         raise ConfigError(

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.train.checkpoint import CheckpointError, Checkpointer, abstract_like, check_resumable
+from marljax.train.checkpoint import CheckpointError, Checkpointer, abstract_like, check_resumable, not_a_checkpoint_dir
 from marljax.config import Config, ConfigError, replace
 from marljax.train.evaluate import PeriodicEval, eval_due
 from marljax.train.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns, read_rows_kept, write_jsonl_atomic
@@ -96,6 +96,10 @@ def train(
             f"{out_dir} already holds a run; continue it with resume=true, replace it with overwrite=true, "
             "or choose another out_dir",
         )
+    if config.resume and (problem := not_a_checkpoint_dir(ckpt_dir)):  # refused before anything is built
+        raise CheckpointError(problem)
+    for line in set_aside_runs(out_dir):
+        log(line)
     lock = DirectoryLock(out_dir)
     if distributed.is_primary():
         holder = lock.acquire()
@@ -121,12 +125,25 @@ def train(
 
 
 RUN_FILES = ("checkpoints", "metrics.jsonl", "config.yaml", "returns.png")
+OVERWRITTEN = ".overwritten-"  # the prefix of the directory an overwrite=true sets the old run aside in
+
+
+def set_aside_runs(out_dir: Path) -> list[str]:
+    """One line per old run that an interrupted `overwrite=true` left set aside in `out_dir`
+    (`.overwritten-<time>/`, hidden): said by every command on out_dir until the user removes it."""
+    if not Path(out_dir).is_dir():
+        return []
+    return [
+        f"note: {aside} holds the run an earlier overwrite=true set aside and did not finish replacing; "
+        "it is kept until you remove it (or move its files back to continue that run)"
+        for aside in sorted(p for p in Path(out_dir).iterdir() if p.name.startswith(OVERWRITTEN) and p.is_dir())
+    ]
 
 
 def _set_aside_for_overwrite(config: Config, out_dir: Path, log) -> Path | None:
     """overwrite=true: move the old run's files into `out_dir/.overwritten-<time>/` (process 0),
     removed once the new run has finished, put back if it fails before its first checkpoint."""
-    aside = out_dir / f".overwritten-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+    aside = out_dir / f"{OVERWRITTEN}{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
     if distributed.is_primary():
         aside.mkdir()
         for name in RUN_FILES:
@@ -223,10 +240,24 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
         log(f"resumed from {checkpointer.directory / str(start)} (update {start} of {config.num_updates})")
         return state, start, rows, meta
     if config.resume:
-        log(f"no checkpoint in {checkpointer.directory}; starting from scratch")
+        log(f"{_why_no_checkpoint(checkpointer.directory)}; starting from scratch")
     if metrics_path.exists() and distributed.is_primary():
-        metrics_path.unlink()
+        if config.resume and metrics_path.stat().st_size:  # rows of a run that saved no checkpoint: kept
+            kept = metrics_path.with_name(f"{metrics_path.name}.no-checkpoint-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+            metrics_path.replace(kept)
+            log(f"the rows of the earlier run in {metrics_path.parent}, which saved no checkpoint, are kept in {kept.name}")
+        else:
+            metrics_path.unlink()
     return fresh(), 0, [], {}
+
+
+def _why_no_checkpoint(directory: Path) -> str:
+    """`resume=true` found nothing to resume from: why, in words."""
+    unfinished = sorted(p.name for p in directory.iterdir() if "tmp" in p.name) if directory.is_dir() else []
+    if unfinished:
+        return (f"no finished checkpoint in {directory} (only {', '.join(unfinished[:3])}: a save that did not "
+                "complete)")  # fmt: skip
+    return f"no checkpoint in {directory} (none was saved there)"
 
 
 def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[dict], log, max_chunks, evaluator=None,

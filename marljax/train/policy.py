@@ -26,13 +26,15 @@ import orbax.checkpoint as ocp
 
 from marljax.config import Config, ConfigError, from_dict
 from marljax.envs.adapter import EnvAdapter
-from marljax.files import write_text_atomic
+from marljax.files import DamagedFile, read_json, write_text_atomic
 from marljax.parallel.mesh import first_device_sharding
-from marljax.train.checkpoint import Checkpointer, abstract_like, config_from_meta, versions
+from marljax.train import library_log
+from marljax.train.checkpoint import Checkpointer, abstract_like, config_from_meta, fingerprint, versions
 from marljax.train.wiring import make_adapter, make_trainer
 
 Array = jax.Array
 POLICY_JSON = "policy.json"
+POLICY_JSON_MAX_BYTES = 16 << 20  # a policy.json is a few KB: one far larger is not one export wrote
 
 
 class Policy(NamedTuple):
@@ -100,16 +102,25 @@ def export_policy(run_dir: str | Path, path: str | Path, seed_index: int = 0, lo
     run_dir, path = Path(run_dir), Path(path).absolute()
     if path.exists():  # checked before anything is read or written
         raise ConfigError("path", f"{path} exists; export writes a new directory")
+    from marljax.train.loop import set_aside_runs
+
+    for line in set_aside_runs(run_dir):
+        log(line)
     state, meta, config = restore_run(run_dir, log, trust_code)
     if not 0 <= seed_index < config.num_seeds:
         raise ConfigError("seed_index", f"must be in [0, {config.num_seeds}) for this run, got {seed_index}")
     learner = state if config.mode == "async" else state.learner
     _, trainer = _rebuild(config, trust_code, run_dir)
     params = {k: jax.tree.map(lambda x: x[seed_index], v) for k, v in acting_params(trainer, learner.params).items()}
+    library_log.install()
     saver = ocp.StandardCheckpointer()
-    saver.save(path / "params", params)
-    saver.wait_until_finished()
-    info = {"config": config.to_dict(), "seed_index": seed_index, "update": meta["update"], "versions": versions()}
+    try:
+        saver.save(path / "params", params)
+        saver.wait_until_finished()
+    finally:
+        saver.close()
+    info = {"config": config.to_dict(), "seed_index": seed_index, "update": meta["update"], "versions": versions(),
+            "params_fingerprint": fingerprint(params)}  # fmt: skip
     write_text_atomic(path / POLICY_JSON, json.dumps(info, indent=1))
     log(f"exported seed {seed_index} at update {meta['update']} of {run_dir} to {path}")
     return path
@@ -118,11 +129,11 @@ def export_policy(run_dir: str | Path, path: str | Path, seed_index: int = 0, lo
 def _read_policy_json(path: Path) -> dict:
     file = path / POLICY_JSON
     try:
-        info = json.loads(file.read_text())
+        info = read_json(file, "export the policy again", POLICY_JSON_MAX_BYTES)
     except FileNotFoundError:
         raise PolicyError(f"{path} holds no exported policy (no {POLICY_JSON}; write one with marljax export)") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PolicyError(f"{file} is not valid JSON ({exc}); export the policy again") from None
+    except DamagedFile as exc:
+        raise PolicyError(str(exc)) from None
     if not isinstance(info, dict) or not isinstance(info.get("config"), dict):
         raise PolicyError(f"{file} holds no config; export the policy again")
     return info
@@ -137,6 +148,46 @@ def check_versions(saved: Any, where: Path, log: Callable = print) -> None:
                           "a different major version: export it again with this version")  # fmt: skip
     if theirs[:2] != ours[:2]:
         log(f"warning: {where} was written by marljax {'.'.join(theirs)}; this is {'.'.join(ours)}")
+
+
+def _grouped_obs(obs: Any, env: EnvAdapter, env_name: str, where: Path) -> dict[str, Array]:
+    """`obs` as group arrays; PolicyError naming the env the policy was trained on when the
+    observations are another env's (other agents, other shapes). Shapes are static: under jit
+    this is checked once, when `act` is traced."""
+    try:
+        grouped = env.group_obs(obs)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PolicyError(f"the policy in {where} acts in {env_name} (agents {', '.join(map(str, env.agents))}); "
+                          f"these observations do not fit it ({type(exc).__name__}: {str(exc)[:200]}): "
+                          f"give it {env_name}'s observation dict") from None  # fmt: skip
+    for g in env.groups:
+        got = tuple(grouped[g.name].shape[1:])
+        if got != tuple(g.obs_shape):
+            raise PolicyError(f"the policy in {where} was trained on {env_name}, whose agents {', '.join(map(str, g.agents))} "
+                              f"observe shape {tuple(g.obs_shape)}; got {got}: observations of another env? "
+                              f"act takes {env_name}'s observations")  # fmt: skip
+    return grouped
+
+
+def _restore_params(path: Path, target: Any, saved_fingerprint: Any, log: Callable) -> dict:
+    """The exported parameters, checked against the fingerprint export wrote beside them."""
+    library_log.install()  # orbax's tracebacks of a failed restore: off stderr
+    restorer = ocp.StandardCheckpointer()
+    try:
+        params = restorer.restore(path / "params", target)
+    except Exception as exc:  # noqa: BLE001 - missing, damaged, or another network's parameters
+        raise PolicyError(f"{path / 'params'} does not hold the parameters of the network {POLICY_JSON} describes "
+                          f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})"
+                          ) from None  # fmt: skip
+    finally:
+        restorer.close()
+    if saved_fingerprint is None:
+        log(f"warning: {path / POLICY_JSON} carries no fingerprint of the parameters (exported by an older marljax); "
+            "they are not checked")  # fmt: skip
+    elif fingerprint(params) != saved_fingerprint:
+        raise PolicyError(f"{path / 'params'} does not match the fingerprint in {POLICY_JSON}: its bytes changed after "
+                          "export (damaged or edited); export the policy again")  # fmt: skip
+    return params
 
 
 def load_policy(path: str | Path, trust_code: bool = False, log: Callable = print) -> Policy:
@@ -156,12 +207,7 @@ def load_policy(path: str | Path, trust_code: bool = False, log: Callable = prin
     shapes = acting_params(trainer, jax.eval_shape(trainer.init, jax.random.PRNGKey(0)).learner.params)
     sharding = first_device_sharding()
     target = abstract_like(shapes, jax.tree.map(lambda _: sharding, shapes))
-    try:
-        params = ocp.StandardCheckpointer().restore(path / "params", target)
-    except Exception as exc:  # noqa: BLE001 - missing, damaged, or another network's parameters
-        raise PolicyError(f"{path / 'params'} does not hold the parameters of the network {POLICY_JSON} describes "
-                          f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})"
-                          ) from None  # fmt: skip
+    params = _restore_params(path, target, info.get("params_fingerprint"), log)
 
     def init_carry() -> dict | None:
         if not config.recurrent:
@@ -171,7 +217,7 @@ def load_policy(path: str | Path, trust_code: bool = False, log: Callable = prin
     def act(obs: dict, key: Array, carry: dict | None = None, avail_actions: dict | None = None, greedy: bool = False):
         """obs: the env's agent name -> observation; returns (the actions as the env's `step` takes them:
         agent name -> action, or a tuple in agent order for envs whose agents are 0..N-1, next carry)."""
-        grouped = {k: v[None] for k, v in env.group_obs(obs).items()}  # [1, A_g, ...]
+        grouped = {k: v[None] for k, v in _grouped_obs(obs, env, config.env, path).items()}  # [1, A_g, ...]
         mask = {k: v[None] for k, v in env.group_masks(avail_actions).items()} if avail_actions else {}
         hidden = carry if carry is not None else (init_carry() or {})
         reset = {g.name: jnp.zeros((1, g.size), bool) for g in env.groups}
