@@ -24,6 +24,7 @@ import numpy as np
 
 from marljax.config import ConfigError
 from marljax.envs.adapter import AgentGroup
+from marljax.envs.factory import build_env
 
 HOST_PREFIX = "pettingzoo:"
 
@@ -47,24 +48,6 @@ def host_env_factory(name: str, kwargs: dict) -> Callable[[], Any]:
     return lambda: fn(**kwargs)
 
 
-def _first_copy(make_one: Callable[[], Any], name: str) -> Any:
-    """One env copy; ConfigError("env") saying that building it failed, or that it is no
-    PettingZoo ParallelEnv."""
-    try:
-        env = make_one()
-    except ConfigError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the user's factory
-        text = str(exc).strip().splitlines()
-        raise ConfigError("env", f"building the env failed: {name} raised {type(exc).__name__}: "
-                                 f"{text[0][:300] if text else ''}; fix the factory or env_kwargs") from exc  # fmt: skip
-    missing = [a for a in ("possible_agents", "reset", "step", "observation_space", "action_space") if not hasattr(env, a)]
-    if missing:
-        raise ConfigError("env", f"{name} returned a {type(env).__name__}, not a PettingZoo ParallelEnv "
-                                 f"(it has no {', '.join(missing)})")  # fmt: skip
-    return env
-
-
 class HostEnvAdapter:
     """Groups of a PettingZoo ParallelEnv's agents; `vector(n, seed)` makes n copies to step."""
 
@@ -74,7 +57,8 @@ class HostEnvAdapter:
 
     def __init__(self, make_one: Callable[[], Any], name: str):
         self.make_one, self.name = make_one, name
-        proto = _first_copy(make_one, name)
+        proto = build_env(make_one, name, "PettingZoo ParallelEnv",
+                          ("possible_agents", "reset", "step", "observation_space", "action_space"))
         self.agents = tuple(proto.possible_agents)
         self.num_agents = len(self.agents)
         by_spec: dict[tuple, list[int]] = {}

@@ -12,6 +12,7 @@ import sys
 from typing import Any, Mapping
 
 from marljax.config import ConfigError, listed
+from marljax.envs.factory import build_env, first_line
 
 # Ids that import from the PyPI package but need something it does not install.
 _NEEDS = {
@@ -70,19 +71,12 @@ def _from_import_path(spec: str, kwargs: Mapping[str, Any]):
     if not callable(factory):
         raise ConfigError("env", f"{spec!r}: {module_name} has no callable named {attr!r}")
     try:
-        env = factory(**kwargs)
-    except ConfigError:
+        return build_env(lambda: factory(**kwargs), f"{spec}({listed(kwargs)})", "JaxMARL MultiAgentEnv",
+                         ("agents", "reset", "step", "observation_space", "action_space"))  # fmt: skip
+    except ConfigError as err:  # a TypeError: usually env_kwargs that its signature does not take
+        if isinstance(err.__cause__, TypeError):
+            raise ConfigError("env_kwargs", f"{spec}({listed(kwargs)}) failed: {first_line(err.__cause__)}") from None
         raise
-    except TypeError as exc:  # usually env_kwargs that its signature does not take
-        raise ConfigError("env_kwargs", f"{spec}({listed(kwargs)}) failed: {_first_line(exc)}") from None
-    except Exception as exc:  # noqa: BLE001 - the user's factory: say that building the env failed, and which
-        raise ConfigError("env", f"building the env failed: {spec}({listed(kwargs)}) raised "
-                                 f"{type(exc).__name__}: {_first_line(exc)}; fix the factory or env_kwargs") from exc  # fmt: skip
-    missing = [name for name in ("agents", "reset", "step", "observation_space", "action_space") if not hasattr(env, name)]
-    if missing:
-        raise ConfigError("env", f"{spec!r} returned a {type(env).__name__}, not a JaxMARL MultiAgentEnv "
-                                 f"(it has no {', '.join(missing)})")  # fmt: skip
-    return env
 
 
 def check_env_name(name: str) -> None:
@@ -130,10 +124,10 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
     except ConfigError:
         raise
     except TypeError as exc:
-        raise ConfigError("env_kwargs", f"{name} rejected env_kwargs {listed(kwargs)}: {_first_line(exc)}") from exc
+        raise ConfigError("env_kwargs", f"{name} rejected env_kwargs {listed(kwargs)}: {first_line(exc)}") from exc
     except Exception as exc:  # noqa: BLE001 - e.g. a value the env cannot take
         raise ConfigError("env_kwargs", f"building the env failed: {name}({listed(kwargs)}) raised "
-                                        f"{type(exc).__name__}: {_first_line(exc)}; check env_kwargs") from exc  # fmt: skip
+                                        f"{type(exc).__name__}: {first_line(exc)}; check env_kwargs") from exc  # fmt: skip
     _refuse_ignored_kwargs(name, env, kwargs)
     return env
 
@@ -151,8 +145,3 @@ def _refuse_ignored_kwargs(name: str, env, kwargs: Mapping[str, Any]) -> None:
             f"env_kwargs.{ignored[0]}",
             f"{name} does not use {listed(ignored)} (it would be silently ignored); it takes: {listed(sorted(accepted), 40)}",
         )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -1,0 +1,29 @@
+"""Calling a user's env factory: one clear ConfigError for a factory that raises or returns the wrong thing."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from marljax.config import ConfigError
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (at most 300 characters), or its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def build_env(make: Callable[[], Any], label: str, kind: str, required: tuple[str, ...]) -> Any:
+    """`make()`, or ConfigError("env") saying that building the env failed (naming `label`, the
+    factory and its arguments) or that what it returned is no `kind` (it lacks one of `required`)."""
+    try:
+        env = make()
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's factory: say that building the env failed, and which
+        raise ConfigError("env", f"building the env failed: {label} raised {type(exc).__name__}: "
+                                 f"{first_line(exc)}; fix the factory or env_kwargs") from exc  # fmt: skip
+    missing = [name for name in required if not hasattr(env, name)]
+    if missing:
+        raise ConfigError("env", f"{label} returned a {type(env).__name__}, not a {kind} (it has no {', '.join(missing)})")
+    return env
