@@ -378,6 +378,9 @@ class Config:
     num_chunks: int = setting(50, "jitted chunks the run is split into (one metrics row each)", minimum=1, resumable=True)
     progress: bool = setting(True, "show a progress bar", resumable=True)
     plot: bool = setting(True, "write returns.png at the end", resumable=True)
+    compile_cache: Any = setting(
+        "auto", "JAX's persistent compilation cache, kept across runs: auto (~/.cache/marljax/jax-compile/<machine>; "
+        "JAX_COMPILATION_CACHE_DIR wins when set) | false | a directory", resumable=True)  # fmt: skip
 
     # checkpoints (<out_dir>/checkpoints): the whole training state, saved asynchronously
     checkpoint_every: int = setting(100, "updates between checkpoints (at chunk ends); 0: only at the end",
@@ -827,6 +830,10 @@ def validate(config: Config) -> Config:
         if hasattr(section, "check"):
             section.check(c)
     c.log.check(c)
+    from marljax.train.compile_cache import check_setting  # (no JAX import: only the value is read)
+
+    if (why := check_setting(c.compile_cache)) is not None:
+        raise ConfigError("compile_cache", why)
     _check_supports(c, schema)
     if not isinstance(c.env_kwargs, dict):
         raise ConfigError("env_kwargs", "must be a mapping")

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
+from marljax.train import compile_cache
 from marljax.train.checkpoint import Checkpointer, abstract_like
 from marljax.config import ConfigError, traced_keys
 from marljax.train.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
@@ -164,6 +165,7 @@ def run_sweep(
     primary = distributed.is_primary()
     if not primary:  # multi-host: process 0 alone logs and writes files; all train and checkpoint
         log, progress = (lambda _line: None), False
+    compile_cache.use(sweep.programs[0].config.compile_cache, log)  # before anything compiles
     prepared = [_prepare(p) for p in sweep.programs]  # errors before anything runs
     if primary:
         _claim_out_dir(sweep, overwrite, log)

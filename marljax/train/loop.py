@@ -31,6 +31,7 @@ from marljax.train.records import config_yaml
 from marljax.train.marl_eval_run import write_run_marl_eval
 from marljax.train.trackers import Trackers
 from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, chunk_sizes, run_chunks
+from marljax.train import compile_cache
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare, warn_slow_dtype
 from marljax.types import TrainState
 
@@ -71,6 +72,7 @@ def train(
     """
     distributed.initialize(config)
     config, log = primary_only(config, log)
+    compile_cache.use(config.compile_cache, log)  # before anything compiles
     if not config.out_dir:
         if jax.process_count() > 1:
             raise ConfigError("out_dir", "a multi-host run needs an explicit out_dir that every process can reach")

@@ -1,0 +1,113 @@
+"""JAX's persistent compilation cache, on by default: a program compiled once is read back by the
+next process that compiles it (a rerun, another seed, a resume, an evaluation, a sweep cell).
+
+`compile_cache=auto` (the default) uses `$XDG_CACHE_HOME/marljax/jax-compile/<machine>` (else
+`~/.cache/...`), unless JAX_COMPILATION_CACHE_DIR is set, which then wins; `compile_cache=false`
+turns it off; any other value is the directory to use. JAX keys every entry by the program, the
+jaxlib version, the backend and its version, the XLA flags, the compile options and the devices,
+so one directory serves every jax version and accelerator. It does not key a CPU program by the
+CPU's instruction set, so `<machine>` does: a hash of the CPU's model and feature flags, so that a
+home directory shared by machines of different CPUs never hands one an executable built for
+another. A damaged entry costs one compile: JAX's warning about it becomes one line on stderr.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+OFF = (False, "false", "off", "no", "0")
+AUTO = (True, "auto", "true", "on", "yes")
+_JAX_ENTRY_ERRORS = ("Error reading persistent compilation cache entry", "Error writing persistent compilation cache entry")
+
+
+def machine_tag(cpuinfo: str | None = None) -> str:
+    """12 hex digits naming this machine's CPU: its architecture, and the model name and feature
+    flags of its first CPU in `cpuinfo` (/proc/cpuinfo's text; read here when None)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = platform.processor()
+    facts = [platform.machine()]
+    for key in ("model name", "flags", "Features"):  # Features: arm64's flags
+        line = next((l for l in cpuinfo.splitlines() if l.split(":", 1)[0].strip() == key), None)
+        facts.append(line.split(":", 1)[-1].strip() if line else "")
+    return hashlib.sha256("\n".join(facts).encode()).hexdigest()[:12]
+
+
+def default_dir(environ: dict[str, str] = os.environ) -> Path:
+    base = Path(environ.get("XDG_CACHE_HOME") or Path(environ.get("HOME") or Path.home()) / ".cache")
+    return base / "marljax" / "jax-compile" / machine_tag()
+
+
+def check_setting(value: Any) -> str | None:
+    """Why `compile_cache=value` is not allowed, or None."""
+    if value in OFF or value in AUTO:
+        return None
+    if isinstance(value, str) and value.strip():
+        return None
+    return f"must be auto, false or a directory, got {value!r}"
+
+
+def chosen_dir(value: Any, environ: dict[str, str] = os.environ) -> Path | None:
+    """The directory `compile_cache=value` means here (None: no cache)."""
+    if value in OFF:
+        return None
+    if value in AUTO:
+        return Path(environ["JAX_COMPILATION_CACHE_DIR"]) if environ.get("JAX_COMPILATION_CACHE_DIR") else default_dir(environ)
+    return Path(os.path.expanduser(str(value)))
+
+
+def use(value: Any, log: Callable[[str], None] = print) -> Path | None:
+    """Point JAX's persistent cache at the directory `compile_cache=value` names, before anything
+    compiles; returns it, or None when the cache is off or cannot be used (said in one line: the
+    run goes on, compiling as it would without a cache)."""
+    import jax
+
+    path = chosen_dir(value)
+    if path is None:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError("not writable")
+    except OSError as e:
+        log(f"compile_cache: cannot use {path} ({e.strerror or e}); compiling without a cache "
+            "(compile_cache=false silences this, compile_cache=DIR picks another)")  # fmt: skip
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    _one_line_notes()
+    return path
+
+
+_hooked = False
+
+
+def _one_line_notes() -> None:
+    """JAX warns, with its own source line, when a cache entry cannot be read (damaged, truncated)
+    or written (a full disk); it then compiles as if there were no cache. Say that in one line."""
+    global _hooked
+    if _hooked:
+        return
+    previous = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings' own signature
+        text = str(message)
+        if text.startswith(_JAX_ENTRY_ERRORS):
+            what = "read" if "reading" in text else "written"
+            print(f"marljax: a compile cache entry could not be {what} ({text.split(': ', 1)[-1][:200]}); "
+                  "compiled afresh", file=sys.stderr)  # fmt: skip
+            return
+        previous(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    _hooked = True
