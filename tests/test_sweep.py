@@ -88,6 +88,23 @@ def test_malformed_sweeps_are_refused_with_the_key(change, field, words):
     assert info.value.field == field and words in str(info.value)
 
 
+def test_a_grid_of_millions_of_cells_is_refused_at_once_naming_its_size():
+    # seven axes of ten values: 10^7 cells, which before this check sat silent for minutes making them
+    axes = {k: [round(0.1 * (i + 1), 2) for i in range(10)] for k in
+            ("lr", "gamma", "ppo.gae_lambda", "ppo.clip_eps", "ppo.ent_coef", "ppo.vf_coef", "max_grad_norm")}  # fmt: skip
+    with pytest.raises(ConfigError) as info:  # refused before any cell is made
+        expand(_spec() | {"axes": axes})
+    assert info.value.field == "axes" and "the grid has 10,000,000 cells (lr 10 x gamma 10 x" in str(info.value)
+    assert "max_cells=4,096" in str(info.value)
+    small = {k: v[:2] for k, v in list(axes.items())[:3]}  # 8 cells: the control
+    assert len(expand(_spec() | {"axes": small}).cells) == 8
+    with pytest.raises(ConfigError, match="the grid has 8 cells .* more than max_cells=4"):
+        expand(_spec() | {"axes": small, "max_cells": 4})  # a sweep file may lower (or raise) the limit
+    assert len(expand(_spec() | {"axes": small, "zip": {"ppo.ent_coef": [0.0, 0.01]}, "max_cells": 16}).cells) == 16
+    with pytest.raises(ConfigError, match="max_cells: must be a positive integer"):
+        expand(_spec() | {"max_cells": 0})
+
+
 def test_cli_refuses_a_bad_sweep_file_before_compiling(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
     path.write_text("base: {lr: 1e-3}\naxes: {lr: [1e-3, 3e-3]}\n")

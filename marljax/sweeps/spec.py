@@ -11,6 +11,7 @@
     seeds: 8                       # runs per cell (seed indices 0..7 of base.seed)
     traced: [lr]                   # optional; default: every traceable axis
     out_dir: runs/sweeps/lr_sweep  # optional
+    max_cells: 4096                # optional: a larger grid is refused before anything is made
 
 A *cell* is one point of the grid; it runs with `seeds` seeds. Axes over values that
 can be traced (the fields declared `traced`: the hyperparameters a trainer carries in its state) are
@@ -35,7 +36,10 @@ from marljax.config import (
     traced_keys,
 )  # fmt: skip
 
-SWEEP_KEYS = ("name", "base", "axes", "zip", "seeds", "traced", "out_dir")
+SWEEP_KEYS = ("name", "base", "axes", "zip", "seeds", "traced", "out_dir", "max_cells")
+# the most cells a sweep may have unless its file says `max_cells: N`: 10^4 cells took minutes to
+# expand and to write their directories before anything compiled, 10^7 never finished doing so
+MAX_CELLS = 4096
 SET_BY_SWEEP = ("num_seeds", "out_dir", "resume", "overwrite", "progress")  # not allowed in base or axes
 
 
@@ -179,6 +183,7 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
     seeds = spec.get("seeds", 1)
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ConfigError("seeds", f"must be a positive integer (runs per cell), got {seeds!r}")
+    _check_cell_count(grid, zip_values, spec.get("max_cells", MAX_CELLS))
 
     axis_keys = list(grid) + list(zip_values)
     # every combination of the grid, times every zip position
@@ -222,6 +227,18 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
     out_dir = Path(str(spec.get("out_dir") or Path("runs") / "sweeps" / name))
     resolved = {k: v for k, v in spec.items()} | {"seeds": seeds, "out_dir": str(out_dir), "name": name}
     return Sweep(name, out_dir, seeds, traced, structural, tuple(cells), tuple(programs), _plain(resolved))
+
+
+def _check_cell_count(grid: Mapping[str, list], zip_values: Mapping[str, list], max_cells: Any) -> None:
+    """Refuse, before any cell is made, a grid of more than `max_cells` cells, naming its size."""
+    if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
+        raise ConfigError("max_cells", f"must be a positive integer, got {max_cells!r}")
+    zip_len = len(next(iter(zip_values.values()))) if zip_values else 1
+    cells = math.prod(len(v) for v in grid.values()) * zip_len
+    if cells > max_cells:
+        sizes = " x ".join([f"{k} {len(v)}" for k, v in grid.items()] + ([f"zip {zip_len}"] if zip_values else []))
+        raise ConfigError("axes", f"the grid has {cells:,} cells ({sizes}), more than max_cells={max_cells:,}; "
+                                  "shrink an axis, or put max_cells: N in the sweep file to run it anyway")  # fmt: skip
 
 
 def _label(value: Any) -> str:
