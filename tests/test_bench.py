@@ -99,6 +99,13 @@ def test_bench_flops_match_an_analytic_count_and_the_figures_tie_together(monkey
     assert result["mfu"] == pytest.approx(result["achieved_gflops"] / result["peak_matmul_gflops"], rel=1e-4)
     assert 0 < result["mfu"] <= 1
     assert result["num_envs"] == 16 and result["num_steps"] == 16 and result["devices"] >= 1
+    # compile cold and warm: the test session's persistent cache is on (tests/conftest.py); the
+    # first compile misses it (or finds a program an earlier test compiled), the second reads it back
+    assert result["compile_cache"] in ("hit", "miss") and result["compile_warm_s"] > 0
+    if result["compile_cache"] == "miss":
+        assert result["compile_cold_s"] == result["compile_s"]
+    else:
+        assert result["compile_cold_s"] is None
 
 
 def test_checkpoint_bench_reports_both_ways_side_by_side():

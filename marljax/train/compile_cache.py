@@ -111,3 +111,27 @@ def _one_line_notes() -> None:
 
     warnings.showwarning = show
     _hooked = True
+
+
+class CacheEvents:
+    """Counts JAX's persistent-cache hits and misses while in a `with` block (jax.monitoring events)."""
+
+    def __init__(self) -> None:
+        self.hits = self.misses = 0
+
+    def _listen(self, event: str, **_: Any) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            self.hits += 1
+        elif event == "/jax/compilation_cache/cache_misses":
+            self.misses += 1
+
+    def __enter__(self) -> "CacheEvents":
+        import jax
+
+        jax.monitoring.register_event_listener(self._listen)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import jax
+
+        jax.monitoring.unregister_event_listener(self._listen)
