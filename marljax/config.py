@@ -528,6 +528,12 @@ def listed(items: typing.Iterable[Any], first: int = 8) -> str:
     return ", ".join(items[:first]) + more
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (at most 300 characters), or its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
 def unknown_key(key: str, allowed: typing.Iterable[str], prefix: str = "") -> ConfigError:
     """ConfigError for field `prefix + key`, with the closest allowed key as a hint."""
     allowed = sorted(allowed)

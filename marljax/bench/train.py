@@ -49,7 +49,6 @@ from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.mesh import replicated_groups, seed_keys, shard_trainer
 from marljax.parallel.placement import platform
 from marljax.train import compile_cache
-from marljax.train.compile_cache import CacheEvents
 from marljax.train.wiring import make_trainer, prepare
 
 TIMED_CHUNKS = 3  # chunks timed after the warm-up chunk
@@ -87,18 +86,21 @@ def _seconds(s: float | None) -> str:
 
 
 def _compile_cold_and_warm(compile_chunk: Callable[[], Any]) -> tuple[Any, float, dict[str, Any]]:
-    """Compile the chunk, then again from JAX's persistent cache: (the compiled chunk, the first
-    compile's seconds, {compile_cache, compile_cold_s, compile_warm_s}). The first compile is cold
-    when the cache missed it (None when the cache already held the program: a run compiled it
-    before); the second, after the in-memory caches are cleared, reads it back (None when the
-    cache is off: compile_cache=false, or a program JAX does not cache)."""
-    with CacheEvents() as first:
+    """Compile the chunk: (the compiled chunk, its seconds, {compile_cache, compile_cold_s,
+    compile_warm_s}). A compile that JAX's persistent cache missed is the cold one, and it is
+    compiled once more, after the in-memory caches are cleared, to read it back (the warm one); a
+    compile the cache already held (a run compiled it before) is the warm one, the cold unseen
+    (None); with the cache off (compile_cache=false, or a program JAX does not cache) there is no
+    warm one."""
+    with compile_cache.CacheEvents() as first:
         compiled, compile_s = _timed_compile(compile_chunk)
-    figures: dict[str, Any] = {"compile_cache": "hit" if first.hits else ("miss" if first.misses else "off"),
-                               "compile_cold_s": compile_s if not first.hits else None, "compile_warm_s": None}  # fmt: skip
-    if first.hits or first.misses:
+    if first.hits:
+        return compiled, compile_s, {"compile_cache": "hit", "compile_cold_s": None, "compile_warm_s": compile_s}
+    figures: dict[str, Any] = {"compile_cache": "miss" if first.misses else "off", "compile_cold_s": compile_s,
+                               "compile_warm_s": None}  # fmt: skip
+    if first.misses:
         jax.clear_caches()  # so that the second compile goes to the persistent cache, not to memory
-        with CacheEvents() as second:
+        with compile_cache.CacheEvents() as second:
             compiled, warm_s = _timed_compile(compile_chunk)
         figures["compile_warm_s"] = warm_s if second.hits else None
     return compiled, compile_s, figures

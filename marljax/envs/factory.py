@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from marljax.config import ConfigError
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (at most 300 characters), or its type's name."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+from marljax.config import ConfigError, first_line
 
 
 def build_env(make: Callable[[], Any], label: str, kind: str, required: tuple[str, ...]) -> Any:

@@ -11,8 +11,8 @@ import importlib
 import sys
 from typing import Any, Mapping
 
-from marljax.config import ConfigError, listed
-from marljax.envs.factory import build_env, first_line
+from marljax.config import ConfigError, first_line, listed
+from marljax.envs.factory import build_env
 
 # Ids that import from the PyPI package but need something it does not install.
 _NEEDS = {

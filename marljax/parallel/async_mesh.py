@@ -7,10 +7,11 @@ sets split over `agent` when mesh.agent > 1, the rest replicated); a batch from 
 buffer arrives in the acting layout, its environments split over every learner device, and
 `learn` runs inside `shard_map` over the mesh. With `async.actor_backend=cpu` on an accelerator
 the actors take their devices from the host CPU backend and the learner every device it is given
-of the accelerator's: parameters go to the CPU after each update, trajectories come back. Several processes: the actor devices are each
-process's own, the learner mesh joins every process's learner devices (process order), and a
-batch is made of every process's environments (`placement.place_process_local`); with mesh.agent
-> 1 the agent axis lies within each process (every process holds every agent's parameters).
+of the accelerator's: parameters go to the CPU after each update, trajectories come back.
+Several processes: the actor devices are each process's own, the learner mesh joins every
+process's learner devices (process order), and a batch is made of every process's environments
+(`placement.place_process_local`); with mesh.agent > 1 the agent axis lies within each process
+(every process holds every agent's parameters).
 """
 
 from __future__ import annotations

@@ -102,9 +102,10 @@ def _claim_out_dir(sweep: Sweep, overwrite: bool, log) -> None:
         shutil.rmtree(out)
     if spec_path.exists():
         saved = _saved_spec(spec_path)
-        if saved.get("out_dir") not in (None, str(out)) and _comparable(saved) == spec:
+        same = _comparable(saved) == spec
+        if same and saved.get("out_dir") not in (None, str(out)):
             log(f"{out} holds this sweep, started in {saved['out_dir']}: continuing it here")
-        if _comparable(saved) != spec:
+        if not same:
             raise ConfigError(
                 "out_dir",
                 f"{out} holds a different sweep (its sweep.yaml differs); continue that one with its own file, "

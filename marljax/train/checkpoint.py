@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from marljax.config import Config, ConfigError, core_keys, from_dict, resumable_keys, to_flat
+from marljax.config import Config, ConfigError, core_keys, first_line, from_dict, resumable_keys, to_flat
 from marljax.parallel import distributed
 from marljax.train import library_log
 
@@ -194,7 +194,7 @@ class Checkpointer:
         kept = f"the checkpoint of update {good[-1]} is intact" if good else "no earlier checkpoint exists"
         return CheckpointError(
             f"saving the checkpoint of update {update} in {self.directory} failed "
-            f"({type(exc).__name__}: {_first_line(exc)}); {kept}"
+            f"({type(exc).__name__}: {first_line(exc)}); {kept}"
         )
 
     def read_meta(self, step: int) -> dict:
@@ -247,7 +247,7 @@ class Checkpointer:
     def _unusable(self, step: int, exc: Exception) -> None:
         self.log(
             f"warning: checkpoint {self.directory / str(step)} is unusable "
-            f"({type(exc).__name__}: {_first_line(exc)}); trying the one before it"
+            f"({type(exc).__name__}: {first_line(exc)}); trying the one before it"
         )
 
     def restore_latest(self, target: Any) -> tuple[Any, dict] | None:
@@ -303,11 +303,6 @@ def check_meta(meta: dict) -> None:
     name code to run: see `marljax.train.policy`)."""
     if "meta_sha256" in meta and meta["meta_sha256"] != meta_digest(meta):
         raise ValueError("its meta does not match the digest saved with it (edited or damaged)")
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def check_resumable(saved_config: dict, config: Config, where: Path) -> None:
