@@ -1,13 +1,16 @@
-"""Host env copies with a straggler: the async pipeline's env-steps/s with 1 copy in 8 ten times
-slower, against the same run with every copy fast, for each `async.host_stepping`.
+"""Host env copies at several step costs, with and without a straggler: the async pipeline's
+env-steps/s for each `async.host_stepping`.
 
     python -m marljax.bench.stragglers [key=value ...]     # e.g. num_envs=8 num_steps=32
+    python -m marljax.bench.stragglers step_costs=0,0.0005,0.005 slow_factor=10
 
-The env is `marljax.envs.host_straggler` (host_spread with a 2 ms step, `env_kwargs.step_cost_s`);
-the rate is consumed samples per second of `AsyncRun.run` after a short warm-up run. Lockstep
-steps the copies one after another, so its rate falls with the straggler's extra cost;
-independent stepping fills the straggler's columns from the other copies. Prints a table, then
-one JSON line.
+The env is `marljax.envs.host_straggler` (host_spread whose step sleeps `step_cost_s`; the
+numpy work itself is about 30 us); "straggler": 1 copy in 8 `slow_factor` times slower. The
+rate is consumed samples per second of `AsyncRun.run` after a short warm-up run. Lockstep steps
+the copies one after another, so its rate falls with the copies' summed cost; independent
+stepping (the default) steps cheap equal copies on the collector's thread when that is measured
+faster (marljax/pipeline/stepping.py) and the rest side by side on workers. Each row: the
+default's rate over the faster of the two. Prints a table, then one JSON line.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from marljax.train.wiring import make_adapter, make_trainer
 
 ENV = "pettingzoo:marljax.envs.host_straggler:parallel_env"
 DEFAULTS = ["mode=async", f"env={ENV}", "num_envs=8", "num_steps=32", "hidden_size=32", "progress=false"]
-BATCHES = 20  # timed batches per run
+BATCHES = 40  # timed batches per run (a run's collectors start by probing how to step: stepping.py)
+STEP_COSTS = (0.0, 0.0005, 0.005)  # seconds of sleep per copy-step: cheap, 0.5 ms, 5 ms
 
 
 def pipeline_rate(config: Config) -> tuple[float, dict]:
@@ -36,29 +40,43 @@ def pipeline_rate(config: Config) -> tuple[float, dict]:
     return final.consumed * runner.samples_per_batch / (time.perf_counter() - t), runner.health.snapshot()
 
 
-def run_straggler_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_straggler_bench(config: Config, step_costs: tuple[float, ...] = STEP_COSTS, slow_factor: float = 10.0,
+                        log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
     kwargs = dict(config.env_kwargs)
-    slow_every, factor = kwargs.pop("slow_every", 8), kwargs.get("slow_factor", 10.0)
-    log(f"marljax bench (stragglers): {config.num_envs} copies x {config.num_steps} steps, 1 copy in {slow_every} "
-        f"{factor:g}x slower")  # fmt: skip
-    result: dict[str, Any] = {"env": ENV, "env_kwargs": kwargs, "num_envs": config.num_envs, "num_steps": config.num_steps,
-                              "slow_every": slow_every}  # fmt: skip
+    slow_every = kwargs.pop("slow_every", 8)
+    log(f"marljax bench (host stepping): {config.num_envs} copies x {config.num_steps} steps; step costs "
+        f"{', '.join(f'{c * 1e3:g} ms' for c in step_costs)}; straggler: 1 copy in {slow_every} {slow_factor:g}x slower")  # fmt: skip
+    result: dict[str, Any] = {"env": ENV, "num_envs": config.num_envs, "num_steps": config.num_steps,
+                              "slow_every": slow_every, "slow_factor": slow_factor}  # fmt: skip
     rows: list[Row] = []
-    for stepping in ("independent", "lockstep"):
-        rates = {}
+    for cost in step_costs:
         for label, every in (("all fast", 0), ("straggler", slow_every)):
-            cfg = replace(config, env=ENV, env_kwargs={**kwargs, "slow_every": every}, **{"async": {"host_stepping": stepping}})
-            rates[label], health = pipeline_rate(cfg)
-            result[f"{stepping}_{label.replace(' ', '_')}_samples_per_s"] = rates[label]
-            result[f"{stepping}_{label.replace(' ', '_')}_env_steps_discarded"] = health["env_steps_discarded"]
-            rows.append((f"{stepping}, {label}", f"{rates[label]:,.0f}", "env-steps/s (consumed)"))
-        result[f"{stepping}_straggler_over_fast"] = rates["straggler"] / rates["all fast"]
-        rows.append((f"{stepping}: straggler / all fast", f"{result[f'{stepping}_straggler_over_fast']:.2f}x", ""))
+            rates = {}
+            for stepping in ("independent", "lockstep"):
+                env_kwargs = {**kwargs, "step_cost_s": cost, "slow_every": every, "slow_factor": slow_factor}
+                cfg = replace(config, env=ENV, env_kwargs=env_kwargs, **{"async": {"host_stepping": stepping}})
+                rates[stepping], health = pipeline_rate(cfg)
+                key = f"{cost * 1e3:g}ms_{label.replace(' ', '_')}_{stepping}"
+                result[f"{key}_samples_per_s"] = rates[stepping]
+                result[f"{key}_env_steps_discarded"] = health["env_steps_discarded"]
+                result[f"{key}_env_steps_inline"] = health["env_steps_inline"]
+            share = rates["independent"] / max(rates.values())
+            result[f"{cost * 1e3:g}ms_{label.replace(' ', '_')}_default_over_faster"] = share
+            rows.append((f"{cost * 1e3:g} ms, {label}",
+                         f"{rates['independent']:,.0f} | {rates['lockstep']:,.0f}",
+                         f"env-steps/s independent (default) | lockstep; default/faster {share:.2f}"))  # fmt: skip
+        fast = result[f"{cost * 1e3:g}ms_all_fast_independent_samples_per_s"]
+        slow = result[f"{cost * 1e3:g}ms_straggler_independent_samples_per_s"]
+        result[f"{cost * 1e3:g}ms_default_straggler_over_fast"] = slow / fast
+        rows.append((f"{cost * 1e3:g} ms: default, straggler / all fast", f"{slow / fast:.2f}x", ""))
     return report(rows, six_digits(result), log)
 
 
 def main(argv: list[str]) -> int:
-    run_straggler_bench(load_config(None, DEFAULTS + argv))
+    own = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in ("step_costs", "slow_factor"))
+    rest = [a for a in argv if a.split("=", 1)[0] not in own]
+    costs = tuple(float(c) for c in own["step_costs"].split(",")) if "step_costs" in own else STEP_COSTS
+    run_straggler_bench(load_config(None, DEFAULTS + rest), costs, float(own.get("slow_factor", 10.0)))
     return 0
 
 

@@ -57,29 +57,35 @@ class CopyWorker:
         """Finish after the command in progress (a worker stuck in `step` never reads this)."""
         self._commands.put(("stop", None))
 
+    def run(self, kind: str, payload: Any) -> Answer:
+        """Do one command here, on the calling thread; the answer it would have sent. The collector
+        calls this directly for a copy it steps inline (no command in flight on the worker then)."""
+        t0 = time.perf_counter()
+        try:
+            if kind == "reset":
+                if self.env is None:
+                    self.env = HostCopy(self.adapter, self.adapter.make_one(), self.next_seed)
+                value = self.env.reset()
+            else:
+                value = self.env.step(payload)
+            error = None
+        except BaseException as exc:  # noqa: BLE001 - a failing copy is the collector's to handle
+            value, error = None, exc
+        return Answer(self.copy, self.incarnation, kind, value, error, time.perf_counter() - t0)
+
     def _loop(self) -> None:
         while True:
             kind, payload = self._commands.get()
             if kind == "stop":
                 return
-            t0 = time.perf_counter()
-            try:
-                if kind == "reset":
-                    if self.env is None:
-                        self.env = HostCopy(self.adapter, self.adapter.make_one(), self.next_seed)
-                    value = self.env.reset()
-                else:
-                    value = self.env.step(payload)
-                error = None
-            except BaseException as exc:  # noqa: BLE001 - a failing copy is the collector's to handle
-                value, error = None, exc
-            self.answers.put(Answer(self.copy, self.incarnation, kind, value, error, time.perf_counter() - t0))
+            self.answers.put(self.run(kind, payload))
 
 
 class EnvHealth:
     """Counters shared by a run's collectors (thread-safe), reported in every metrics row."""
 
-    KEYS = ("env_failures", "env_restarts", "env_retired", "env_steps_discarded")
+    # env_steps_inline: steps taken on the collector's own thread (stepping.py), not a worker's
+    KEYS = ("env_failures", "env_restarts", "env_retired", "env_steps_discarded", "env_steps_inline")
 
     def __init__(self):
         self._lock = threading.Lock()

@@ -55,6 +55,7 @@ from marljax.parallel.placement import place
 from marljax.pipeline.buffer import BufferClosed
 from marljax.pipeline.env_workers import Answer, CopyWorker, EnvHealth
 from marljax.pipeline.processes import host_seed_base
+from marljax.pipeline.stepping import CHEAP_SHARE, SteppingChoice
 from marljax.types import EpisodeStats, GroupBatch, Trajectory
 
 FIELDS = ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")
@@ -83,6 +84,8 @@ class _Copy:
         self.segment: list[dict] = []
         self.segment_version = 0
         self.step_s: float | None = None  # moving average of its step time
+        self.inline = False  # steps on the collector's thread (stepping.py), not its worker
+        self.inline_what = f"env.step of host env copy {index}, stepped inline"  # for the watchdog, made once
         self.failures_in_a_row = 0
         self.retired = False
         self.steps = 0
@@ -115,6 +118,12 @@ class IndependentHostCollector:
         self.hidden = {g.name: np.zeros((n, g.size, config.gru_hidden_size), np.float32) for g in self.groups}
         self.finished: list[list[Segment]] = [[] for _ in range(self.S)]  # finished, not yet in a batch
         self.policy_s = 0.001  # moving average of one policy call
+        # cheap equal copies step on this thread when that is measured faster (stepping.py); never
+        # with env_step_timeout_s, which needs a worker to abandon a hung step
+        self.choice = SteppingChoice(allowed=not self.timeout_s)
+        self._stats: dict | None = None  # the episode statistics of the item being collected
+        self._inline_below = 0.0  # now: copies with a step time up to this step inline (0: none)
+        self._steps_taken = self._steps_inline = 0  # this item's
         base = host_seed_base(config, thread_index, share)
         self._seeds = [itertools.count((base * 4099 + c) * 1_000_003 + 1) for c in range(n)]
         self.copies: list[_Copy] = []
@@ -177,6 +186,7 @@ class IndependentHostCollector:
         obs, reward, done, ep_done = ans.value
         copy.step_s = ans.seconds if copy.step_s is None else 0.8 * copy.step_s + 0.2 * ans.seconds
         copy.steps += 1
+        self._steps_taken += 1
         step = copy.pending
         copy.pending = None
         if step is not None:  # None: a step of a segment discarded as stale while it was in flight
@@ -209,8 +219,9 @@ class IndependentHostCollector:
         copy.ready = True
 
     def _gather(self, stats: dict, ticket: int) -> None:
-        """Wait for the first answer, then for copies expected back within about one policy call."""
-        first = True
+        """Wait for the first answer (unless copies are ready to act already), then for copies
+        expected back within about one policy call."""
+        first = not any(c.ready and len(self.finished[c.index // self.E]) < self.B for c in self.copies)
         while True:
             busy = [c for c in self.copies if c.busy_since is not None]
             if not busy:
@@ -283,9 +294,14 @@ class IndependentHostCollector:
         stats = {"return": np.zeros((S, self.adapter.num_agents), np.float32), "length": np.zeros(S, np.float32),
                  "count": np.zeros(S, np.float32)}  # fmt: skip
         key = _fold(self.keys, ticket)
+        self._stats, self._steps_taken, self._steps_inline = stats, 0, 0
+        inline = self._choose_stepping()
         for tick in itertools.count():
             if all(len(self.finished[s]) >= B for s in range(S)):
                 break
+            inline = inline or (tick > 0 and self._turned_cheap())  # e.g. the first item, once steps are timed
+            # the straggler line, from the step times as they are now (early ones include warm-up)
+            self._inline_below = self._step_times()[0] if inline else 0.0
             self._check_enough_copies()
             ready = [c for c in self.copies if c.ready and len(self.finished[c.index // E]) < B]
             if ready:
@@ -293,23 +309,50 @@ class IndependentHostCollector:
                 v = max(v, version)
                 self.beat(f"the policy step of batch {ticket}")
                 out = self._policy(p, _fold(key, tick))
+                for copy in ready:  # all closes first: a copy steps on only while its seed's item has room
+                    self._close_segment(copy, out)
                 for copy in ready:
-                    self._act(copy, out, v)
+                    if len(self.finished[copy.index // E]) < B:
+                        self._act(copy, out, v)
             self._gather(stats, ticket)
+        self.choice.end(self._steps_taken)
+        self.health.add("env_steps_inline", self._steps_inline)
         batch, oldest = self._assemble()
         self.beat(f"the rollout of batch {ticket}")
         return Trajectory(batch[0], batch[1], EpisodeStats(stats["return"], stats["length"], stats["count"],
                                                            np.zeros(S, np.float32))), oldest  # fmt: skip
 
-    def _act(self, copy: _Copy, out: dict, version: int) -> None:
-        """Close the copy's segment if it is T steps long; then send the copy its next action."""
-        c, s = copy.index, copy.index // self.E
+    def _step_times(self) -> tuple[float, list[float], bool]:
+        """(the straggler line, the step times of the copies below it, whether they are cheap: their
+        sum at most CHEAP_SHARE of a policy call, every live copy timed)."""
+        times = [c.step_s for c in self.copies if c.step_s is not None and not c.retired]
+        below = SteppingChoice.inline_below(times)
+        equal = [t for t in times if t <= below]
+        timed_all = len(times) == sum(not c.retired for c in self.copies)
+        return below, equal, bool(equal) and timed_all and sum(equal) <= CHEAP_SHARE * self.policy_s
+
+    def _choose_stepping(self) -> bool:
+        """This item's stepping (stepping.py): whether its equal copies step inline."""
+        _, equal, cheap = self._step_times()
+        estimate = len(equal) / (self.policy_s + sum(equal)) if equal else 0.0
+        return self.choice.begin(estimate, cheap)
+
+    def _turned_cheap(self) -> bool:
+        """Mid-item, outside a probe, stepping on workers: whether the copies now count as cheap."""
+        if not self.choice.allowed or self.choice.probing or self.choice.inline:
+            return False
+        return self._step_times()[2]
+
+    def _close_segment(self, copy: _Copy, out: dict) -> None:
+        """Finish the copy's segment if it is T steps long (`out`: the policy on its current observation)."""
         if len(copy.segment) == self.T:
-            last_value = {g: out[g][2][c] for g in out}
-            self.finished[s].append(Segment(copy.segment, last_value, copy.segment_version))
+            last_value = {g: out[g][2][copy.index] for g in out}
+            self.finished[copy.index // self.E].append(Segment(copy.segment, last_value, copy.segment_version))
             copy.segment = []
-            if len(self.finished[s]) >= self.B:
-                return  # this seed's item is full: the copy waits, its observation current
+
+    def _act(self, copy: _Copy, out: dict, version: int) -> None:
+        """Send the copy its next action (or step it inline)."""
+        c = copy.index
         step = {"version": version}
         for g in self.groups:
             action, logp, value, h = out[g.name]
@@ -321,7 +364,14 @@ class IndependentHostCollector:
                 step.setdefault(k, {})[g.name] = x
         copy.pending, copy.ready = step, False
         copy.busy_since, copy.busy_what = time.monotonic(), f"env.step of host env copy {c}"
-        copy.worker.step({g.name: out[g.name][0][c] for g in self.groups})
+        actions = {g.name: out[g.name][0][c] for g in self.groups}
+        copy.inline = copy.step_s is not None and copy.step_s <= self._inline_below
+        if copy.inline:  # named to the watchdog first: a hung inline step stops the run after actor_timeout_s
+            self.beat(copy.inline_what, since=copy.busy_since)
+            self._steps_inline += 1
+            self._take(copy.worker.run("step", actions), self._stats)
+        else:
+            copy.worker.step(actions)
 
     def _assemble(self) -> tuple[tuple[dict, dict], int]:
         """The first B finished segments of every seed -> (batch, last_value) arrays [S, T, B, ...]."""

@@ -1,0 +1,154 @@
+"""Independent host stepping chooses, by measurement, to step cheap equal copies on the
+collector's thread (marljax/pipeline/stepping.py), keeps stragglers on their workers, and
+handles a failing copy the same way either way."""
+
+from __future__ import annotations
+
+import pytest
+
+from marljax.pipeline import stepping
+from marljax.pipeline.stepping import PROBE, PROBE_EVERY, WORKERS_BY, SteppingChoice
+
+
+class _Clock:
+    """perf_counter for SteppingChoice: each item takes the seconds the test says."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _run(choice: SteppingChoice, clock: _Clock, items: int, seconds: dict[bool, float], estimate: float = 1e9):
+    """Collect `items` items of 100 env steps, an item taking seconds[inline]; the inline flags used."""
+    used = []
+    for _ in range(items):
+        inline = choice.begin(estimate)
+        clock.now += seconds[inline]
+        choice.end(100)
+        used.append(inline)
+    return used
+
+
+@pytest.fixture
+def clock(monkeypatch) -> _Clock:
+    c = _Clock()
+    monkeypatch.setattr(stepping.time, "perf_counter", c)
+    return c
+
+
+def test_the_faster_mode_is_chosen_after_the_probe_and_probed_again(clock):
+    used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY + 2 * PROBE + 3, {True: 1.0, False: 3.0})
+    assert used[0] is False  # item 0 compiles the policy: workers, not a probe
+    assert used[1:1 + 2 * PROBE] == [False, True] * PROBE  # the probe alternates
+    assert all(used[1 + 2 * PROBE:1 + PROBE_EVERY])  # inline won
+    assert used[1 + PROBE_EVERY:1 + PROBE_EVERY + 2 * PROBE] == [False, True] * PROBE  # probed again
+
+
+def test_workers_are_kept_when_they_are_faster(clock):  # the negative control of the test above
+    used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY, {True: 3.0, False: 1.0})
+    assert not any(used[1 + 2 * PROBE:])
+
+
+def test_workers_must_win_by_a_margin(clock):
+    # workers measured 1.2x faster (within WORKERS_BY: probe noise on a shared machine): inline kept
+    assert WORKERS_BY > 1.2
+    used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY, {True: 1.2, False: 1.0})
+    assert all(used[1 + 2 * PROBE:])
+
+
+def test_probes_come_later_while_the_winner_holds(clock):
+    choice = SteppingChoice(allowed=True)
+    used = _run(choice, clock, 1 + PROBE_EVERY + 2 * PROBE_EVERY + 2 * PROBE, {True: 1.0, False: 3.0})
+    probes = [i for i in range(1, len(used)) if not used[i]]  # worker items are the probes' first halves
+    assert probes[::PROBE] == [1, 1 + PROBE_EVERY, 1 + 3 * PROBE_EVERY]
+
+
+def test_a_hopeless_inline_probe_is_skipped(clock):
+    # workers: 100 steps/s; inline estimated at 10 steps/s (below 100 / SKIP_INLINE): never tried
+    used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY, {True: 0.5, False: 1.0}, estimate=10.0)
+    assert not any(used)
+    # estimated just above the skip line: tried, and chosen since it is measured faster
+    used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY, {True: 0.5, False: 1.0}, estimate=60.0)
+    assert used[2] and all(used[1 + 2 * PROBE:])
+
+
+def test_not_allowed_never_steps_inline(clock):
+    assert not any(_run(SteppingChoice(allowed=False), clock, PROBE_EVERY, {True: 0.1, False: 1.0}))
+
+
+def test_stragglers_stay_on_their_workers():
+    below = SteppingChoice.inline_below([1e-4] * 7 + [1e-3])
+    assert 1e-4 <= below < 1e-3
+    assert SteppingChoice.inline_below([]) == 0.0
+
+
+# ---------------------------------------------------------------------------------- in a run
+
+HOST = ["mode=async", "env=pettingzoo:marljax.envs.host_straggler:parallel_env", "num_envs=4", "num_steps=8",
+        "hidden_size=16", "progress=false", "async.host_stepping=independent"]  # fmt: skip
+
+
+def _stepped(extra: list[str], batches: int = 2 * PROBE + 12, force_inline: bool = False) -> dict[str, int]:
+    """Run the pipeline; count env steps sent inline and to workers, and the slow copies' inline ones.
+    force_inline: every item chooses inline (what the straggler rule then does is tested alone)."""
+    from marljax.config import load_config
+    from marljax.pipeline import host_copies
+    from marljax.pipeline.actor_learner import AsyncRun
+    from marljax.train.wiring import make_adapter, make_trainer
+
+    counts = {"inline": 0, "worker": 0, "slow_inline": 0, "slow_worker": 0}
+    act, begin = host_copies.IndependentHostCollector._act, SteppingChoice.begin
+
+    def counting_act(self, copy, out, version):
+        act(self, copy, out, version)
+        slow = copy.worker.env is not None and getattr(copy.worker.env.env, "slow", False)
+        counts["inline" if copy.inline else "worker"] += 1
+        counts["slow_inline" if copy.inline else "slow_worker"] += slow
+
+    host_copies.IndependentHostCollector._act = counting_act
+    if force_inline:
+        SteppingChoice.begin = lambda self, estimate, cheap=False: self.allowed
+    try:
+        config = load_config(None, HOST + extra)
+        runner = AsyncRun(config, make_adapter(config), make_trainer, log=lambda s: None)
+        final = runner.run(batches, lambda *a: None, chunk=batches)
+    finally:
+        host_copies.IndependentHostCollector._act, SteppingChoice.begin = act, begin
+    assert final.consumed == batches
+    return counts
+
+
+@pytest.mark.slow
+def test_cheap_equal_copies_step_inline():
+    # step_cost 0 (about 30 us of numpy per step): the probe finds inline faster than two hand-offs
+    counts = _stepped(["env_kwargs.step_cost_s=0", "env_kwargs.slow_every=0"])
+    assert counts["inline"] > 2 * counts["worker"], counts
+
+
+@pytest.mark.slow
+def test_a_straggler_stays_on_its_worker_when_the_rest_step_inline():
+    # 1 copy in 4 costs about 120 ms a step, the others about 0.1 ms (sleep(1e-5) and numpy; several ms when
+    # a step waits for the GIL while the learner holds it)
+    counts = _stepped(["env_kwargs.step_cost_s=0.00001", "env_kwargs.slow_every=4", "env_kwargs.slow_factor=2000"],
+                      force_inline=True)  # fmt: skip
+    assert counts["inline"] > 0 and counts["slow_worker"] > 0 and counts["slow_inline"] == 0, counts
+
+
+@pytest.mark.slow
+def test_with_env_step_timeout_every_copy_stays_on_its_worker():  # the negative control of both
+    counts = _stepped(["env_kwargs.step_cost_s=0", "env_kwargs.slow_every=0", "async.env_step_timeout_s=20"],
+                      force_inline=True)  # fmt: skip
+    assert counts["inline"] == 0 and counts["worker"] > 0, counts
+
+
+def test_cheap_copies_step_inline_without_a_probe(clock):
+    choice = SteppingChoice(allowed=True)
+    for _ in range(3):
+        assert choice.begin(1.0, cheap=True) is True
+        choice.end(100)
+    assert choice._probe == {False: [], True: []} and choice._faster is None  # nothing was measured
+    # no longer cheap: the deferred probe comes next (workers first), not PROBE_EVERY items later
+    assert choice.begin(1e9) is False and choice.probing
+    assert SteppingChoice(allowed=False).begin(1e9, cheap=True) is False
