@@ -1,0 +1,67 @@
+"""What a run can be told before anything compiles: that it will not fit (refused), that it may
+not (one warning line), that it is very long (one line with its size).
+
+Called by `train` (both modes) and `marljax sweep` once the trainer is built and before the first
+`jit` runs; config validation already refused the updates an int32 counter cannot count
+(config.MAX_UPDATES). Costs one trace of the update (0.6 s for the default run, 1.0 s for algo=qmix, on a shared 2-core
+CPU), no compilation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+
+from marljax.config import Config
+from marljax.train import memory
+from marljax.train.memory import MemoryEstimate, per_seed, rollout_bytes, tree_bytes
+from marljax.types import TrainState
+
+LONG_RUN_UPDATES = 10_000_000  # more updates than this: one line saying how many
+
+
+def long_run_warning(config: Config, chunk: int | None = None) -> str | None:
+    """One line for a run of more than LONG_RUN_UPDATES updates: their number and, where the host
+    sees the run only between jitted chunks of `chunk` updates, that rows and stops wait for them."""
+    if config.num_updates <= LONG_RUN_UPDATES:
+        return None
+    between = (f"; metrics rows, checkpoints and a Ctrl-C/SIGTERM stop come only between chunks of {chunk:,} updates "
+               "(raise num_chunks for shorter ones)" if chunk and chunk > 1 else "")  # fmt: skip
+    return (f"warning: total_timesteps={config.total_timesteps:,} is {config.num_updates:,} updates of "
+            f"{config.run_steps_per_update:,} env steps each, a very long run{between}")  # fmt: skip
+
+
+def check_run(config: Config, estimate: MemoryEstimate, devices: Iterable[Any], log: Callable[[str], None],
+              chunk: int | None = None, seeds_field: str = "num_seeds") -> None:  # fmt: skip
+    """Refuse (ConfigError) or warn, each in one line, before anything compiles."""
+    memory.check_fits(estimate, memory.memory_limit(devices), config.num_seeds, seeds_field, log)
+    if (line := long_run_warning(config, chunk)) is not None:
+        log(line)
+
+
+def sync_estimate(config: Config, trainer, shapes: Any, best_params: bool = False) -> MemoryEstimate:
+    """The on-device run's estimate (`shapes`: its TrainState's, leaves [S, ...]); a sweep also
+    keeps a copy of every row's best parameters."""
+    extra = {"best parameters": (tree_bytes(shapes.learner.params), "hidden_size")} if best_params else None
+    return memory.estimate(config, trainer, shapes, extra)
+
+
+def async_estimate(config: Config, trainer, host_env: bool) -> MemoryEstimate:
+    """mode=async: the learner's state, each actor thread's environments, and the rollouts in flight
+    (the buffer's capacity, one per actor thread and the one being learned). Host (PettingZoo)
+    envs keep their state and rollouts on the host, outside this estimate."""
+    S, a = config.num_seeds, config.async_
+    keys = jax.ShapeDtypeStruct((S, 2), jnp.uint32)
+    learner = jax.eval_shape(jax.vmap(trainer.init_learner), keys)
+    parts = {"training state": tree_bytes(learner)}
+    if not host_env:
+        actors = jax.eval_shape(jax.vmap(trainer.init_actors), keys)
+        one = per_seed(TrainState(learner, actors))
+        in_flight = a.buffer_capacity + a.num_actor_threads + 1
+        parts["environments"] = tree_bytes(actors) * a.num_actor_threads
+        parts["rollouts"] = rollout_bytes(trainer, one) * S * in_flight
+    keys = {"training state": ("hidden_size",), "environments": ("num_envs", "async.num_actor_threads"),
+            "rollouts": ("num_envs", "num_steps", "async.buffer_capacity")}  # fmt: skip
+    return memory.estimate_of(config, parts, keys)
