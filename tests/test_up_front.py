@@ -14,8 +14,9 @@ from marljax.sweeps.runner import run_sweep
 from marljax.sweeps.spec import expand
 from marljax.train import loop
 from marljax.train.memory import MemoryLimit, check_fits, parse_limit
-from marljax.train.up_front import long_run_warning, sync_estimate, with_checkpoint_copy
+from marljax.train.up_front import check_run, long_run_warning, sync_estimate, with_checkpoint_copy
 from marljax.train.wiring import prepare
+from tests._subprocess import run_with_devices
 
 SMALL = ["num_envs=8", "num_steps=16", "total_timesteps=2048", "num_chunks=2", "progress=false", "plot=false",
          "compile_cache=false"]  # fmt: skip
@@ -128,6 +129,40 @@ def test_the_estimate_is_within_2x_of_the_compiled_programs_memory(algo):
     m = fns.chunk.lower(state, 1).compile().memory_analysis()
     peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
     assert 0.5 <= est.total / peak <= 2.0, (est, peak)
+
+
+def test_an_estimate_that_fails_is_one_note_not_the_end_of_the_run():
+    """The check guards the run; a shape it cannot trace (before: a trainer whose collectives run
+    inside shard_map, traced on global shapes with mesh.agent=2) must not stop it."""
+    def broken():
+        raise TypeError("cannot reshape array of shape (32, 5) (size 160) into shape (1, 4, 5)")
+
+    lines: list[str] = []
+    check_run(load_config(None, SMALL), broken, jax.devices()[:1], lines.append)
+    assert lines == ["note: the memory estimate failed (cannot reshape array of shape (32, 5) (size 160) into shape "
+                     "(1, 4, 5)); the run's memory is not checked"]  # fmt: skip
+
+
+def test_a_run_split_over_devices_is_estimated_whole():
+    """On 8 fake devices with mesh.agent=2 and mesh.data=4 the sharded trainer sees device-local
+    blocks; the estimate traces the unsharded one and counts the same state as one device would."""
+    out = run_with_devices("""
+        import json
+        from marljax.config import load_config
+        from marljax.parallel.mesh import shard_trainer
+        from marljax.train.up_front import sync_estimate
+        from marljax.train.wiring import prepare
+        small = ["num_envs=8", "num_steps=16", "total_timesteps=2048", "param_sharing=independent",
+                 "env_kwargs.num_agents=4", "env_kwargs.num_landmarks=4"]
+        totals = {}
+        for mesh in (["mesh.agent=2"], ["mesh.data=1", "mesh.seed=-1", "num_seeds=8"]):
+            config = load_config(None, small + mesh)
+            env, m, trainer = prepare(config)
+            totals[str(dict(m.shape))] = sync_estimate(config, trainer, shard_trainer(trainer, m).shapes).parts
+        print(json.dumps(totals))
+    """, 8)
+    split, seeds = out["{'seed': 1, 'data': 4, 'agent': 2}"], out["{'seed': 8, 'data': 1, 'agent': 1}"]
+    assert split["training state"] * 8 == seeds["training state"] and split["rollout"] * 8 == seeds["rollout"]
 
 
 def test_the_limit_setting_is_read_or_refused_by_name():

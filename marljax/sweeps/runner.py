@@ -178,7 +178,7 @@ def run_sweep(
     prepared = [_prepare(p) for p in sweep.programs]  # errors before anything runs
     for program, (_, mesh, trainer) in zip(sweep.programs, prepared):  # programs run one after another
         with located(f"program {program.name}"):
-            check_run(program.config, _estimate(program, trainer), mesh.devices.flat, log, eval_every(program.config),
+            check_run(program.config, lambda: _estimate(program, trainer), mesh.devices.flat, log, eval_every(program.config),
                       seeds_field="cells x seeds")  # fmt: skip
     if primary:
         _claim_out_dir(sweep, overwrite, log)

@@ -186,7 +186,7 @@ def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_r
         f"in chunks of {config.updates_per_chunk}; out_dir {out_dir}"
     )
     fns = shard_trainer(trainer, mesh)
-    check_run(config, sync_estimate(config, trainer, fns.shapes), mesh.devices.flat, log, config.updates_per_chunk)
+    check_run(config, lambda: sync_estimate(config, trainer, fns.shapes), mesh.devices.flat, log, config.updates_per_chunk)
     _ready(ckpt_dir)
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
@@ -373,7 +373,7 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
     check_agent_axis(config, env)
     warn_slow_dtype(config)
     placement = async_placement(config)  # (AsyncRun places again; this compiles nothing)
-    check_run(config, async_estimate(config, make_trainer(config, env), getattr(env, "host", False)),
+    check_run(config, lambda: async_estimate(config, make_trainer(config, env), getattr(env, "host", False)),
               {*placement.actor_devices, *placement.learner_mesh.devices.flat}, log)  # fmt: skip
     log(f"marljax {config.algo} (async) on {env.describe()}")
     runner = AsyncRun(config, env, make_trainer, log)

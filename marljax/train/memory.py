@@ -6,7 +6,8 @@ states, an algorithm's extra state such as a replay buffer and target network), 
 one update (the arrays the update's scans stack), and the working buffers of its largest loop
 body (the matmul outputs of a minibatch's forward and backward pass). Measured against a compiled
 chunk's own memory analysis it came to 1.11x (ippo) and 0.96x (qmix) of it on the default
-configs (tests/test_up_front.py keeps it within 0.5x-2x).
+configs, 0.51x-1.01x on small ones of every algorithm (the GRU's inner scans and pqn's
+temporaries are not counted; tests/test_up_front.py keeps ippo and qmix within 0.5x-2x).
 
 The limit: on CPU the host's available memory (/proc/meminfo MemAvailable); on a GPU or TPU the
 sum of the run's devices' `memory_stats()["bytes_limit"]` (the state is assumed spread evenly).

@@ -14,9 +14,10 @@ from typing import Any, Callable, Iterable
 import jax
 import jax.numpy as jnp
 
-from marljax.config import Config
+from marljax.config import Config, ConfigError, first_line
 from marljax.train import memory
 from marljax.train.memory import MemoryEstimate, per_seed, rollout_bytes, tree_bytes
+from marljax.train.wiring import make_trainer
 from marljax.types import TrainState
 
 LONG_RUN_UPDATES = 10_000_000  # more updates than this: one line saying how many
@@ -33,13 +34,22 @@ def long_run_warning(config: Config, chunk: int | None = None) -> str | None:
             f"{config.run_steps_per_update:,} env steps each, a very long run{between}")  # fmt: skip
 
 
-def check_run(config: Config, estimate: MemoryEstimate, devices: Iterable[Any], log: Callable[[str], None],
-              chunk: int | None = None, seeds_field: str = "num_seeds") -> None:  # fmt: skip
-    """Refuse (ConfigError) or warn, each in one line, before anything compiles."""
+def check_run(config: Config, estimate: Callable[[], MemoryEstimate], devices: Iterable[Any],
+              log: Callable[[str], None], chunk: int | None = None, seeds_field: str = "num_seeds") -> None:  # fmt: skip
+    """Refuse (ConfigError) or warn, each in one line, before anything compiles. An estimate that
+    fails is one note, never the run's end: the check is a guard, not a requirement."""
     devices = list(devices)
-    if all(d.platform == "cpu" for d in devices):
-        estimate = with_checkpoint_copy(estimate)
-    memory.check_fits(estimate, memory.memory_limit(devices), config.num_seeds, seeds_field, log)
+    try:
+        est = estimate()
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        log(f"note: the memory estimate failed ({first_line(exc)}); the run's memory is not checked")
+        est = None
+    if est is not None:
+        if all(d.platform == "cpu" for d in devices):
+            est = with_checkpoint_copy(est)
+        memory.check_fits(est, memory.memory_limit(devices), config.num_seeds, seeds_field, log)
     if (line := long_run_warning(config, chunk)) is not None:
         log(line)
 
@@ -58,7 +68,9 @@ def sync_estimate(config: Config, trainer, shapes: Any, best_params: bool = Fals
     """The on-device run's estimate (`shapes`: its TrainState's, leaves [S, ...]); a sweep also
     keeps a copy of every row's best parameters."""
     extra = {"best parameters": (tree_bytes(shapes.learner.params), "hidden_size")} if best_params else None
-    return memory.estimate(config, trainer, shapes, extra)
+    # the update traced on global shapes: a trainer whose collectives run inside shard_map sees
+    # device-local blocks, so trace the unsharded one (the same arrays, whole)
+    return memory.estimate(config, make_trainer(config, trainer.env), shapes, extra)
 
 
 def async_estimate(config: Config, trainer, host_env: bool) -> MemoryEstimate:
