@@ -3,8 +3,8 @@ not (one warning line), that it is very long (one line with its size).
 
 Called by `train` (both modes) and `marljax sweep` once the trainer is built and before the first
 `jit` runs; config validation already refused the updates an int32 counter cannot count
-(config.MAX_UPDATES). Costs one trace of the update (0.6 s for the default run, 1.0 s for algo=qmix, on a shared 2-core
-CPU), no compilation.
+(config.MAX_UPDATES). Costs one trace of the update (0.6 s for the default run, 1.0 s for
+algo=qmix, on a shared 2-core CPU), no compilation.
 """
 
 from __future__ import annotations
@@ -76,13 +76,14 @@ def sync_estimate(config: Config, trainer, shapes: Any, best_params: bool = Fals
 def async_estimate(config: Config, trainer, host_env: bool) -> MemoryEstimate:
     """mode=async: the learner's state, each actor thread's environments, and the rollouts in flight
     (the buffer's capacity, one per actor thread and the one being learned). Host (PettingZoo)
-    envs keep their state and rollouts on the host, outside this estimate."""
+    envs keep their state and rollouts on the host, outside this estimate; so are the learner's
+    working buffers."""
     S, a = config.num_seeds, config.async_
-    keys = jax.ShapeDtypeStruct((S, 2), jnp.uint32)
-    learner = jax.eval_shape(jax.vmap(trainer.init_learner), keys)
+    seed_keys = jax.ShapeDtypeStruct((S, 2), jnp.uint32)
+    learner = jax.eval_shape(jax.vmap(trainer.init_learner), seed_keys)
     parts = {"training state": tree_bytes(learner)}
     if not host_env:
-        actors = jax.eval_shape(jax.vmap(trainer.init_actors), keys)
+        actors = jax.eval_shape(jax.vmap(trainer.init_actors), seed_keys)
         one = per_seed(TrainState(learner, actors))
         in_flight = a.buffer_capacity + a.num_actor_threads + 1
         parts["environments"] = tree_bytes(actors) * a.num_actor_threads
