@@ -823,6 +823,9 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
+MAX_UPDATES = 2**31 - 1  # the most updates a run may have: LearnerState.update is int32 [] (types.py)
+
+
 def validate(config: Config) -> Config:
     """Check every field and the relations between them. Devices are checked in parallel.mesh."""
     c = config
@@ -849,6 +852,11 @@ def validate(config: Config) -> Config:
             "total_timesteps",
             f"must be at least num_steps*num_envs={c.num_steps * c.num_envs} (one update), got {c.total_timesteps}",
         )
+    if c.num_updates > MAX_UPDATES:  # the learner's update counter is int32: it would wrap, or the program overflow
+        per = c.num_steps * c.num_envs
+        raise ConfigError("total_timesteps", f"{c.total_timesteps:,} env steps are {c.num_updates:,} updates of "
+                          f"num_envs*num_steps={per:,}; at most {MAX_UPDATES:,} updates (int32), so total_timesteps "
+                          f"<= {MAX_UPDATES * per:,} with this num_envs and num_steps")  # fmt: skip
     if c.mode == "async" and (c.mesh.data not in (-1, 1) or c.mesh.seed not in (-1, 1)):
         raise ConfigError(
             "mesh", "mode=async places work with async.actor_devices and async.learner_devices (mesh.agent splits the "

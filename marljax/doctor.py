@@ -56,11 +56,9 @@ def installed_builds() -> list[str]:
 
 def _memory_gib(device: Any) -> float | None:
     """The device's memory in GiB as its runtime reports it; None where it reports none (CPU)."""
-    try:
-        stats = device.memory_stats() or {}
-    except Exception:  # noqa: BLE001 -- some backends raise instead of returning None
-        return None
-    limit = stats.get("bytes_limit")
+    from marljax.parallel.placement import memory_stats
+
+    limit = memory_stats(device).get("bytes_limit")
     return round(limit / 2**30, 2) if limit else None
 
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from marljax.parallel.placement import every_device_sharding, on_every_device, platform
+from marljax.parallel.placement import every_device_sharding, memory_stats, on_every_device, platform
 
 TIME_BUDGET_S = 30.0  # a benchmark stops timing more repetitions once this much has been timed
 MATMUL_REPS = 10  # timed matmuls per size (the best is kept)
@@ -79,10 +79,7 @@ def peak_device_mb(mesh: Mesh) -> float | None:
     counts it (GPU, TPU); None where the runtime keeps no count (CPU: see peak_rss_mb)."""
     peaks = []
     for device in mesh.devices.flat:
-        try:
-            stats = device.memory_stats() or {}
-        except Exception:  # noqa: BLE001 -- a backend without memory stats may raise
-            stats = {}
+        stats = memory_stats(device)
         if "peak_bytes_in_use" in stats:
             peaks.append(stats["peak_bytes_in_use"])
     return max(peaks) / 2**20 if peaks else None

@@ -90,6 +90,15 @@ def fake_cpu_devices_env(n: int, environ: Mapping[str, str] = os.environ) -> dic
     return {**environ, "XLA_FLAGS": " ".join(flags), "JAX_PLATFORMS": "cpu"}
 
 
+def memory_stats(device: Any) -> dict:
+    """The device's `memory_stats()` (bytes_limit, peak_bytes_in_use, ...); {} where the runtime
+    keeps none (CPU)."""
+    try:
+        return device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 -- some backends raise instead of returning None
+        return {}
+
+
 def bytes_on_one_device(tree: Any) -> int:
     """Bytes of `tree` that the device holding its first leaf's first shard keeps."""
     device = jax.tree.leaves(tree)[0].addressable_shards[0].device

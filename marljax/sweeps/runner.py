@@ -54,6 +54,8 @@ from marljax.parallel.placement import place
 from marljax.sweeps.results import METRICS, ResultsStore, load
 from marljax.train.chunks import ChunkBudget, checkpoint_due, chunk_sizes, run_chunks
 from marljax.train.wiring import prepare
+from marljax.train.memory import MemoryEstimate
+from marljax.train.up_front import check_run, sync_estimate
 from marljax.sweeps.spec import Program, Sweep, located
 from marljax.types import HParams
 
@@ -79,6 +81,12 @@ def _prepare(program: Program):
         raise ConfigError(f"program {program.name}: mode", "sweeps run on device (mode=anakin, JaxMARL envs)")
     with located(f"program {program.name}"):
         return prepare(config)
+
+
+def _estimate(program: Program, trainer) -> MemoryEstimate:
+    """The bytes one program holds: its cells x seeds rows, with each row's best parameters."""
+    shapes = jax.eval_shape(jax.vmap(trainer.init), jax.ShapeDtypeStruct((program.rows, 2), jnp.uint32))
+    return sync_estimate(program.config, trainer, shapes, best_params=True)
 
 
 def _coords(sweep: Sweep) -> dict:
@@ -168,6 +176,10 @@ def run_sweep(
         log, progress = (lambda _line: None), False
     compile_cache.use(sweep.programs[0].config.compile_cache, log)  # before anything compiles
     prepared = [_prepare(p) for p in sweep.programs]  # errors before anything runs
+    for program, (_, mesh, trainer) in zip(sweep.programs, prepared):  # programs run one after another
+        with located(f"program {program.name}"):
+            check_run(program.config, lambda: _estimate(program, trainer), mesh.devices.flat, log, eval_every(program.config),
+                      seeds_field="cells x seeds")  # fmt: skip
     if primary:
         _claim_out_dir(sweep, overwrite, log)
     distributed.barrier("marljax_sweep_out_dir")

@@ -32,6 +32,8 @@ from marljax.train.marl_eval_run import write_run_marl_eval
 from marljax.train.trackers import Trackers
 from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, chunk_sizes, run_chunks
 from marljax.train import compile_cache
+from marljax.train.up_front import async_estimate, check_run, sync_estimate
+from marljax.parallel.async_mesh import async_placement
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare, warn_slow_dtype
 from marljax.types import TrainState
 
@@ -184,6 +186,7 @@ def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_r
         f"in chunks of {config.updates_per_chunk}; out_dir {out_dir}"
     )
     fns = shard_trainer(trainer, mesh)
+    check_run(config, lambda: sync_estimate(config, trainer, fns.shapes), mesh.devices.flat, log, config.updates_per_chunk)
     _ready(ckpt_dir)
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
@@ -369,6 +372,9 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
     env = make_adapter(config)
     check_agent_axis(config, env)
     warn_slow_dtype(config)
+    placement = async_placement(config)  # (AsyncRun places again; this compiles nothing)
+    check_run(config, lambda: async_estimate(config, make_trainer(config, env), getattr(env, "host", False)),
+              {*placement.actor_devices, *placement.learner_mesh.devices.flat}, log)  # fmt: skip
     log(f"marljax {config.algo} (async) on {env.describe()}")
     runner = AsyncRun(config, env, make_trainer, log)
     log(
