@@ -4,8 +4,9 @@
 
 Walks PATH/baselines for YAML files, translates each as `marljax train FILE` would (a `ql_*` file
 serves three algorithms: once per algo=iql|vdn|qmix), and prints one row per config: `translates`
-(or, with --run, `runs`: one update trained in a fresh process, the file's own settings otherwise,
-one seed) or `refused` with the one-line reason. Nothing of JaxMARL is copied: the files are read
+(the file as shipped loads and validates) or, with --run, `runs` (then one update trained in a fresh
+process, at most 8 envs and one seed, the file's own settings otherwise) or `refused` with the
+one-line reason. Nothing of JaxMARL is copied: the files are read
 from the checkout given.
 """
 
@@ -32,10 +33,15 @@ def variants(path: Path) -> list[list[str]]:
     return [[f"algo={a}"] for a in QL_ALGOS] if path.stem.startswith("ql_") else [[]]
 
 
+SMOKE_ENVS = 8  # a run's check steps at most this many envs (1024 Hanabi envs would take minutes on a CPU)
+
+
 def tiny(path: Path, overrides: list[str]) -> list[str]:
-    """Overrides that make a run one update long (one seed, no plot or progress bar, one chunk)."""
+    """Overrides that make a run one update of at most SMOKE_ENVS envs (the file as shipped has
+    validated already: load_config), one seed, no plot or progress bar, one chunk."""
     config = load_config(path, overrides)
-    return [f"total_timesteps={config.num_envs * config.num_steps}", "num_seeds=1", "num_chunks=1",
+    envs = min(config.num_envs, SMOKE_ENVS)
+    return [f"num_envs={envs}", f"total_timesteps={envs * config.num_steps}", "num_seeds=1", "num_chunks=1",
             "progress=false", "plot=false", "checkpoint_every=0"]  # fmt: skip
 
 
