@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from marljax.config import ConfigError, algorithms, schema_fields
+from marljax.config import ConfigError, algorithm_schema, algorithms, schema_fields
 
 # what JaxMARL prints, where it runs or how it reports; nothing a run computes depends on them
 IGNORED = {
@@ -230,6 +230,13 @@ def _refuse_algo(path: Path) -> ConfigError:
                                f"algo=<{'|'.join(algorithms())}>")  # fmt: skip
 
 
+def _siblings_keys(algo: str) -> set[str]:
+    """Keys declared by the algorithms that share a section with `algo` (the scripts a shared
+    file serves): another script's key, such as QMIX's MIXER_* for vdn, is ignored, not refused."""
+    mine = set(algorithm_schema(algo).sections)
+    return {k for a in algorithms() if a != algo and mine & set(algorithm_schema(a).sections) for k in declared(a)}
+
+
 def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = None) -> tuple[dict, list[str]]:
     """(marljax's nested config mapping, the keys ignored) for JaxMARL config `values` read from
     `path`; `algo`: an `algo=` override, else the file's name decides. ConfigError listing every
@@ -243,7 +250,7 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
 
         check_env_name(values["ENV_NAME"])
     run = _Run({k: _number(v) for k, v in values.items()}, algo, path)
-    others = {k for a in algorithms() if a != algo for k in declared(a)} if path.stem.startswith(SHARED_FILE) else set()
+    others = _siblings_keys(algo) if path.stem.startswith(SHARED_FILE) else set()
     for key, value in run.values.items():
         run.current = key
         if key in RULES:

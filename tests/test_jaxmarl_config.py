@@ -310,3 +310,9 @@ def test_overcooked_layouts_are_looked_up_by_name():
     with pytest.raises(ConfigError, match=r"^env_kwargs.layout: unknown overcooked layout 'nope'; allowed: cramped_room, "
                                           r"asymm_advantages, coord_ring, forced_coord, counter_circuit$"):  # fmt: skip
         make_env("overcooked", {"layout": "nope"})
+
+
+def test_a_ql_file_refuses_a_key_no_q_learning_script_reads(tmp_path):
+    path = _write(tmp_path, "ql_rnn_mpe.yaml", BASE + '"CLIP_EPS": 0.2\n')  # PPO's: no sibling of vdn declares it
+    with pytest.raises(ConfigError, match="no marljax equivalent for algo=vdn: CLIP_EPS;"):
+        load_config(path, ["algo=vdn"])
