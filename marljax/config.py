@@ -22,6 +22,7 @@ import difflib
 import importlib.util
 import math
 import re
+import sys
 import typing
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -51,14 +52,18 @@ def setting(
     maximum: float | None = None,
     traced: bool = False,
     resumable: bool = False,
+    jaxmarl: str | tuple[str, ...] = (),
 ) -> Any:
     """A config field with its help line and constraints, checked by `validate`.
 
     `minimum`/`maximum`: inclusive bounds; `above`: exclusive lower bound. `traced`: a float
     hyperparameter carried as a traced scalar (sweeps vmap it). `resumable`: may change on resume.
+    `jaxmarl`: JaxMARL's UPPERCASE config keys that mean this setting, in its units
+    (marljax/jaxmarl_config.py translates through them).
     """
     meta = {"help": help, "choices": tuple(choices), "minimum": minimum, "above": above, "maximum": maximum,
-            "traced": traced, "resumable": resumable}  # fmt: skip
+            "traced": traced, "resumable": resumable,
+            "jaxmarl": (jaxmarl,) if isinstance(jaxmarl, str) else tuple(jaxmarl)}  # fmt: skip
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -72,6 +77,7 @@ def _fields(cls) -> dict[str, dataclasses.Field]:
 
 ACTIVATIONS = ("tanh", "relu")
 TORSOS = ("auto", "mlp", "cnn")
+LR_DECAYS = ("linear", "cosine")
 DTYPES = ("float32", "bfloat16")  # the networks' matmul/conv compute dtype (marljax.nn.networks)
 SHARING = ("shared", "per_role", "independent")
 MODES = ("anakin", "async")
@@ -123,8 +129,10 @@ class LogConfig:
 
     backends: Any = setting(help="trackers besides metrics.jsonl: a list of tensorboard, wandb, neptune, mlflow",
                             factory=list, resumable=True)  # fmt: skip
-    project: str = setting("marljax", "the tracker's project (wandb, neptune) or experiment (mlflow)", resumable=True)
-    entity: str = setting("", "wandb entity / neptune workspace; empty: the account's default", resumable=True)
+    project: str = setting("marljax", "the tracker's project (wandb, neptune) or experiment (mlflow)", resumable=True,
+                           jaxmarl="PROJECT")  # fmt: skip
+    entity: str = setting("", "wandb entity / neptune workspace; empty: the account's default", resumable=True,
+                          jaxmarl="ENTITY")  # fmt: skip
     run_name: str = setting("", "the run's name in the tracker; empty: the out_dir's name", resumable=True)
     tags: Any = setting(help="tags of the tracker's run (a list of strings)", factory=list, resumable=True)
     group: str = setting("", "group the tracker's runs under this name (a sweep groups its cells by default)",
@@ -332,40 +340,48 @@ class Config:
 
     algo: str = setting("ippo", "the algorithm (marljax train --help lists them)")
     env: str = setting("MPE_simple_spread_v3", "a JaxMARL env id, or module:callable returning an env "
-                       "(imports and runs that code)")  # fmt: skip
+                       "(imports and runs that code)", jaxmarl="ENV_NAME")  # fmt: skip
     env_kwargs: dict = setting(factory=dict, help="keyword arguments of the env's constructor (env_kwargs.name=value)")
 
     # rollout shape and budget
     total_timesteps: int = setting(5_000_000, "env steps of one seed over the whole run", minimum=1,
-                                   maximum=10**15, resumable=True)  # fmt: skip
-    num_envs: int = setting(64, "environments stepped in parallel per seed", minimum=1)
-    num_steps: int = setting(128, "steps of every environment per update (the rollout length)", minimum=1)
+                                   maximum=10**15, resumable=True, jaxmarl="TOTAL_TIMESTEPS")  # fmt: skip
+    num_envs: int = setting(64, "environments stepped in parallel per seed", minimum=1, jaxmarl="NUM_ENVS")
+    num_steps: int = setting(128, "steps of every environment per update (the rollout length)", minimum=1,
+                             jaxmarl="NUM_STEPS")  # fmt: skip
 
     # optimiser (every algorithm)
-    lr: float = setting(2e-3, "Adam learning rate", above=0.0, traced=True)
-    anneal_lr: bool = setting(True, "decay the learning rate linearly to 0 over the run")
-    max_grad_norm: float = setting(0.5, "clip the global gradient norm to this", above=0.0, traced=True)
-    gamma: float = setting(0.99, "discount factor", minimum=0.0, maximum=1.0, traced=True)
+    lr: float = setting(2e-3, "Adam learning rate", above=0.0, traced=True, jaxmarl="LR")
+    anneal_lr: bool = setting(True, "decay the learning rate to 0 over the run (lr_decay says how)",
+                              jaxmarl=("ANNEAL_LR", "LR_LINEAR_DECAY"))  # fmt: skip
+    lr_decay: str = setting("linear", "the decay's shape when anneal_lr: linear | cosine", choices=LR_DECAYS)
+    lr_warmup: float = setting(0.0, "fraction of the run's updates over which the learning rate first rises "
+                               "linearly from 0 (then decays over the rest when anneal_lr)", minimum=0.0, maximum=0.99,
+                               jaxmarl="LR_WARMUP")  # fmt: skip
+    max_grad_norm: float = setting(0.5, "clip the global gradient norm to this", above=0.0, traced=True,
+                                   jaxmarl="MAX_GRAD_NORM")  # fmt: skip
+    gamma: float = setting(0.99, "discount factor", minimum=0.0, maximum=1.0, traced=True, jaxmarl="GAMMA")
 
     # networks
-    activation: str = setting("tanh", "hidden-layer activation", choices=ACTIVATIONS)
-    hidden_size: int = setting(64, "width of the hidden layers", minimum=1)
-    num_layers: int = setting(2, "hidden layers of the feed-forward torso", minimum=1)
+    activation: str = setting("tanh", "hidden-layer activation", choices=ACTIVATIONS, jaxmarl="ACTIVATION")
+    hidden_size: int = setting(64, "width of the hidden layers", minimum=1,
+                               jaxmarl=("FC_DIM_SIZE", "AGENT_HIDDEN_DIM", "HIDDEN_SIZE"))  # fmt: skip
+    num_layers: int = setting(2, "hidden layers of the feed-forward torso", minimum=1, jaxmarl="NUM_LAYERS")
     network: dict = setting(factory=dict, help="per-group sizes over hidden_size/num_layers: network.<group>.hidden_size=32, "
                             "network.<group>.num_layers=1 (groups as param_sharing forms them)")  # fmt: skip
     recurrent: bool = setting(False, "GRU networks; the hidden state resets at episode ends")
-    gru_hidden_size: int = setting(128, "GRU state width (recurrent=true)", minimum=1)
+    gru_hidden_size: int = setting(128, "GRU state width (recurrent=true)", minimum=1, jaxmarl="GRU_HIDDEN_DIM")
     torso: str = setting("auto", "observation encoder; auto: cnn for [H, W, C] observations", choices=TORSOS)
     dtype: str = setting("float32", "the networks' matmul/conv inputs; bfloat16: bf16 operands, float32 accumulation, "
                          "float32 parameters and outputs (for GPUs/TPUs; slower on CPU)", choices=DTYPES)  # fmt: skip
-    agent_id: bool = setting(True, "append a one-hot agent id where agents share parameters")
+    agent_id: bool = setting(True, "append a one-hot agent id where agents share parameters", jaxmarl="ADD_AGENT_ID")
     param_sharing: str = setting("shared", "shared: one set per group of identical spaces | per_role: one per agent "
                                  "class | independent: one per agent", choices=SHARING)  # fmt: skip
 
     # seeds and devices
     seed: int = setting(0, "the run's seed; seed i of num_seeds uses a key derived from it", minimum=0,
-                        maximum=2**32 - 1)  # fmt: skip
-    num_seeds: int = setting(1, "independent seeds trained at once (vmapped)", minimum=1)
+                        maximum=2**32 - 1, jaxmarl="SEED")  # fmt: skip
+    num_seeds: int = setting(1, "independent seeds trained at once (vmapped)", minimum=1, jaxmarl="NUM_SEEDS")
     mesh: MeshConfig = setting(factory=MeshConfig, help="device mesh shape: mesh.seed, mesh.data, mesh.agent")
     distributed: DistributedConfig = setting(factory=DistributedConfig, help="multi-host: distributed.* or distributed=auto")
     log: LogConfig = setting(factory=LogConfig, help="experiment trackers: log.backends=[tensorboard,wandb,neptune,mlflow]")
@@ -391,7 +407,8 @@ class Config:
 
     # evaluation, apart from the training rollouts (marljax.train.evaluate)
     eval_every: int = setting(0, "updates between greedy evaluations (at chunk ends); 0: never", minimum=0, resumable=True)
-    eval_episodes: int = setting(32, "fresh episodes each seed plays per evaluation", minimum=1, resumable=True)
+    eval_episodes: int = setting(32, "fresh episodes each seed plays per evaluation", minimum=1, resumable=True,
+                                 jaxmarl=("NUM_TEST_EPISODES", "TEST_NUM_ENVS", "NUM_TEST_ENVS"))  # fmt: skip
     eval_greedy: bool = setting(True, "evaluate the policy's most likely action (false: sample it)", resumable=True)
 
     # execution mode
@@ -775,10 +792,12 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
     marljax/jaxmarl_config.py), apply `key=value` overrides, validate, freeze."""
     values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
     changes = parse_overrides(overrides)
-    from marljax.jaxmarl_config import from_jaxmarl, is_jaxmarl
+    from marljax.jaxmarl_config import ignored_note, is_jaxmarl, translate
 
     if is_jaxmarl(values):  # JaxMARL's UPPERCASE baseline YAML
-        values = from_jaxmarl(values, path, changes.get("algo"))
+        values, ignored = translate(values, path, changes.get("algo"))
+        if note := ignored_note(ignored):
+            print(note, file=sys.stderr)
     values = merge(values, changes)
     return validate(_build_config(values))
 

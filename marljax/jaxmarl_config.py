@@ -2,15 +2,20 @@
 
 A YAML file whose keys are all UPPERCASE (`LR`, `NUM_ENVS`, `ENV_NAME`, `ENV_KWARGS`, ...) is read
 as a JaxMARL baseline config and translated into marljax's keys. The algorithm comes from an
-`algo=` override or from the file's name (`ippo_rnn_smax.yaml` -> ippo, `qmix_*` -> qmix,
-`pqn_vdn_*` -> pqn_vdn, ...). Keys with no marljax equivalent are refused, all of them in one
-message, rather than silently dropped: a run that ignored one would not be the run its file
-describes. Keys that change only what JaxMARL prints (`VERBOSE`, `WANDB_ONLINE_REPORT`, ...) are
-accepted and ignored.
+`algo=` override or from the file's name (`ippo_rnn_smax.yaml` -> ippo, `pqn_vdn_*` -> pqn_vdn;
+a `ql_*` file serves JaxMARL's iql, vdn and qmix scripts, so it needs `algo=`).
 
-Units agree where JaxMARL counts env steps of one seed (`TOTAL_TIMESTEPS`,
-`EPSILON_ANNEAL_TIME`, `LEARNING_STARTS`, `TEST_INTERVAL`); `TARGET_UPDATE_INTERVAL` counts
-updates, as in JaxMARL's current QLearning baselines.
+Each setting declares the JaxMARL keys that mean it (`setting(..., jaxmarl="LR")`, in config.py
+and in the algorithms' sections), so this module names no algorithm: a key maps through what the
+chosen algorithm's schema declares. `RULES` below handle the keys whose units differ (a fraction
+of the run where marljax counts env steps) or that set several things. Keys that change nothing
+computed (W&B, devices, printing) are accepted and listed in one note; any other key is refused,
+all of them in one message, rather than silently dropped: a run that ignored one would not be
+the run its file describes.
+
+Units agree where JaxMARL counts env steps of one seed (`TOTAL_TIMESTEPS`, `EPSILON_ANNEAL_TIME`,
+`LEARNING_STARTS`); `TARGET_UPDATE_INTERVAL` counts updates, as in JaxMARL's current QLearning
+baselines; `EPS_DECAY`, `LR_WARMUP` and a `TEST_INTERVAL` of at most 1 are fractions of the run.
 """
 
 from __future__ import annotations
@@ -19,10 +24,18 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from marljax.config import ConfigError
+from marljax.config import ConfigError, algorithm_schema, algorithms, schema_fields
 
-PPO_ALGOS = ("ippo", "mappo")
-Q_ALGOS = ("pqn_vdn", "iql", "vdn", "qmix")  # pqn_vdn first: a pqn_vdn_* file is not vdn
+# what JaxMARL prints, where it runs or how it reports; nothing a run computes depends on them
+IGNORED = {
+    "VERBOSE", "WANDB_ONLINE_REPORT", "WANDB_LOG_ALL_SEEDS", "DEBUG", "SAVE_PATH", "ALG_NAME", "TUNE", "HYP_TUNE",
+    "DEVICE", "DISABLE_JIT", "LOG_AGENTS_SEPARATELY",
+    "TEST_NUM_STEPS",  # the evaluation's step budget: marljax's evaluation plays whole episodes
+    "NORM_INPUTS", "LOSS_TYPE",  # read by no JaxMARL script (PQN reads NORM_INPUT): they change nothing there either
+}  # fmt: skip
+# JaxMARL algorithms marljax does not have yet, by the prefix of their config files
+MISSING_ALGOS = {"shaq": "SHAQ", "transf_qmix": "TransfQMix"}
+SHARED_FILE = "ql_"  # JaxMARL's file for three scripts (iql, vdn, qmix), each reading the keys it needs
 
 
 def is_jaxmarl(values: Mapping[str, Any]) -> bool:
@@ -31,9 +44,10 @@ def is_jaxmarl(values: Mapping[str, Any]) -> bool:
 
 
 def infer_algo(path: str | Path) -> str | None:
-    """The algorithm a JaxMARL config file's name starts with (`mappo_homogenous_rnn_mpe` -> mappo)."""
+    """The registered algorithm a JaxMARL config file's name starts with (`mappo_homogenous_rnn_mpe`
+    -> mappo); the longest match wins (`pqn_vdn_*` is pqn_vdn, not vdn)."""
     name = Path(path).stem.lower()
-    for algo in (*Q_ALGOS, *PPO_ALGOS):
+    for algo in sorted(algorithms(), key=len, reverse=True):
         if name == algo or name.startswith(algo + "_"):
             return algo
     return None
@@ -53,106 +67,227 @@ def _int(value: Any) -> int:
     return int(float(_number(value)))
 
 
-# JaxMARL key -> (marljax key, conversion) for every algorithm; sections by family below
-COMMON: dict[str, tuple[str, Callable]] = {
-    "LR": ("lr", float), "NUM_ENVS": ("num_envs", _int), "NUM_STEPS": ("num_steps", _int),
-    "TOTAL_TIMESTEPS": ("total_timesteps", _int), "GAMMA": ("gamma", float),
-    "MAX_GRAD_NORM": ("max_grad_norm", float), "ANNEAL_LR": ("anneal_lr", bool), "LR_LINEAR_DECAY": ("anneal_lr", bool),
-    "ACTIVATION": ("activation", str), "ENV_NAME": ("env", str), "SEED": ("seed", _int), "NUM_SEEDS": ("num_seeds", _int),
-    "FC_DIM_SIZE": ("hidden_size", _int), "AGENT_HIDDEN_DIM": ("hidden_size", _int),
-    "GRU_HIDDEN_DIM": ("gru_hidden_size", _int), "ADD_AGENT_ID": ("agent_id", bool),
-    "ENTITY": ("log.entity", str), "PROJECT": ("log.project", str), "NUM_TEST_EPISODES": ("eval_episodes", _int),
-}  # fmt: skip
-PPO: dict[str, tuple[str, Callable]] = {
-    "UPDATE_EPOCHS": ("ppo.update_epochs", _int), "NUM_MINIBATCHES": ("ppo.num_minibatches", _int),
-    "GAE_LAMBDA": ("ppo.gae_lambda", float), "CLIP_EPS": ("ppo.clip_eps", float),
-    "ENT_COEF": ("ppo.ent_coef", float), "VF_COEF": ("ppo.vf_coef", float),
-}  # fmt: skip
-Q: dict[str, tuple[str, Callable]] = {
-    "EPSILON_START": ("q.eps_start", float), "EPSILON_FINISH": ("q.eps_finish", float),
-    "EPSILON_ANNEAL_TIME": ("q.eps_decay_steps", _int), "TD_LAMBDA": ("q.td_lambda", float),
-}  # fmt: skip
-PQN: dict[str, tuple[str, Callable]] = {
-    "NUM_EPOCHS": ("pqn.update_epochs", _int), "NUM_MINIBATCHES": ("pqn.num_minibatches", _int),
-}  # fmt: skip
-REPLAY: dict[str, tuple[str, Callable]] = {
-    "BUFFER_SIZE": ("replay.buffer_size", _int), "BUFFER_BATCH_SIZE": ("replay.batch_size", _int),
-    "NUM_EPOCHS": ("replay.gradient_steps", _int), "LEARNING_STARTS": ("replay.learning_starts", _int),
-    "TARGET_UPDATE_INTERVAL": ("replay.target_update_interval", _int),
-}  # fmt: skip
-
-# what JaxMARL prints or how it reports; nothing a run computes depends on them
-IGNORED = {"VERBOSE", "WANDB_ONLINE_REPORT", "WANDB_LOG_ALL_SEEDS", "DEBUG", "SAVE_PATH", "ALG_NAME", "TUNE"}
+CONVERT: dict[type, Callable] = {int: _int, float: float, bool: bool, str: str}
 
 
-def _table(algo: str) -> dict[str, tuple[str, Callable]]:
-    if algo in PPO_ALGOS:
-        return {**COMMON, **PPO}
-    return {**COMMON, **Q, **(PQN if algo == "pqn_vdn" else REPLAY)}
+def declared(algo: str) -> dict[str, str]:
+    """JaxMARL key -> marljax's dotted key, from what the core and algo's sections declare."""
+    table: dict[str, str] = {}
+    for dotted, field, _ in schema_fields(algo):
+        for key in field.metadata.get("jaxmarl", ()):
+            table[key] = dotted
+    return table
+
+
+def _types(algo: str) -> dict[str, type]:
+    return {dotted: type(default) for dotted, _, default in schema_fields(algo)}
+
+
+class _Run:
+    """One translation: the file's values, what they map to, what was refused or ignored."""
+
+    def __init__(self, values: Mapping[str, Any], algo: str, path: Path):
+        self.values, self.algo, self.path = values, algo, path
+        self.table, self.types = declared(algo), _types(algo)
+        self.flat: dict[str, Any] = {"algo": algo}
+        self.unknown: list[str] = []
+        self.ignored: list[str] = []
+        self.current = ""  # the file's key being read
+        self.recurrent = "GRU_HIDDEN_DIM" in values or "_rnn_" in f"_{path.stem.lower()}_"
+
+    def set(self, key: str, value: Any) -> None:
+        """Set the setting that JaxMARL's `key` maps to; where this algorithm has none, the file's
+        key being read (`current`) is refused."""
+        if key not in self.table:
+            self.unknown.append(self.current)
+            return
+        dotted = self.table[key]
+        self.flat[dotted] = CONVERT[self.types[dotted]](value)
+
+    def updates(self) -> int | None:
+        """JaxMARL's NUM_UPDATES, when the file says enough to know it."""
+        v = self.values
+        if {"TOTAL_TIMESTEPS", "NUM_STEPS", "NUM_ENVS"} <= v.keys():
+            return max(_int(v["TOTAL_TIMESTEPS"]) // (_int(v["NUM_STEPS"]) * _int(v["NUM_ENVS"])), 1)
+        return None
+
+
+def _env_kwargs(run: _Run, value: Any) -> None:
+    run.flat["env_kwargs"] = {**dict(value or {}), **run.flat.get("env_kwargs", {})}
+
+
+def _map_name(run: _Run, value: Any) -> None:  # SMAX: JaxMARL builds the scenario from the map's name
+    run.flat.setdefault("env_kwargs", {})["scenario"] = str(value)
+
+
+def _wandb_mode(run: _Run, value: Any) -> None:
+    if value in ("online", "offline"):
+        run.flat["log.backends"] = ["wandb"]
+        run.flat["log.offline"] = value == "offline"
+    elif value != "disabled":
+        run.unknown.append(f"WANDB_MODE={value!r} (allowed: online, offline, disabled)")
+
+
+def _sharing(run: _Run, value: Any) -> None:
+    run.flat["param_sharing"] = "shared" if value else "independent"
+
+
+def _tau(run: _Run, value: Any) -> None:
+    """JaxMARL blends the target with TAU every TARGET_UPDATE_INTERVAL updates (TAU=1: a copy)."""
+    if float(value) == 1.0:
+        return
+    if "replay.tau" not in run.types:
+        run.unknown.append(f"TAU={value} (algo={run.algo} keeps no target network)")
+        return
+    run.flat["replay.tau"] = float(value)
+    if _int(run.values.get("TARGET_UPDATE_INTERVAL", 0)) > 1:
+        run.unknown.append("TAU<1 with TARGET_UPDATE_INTERVAL>1 (marljax: one or the other)")
+    run.flat["replay.target_update_interval"] = 0
+
+
+def _td_lambda_loss(run: _Run, value: Any) -> None:
+    if not value:  # one-step targets, whatever TD_LAMBDA says (before or after this key)
+        run.values = {**run.values, "TD_LAMBDA": 0.0}
+        run.set("TD_LAMBDA", 0.0)
+
+
+def _test_during_training(run: _Run, value: Any) -> None:
+    if not value:
+        run.flat["eval_every"] = 0
+
+
+def _test_interval(run: _Run, value: Any) -> None:
+    """At most 1: a fraction of the updates (JaxMARL's recent scripts); above: env steps (SHAQ's)."""
+    if not run.values.get("TEST_DURING_TRAINING", True):
+        return
+    updates, value = run.updates(), float(_number(value))
+    if updates is None:
+        run.unknown.append("TEST_INTERVAL without TOTAL_TIMESTEPS, NUM_ENVS and NUM_STEPS")
+    elif value <= 1:
+        run.flat["eval_every"] = max(1, int(updates * value))
+    else:
+        steps = _int(run.values["NUM_STEPS"]) * _int(run.values["NUM_ENVS"])
+        run.flat["eval_every"] = max(1, round(value / steps))
+
+
+def _eps_decay(run: _Run, value: Any) -> None:
+    """A fraction of the updates -> env steps of one seed."""
+    updates = run.updates()
+    if updates is None:
+        run.unknown.append("EPS_DECAY without TOTAL_TIMESTEPS, NUM_ENVS and NUM_STEPS")
+        return
+    steps = _int(run.values["NUM_STEPS"]) * _int(run.values["NUM_ENVS"])
+    run.set("EPSILON_ANNEAL_TIME", max(1, round(float(_number(value)) * updates * steps)))
+
+
+def _shaping(run: _Run, value: Any) -> None:  # JaxMARL's Overcooked: info["shaped_reward"], annealed over it
+    run.flat["reward_shaping.info_key"] = "shaped_reward"
+    run.flat["reward_shaping.horizon"] = _int(value)
+
+
+def _norm_type(run: _Run, value: Any) -> None:
+    if value == "batch_norm":
+        run.unknown.append("NORM_TYPE=batch_norm (marljax's Q-networks have layer_norm or none: batch norm's "
+                           "running statistics are not carried in its training state)")  # fmt: skip
+    else:
+        run.set("NORM_TYPE", "none" if value in (None, "none", "None") else value)
+
+
+def _lr_warmup(run: _Run, value: Any) -> None:
+    run.set("LR_WARMUP", value)
+    run.flat["lr_decay"] = "cosine"  # JaxMARL's one script that reads LR_WARMUP joins it to a cosine decay
+
+
+def _hidden_size(run: _Run, value: Any) -> None:
+    run.set("HIDDEN_SIZE", value)
+    if run.recurrent and "GRU_HIDDEN_DIM" not in run.values:  # JaxMARL's recurrent scripts size the GRU by it too
+        run.set("GRU_HIDDEN_DIM", value)
+
+
+RULES: dict[str, Callable[[_Run, Any], None]] = {
+    "ENV_KWARGS": _env_kwargs, "MAP_NAME": _map_name, "WANDB_MODE": _wandb_mode, "PARAMETERS_SHARING": _sharing,
+    "TAU": _tau, "TD_LAMBDA_LOSS": _td_lambda_loss, "TEST_DURING_TRAINING": _test_during_training,
+    "TEST_INTERVAL": _test_interval, "EPS_DECAY": _eps_decay, "REW_SHAPING_HORIZON": _shaping,
+    "NORM_TYPE": _norm_type, "LR_WARMUP": _lr_warmup, "HIDDEN_SIZE": _hidden_size,
+}  # fmt: skip
+# keys accepted at the one value that is what marljax computes; another value is refused, saying why
+ONLY: dict[str, tuple[Any, str]] = {
+    "SCALE_CLIP_EPS": (False, "marljax does not scale the clip range by the agent count"),
+    "NORM_INPUT": (False, "input normalisation is batch norm in JaxMARL's PQN, which marljax does not carry"),
+    "MEMORY_WINDOW": (0, "marljax replays no steps of the previous rollout into the GRU's horizon"),
+    "OBS_WITH_AGENT_ID": (True, "marljax's MAPPO critic always sees the agent's one-hot id"),
+}
+
+
+def _refuse_algo(path: Path) -> ConfigError:
+    stem = path.stem.lower()
+    missing = next((name for prefix, name in MISSING_ALGOS.items() if stem.startswith(prefix + "_")), None)
+    if missing:
+        return ConfigError("algo", f"{path} is a config of JaxMARL's {missing}, which marljax does not have yet")
+    if stem.startswith(SHARED_FILE):
+        return ConfigError("algo", f"{path} serves JaxMARL's iql, vdn and qmix scripts: pass algo=<iql|vdn|qmix>")
+    return ConfigError("algo", f"{path} is a JaxMARL config, which does not name its algorithm: pass "
+                               f"algo=<{'|'.join(algorithms())}>")  # fmt: skip
+
+
+def _siblings_keys(algo: str) -> set[str]:
+    """Keys declared by the algorithms that share a section with `algo` (the scripts a shared
+    file serves): another script's key, such as QMIX's MIXER_* for vdn, is ignored, not refused."""
+    mine = set(algorithm_schema(algo).sections)
+    return {k for a in algorithms() if a != algo and mine & set(algorithm_schema(a).sections) for k in declared(a)}
+
+
+def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = None) -> tuple[dict, list[str]]:
+    """(marljax's nested config mapping, the keys ignored) for JaxMARL config `values` read from
+    `path`; `algo`: an `algo=` override, else the file's name decides. ConfigError listing every
+    key it cannot map."""
+    path = Path(path)
+    algo = algo or infer_algo(path)
+    if algo is None:
+        raise _refuse_algo(path)
+    if isinstance(values.get("ENV_NAME"), str):  # an env that cannot be installed here: say so before anything else
+        from marljax.envs.registry import check_env_name
+
+        check_env_name(values["ENV_NAME"])
+    run = _Run({k: _number(v) for k, v in values.items()}, algo, path)
+    others = _siblings_keys(algo) if path.stem.startswith(SHARED_FILE) else set()
+    for key, value in run.values.items():
+        run.current = key
+        if key in RULES:
+            RULES[key](run, value)
+        elif key in ONLY:
+            if value != ONLY[key][0]:
+                run.unknown.append(f"{key}={value!r} ({ONLY[key][1]})")
+        elif key in run.table:
+            run.set(key, run.values[key])  # (a rule may have changed what an earlier key said)
+        elif key in IGNORED or key in others:  # (others: keys another script of a shared file reads)
+            run.ignored.append(key)
+        else:
+            run.unknown.append(key)
+    if "ADD_AGENT_ID" not in values and "CLIP_EPS" in run.table:
+        run.flat["agent_id"] = False  # JaxMARL's PPO baselines add no agent id unless asked
+    if "NORM_TYPE" not in values and "NORM_TYPE" in run.table:
+        run.set("NORM_TYPE", "none")  # JaxMARL's Q-networks without NORM_TYPE have no normalisation
+    if not {"TD_LAMBDA", "LAMBDA", "TD_LAMBDA_LOSS"} & values.keys() and "TD_LAMBDA" in run.table:
+        run.set("TD_LAMBDA", 0.0)  # JaxMARL's Q scripts that name no lambda learn from one-step targets
+    if run.recurrent:
+        run.flat["recurrent"] = True
+    if run.unknown:
+        raise ConfigError(str(path), f"JaxMARL keys with no marljax equivalent for algo={algo}: {', '.join(run.unknown)}; "
+                                     "remove them from the file (marljax's own keys: marljax train --help)")  # fmt: skip
+    return _nest(run.flat), run.ignored
 
 
 def from_jaxmarl(values: Mapping[str, Any], path: str | Path, algo: str | None = None) -> dict:
-    """marljax's nested config mapping for JaxMARL config `values` (read from `path`); `algo`: an
-    `algo=` override, else the file's name decides. ConfigError listing every key it cannot map."""
-    algo = algo or infer_algo(path)
-    if algo is None:
-        raise ConfigError("algo", f"{path} is a JaxMARL config, which does not name its algorithm: pass "
-                                  f"algo=<{'|'.join(PPO_ALGOS + Q_ALGOS)}>")  # fmt: skip
-    table, flat, unknown = _table(algo), {"algo": algo}, []
-    values = {k: _number(v) for k, v in values.items()}
-    for key, value in values.items():
-        if key in table:
-            name, convert = table[key]
-            flat[name] = convert(value)
-        elif key == "ENV_KWARGS":
-            flat["env_kwargs"] = dict(value or {})
-        elif key == "MAP_NAME":  # SMAX: JaxMARL builds the scenario from the map's name, as env_kwargs.scenario does
-            flat.setdefault("env_kwargs", {})
-        elif key == "WANDB_MODE":
-            if value in ("online", "offline"):
-                flat["log.backends"] = ["wandb"]
-                flat["log.offline"] = value == "offline"
-            elif value != "disabled":
-                unknown.append(f"WANDB_MODE={value!r} (allowed: online, offline, disabled)")
-        elif key == "PARAMETERS_SHARING":
-            flat["param_sharing"] = "shared" if value else "independent"
-        elif key == "TAU" and algo not in PPO_ALGOS and algo != "pqn_vdn":
-            if float(value) != 1.0:  # JaxMARL blends with TAU every TARGET_UPDATE_INTERVAL updates
-                flat["replay.tau"] = float(value)
-                if int(values.get("TARGET_UPDATE_INTERVAL", 0)) > 1:
-                    unknown.append("TAU<1 with TARGET_UPDATE_INTERVAL>1 (marljax: one or the other)")
-                flat["replay.target_update_interval"] = 0
-        elif key == "TD_LAMBDA_LOSS":
-            if not value:
-                flat["q.td_lambda"] = 0.0  # one-step targets
-        elif key == "SCALE_CLIP_EPS" and not value:
-            pass  # the default: the clip range is not scaled by the agent count
-        elif key == "TEST_DURING_TRAINING" and not value:
-            flat["eval_every"] = 0
-        elif key == "REW_SHAPING_HORIZON":  # JaxMARL's Overcooked IPPO: info["shaped_reward"], annealed over it
-            flat["reward_shaping.info_key"] = "shaped_reward"
-            flat["reward_shaping.horizon"] = _int(value)
-        elif key == "TEST_INTERVAL":
-            continue  # below, once the update size is known
-        elif key in IGNORED:
-            continue
-        else:
-            unknown.append(key)
-    if "MAP_NAME" in values:
-        flat["env_kwargs"]["scenario"] = str(values["MAP_NAME"])
-    if "TEST_INTERVAL" in values and values.get("TEST_DURING_TRAINING", True):
-        if "num_steps" in flat and "num_envs" in flat:  # env steps -> updates
-            flat["eval_every"] = max(1, round(float(values["TEST_INTERVAL"]) / (flat["num_steps"] * flat["num_envs"])))
-        else:
-            unknown.append("TEST_INTERVAL without NUM_ENVS and NUM_STEPS")
-    if algo in PPO_ALGOS and "ADD_AGENT_ID" not in values:
-        flat["agent_id"] = False  # JaxMARL's PPO baselines add no agent id unless asked
-    if "GRU_HIDDEN_DIM" in values or "_rnn_" in f"_{Path(path).stem.lower()}_":
-        flat["recurrent"] = True
-    if unknown:
-        raise ConfigError(str(path), f"JaxMARL keys with no marljax equivalent for algo={algo}: {', '.join(unknown)}; "
-                                     "remove them from the file (marljax's own keys: marljax train --help)")  # fmt: skip
-    return _nest(flat)
+    """marljax's nested config mapping for JaxMARL config `values` (see `translate`)."""
+    return translate(values, path, algo)[0]
+
+
+def ignored_note(ignored: list[str]) -> str | None:
+    """The one line saying which keys were accepted and ignored, or None."""
+    if not ignored:
+        return None
+    return f"marljax: JaxMARL keys ignored (they change nothing computed here): {', '.join(ignored)}"
 
 
 def _nest(flat: Mapping[str, Any]) -> dict:
@@ -167,4 +302,4 @@ def _nest(flat: Mapping[str, Any]) -> dict:
     return out
 
 
-__all__ = ["is_jaxmarl", "infer_algo", "from_jaxmarl"]
+__all__ = ["is_jaxmarl", "infer_algo", "from_jaxmarl", "translate", "ignored_note", "declared"]

@@ -260,7 +260,7 @@ def test_section_fields_by_dotted_key_and_nested_yaml(tmp_path):
     path.write_text("algo: qmix\nq:\n  td_lambda: 0.5\nreplay:\n  buffer_size: 64\n  gradient_steps: 2\n")
     config = load_config(path, ["replay.batch_size=8"])
     assert (config.q.td_lambda, config.replay.buffer_size, config.replay.gradient_steps, config.replay.batch_size) == (0.5, 64, 2, 8)
-    assert set(config.sections) == {"q", "replay"}
+    assert set(config.sections) == {"q", "replay", "mixer"}  # qmix: its mixer section too
     with pytest.raises(AttributeError, match="no field or section 'ppo'"):
         config.ppo  # noqa: B018
     assert from_dict(config.to_dict()) == config
@@ -275,7 +275,7 @@ def test_a_flat_key_of_old_names_its_section():
     assert err.field == "num_minibatches" and "write pqn.num_minibatches" in str(err)
     err = _error(["algo=qmix", "clip_eps=0.1"])  # a key of another algorithm's section
     assert err.field == "clip_eps"
-    assert str(err) == "clip_eps: is ppo.clip_eps of algo=ippo, mappo; algo=qmix takes q.*, replay.*"
+    assert str(err) == "clip_eps: is ppo.clip_eps of algo=ippo, mappo; algo=qmix takes q.*, replay.*, mixer.*"
     err = _error(["algo=qmix", "num_minibatches=1"])  # the replay algorithms have none
     assert "ppo.num_minibatches of algo=ippo, mappo" in str(err) and "algo=qmix takes q.*, replay.*" in str(err)
     err = _error(["eps_start=0.5"])
@@ -310,7 +310,7 @@ def test_replace_takes_nested_sections_and_a_new_algo_starts_from_its_defaults()
         replace(config, clip_eps=0.1)
     assert info.value.field == "clip_eps" and "write ppo.clip_eps" in str(info.value)
     qmix = replace(config, algo="qmix")
-    assert set(qmix.sections) == {"q", "replay"} and qmix.replay == load_config(None, ["algo=qmix"]).replay
+    assert set(qmix.sections) == {"q", "replay", "mixer"} and qmix.replay == load_config(None, ["algo=qmix"]).replay
 
 
 def test_every_train_config_in_experiments_loads():

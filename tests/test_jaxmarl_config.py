@@ -4,6 +4,8 @@ The YAMLs below have the shape of JaxMARL's baselines/*/config files (written he
 
 from __future__ import annotations
 
+import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -129,11 +131,12 @@ def test_unknown_keys_are_refused_all_listed(tmp_path):
     path = _write(tmp_path, "qmix_smax.yaml", QMIX_SMAX)
     with pytest.raises(ConfigError) as err:
         load_config(path)
-    assert str(err.value) == (f"{path}: JaxMARL keys with no marljax equivalent for algo=qmix: MIXER_EMBEDDING_DIM, "
-                              "EPS_ADAM; remove them from the file (marljax's own keys: marljax train --help)")  # fmt: skip
-    kept = "".join(line + "\n" for line in QMIX_SMAX.splitlines() if "MIXER" not in line and "EPS_ADAM" not in line)
+    assert str(err.value) == (f"{path}: JaxMARL keys with no marljax equivalent for algo=qmix: EPS_ADAM; remove them "
+                              "from the file (marljax's own keys: marljax train --help)")  # fmt: skip
+    kept = "".join(line + "\n" for line in QMIX_SMAX.splitlines() if "EPS_ADAM" not in line)
     c = load_config(_write(tmp_path, "qmix_smax.yaml", kept))
     assert (c.algo, c.param_sharing, c.hidden_size, c.env_kwargs) == ("qmix", "shared", 256, {"scenario": "3m"})
+    assert c.mixer.embed_dim == 64
     assert (c.replay.buffer_size, c.replay.batch_size, c.replay.target_update_interval) == (5000, 32, 10)
     assert (c.q.eps_start, c.q.eps_finish, c.q.eps_decay_steps, c.q.td_lambda) == (1.0, 0.05, 100_000, 0.6)
     assert (c.eval_every, c.eval_episodes) == (100, 32)  # 102400 env steps / (8 x 128) per update
@@ -159,3 +162,157 @@ def test_the_cli_trains_a_jaxmarl_config_and_refuses_a_bad_one_in_one_line(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"marljax: config error: {bad}: JaxMARL keys with no marljax equivalent for algo=ippo: LAYER_NORM; remove them "
                    "from the file (marljax's own keys: marljax train --help)"]  # fmt: skip
+
+
+# ----------------------------------------------------------------- every key JaxMARL's baselines use
+# (the inputs are written here: CI has no JaxMARL checkout)
+BASE = '"ENV_NAME": "MPE_simple_spread_v3"\n"NUM_ENVS": 16\n"NUM_STEPS": 16\n"TOTAL_TIMESTEPS": 25600\n'  # 100 updates
+KEYS = [  # (file name, the key's line, {marljax key: value})
+    ("ippo_ff_mpe.yaml", '"LR": 5e-4', {"lr": 5e-4}),
+    ("ippo_ff_mpe.yaml", '"ANNEAL_LR": False', {"anneal_lr": False}),
+    ("ippo_ff_mpe.yaml", '"GAMMA": 0.9', {"gamma": 0.9}),
+    ("ippo_ff_mpe.yaml", '"MAX_GRAD_NORM": 0.25', {"max_grad_norm": 0.25}),
+    ("ippo_ff_mpe.yaml", '"ACTIVATION": "relu"', {"activation": "relu"}),
+    ("ippo_ff_mpe.yaml", '"SEED": 7', {"seed": 7}),
+    ("ippo_ff_mpe.yaml", '"NUM_SEEDS": 3', {"num_seeds": 3}),
+    ("ippo_ff_mpe.yaml", '"ENTITY": "me"', {"log.entity": "me"}),
+    ("ippo_ff_mpe.yaml", '"PROJECT": "p"', {"log.project": "p"}),
+    ("ippo_ff_mpe.yaml", '"WANDB_MODE": "offline"', {"log.backends": ["wandb"], "log.offline": True}),
+    ("ippo_ff_mpe.yaml", '"UPDATE_EPOCHS": 2', {"ppo.update_epochs": 2}),
+    ("ippo_ff_mpe.yaml", '"NUM_MINIBATCHES": 8', {"ppo.num_minibatches": 8}),
+    ("ippo_ff_mpe.yaml", '"GAE_LAMBDA": 0.9', {"ppo.gae_lambda": 0.9}),
+    ("ippo_ff_mpe.yaml", '"CLIP_EPS": 0.1', {"ppo.clip_eps": 0.1}),
+    ("ippo_ff_mpe.yaml", '"ENT_COEF": 0.0', {"ppo.ent_coef": 0.0}),
+    ("ippo_ff_mpe.yaml", '"VF_COEF": 1.0', {"ppo.vf_coef": 1.0}),
+    ("ippo_ff_mpe.yaml", '"SCALE_CLIP_EPS": False', {"ppo.clip_eps": 0.2}),
+    ("ippo_ff_mpe.yaml", '"ENV_KWARGS": {"num_agents": 4}', {"env_kwargs": {"num_agents": 4}}),
+    ("ippo_ff_mpe.yaml", '"ADD_AGENT_ID": True', {"agent_id": True}),
+    ("ippo_ff_mpe.yaml", '"FC_DIM_SIZE": 32', {"hidden_size": 32}),
+    ("ippo_rnn_mpe.yaml", '"GRU_HIDDEN_DIM": 32', {"gru_hidden_size": 32, "recurrent": True}),
+    ("ippo_rnn_mpe.yaml", '"HIDDEN_SIZE": 96', {"hidden_size": 96, "gru_hidden_size": 96, "recurrent": True}),
+    ("ippo_ff_mpe.yaml", '"HIDDEN_SIZE": 96', {"hidden_size": 96, "gru_hidden_size": 128, "recurrent": False}),
+    ("ippo_rnn_mpe.yaml", '"LR_WARMUP": 0.05', {"lr_warmup": 0.05, "lr_decay": "cosine"}),
+    ("ippo_ff_mpe.yaml", '"REW_SHAPING_HORIZON": 1e4', {"reward_shaping.horizon": 10_000}),
+    ("ippo_ff_mpe.yaml", '"TEST_DURING_TRAINING": False\n"TEST_INTERVAL": 0.05', {"eval_every": 0}),
+    ("ippo_ff_mpe.yaml", '"TEST_INTERVAL": 0.05', {"eval_every": 5}),  # a fraction of the 100 updates
+    ("ippo_ff_mpe.yaml", '"TEST_INTERVAL": 2560', {"eval_every": 10}),  # env steps: 2560 / 256 per update
+    ("ippo_ff_mpe.yaml", '"NUM_TEST_ENVS": 64', {"eval_episodes": 64}),
+    ("mappo_rnn_mpe.yaml", '"OBS_WITH_AGENT_ID": True', {"algo": "mappo"}),
+    ("mappo_rnn_smax.yaml", '"MAP_NAME": "3m"', {"env_kwargs": {"scenario": "3m"}}),
+    ("pqn_vdn_ff_mpe.yaml", '"NUM_LAYERS": 3', {"num_layers": 3}),
+    ("pqn_vdn_ff_mpe.yaml", '"NORM_TYPE": "layer_norm"', {"q.norm": "layer_norm"}),
+    ("pqn_vdn_ff_mpe.yaml", '"NORM_TYPE": "none"', {"q.norm": "none"}),
+    ("pqn_vdn_ff_mpe.yaml", '"DUELING": True', {"q.dueling": True}),
+    ("pqn_vdn_ff_mpe.yaml", '"NORM_INPUT": False', {"q.norm": "none"}),
+    ("pqn_vdn_ff_mpe.yaml", '"MEMORY_WINDOW": 0', {"recurrent": False}),
+    ("pqn_vdn_ff_mpe.yaml", '"EPS_START": 0.5', {"q.eps_start": 0.5}),
+    ("pqn_vdn_ff_mpe.yaml", '"EPS_FINISH": 0.01', {"q.eps_finish": 0.01}),
+    ("pqn_vdn_ff_mpe.yaml", '"EPS_DECAY": 0.1', {"q.eps_decay_steps": 2560}),  # 10% of the 100 updates x 256 steps
+    ("pqn_vdn_ff_mpe.yaml", '"LAMBDA": 0.3', {"q.td_lambda": 0.3}),
+    ("pqn_vdn_ff_mpe.yaml", '"NUM_EPOCHS": 2', {"pqn.update_epochs": 2}),
+    ("pqn_vdn_ff_mpe.yaml", '"LR_LINEAR_DECAY": False', {"anneal_lr": False}),
+    ("pqn_vdn_ff_mpe.yaml", '"REW_SCALE": 10.', {"q.reward_scale": 10.0}),
+    ("pqn_vdn_ff_mpe.yaml", '"TEST_NUM_ENVS": 128', {"eval_episodes": 128}),
+    ("vdn_ff_mpe.yaml", '"BUFFER_SIZE": 1e5', {"replay.buffer_size": 100_000, "q.td_lambda": 0.0, "q.norm": "none"}),
+    ("vdn_ff_mpe.yaml", '"BUFFER_BATCH_SIZE": 64', {"replay.batch_size": 64}),
+    ("vdn_ff_mpe.yaml", '"NUM_EPOCHS": 8', {"replay.gradient_steps": 8}),
+    ("vdn_ff_mpe.yaml", '"LEARNING_STARTS": 1e3', {"replay.learning_starts": 1000}),
+    ("vdn_ff_mpe.yaml", '"TARGET_UPDATE_INTERVAL": 200', {"replay.target_update_interval": 200}),
+    ("vdn_ff_mpe.yaml", '"TAU": 1.', {"replay.target_update_interval": 10}),  # 1: a copy, as marljax's default
+    ("vdn_ff_mpe.yaml", '"TAU": 0.01', {"replay.tau": 0.01, "replay.target_update_interval": 0}),
+    ("vdn_ff_mpe.yaml", '"PARAMETERS_SHARING": False', {"param_sharing": "independent"}),
+    ("vdn_ff_mpe.yaml", '"EPSILON_START": 0.9', {"q.eps_start": 0.9}),
+    ("vdn_ff_mpe.yaml", '"EPSILON_FINISH": 0.1', {"q.eps_finish": 0.1}),
+    ("vdn_ff_mpe.yaml", '"EPSILON_ANNEAL_TIME": 5000', {"q.eps_decay_steps": 5000}),
+    ("vdn_ff_mpe.yaml", '"TD_LAMBDA": 0.6', {"q.td_lambda": 0.6}),
+    ("vdn_ff_mpe.yaml", '"TD_LAMBDA_LOSS": False\n"TD_LAMBDA": 0.6', {"q.td_lambda": 0.0}),
+    ("vdn_ff_mpe.yaml", '"AGENT_HIDDEN_DIM": 48', {"hidden_size": 48}),
+    ("vdn_ff_mpe.yaml", '"NUM_TEST_EPISODES": 8', {"eval_episodes": 8}),
+    ("qmix_rnn_mpe.yaml", '"MIXER_EMBEDDING_DIM": 16', {"mixer.embed_dim": 16}),
+    ("qmix_rnn_mpe.yaml", '"MIXER_HYPERNET_HIDDEN_DIM": 24', {"mixer.hyper_hidden": 24}),
+    ("qmix_rnn_mpe.yaml", '"MIXER_INIT_SCALE": 0.001', {"mixer.init_scale": 0.001}),
+]
+
+
+@pytest.mark.parametrize("name, line, expected", KEYS, ids=[f"{n}:{line.split(':')[0]}" for n, line, _ in KEYS])
+def test_every_key_of_the_baselines_maps_to_its_setting(tmp_path, name, line, expected):
+    from marljax.config import to_flat
+
+    flat = to_flat(load_config(_write(tmp_path, name, BASE + line + "\n")).to_dict())
+    assert {k: flat[k] for k in expected} == expected
+
+
+IGNORED_KEYS = ['"DEVICE": 0', '"DISABLE_JIT": False', '"VERBOSE": False', '"WANDB_ONLINE_REPORT": True',
+                '"WANDB_LOG_ALL_SEEDS": False', '"SAVE_PATH": "models"', '"ALG_NAME": "vdn_ff"', '"TUNE": False',
+                '"HYP_TUNE": False', '"LOG_AGENTS_SEPARATELY": True', '"TEST_NUM_STEPS": 30', '"NORM_INPUTS": False',
+                '"LOSS_TYPE": "vdn"']  # fmt: skip
+
+
+def test_run_plumbing_keys_are_accepted_with_one_note_line(tmp_path, capsys):
+    plain = load_config(_write(tmp_path, "vdn_ff_mpe.yaml", BASE))
+    c = load_config(_write(tmp_path, "vdn_ff_mpe.yaml", BASE + "\n".join(IGNORED_KEYS) + "\n"))
+    assert c == plain  # nothing computed changes
+    err = capsys.readouterr().err.strip().splitlines()
+    names = ", ".join(line.split('"')[1] for line in IGNORED_KEYS)
+    assert err == [f"marljax: JaxMARL keys ignored (they change nothing computed here): {names}"]
+
+
+def test_a_ql_file_serves_three_algorithms_and_ignores_the_mixer_keys_for_iql_and_vdn(tmp_path, capsys):
+    path = _write(tmp_path, "ql_rnn_mpe.yaml", BASE + '"MIXER_EMBEDDING_DIM": 16\n"HIDDEN_SIZE": 64\n')
+    with pytest.raises(ConfigError, match=r"serves JaxMARL's iql, vdn and qmix scripts: pass algo=<iql\|vdn\|qmix>$"):
+        load_config(path)
+    assert load_config(path, ["algo=qmix"]).mixer.embed_dim == 16
+    c = load_config(path, ["algo=vdn"])
+    assert (c.algo, c.recurrent, c.gru_hidden_size) == ("vdn", True, 64)
+    assert "ignored (they change nothing computed here): MIXER_EMBEDDING_DIM" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, line, message", [
+    ("pqn_vdn_rnn_smax.yaml", '"NORM_TYPE": "batch_norm"', "NORM_TYPE=batch_norm (marljax's Q-networks have "
+                                                             "layer_norm or none"),
+    ("pqn_vdn_rnn_smax.yaml", '"NORM_INPUT": True', "NORM_INPUT=True (input normalisation is batch norm"),
+    ("pqn_vdn_rnn_smax.yaml", '"MEMORY_WINDOW": 4', "MEMORY_WINDOW=4 (marljax replays no steps"),
+    ("mappo_rnn_smax.yaml", '"OBS_WITH_AGENT_ID": False', "OBS_WITH_AGENT_ID=False (marljax's MAPPO critic always"),
+    ("ippo_rnn_smax.yaml", '"SCALE_CLIP_EPS": True', "SCALE_CLIP_EPS=True (marljax does not scale"),
+    ("ippo_ff_mpe.yaml", '"EPS_DECAY": 0.1', "algo=ippo: EPS_DECAY; remove them"),
+])  # fmt: skip
+def test_values_marljax_does_not_compute_are_refused_in_one_line(tmp_path, name, line, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, name, BASE + line + "\n"))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name, algo", [("shaq_mpe.yaml", "SHAQ"), ("transf_qmix_smax.yaml", "TransfQMix")])
+def test_configs_of_algorithms_marljax_lacks_are_refused_naming_it(tmp_path, name, algo):
+    path = _write(tmp_path, name, BASE + '"SAMPLE_SIZE": 5\n')
+    with pytest.raises(ConfigError, match=rf"^algo: .*{name} is a config of JaxMARL's {algo}, which marljax does not "
+                                          "have yet$"):  # fmt: skip
+        load_config(path)
+
+
+@pytest.mark.parametrize("env, needs", [("JaxRobotarium_navigation", "jaxrobotarium package"), ("ant_4x2", "jaxmarl[mabrax]")])
+def test_envs_that_do_not_install_here_are_refused_first_naming_the_install(tmp_path, env, needs):
+    pytest.importorskip("jaxmarl")
+    if env == "ant_4x2" and importlib.util.find_spec("brax"):
+        pytest.skip("brax is installed here")
+    text = BASE.replace("MPE_simple_spread_v3", env) + '"NUM_MINIBATCHES": 3\n'  # also a bad minibatch count: env first
+    with pytest.raises(ConfigError, match=rf"^env: {env} needs .*{re.escape(needs)}"):
+        load_config(_write(tmp_path, "ippo_rnn_x.yaml", text))
+
+
+def test_overcooked_layouts_are_looked_up_by_name():
+    pytest.importorskip("jaxmarl")
+    from marljax.envs.registry import make_env
+
+    env = make_env("overcooked", {"layout": "coord_ring"})
+    assert type(env).__name__ == "Overcooked" and env.layout["height"] == 5  # coord_ring's grid, not cramped_room's 4
+    assert type(make_env("overcooked_v2", {"layout": "grounded_coord_simple"})).__name__ == "OvercookedV2"
+    with pytest.raises(ConfigError, match=r"^env_kwargs.layout: unknown overcooked layout 'nope'; allowed: cramped_room, "
+                                          r"asymm_advantages, coord_ring, forced_coord, counter_circuit$"):  # fmt: skip
+        make_env("overcooked", {"layout": "nope"})
+
+
+def test_a_ql_file_refuses_a_key_no_q_learning_script_reads(tmp_path):
+    path = _write(tmp_path, "ql_rnn_mpe.yaml", BASE + '"CLIP_EPS": 0.2\n')  # PPO's: no sibling of vdn declares it
+    with pytest.raises(ConfigError, match="no marljax equivalent for algo=vdn: CLIP_EPS;"):
+        load_config(path, ["algo=vdn"])

@@ -94,9 +94,9 @@ class EpochSchedule:
     """Section fields of algorithms that learn each rollout in epochs of minibatches, where a
     minibatch takes num_steps/num_minibatches time steps of every environment."""
 
-    update_epochs: int = setting(4, "passes over each rollout", minimum=1)
+    update_epochs: int = setting(4, "passes over each rollout", minimum=1, jaxmarl=("UPDATE_EPOCHS", "NUM_EPOCHS"))
     num_minibatches: int = setting(4, "minibatches per epoch, each num_steps/num_minibatches steps of every env",
-                                   minimum=1)  # fmt: skip
+                                   minimum=1, jaxmarl="NUM_MINIBATCHES")  # fmt: skip
 
     def check(self, config: Config) -> None:
         if config.num_steps % self.num_minibatches:

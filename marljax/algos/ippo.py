@@ -42,10 +42,10 @@ CORRECTIONS = ("none", "ppo_clip", "vtrace")
 class PPOConfig(EpochSchedule):
     """`ppo.*`: the clipped surrogate of IPPO and MAPPO, learned in epochs of minibatches."""
 
-    gae_lambda: float = setting(0.95, "GAE lambda", minimum=0.0, maximum=1.0, traced=True)
-    clip_eps: float = setting(0.2, "clip range of the probability ratio", minimum=0.0, traced=True)
-    ent_coef: float = setting(0.01, "entropy bonus coefficient", minimum=0.0, traced=True)
-    vf_coef: float = setting(0.5, "value loss coefficient", minimum=0.0, traced=True)
+    gae_lambda: float = setting(0.95, "GAE lambda", minimum=0.0, maximum=1.0, traced=True, jaxmarl="GAE_LAMBDA")
+    clip_eps: float = setting(0.2, "clip range of the probability ratio", minimum=0.0, traced=True, jaxmarl="CLIP_EPS")
+    ent_coef: float = setting(0.01, "entropy bonus coefficient", minimum=0.0, traced=True, jaxmarl="ENT_COEF")
+    vf_coef: float = setting(0.5, "value loss coefficient", minimum=0.0, traced=True, jaxmarl="VF_COEF")
 
 
 class CentralCritic(NamedTuple):

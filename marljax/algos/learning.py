@@ -47,9 +47,12 @@ def init_learner(config: Config, key: Array, init_params: Callable[[Array], dict
 
 
 def learning_rate(config: Config, learner: LearnerState) -> Array:
-    """This update's learning rate []: linear decay over the run when `anneal_lr`, clamped at 0 so
-    that updates past the budget (a benchmark, a resumed run) never flip its sign."""
-    return ops.linear_schedule(learner.hparams["lr"], learner.update, max(config.num_updates, 1), config.anneal_lr)
+    """This update's learning rate []: a linear warm-up over `lr_warmup` of the run, then linear or
+    cosine decay over the rest when `anneal_lr`, clamped at 0 so that updates past the budget (a
+    benchmark, a resumed run) never flip its sign."""
+    updates = max(config.num_updates, 1)
+    warmup = int(config.lr_warmup * updates)  # JaxMARL's int(LR_WARMUP * NUM_UPDATES)
+    return ops.lr_schedule(learner.hparams["lr"], learner.update, updates, config.anneal_lr, warmup, config.lr_decay)
 
 
 def descend(layout: Layout, split: frozenset[str], params, opt_state, grads, lr: Array, hp: HParams):

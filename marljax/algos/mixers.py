@@ -8,13 +8,28 @@ greedy action (the property that makes decentralised execution consistent).
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from marljax.nn.networks import dense, einsum
+from marljax.config import setting
+from marljax.nn.networks import dense, einsum, orthogonal
 
 Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class MixerConfig:
+    """`mixer.*`: QMIX's mixing network."""
+
+    embed_dim: int = setting(32, "width of the mixing layer", minimum=1, jaxmarl="MIXER_EMBEDDING_DIM")
+    hyper_hidden: int = setting(64, "hidden width of the hypernetworks that make the mixing weights", minimum=1,
+                                jaxmarl="MIXER_HYPERNET_HIDDEN_DIM")  # fmt: skip
+    init_scale: float = setting(0.0, "0: flax's default (lecun-normal) kernels; > 0: orthogonal kernels of this "
+                                "scale and zero biases in every layer of the mixer", minimum=0.0,
+                                jaxmarl="MIXER_INIT_SCALE")  # fmt: skip
 
 
 def vdn(q: Array) -> Array:
@@ -29,11 +44,14 @@ class QMixer(nn.Module):
     embed_dim: int = 32  # the mixing layer's width
     hyper_hidden: int = 64  # hidden width of the hypernetworks for the weights
     dtype: str = "float32"  # the matmuls' compute dtype (marljax.nn.networks)
+    init_scale: float = 0.0  # 0: flax's default kernels; > 0: orthogonal(init_scale), as JaxMARL's QMIX
 
     @nn.compact
     def __call__(self, q: Array, world: Array) -> Array:
         """q [B, N] chosen-action values, world [B, W] -> Q_tot [B]."""
-        n, Dense = q.shape[-1], lambda features: dense(features, self.dtype)  # noqa: E731
+        init = {} if self.init_scale == 0 else {"kernel_init": orthogonal(self.init_scale),
+                                                "bias_init": nn.initializers.zeros}  # fmt: skip
+        n, Dense = q.shape[-1], lambda features: dense(features, self.dtype, **init)  # noqa: E731
         world = nn.LayerNorm()(world)  # world states come unnormalised (SMAX: up to ~25)
         w1 = Dense(n * self.embed_dim)(nn.relu(Dense(self.hyper_hidden)(world)))  # [B, N*E]
         w1 = jnp.abs(w1).reshape(-1, n, self.embed_dim)

@@ -30,17 +30,27 @@ from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats
 
 Array = jax.Array
+Q_NORMS = ("layer_norm", "none")  # (batch norm's running statistics are not carried: jaxmarl_config.py says so)
 
 
 @dataclasses.dataclass(frozen=True)
 class QConfig:
     """`q.*`: epsilon-greedy acting and Q(lambda) targets, for every algorithm of the Q family."""
 
-    eps_start: float = setting(1.0, "exploration rate at the start", minimum=0.0, maximum=1.0)
+    eps_start: float = setting(1.0, "exploration rate at the start", minimum=0.0, maximum=1.0,
+                               jaxmarl=("EPSILON_START", "EPS_START"))  # fmt: skip
     eps_finish: float = setting(0.05, "exploration rate after eps_decay_steps (and when evaluating with eval_greedy=false)",
-                                minimum=0.0, maximum=1.0)  # fmt: skip
-    eps_decay_steps: int = setting(1_000_000, "env steps of one seed over which epsilon falls linearly", minimum=1)
-    td_lambda: float = setting(0.65, "lambda of Peng's Q(lambda) targets (0: one-step targets)", minimum=0.0, maximum=1.0)
+                                minimum=0.0, maximum=1.0, jaxmarl=("EPSILON_FINISH", "EPS_FINISH"))  # fmt: skip
+    # (JaxMARL's EPS_DECAY is a fraction of the run: jaxmarl_config.py converts it)
+    eps_decay_steps: int = setting(1_000_000, "env steps of one seed over which epsilon falls linearly", minimum=1,
+                                   jaxmarl="EPSILON_ANNEAL_TIME")  # fmt: skip
+    td_lambda: float = setting(0.65, "lambda of Peng's Q(lambda) targets (0: one-step targets)", minimum=0.0, maximum=1.0,
+                               jaxmarl=("TD_LAMBDA", "LAMBDA"))  # fmt: skip
+    norm: str = setting("layer_norm", "normalisation of the Q-network's hidden layers: layer_norm | none",
+                        choices=Q_NORMS, jaxmarl="NORM_TYPE")  # fmt: skip
+    dueling: bool = setting(False, "dueling head: Q = V(s) + A(s, a) - mean_a A(s, a)", jaxmarl="DUELING")
+    reward_scale: float = setting(1.0, "multiply the rewards learned from (the returns reported stay the env's)",
+                                  above=0.0, jaxmarl="REW_SCALE")  # fmt: skip
 
     def check(self, config: Config) -> None:
         if self.eps_finish > self.eps_start:
@@ -72,9 +82,11 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
         raise ConfigError("algo", f"{config.algo} needs discrete actions; groups with Box actions: {', '.join(bad)}")
     rnn, H = config.recurrent, config.gru_hidden_size
     size = config.group_network  # group -> (hidden_size, num_layers), network.<group>.* over the global sizes
+    head = dict(norm=config.q.norm, dueling=config.q.dueling)
     nets = GroupNetworks.of(config, {
-        g.name: RecurrentQNetwork(g.action_dim, size(g.name)[0], H, config.activation, uses_cnn(config, g), config.dtype)
-        if rnn else QNetwork(g.action_dim, *size(g.name), config.activation, uses_cnn(config, g), config.dtype)
+        g.name: RecurrentQNetwork(g.action_dim, size(g.name)[0], H, config.activation, uses_cnn(config, g), config.dtype,
+                                  **head)
+        if rnn else QNetwork(g.action_dim, *size(g.name), config.activation, uses_cnn(config, g), config.dtype, **head)
         for g in groups
     })  # fmt: skip
     if layout.agent_parallel and not nets.independent:
@@ -149,6 +161,8 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
         """One step of the trajectory (see `rollout`)."""
         actors, masks, actions = before
         reward_all = jnp.concatenate([res.reward[g.name] for g in groups], axis=1)  # [E, N]
+        if config.q.reward_scale != 1.0:  # learning's reward only; the episode stats come from the env
+            reward_all = reward_all * config.q.reward_scale
         entry = dict(
             obs=actors.obs, action=actions, mask=masks, reward=reward_all, done=res.episode_done, reset=actors.reset
         )

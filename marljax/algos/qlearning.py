@@ -44,7 +44,7 @@ from flax import struct
 from marljax.algos import replay
 from marljax.algos.api import AlgorithmSpec, CostPiece, Trainer, hparams_from_config
 from marljax.algos.learning import descend, init_keys, init_learner, learning_rate
-from marljax.algos.mixers import QMixer
+from marljax.algos.mixers import MixerConfig, QMixer
 from marljax.algos.q_acting import QConfig, make_q_acting, q_trainer, through_final
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import EnvAdapter
@@ -61,12 +61,13 @@ class ReplayConfig:
     """`replay.*`: the replay buffer of sequences and the target network (iql, vdn, qmix)."""
 
     buffer_size: int = setting(5000, "sequences kept (one per environment and update; the oldest are overwritten)",
-                               minimum=1)  # fmt: skip
-    batch_size: int = setting(32, "sequences per gradient step", minimum=1)
-    gradient_steps: int = setting(4, "gradient steps per update, each on a fresh sample", minimum=1)
-    learning_starts: int = setting(10_000, "env steps of one seed before the first gradient step", minimum=0)
+                               minimum=1, jaxmarl="BUFFER_SIZE")  # fmt: skip
+    batch_size: int = setting(32, "sequences per gradient step", minimum=1, jaxmarl="BUFFER_BATCH_SIZE")
+    gradient_steps: int = setting(4, "gradient steps per update, each on a fresh sample", minimum=1, jaxmarl="NUM_EPOCHS")
+    learning_starts: int = setting(10_000, "env steps of one seed before the first gradient step", minimum=0,
+                                   jaxmarl="LEARNING_STARTS")  # fmt: skip
     target_update_interval: int = setting(10, "updates between target-network copies; 0: Polyak averaging with tau",
-                                          minimum=0)  # fmt: skip
+                                          minimum=0, jaxmarl="TARGET_UPDATE_INTERVAL")  # fmt: skip
     tau: float = setting(0.005, "Polyak rate of the target network (target_update_interval=0)", minimum=0.0, maximum=1.0)
 
     def check(self, config: Config) -> None:
@@ -94,7 +95,8 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
                                               f"share); got {getattr(config.replay, name)}")  # fmt: skip
     groups = env.groups
     q = make_q_acting(config, env, layout, world=algo == "qmix")
-    mixer = QMixer(dtype=config.dtype)
+    mixer = (QMixer(config.mixer.embed_dim, config.mixer.hyper_hidden, config.dtype, config.mixer.init_scale)
+             if algo == "qmix" else None)  # fmt: skip
     T, E, N = config.num_steps, config.num_envs, env.num_agents
     K = layout.num_agent  # agent devices: each learns A_g/K agents of every group
     split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
@@ -290,10 +292,10 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     return q_trainer(config, env, layout, q, init, learner_init, update, cost_pieces)
 
 
-def _spec(name: str, summary: str, **defaults) -> AlgorithmSpec:
+def _spec(name: str, summary: str, sections: dict | None = None, **defaults) -> AlgorithmSpec:
     # shared by the replay family; each then tuned to learn on MPE_simple_spread_v3 in 1M steps
     base = {"total_timesteps": 1_000_000, "activation": "relu", "lr": 1e-3, "num_envs": 16, "num_steps": 32}
-    return AlgorithmSpec(AlgorithmSchema(name, summary, {"q": QConfig, "replay": ReplayConfig},
+    return AlgorithmSpec(AlgorithmSchema(name, summary, {"q": QConfig, "replay": ReplayConfig, **(sections or {})},
                                          defaults={**base, **defaults}, supports=Supports(agent_axis=True)),
                          make_train)  # fmt: skip
 
@@ -305,4 +307,4 @@ IQL = _spec("iql", "independent Q-learning with replay and a target network",
 VDN = _spec("vdn", "VDN: the team's value is the sum of the agents' Q-values (replay, target network)",
             gamma=0.9, q={"eps_decay_steps": 200_000})  # fmt: skip
 QMIX = _spec("qmix", "QMIX: a monotonic mixer of the agents' Q-values on the world state (replay, target network)",
-             gamma=0.9, q={"eps_decay_steps": 200_000})  # fmt: skip
+             {"mixer": MixerConfig}, gamma=0.9, q={"eps_decay_steps": 200_000})  # fmt: skip

@@ -61,6 +61,26 @@ def _smax_kwargs(kwargs: dict) -> dict:
     return kwargs
 
 
+# Overcooked envs whose `layout` JaxMARL's scripts give by name: env id -> (module, its dict of layouts)
+_LAYOUTS = {
+    "overcooked": ("jaxmarl.environments.overcooked", "overcooked_layouts"),
+    "overcooked_v2": ("jaxmarl.environments.overcooked_v2", "overcooked_v2_layouts"),
+}
+
+
+def _layout_kwargs(name: str, kwargs: dict) -> dict:
+    """`layout=coord_ring` (a name) becomes the layout it names, as JaxMARL's scripts look it up;
+    an unknown name is refused listing the known ones."""
+    layout = kwargs.get("layout")
+    if name not in _LAYOUTS or not isinstance(layout, str):
+        return kwargs
+    module, attr = _LAYOUTS[name]
+    layouts = getattr(importlib.import_module(module), attr)
+    if layout not in layouts:
+        raise ConfigError("env_kwargs.layout", f"unknown {name} layout {layout!r}; allowed: {', '.join(layouts)}")
+    return {**kwargs, "layout": layouts[layout]}
+
+
 def _from_import_path(spec: str, kwargs: Mapping[str, Any]):
     module_name, _, attr = spec.partition(":")
     try:
@@ -100,7 +120,8 @@ def check_env_name(name: str) -> None:
         except ImportError:
             raise ConfigError("env", f"{name} needs {_NEEDS[name]}, which is not installed") from None
     if name.startswith(_ROBOTARIUM_PREFIX):
-        raise ConfigError("env", f"{name} needs the jaxrobotarium package, which is not installed")
+        raise ConfigError("env", f"{name} needs the jaxrobotarium package, which is not installed and is not on PyPI "
+                                 "(install it from its source repository)")  # fmt: skip
 
 
 def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
@@ -113,6 +134,7 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
 
     if "SMAX" in name:
         kwargs = _smax_kwargs(kwargs)
+    kwargs = _layout_kwargs(name, kwargs)
     if name == "LearnedPolicyEnemySMAX" and not {"policy", "params"} <= kwargs.keys():
         raise ConfigError(
             "env",

@@ -270,8 +270,8 @@ class RecurrentActorCritic(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """Per-agent action values, PQN style: MLP with LayerNorm before each activation.
-    obs [B, *obs_shape] (+ one-hot id) -> q [B, action_dim]."""
+    """Per-agent action values, PQN style: MLP with LayerNorm before each activation (`norm="none"`:
+    without). obs [B, *obs_shape] (+ one-hot id) -> q [B, action_dim]."""
 
     action_dim: int
     hidden_size: int = 64
@@ -279,20 +279,22 @@ class QNetwork(nn.Module):
     activation: str = "relu"
     cnn: bool = False
     dtype: str = "float32"
+    norm: str = "layer_norm"  # layer_norm | none
+    dueling: bool = False  # values as V(s) + A(s, a) - mean_a A(s, a)
 
     @nn.compact
     def __call__(self, obs: Array, agent_id: Array | None = None) -> Array:
         x = _features(obs, agent_id, self.cnn, self.activation, "q", self.dtype)
         for _ in range(self.num_layers):
-            x = _normed(x, self.hidden_size, self.activation, self.dtype)
-        return _dense(self.action_dim, 1.0, self.dtype)(x)
+            x = _normed(x, self.hidden_size, self.activation, self.dtype, self.norm)
+        return _q_head(x, _dense(self.action_dim, 1.0, self.dtype), self.dueling, self.dtype)
 
 
 class RecurrentQNetwork(nn.Module):
     """GRU action values, one time step: (h [B, H], obs [B, ...], reset [B]) -> (h', q [B, action_dim]).
 
     A LayerNorm'd embedding, a GRU whose state resets where `reset` is true (the observation
-    starts a new episode), then a LayerNorm'd layer and the value head."""
+    starts a new episode), then a LayerNorm'd layer and the value head (`norm="none"`: no LayerNorm)."""
 
     action_dim: int
     hidden_size: int = 64
@@ -300,16 +302,30 @@ class RecurrentQNetwork(nn.Module):
     activation: str = "relu"
     cnn: bool = False
     dtype: str = "float32"
+    norm: str = "layer_norm"
+    dueling: bool = False
 
     @nn.compact
     def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None):
         x = _features(obs, agent_id, self.cnn, self.activation, "q", self.dtype)
-        x = _normed(x, self.hidden_size, self.activation, self.dtype)
+        x = _normed(x, self.hidden_size, self.activation, self.dtype, self.norm)
         h = jnp.where(reset[:, None], jnp.zeros_like(h), h)
         h, x = GRUCell(self.gru_hidden_size, self.dtype, name="gru")(h, x)
-        return h, _dense(self.action_dim, 1.0, self.dtype)(_normed(x, self.hidden_size, self.activation, self.dtype))
+        head = _dense(self.action_dim, 1.0, self.dtype)  # named before the last layer, as it always was
+        x = _normed(x, self.hidden_size, self.activation, self.dtype, self.norm)
+        return h, _q_head(x, head, self.dueling, self.dtype)
 
 
-def _normed(x: Array, features: int, activation: str, dtype: str) -> Array:
+def _q_head(x: Array, head: nn.Dense, dueling: bool, dtype: str) -> Array:
+    """x [B, F] -> q [B, action_dim] from `head` (built by the caller where its parameter names stay
+    what they were), or dueling: V + A - mean(A), head giving A (JaxMARL's PQN on Hanabi)."""
+    adv = head(x)
+    if not dueling:
+        return adv
+    return _dense(1, 1.0, dtype)(x) + adv - jnp.mean(adv, axis=-1, keepdims=True)
+
+
+def _normed(x: Array, features: int, activation: str, dtype: str, norm: str = "layer_norm") -> Array:
     """Dense -> LayerNorm -> activation: PQN's layer, which keeps bootstrapped targets stable."""
-    return _act(activation)(nn.LayerNorm()(_dense(features, np.sqrt(2), dtype)(x)))
+    x = _dense(features, np.sqrt(2), dtype)(x)
+    return _act(activation)(nn.LayerNorm()(x) if norm == "layer_norm" else x)

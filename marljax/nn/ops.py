@@ -220,3 +220,19 @@ def linear_schedule(lr: Array, update: Array, num_updates: int, anneal: bool) ->
     if not anneal:
         return lr
     return lr * jnp.maximum(1.0 - update.astype(jnp.float32) / num_updates, 0.0)
+
+
+def lr_schedule(
+    lr: Array, update: Array, num_updates: int, anneal: bool, warmup: int = 0, decay: str = "linear"
+) -> Array:
+    """`lr` rising linearly from 0 over the first `warmup` updates, then (when `anneal`) falling to 0
+    over the rest, linearly or along a half cosine. warmup=0 and linear: `linear_schedule` itself."""
+    if warmup == 0 and decay == "linear":
+        return linear_schedule(lr, update, num_updates, anneal)  # the same ops: runs without warm-up stay bitwise
+    step = update.astype(jnp.float32)
+    rise = jnp.minimum((step + 1.0) / warmup, 1.0) if warmup else 1.0  # the first update already learns a little
+    if not anneal:
+        return lr * rise
+    frac = jnp.clip((step - warmup) / max(num_updates - warmup, 1), 0.0, 1.0)  # of the decay, after the warm-up
+    fall = 1.0 - frac if decay == "linear" else 0.5 * (1.0 + jnp.cos(jnp.pi * frac))
+    return lr * jnp.where(step < warmup, rise, fall)
