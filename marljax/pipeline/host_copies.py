@@ -15,6 +15,10 @@ After the first answer of a round the collector waits a little for copies expect
 about one policy call (each copy's own step time is tracked), so that equal copies still share
 one forward, while a straggler is not waited for.
 
+Cheap copies (a small numpy env, where a worker's two thread hand-offs cost more than the step)
+step on the collector's own thread instead, when that is measured faster (stepping.py); the
+segments, versions and failures below are the same either way.
+
 Policy versions: a segment may span batches (a copy is part-way through one when a batch
 completes), and each step uses the newest published parameters (`newest`, refreshed every
 policy call). A segment's version is that of its first step, and a batch's the oldest of its
@@ -85,7 +89,6 @@ class _Copy:
         self.segment_version = 0
         self.step_s: float | None = None  # moving average of its step time
         self.inline = False  # steps on the collector's thread (stepping.py), not its worker
-        self.inline_what = f"env.step of host env copy {index}, stepped inline"  # for the watchdog, made once
         self.failures_in_a_row = 0
         self.retired = False
         self.steps = 0
@@ -367,7 +370,7 @@ class IndependentHostCollector:
         actions = {g.name: out[g.name][0][c] for g in self.groups}
         copy.inline = copy.step_s is not None and copy.step_s <= self._inline_below
         if copy.inline:  # named to the watchdog first: a hung inline step stops the run after actor_timeout_s
-            self.beat(copy.inline_what, since=copy.busy_since)
+            self.beat(f"env.step of host env copy {c} (step {copy.steps} of the copy, stepped inline)", since=copy.busy_since)
             self._steps_inline += 1
             self._take(copy.worker.run("step", actions), self._stats)
         else:

@@ -2,25 +2,28 @@
 
 A copy on a worker thread (env_workers.py) costs two thread hand-offs per step, and each waits
 for the GIL. For copies that cost tens of microseconds (a small numpy env) the hand-offs cost
-more than the step: with 8 such copies, independent stepping ran at 0.44x lockstep's env-steps/s
-(docs/performance.md, "Host stepping"). Stepped on the collector's thread ("inline") they cost
-what lockstep costs. Copies that wait instead (sleep, I/O, a simulator that releases the GIL)
-step faster on workers, side by side; neither the step time alone nor the GIL says which case a
-copy is in, so both are measured: every `PROBE_EVERY` items the collector collects `PROBE`
-items with workers and `PROBE` inline, alternately, and uses the faster (its best item's env
-steps per second of collect time) until the next probe, which comes twice as late each time the winner holds.
-Workers must win by `WORKERS_BY` (see there). An inline probe is skipped when the copies' measured step
-times already say it would lose by far (stepped one after another they would take more than
-`SKIP_INLINE` times as long as the worker probe's items did): probing 5 ms copies inline would
-cost more than the probe can win. No probe at all while the equal copies' summed step time is at
-most `CHEAP_SHARE` of one policy call: workers could save at most that per round, less what the
-hand-offs cost, so they step inline.
+more than the step: with 8 such copies, independent stepping ran at 0.44x lockstep's env-steps/s.
+Stepped on the collector's thread ("inline") they run at 0.76-0.86x of it (the rest is per-copy
+bookkeeping; docs/performance.md, section 6). Copies that wait instead (sleep, I/O, a simulator
+that releases the GIL) step faster on workers, side by side. Neither the step time alone nor the
+GIL says which case a copy is in, so:
 
-Whatever is chosen, a copy much slower than the others (`STRAGGLER` times the median step time)
-steps on its worker, so it never holds back the rest; failures are handled the same either way
-(a raising step is an `Answer` with its error). A hung inline step cannot be abandoned, so with
-`async.env_step_timeout_s` set every copy stays on its worker; without it a hung step, inline or
-not, stops the run after `async.actor_timeout_s`, as in lockstep.
+- Copies whose summed step time is at most `CHEAP_SHARE` of one policy call step inline, with no
+  probe: workers could save at most that sum per round, less what the hand-offs cost.
+- Otherwise a probe measures both: `PROBE` items with workers and `PROBE` inline, alternately,
+  and the faster (its best item's env steps per second of collect time; whatever else runs on the
+  machine only slows an item down) is used until the next probe, `PROBE_EVERY` items later,
+  twice as late each time the winner holds. Workers must win by `WORKERS_BY` (see there). An
+  inline probe is skipped when the copies' step times already say it would lose by far (stepped
+  one after another they would take more than `SKIP_INLINE` times as long as the worker items
+  did): probing 5 ms copies inline would cost more than the probe can win.
+
+Whatever is chosen, a copy much slower than the others (`STRAGGLER` times the median step time,
+recomputed every round) steps on its worker, so it never holds back the rest; failures are
+handled the same either way (a raising step is an `Answer` with its error). A hung inline step
+cannot be abandoned, so with `async.env_step_timeout_s` set every copy stays on its worker;
+without it a hung step, inline or not, stops the run after `async.actor_timeout_s`, as in
+lockstep.
 """
 
 from __future__ import annotations
