@@ -108,10 +108,20 @@ def _stacked(jaxpr) -> int:
     total = 0
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "scan":
-            total += tree_bytes([v.aval for v in eqn.outvars[eqn.params["num_carry"]:]])
+            total += tree_bytes([v.aval for v in _scan_ys(eqn)])
         elif eqn.primitive.name not in (*_LOOPS, "cond"):  # pjit, custom_jvp/vjp, remat: run once
             total += sum(_stacked(sub) for sub in _inner(eqn))
     return total
+
+
+def _scan_ys(eqn) -> list:
+    """A scan's stacked outputs. jax <= 0.11 says how many outputs are carries (`num_carry`); 0.12
+    describes them by a tree of its own (`ft_out`), so there the outputs with a leading axis of the
+    scan's length are taken (a carry of that size too would be counted: an estimate, not a bound)."""
+    if "num_carry" in eqn.params:
+        return eqn.outvars[eqn.params["num_carry"]:]
+    length = eqn.params.get("length")
+    return [v for v in eqn.outvars if getattr(v.aval, "shape", ()) and v.aval.shape[0] == length]
 
 
 def _matmuls(jaxpr) -> tuple[int, int]:
