@@ -101,8 +101,8 @@ def _stepped(extra: list[str], batches: int = 2 * PROBE + 12, force_inline: bool
     counts = {"inline": 0, "worker": 0, "slow_inline": 0, "slow_worker": 0}
     act, begin = host_copies.IndependentHostCollector._act, SteppingChoice.begin
 
-    def counting_act(self, copy, out, version):
-        act(self, copy, out, version)
+    def counting_act(self, copy, out, version, stats):
+        act(self, copy, out, version, stats)
         slow = copy.worker.env is not None and getattr(copy.worker.env.env, "slow", False)
         counts["inline" if copy.inline else "worker"] += 1
         counts["slow_inline" if copy.inline else "slow_worker"] += slow

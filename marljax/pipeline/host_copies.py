@@ -124,7 +124,6 @@ class IndependentHostCollector:
         # cheap equal copies step on this thread when that is measured faster (stepping.py); never
         # with env_step_timeout_s, which needs a worker to abandon a hung step
         self.choice = SteppingChoice(allowed=not self.timeout_s)
-        self._stats: dict | None = None  # the episode statistics of the item being collected
         self._inline_below = 0.0  # now: copies with a step time up to this step inline (0: none)
         self._steps_taken = self._steps_inline = 0  # this item's
         base = host_seed_base(config, thread_index, share)
@@ -297,7 +296,7 @@ class IndependentHostCollector:
         stats = {"return": np.zeros((S, self.adapter.num_agents), np.float32), "length": np.zeros(S, np.float32),
                  "count": np.zeros(S, np.float32)}  # fmt: skip
         key = _fold(self.keys, ticket)
-        self._stats, self._steps_taken, self._steps_inline = stats, 0, 0
+        self._steps_taken, self._steps_inline = 0, 0
         inline = self._choose_stepping()
         for tick in itertools.count():
             if all(len(self.finished[s]) >= B for s in range(S)):
@@ -316,7 +315,7 @@ class IndependentHostCollector:
                     self._close_segment(copy, out)
                 for copy in ready:
                     if len(self.finished[copy.index // E]) < B:
-                        self._act(copy, out, v)
+                        self._act(copy, out, v, stats)
             self._gather(stats, ticket)
         self.choice.end(self._steps_taken)
         self.health.add("env_steps_inline", self._steps_inline)
@@ -353,8 +352,8 @@ class IndependentHostCollector:
             self.finished[copy.index // self.E].append(Segment(copy.segment, last_value, copy.segment_version))
             copy.segment = []
 
-    def _act(self, copy: _Copy, out: dict, version: int) -> None:
-        """Send the copy its next action (or step it inline)."""
+    def _act(self, copy: _Copy, out: dict, version: int, stats: dict) -> None:
+        """Send the copy its next action (or step it inline; `stats`: the item's episode statistics)."""
         c = copy.index
         step = {"version": version}
         for g in self.groups:
@@ -372,7 +371,7 @@ class IndependentHostCollector:
         if copy.inline:  # named to the watchdog first: a hung inline step stops the run after actor_timeout_s
             self.beat(f"env.step of host env copy {c} (step {copy.steps} of the copy, stepped inline)", since=copy.busy_since)
             self._steps_inline += 1
-            self._take(copy.worker.run("step", actions), self._stats)
+            self._take(copy.worker.run("step", actions), stats)
         else:
             copy.worker.step(actions)
 
