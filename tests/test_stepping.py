@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from marljax.pipeline import stepping
-from marljax.pipeline.stepping import PROBE, PROBE_EVERY, WORKERS_BY, SteppingChoice
+from marljax.pipeline.stepping import PROBE, PROBE_EVERY, SKIP_WORKERS, WORKERS_BY, SteppingChoice
 
 
 class _Clock:
@@ -39,7 +39,9 @@ def clock(monkeypatch) -> _Clock:
 
 
 def test_the_faster_mode_is_chosen_after_the_probe_and_probed_again(clock):
-    used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY + 2 * PROBE + 3, {True: 1.0, False: 3.0})
+    # workers 1.4x slower: within SKIP_WORKERS, so the probe measures both modes PROBE times
+    assert SKIP_WORKERS > 1.4
+    used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY + 2 * PROBE + 3, {True: 1.0, False: 1.4})
     assert used[0] is False  # item 0 compiles the policy: workers, not a probe
     assert used[1:1 + 2 * PROBE] == [False, True] * PROBE  # the probe alternates
     assert all(used[1 + 2 * PROBE:1 + PROBE_EVERY])  # inline won
@@ -60,7 +62,7 @@ def test_workers_must_win_by_a_margin(clock):
 
 def test_probes_come_later_while_the_winner_holds(clock):
     choice = SteppingChoice(allowed=True)
-    used = _run(choice, clock, 1 + PROBE_EVERY + 2 * PROBE_EVERY + 2 * PROBE, {True: 1.0, False: 3.0})
+    used = _run(choice, clock, 1 + PROBE_EVERY + 2 * PROBE_EVERY + 2 * PROBE, {True: 1.0, False: 1.4})
     probes = [i for i in range(1, len(used)) if not used[i]]  # worker items are the probes' first halves
     assert probes[::PROBE] == [1, 1 + PROBE_EVERY, 1 + 3 * PROBE_EVERY]
 
@@ -72,6 +74,17 @@ def test_a_hopeless_inline_probe_is_skipped(clock):
     # estimated just above the skip line: tried, and chosen since it is measured faster
     used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY, {True: 0.5, False: 1.0}, estimate=60.0)
     assert used[2] and all(used[1 + 2 * PROBE:])
+
+
+def test_workers_that_lost_by_far_are_not_probed_again(clock):
+    # workers 3x slower than inline in the probe's first two items: its other items step inline
+    used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY + 2 * PROBE + 3, {True: 1.0, False: 3.0})
+    assert used[1:1 + 2 * PROBE] == [False] + [True] * (2 * PROBE - 1)
+    assert all(used[2:1 + PROBE_EVERY])  # inline won
+    assert used[1 + PROBE_EVERY:1 + PROBE_EVERY + 2] == [False, True]  # the next probe measures workers again
+    # negative control: workers just within SKIP_WORKERS are measured in every worker item
+    used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY, {True: 1.0, False: 0.99 * SKIP_WORKERS})
+    assert used[1:1 + 2 * PROBE] == [False, True] * PROBE
 
 
 def test_not_allowed_never_steps_inline(clock):

@@ -6,7 +6,9 @@ env-steps/s for each `async.host_stepping`.
 
 The env is `marljax.envs.host_straggler` (host_spread whose step sleeps `step_cost_s`; the
 numpy work itself is about 30 us); "straggler": 1 copy in 8 `slow_factor` times slower. The
-rate is consumed samples per second of `AsyncRun.run` after a short warm-up run. Lockstep steps
+rate is consumed samples per second of `AsyncRun.run` over BATCHES batches, after a 2-batch
+warm-up run (it compiles) and the timed run's first START batches, whose rate is shown apart: a
+run's collectors start on workers and probe which way to step (its one-off cost). Lockstep steps
 the copies one after another, so its rate falls with the copies' summed cost; independent
 stepping (the default) steps cheap equal copies on the collector's thread when that is measured
 faster (marljax/pipeline/stepping.py) and the rest side by side on workers. Each row: the
@@ -27,17 +29,22 @@ from marljax.train.wiring import make_adapter, make_trainer
 
 ENV = "pettingzoo:marljax.envs.host_straggler:parallel_env"
 DEFAULTS = ["mode=async", f"env={ENV}", "num_envs=8", "num_steps=32", "hidden_size=32", "progress=false"]
-BATCHES = 40  # timed batches per run (a run's collectors start by probing how to step: stepping.py)
+BATCHES = 40  # timed batches per run, after its first START
+START = 8  # a run's first batches, timed apart: its collectors start on workers and probe how to step (stepping.py)
 STEP_COSTS = (0.0, 0.0005, 0.005)  # seconds of sleep per copy-step: cheap, 0.5 ms, 5 ms
 
 
-def pipeline_rate(config: Config) -> tuple[float, dict]:
-    """(consumed samples/s of the pipeline after a warm-up run, its last env-health counters)."""
+def pipeline_rate(config: Config) -> tuple[float, dict, float]:
+    """(consumed samples/s of the pipeline over BATCHES batches, after a warm-up run that compiles
+    and the timed run's first START batches; its env-health counters; the rate of those START)."""
     runner = AsyncRun(config, make_adapter(config), make_trainer, log=lambda s: None)
     runner.run(2, lambda *a: None, chunk=2)
-    t = time.perf_counter()
-    final = runner.run(BATCHES, lambda *a: None, chunk=BATCHES)
-    return final.consumed * runner.samples_per_batch / (time.perf_counter() - t), runner.health.snapshot()
+    marks = [time.perf_counter()]  # the start, then the end of every START batches consumed
+    final = runner.run(START + BATCHES, lambda *a: marks.append(time.perf_counter()), chunk=START)
+    assert final.consumed == START + BATCHES and len(marks) == 2 + BATCHES // START, (final.consumed, len(marks))
+    per_batch = runner.samples_per_batch
+    return (BATCHES * per_batch / (marks[-1] - marks[1]), runner.health.snapshot(),
+            START * per_batch / (marks[1] - marks[0]))  # fmt: skip
 
 
 def run_straggler_bench(config: Config, step_costs: tuple[float, ...] = STEP_COSTS, slow_factor: float = 10.0,
@@ -51,13 +58,14 @@ def run_straggler_bench(config: Config, step_costs: tuple[float, ...] = STEP_COS
     rows: list[Row] = []
     for cost in step_costs:
         for label, every in (("all fast", 0), ("straggler", slow_every)):
-            rates = {}
+            rates, starts = {}, {}
             for stepping in ("independent", "lockstep"):
                 env_kwargs = {**kwargs, "step_cost_s": cost, "slow_every": every, "slow_factor": slow_factor}
                 cfg = replace(config, env=ENV, env_kwargs=env_kwargs, **{"async": {"host_stepping": stepping}})
-                rates[stepping], health = pipeline_rate(cfg)
+                rates[stepping], health, starts[stepping] = pipeline_rate(cfg)
                 key = f"{cost * 1e3:g}ms_{label.replace(' ', '_')}_{stepping}"
                 result[f"{key}_samples_per_s"] = rates[stepping]
+                result[f"{key}_first_{START}_samples_per_s"] = starts[stepping]
                 result[f"{key}_env_steps_discarded"] = health["env_steps_discarded"]
                 result[f"{key}_env_steps_inline"] = health["env_steps_inline"]
             share = rates["independent"] / max(rates.values())
@@ -65,6 +73,8 @@ def run_straggler_bench(config: Config, step_costs: tuple[float, ...] = STEP_COS
             rows.append((f"{cost * 1e3:g} ms, {label}",
                          f"{rates['independent']:,.0f} | {rates['lockstep']:,.0f}",
                          f"env-steps/s independent (default) | lockstep; default/faster {share:.2f}"))  # fmt: skip
+            rows.append((f"  first {START} batches", f"{starts['independent']:,.0f} | {starts['lockstep']:,.0f}",
+                         f"env-steps/s; default/faster {starts['independent'] / max(starts.values()):.2f}"))  # fmt: skip
         fast = result[f"{cost * 1e3:g}ms_all_fast_independent_samples_per_s"]
         slow = result[f"{cost * 1e3:g}ms_straggler_independent_samples_per_s"]
         result[f"{cost * 1e3:g}ms_default_straggler_over_fast"] = slow / fast

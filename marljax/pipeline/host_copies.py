@@ -63,6 +63,7 @@ from marljax.pipeline.stepping import CHEAP_SHARE, SteppingChoice
 from marljax.types import EpisodeStats, GroupBatch, Trajectory
 
 FIELDS = ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")
+ACTED = ("obs", "action", "logp", "value", "reset", "hidden")  # written when a step is sent; reward, done when it answers
 WAIT_SLICE_S = 0.25  # the longest single wait for an answer: timeouts and heartbeats are checked between
 
 
@@ -71,7 +72,7 @@ class EnvCopiesExhausted(RuntimeError):
 
 
 class Segment(NamedTuple):
-    steps: list[dict]  # T steps: field -> group -> array of that step
+    rows: dict  # field -> group -> [T, A_g, ...]: its T steps
     last_value: dict  # group -> [A_g]: the value of the observation after the last step
     version: int  # the policy version of its first step
 
@@ -84,9 +85,13 @@ class _Copy:
         self.ready = False  # its observation is current and it waits for an action
         self.busy_since: float | None = None  # monotonic time of the command in flight
         self.busy_what = ""
-        self.pending: dict | None = None  # the step in flight: obs, action, ... (reward and done to come)
-        self.segment: list[dict] = []
+        self.pending: int | None = None  # the policy version of the step in flight (its row is `filled`), or None
+        # the unfinished segment: steps 0 .. filled-1 of `rows` (field -> group -> [T, A_g, ...]),
+        # written in place as they come; made at its first step (shapes and dtypes from that step)
+        self.rows: dict | None = None
+        self.filled = 0
         self.segment_version = 0
+        self.step_what = f"env.step of host env copy {index}"
         self.step_s: float | None = None  # moving average of its step time
         self.inline = False  # steps on the collector's thread (stepping.py), not its worker
         self.failures_in_a_row = 0
@@ -142,7 +147,7 @@ class IndependentHostCollector:
                           name=f"actor{self.thread_index}-env{c}")  # fmt: skip
 
     def _send_reset(self, copy: _Copy) -> None:
-        copy.ready, copy.pending, copy.segment = False, None, []
+        copy.ready, copy.pending, copy.filled = False, None, 0
         copy.ep_return, copy.ep_length = np.zeros(self.adapter.num_agents, np.float32), 0
         copy.busy_since, copy.busy_what = time.monotonic(), f"reset of host env copy {copy.index}"
         copy.worker.reset()
@@ -150,12 +155,12 @@ class IndependentHostCollector:
     def _fail(self, copy: _Copy, why: str, hung: bool = False) -> None:
         """Count the failure, drop the copy's unfinished segment and episode; restart or retire it."""
         self.health.add("env_failures", error=f"host env copy {copy.index} of actor thread {self.thread_index}: {why}")
-        self.health.add("env_steps_discarded", len(copy.segment) + (copy.pending is not None))
+        self.health.add("env_steps_discarded", copy.filled + (copy.pending is not None))
         copy.failures_in_a_row += 1
         if hung:  # the stuck worker is abandoned (see env_workers.py); a fresh env on a fresh worker replaces it
             copy.worker = self._worker(copy.index, copy.worker.incarnation + 1)
         if copy.failures_in_a_row >= self.max_failures:
-            copy.retired, copy.ready, copy.busy_since, copy.pending, copy.segment = True, False, None, None, []
+            copy.retired, copy.ready, copy.busy_since, copy.pending, copy.filled = True, False, None, None, 0
             copy.worker.stop()
             self.health.add("env_retired")
             self._check_enough_copies()
@@ -189,17 +194,16 @@ class IndependentHostCollector:
         copy.step_s = ans.seconds if copy.step_s is None else 0.8 * copy.step_s + 0.2 * ans.seconds
         copy.steps += 1
         self._steps_taken += 1
-        step = copy.pending
-        copy.pending = None
-        if step is not None:  # None: a step of a segment discarded as stale while it was in flight
-            step["reward"], step["done"] = reward, done
-            if not copy.segment:
-                copy.segment_version = step.pop("version")
-            else:
-                step.pop("version")
-            copy.segment.append(step)
+        if copy.pending is not None:  # None: a step of a segment discarded as stale while it was in flight
+            rows, t = copy.rows, copy.filled
+            for g in self.groups:
+                rows["reward"][g.name][t], rows["done"][g.name][t] = reward[g.name], done[g.name]
+            if t == 0:
+                copy.segment_version = copy.pending
+            copy.filled = t + 1
         else:
             self.health.add("env_steps_discarded")
+        copy.pending = None
         copy.ep_return += np.concatenate([reward[g.name] for g in self.groups])
         copy.ep_length += 1
         if ep_done:
@@ -272,11 +276,15 @@ class IndependentHostCollector:
             self.finished[s] = [seg for seg in self.finished[s] if seg.version >= keep_from]
             self.health.add("env_steps_discarded", self.T * len(old))
         for copy in self.copies:
-            if copy.segment and copy.segment_version < keep_from:
-                self.health.add("env_steps_discarded", len(copy.segment))
-                copy.segment = []
-            if copy.pending is not None and copy.pending["version"] < keep_from:
+            if copy.pending is not None and copy.pending < keep_from:
                 copy.pending = None  # counted when its answer comes
+            if copy.filled and copy.segment_version < keep_from:
+                self.health.add("env_steps_discarded", copy.filled)
+                if copy.pending is not None:  # the step in flight starts the copy's next segment
+                    for field in ACTED:
+                        for arr in copy.rows.get(field, {}).values():
+                            arr[0] = arr[copy.filled]
+                copy.filled = 0
 
     def _policy(self, params, key) -> dict:
         t0 = time.perf_counter()
@@ -347,25 +355,27 @@ class IndependentHostCollector:
 
     def _close_segment(self, copy: _Copy, out: dict) -> None:
         """Finish the copy's segment if it is T steps long (`out`: the policy on its current observation)."""
-        if len(copy.segment) == self.T:
+        if copy.filled == self.T:
             last_value = {g: out[g][2][copy.index] for g in out}
-            self.finished[copy.index // self.E].append(Segment(copy.segment, last_value, copy.segment_version))
-            copy.segment = []
+            self.finished[copy.index // self.E].append(Segment(copy.rows, last_value, copy.segment_version))
+            copy.rows, copy.filled = None, 0
 
     def _act(self, copy: _Copy, out: dict, version: int, stats: dict) -> None:
         """Send the copy its next action (or step it inline; `stats`: the item's episode statistics)."""
-        c = copy.index
-        step = {"version": version}
+        c, t = copy.index, copy.filled
+        if copy.rows is None:  # a new segment's arrays
+            copy.rows = self._new_rows(c, out)
+        rows = copy.rows
         for g in self.groups:
             action, logp, value, h = out[g.name]
-            rec = {"obs": self.obs[g.name][c].copy(), "action": action[c], "logp": logp[c], "value": value[c]}
+            name = g.name
+            rows["obs"][name][t] = self.obs[name][c]
+            rows["action"][name][t], rows["logp"][name][t], rows["value"][name][t] = action[c], logp[c], value[c]
             if self.rnn:
-                rec["reset"], rec["hidden"] = self.reset_flags[g.name][c].copy(), self.hidden[g.name][c].copy()
-                self.hidden[g.name][c] = h[c]
-            for k, x in rec.items():
-                step.setdefault(k, {})[g.name] = x
-        copy.pending, copy.ready = step, False
-        copy.busy_since, copy.busy_what = time.monotonic(), f"env.step of host env copy {c}"
+                rows["reset"][name][t], rows["hidden"][name][t] = self.reset_flags[name][c], self.hidden[name][c]
+                self.hidden[name][c] = h[c]
+        copy.pending, copy.ready = version, False
+        copy.busy_since, copy.busy_what = time.monotonic(), copy.step_what
         actions = {g.name: out[g.name][0][c] for g in self.groups}
         copy.inline = copy.step_s is not None and copy.step_s <= self._inline_below
         if copy.inline:  # named to the watchdog first: a hung inline step stops the run after actor_timeout_s
@@ -375,6 +385,16 @@ class IndependentHostCollector:
         else:
             copy.worker.step(actions)
 
+    def _new_rows(self, c: int, out: dict) -> dict:
+        """Empty [T, ...] arrays for each field of a segment of copy c, shaped as its step's values."""
+        first = {"obs": self.obs, "reward": self.reset_flags, "done": self.reset_flags}
+        first.update({f: {g: x[i] for g, x in out.items()} for i, f in enumerate(("action", "logp", "value"))})
+        if self.rnn:
+            first.update(reset=self.reset_flags, hidden=self.hidden)
+        dtypes = {"reward": np.float32, "done": bool}
+        return {f: {g.name: np.empty((self.T,) + np.shape(x[g.name][c]), dtypes.get(f, np.asarray(x[g.name][c]).dtype))
+                    for g in self.groups} for f, x in first.items()}  # fmt: skip
+
     def _assemble(self) -> tuple[tuple[dict, dict], int]:
         """The first B finished segments of every seed -> (batch, last_value) arrays [S, T, B, ...]."""
         S, B = self.S, self.B
@@ -383,8 +403,7 @@ class IndependentHostCollector:
         fields = FIELDS if self.rnn else FIELDS[:6]
 
         def stack(field: str, g: str) -> np.ndarray:  # [S, T, B, ...]
-            return np.stack([np.stack([np.stack([st[field][g] for st in seg.steps]) for seg in segs], axis=1)
-                             for segs in used])  # fmt: skip
+            return np.stack([np.stack([seg.rows[field][g] for seg in segs], axis=1) for segs in used])
 
         batch = {
             g.name: GroupBatch(**{f: stack(f, g.name) for f in fields}, mask=None, world=None,

@@ -16,7 +16,10 @@ GIL says which case a copy is in, so:
   twice as late each time the winner holds. Workers must win by `WORKERS_BY` (see there). An
   inline probe is skipped when the copies' step times already say it would lose by far (stepped
   one after another they would take more than `SKIP_INLINE` times as long as the worker items
-  did): probing 5 ms copies inline would cost more than the probe can win.
+  did): probing 5 ms copies inline would cost more than the probe can win. Likewise the probe's
+  later worker items step inline once a worker item ran below the inline item's rate by
+  `SKIP_WORKERS`: copies that a hand-off costs more than their step would spend the probe at
+  half rate.
 
 Whatever is chosen, a copy much slower than the others (`STRAGGLER` times the median step time,
 recomputed every round) steps on its worker, so it never holds back the rest; failures are
@@ -36,6 +39,7 @@ MAX_EVERY = 1024
 STRAGGLER = 4.0  # a copy slower than this many times the median step time stays on its worker
 CHEAP_SHARE = 0.5  # copies whose summed step time is at most this share of a policy call step inline, unprobed
 SKIP_INLINE = 2.0  # no inline probe when its estimated rate is below the worker rate / this
+SKIP_WORKERS = 1.5  # no more worker items in a probe once one ran below the inline rate / this
 WORKERS_BY = 1.25  # workers are chosen only when measured this much faster: inline is what lockstep costs,
 # and where workers pay off (copies that wait, side by side) they win by far more; a noisy probe on a
 # shared machine must not send cheap copies to workers, which costs them half their rate
@@ -76,6 +80,8 @@ class SteppingChoice:
             self.inline = bool(phase % 2)
             if self.inline and self._probe[False] and inline_estimate * SKIP_INLINE < max(self._probe[False]):
                 self.inline = False  # hopeless: measured with workers again instead
+            elif not self.inline and self._probe[True] and max(self._probe[False]) * SKIP_WORKERS < max(self._probe[True]):
+                self.inline = True  # workers lost by far already: measured inline again instead
         else:
             self.inline = bool(self.allowed and self._faster)
         self._t0 = time.perf_counter()
