@@ -5,7 +5,8 @@ how independent host stepping cuts each copy's steps into batch columns (tests/t
 
 Every agent observes [copy, t, 0]: `copy` numbers the env copies in the order they are made (in
 one process), `t` counts the steps of the current episode from 0. The reward of a step taken at
-`t` is t + 1 for every agent; an episode ends after `episode` steps (truncated).
+`t` is t + 1 for every agent; an episode ends after `episode` steps (truncated). The copy made
+`slow_copy`-th sleeps `slow_s` per step instead of `step_cost_s`.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ _made = itertools.count()
 class CounterEnv(ParallelEnv):
     metadata = {"name": "counter_v0"}
 
-    def __init__(self, episode: int = 5, step_cost_s: float = 0.0):
+    def __init__(self, episode: int = 5, step_cost_s: float = 0.0, slow_copy: int = -1, slow_s: float = 0.05):
         self.episode, self.step_cost_s = episode, step_cost_s
         self.copy = next(_made)
+        if self.copy == slow_copy:  # one copy much slower than the others
+            self.step_cost_s = slow_s
         self.possible_agents = ["a0", "a1"]
         self.agents = list(self.possible_agents)
         self.t = 0

@@ -197,7 +197,8 @@ def test_local_replica_puts_agent_split_leaves_together():
 def test_a_resumed_run_adds_each_processs_counters_to_those_before():
     from marljax.train.loop import _add_counters
 
-    zero = dict(env_failures=0, env_restarts=0, env_retired=0, env_steps_discarded=0, env_steps_inline=0)
+    zero = dict(env_failures=0, env_restarts=0, env_retired=0, env_steps_discarded=0, env_steps_inline=0,
+                env_copies_parked=0)
     before = {"produced": 10, "consumed": 8, "dropped": 2, "dropped_by_reason": {"stale": 2}, **zero,
               "by_process": {"produced": [10, 12], "consumed": [8, 8], "dropped": [2, 3], "held": [0, 1],
                              "active_actors": [2, 1]}}  # fmt: skip

@@ -31,12 +31,13 @@ def _policy(params, obs, reset, hidden, key):
     return out
 
 
-def _collector(step_cost_s: float, workers: bool) -> IndependentHostCollector:
+def _collector(step_cost_s: float, workers: bool, extra: tuple[str, ...] = ()) -> IndependentHostCollector:
     args = ["mode=async", "env=pettingzoo:tests.counter_env:parallel_env", f"num_envs={E}", f"num_steps={T}",
             f"num_seeds={S}", "hidden_size=8", "ppo.num_minibatches=1", "progress=false", "async.host_stepping=independent",
             "async.max_staleness=0", f"env_kwargs.episode={EPISODE}", f"env_kwargs.step_cost_s={step_cost_s}"]  # fmt: skip
     if workers:  # with a step timeout every copy steps on its worker (stepping.py)
         args.append("async.env_step_timeout_s=30")
+    args += extra
     config = load_config(None, args)
     keys = jax.random.split(jax.random.PRNGKey(0), S)
     return IndependentHostCollector(config, make_adapter(config), _policy, None, keys, 0, EnvHealth())
@@ -77,7 +78,7 @@ def test_every_column_is_consecutive_steps_of_one_copy(workers):
     collector.newest = lambda: (next(calls), None)  # a new policy version at every policy call
     moved = 0  # discarded segments whose copy had a step in flight (it starts the copy's next segment)
     try:
-        for ticket in range(8):
+        for ticket in range(24):
             # every other batch: the staleness bound drops what started more than 2 policy calls ago
             version = max(next(calls) - 2, 0) if ticket % 2 else 0
             moved += sum(c.pending is not None and c.filled > 0 and c.segment_version < version for c in collector.copies)
@@ -86,8 +87,8 @@ def test_every_column_is_consecutive_steps_of_one_copy(workers):
             assert _column_errors(traj, _seed_copies(collector)) == []
     finally:
         collector.close()
-    assert collector.health.snapshot()["env_steps_discarded"] > 0
-    if workers:
+    if workers:  # (inline, equal copies step in sync: nothing is carried over, nothing discarded)
+        assert collector.health.snapshot()["env_steps_discarded"] > 0
         assert moved > 0  # the in-flight case was exercised
     else:
         assert collector.health.snapshot()["env_steps_inline"] > 0
@@ -111,3 +112,36 @@ def test_the_column_check_finds_a_broken_column():  # the negative control of th
     assert _column_errors(traj._replace(batch={g: b._replace(reward=shifted)}), seeds)
     late = {g: traj.last_value[g] + 1}
     assert _column_errors(traj._replace(last_value=late), seeds)
+
+
+def _parked(slow: bool, items: int = 40) -> tuple[IndependentHostCollector, list[list[bool]]]:
+    """`items` items with a new policy version each and max_staleness 0; slow: the copy made first
+    after the adapter's prototype (seed 0's first) steps 50x slower than the others. (collector,
+    for every item whether each copy was parked during it)."""
+    import tests.counter_env as counter_env
+
+    first = next(counter_env._made) + 2  # this count, the adapter's prototype, then the copies in order
+    extra = (f"env_kwargs.slow_copy={first if slow else -1}", "env_kwargs.slow_s=0.05")
+    collector = _collector(0.001, workers=False, extra=extra)
+    parked = []
+    try:
+        for ticket in range(items):
+            traj, _ = collector.collect(None, ticket, version=ticket)
+            assert _column_errors(traj, _seed_copies(collector)) == []
+            parked.append([c.parked_until > collector.items - 1 for c in collector.copies])
+    finally:
+        collector.close()
+    return collector, parked
+
+
+def test_a_copy_too_slow_for_the_staleness_bound_is_parked():
+    collector, parked = _parked(slow=True)
+    assert collector.copies[0].worker.env.env.step_cost_s == 0.05  # the slow one is seed 0's first copy
+    assert collector.health.snapshot()["env_copies_parked"] >= 1
+    assert any(p[0] for p in parked) and not any(any(p[1:]) for p in parked)  # only it, never another
+    assert max(sum(p[s * E:(s + 1) * E]) for p in parked for s in range(S)) <= (E - 1) // 2
+
+
+def test_equal_copies_are_never_parked():  # the negative control of the test above
+    collector, parked = _parked(slow=False)
+    assert collector.health.snapshot()["env_copies_parked"] == 0 and not any(any(p) for p in parked)

@@ -84,8 +84,9 @@ class CopyWorker:
 class EnvHealth:
     """Counters shared by a run's collectors (thread-safe), reported in every metrics row."""
 
-    # env_steps_inline: steps taken on the collector's own thread (stepping.py), not a worker's
-    KEYS = ("env_failures", "env_restarts", "env_retired", "env_steps_discarded", "env_steps_inline")
+    # env_steps_inline: steps taken on the collector's own thread (stepping.py), not a worker's;
+    # env_copies_parked: times a copy too slow for the staleness bound was parked (host_copies.py)
+    KEYS = ("env_failures", "env_restarts", "env_retired", "env_steps_discarded", "env_steps_inline", "env_copies_parked")
 
     def __init__(self):
         self._lock = threading.Lock()

@@ -27,6 +27,15 @@ are discarded (counted in `env_steps_discarded`; the copy goes on from where it 
 staleness bound holds by construction as before, and a copy too slow to finish a segment within
 K versions contributes no steps.
 
+Parking: a copy too slow to finish a segment within the staleness bound contributes no steps,
+yet each of its steps costs the process (its GIL time, the collector's bookkeeping). After its
+unfinished segment (or its step in flight) was discarded as stale at PARK_AFTER batch starts in
+a row, it is parked: it keeps
+its place in its episode but is not stepped for PARK_ITEMS[0] items, then tried again, parked
+twice as long each time it fails again (up to PARK_ITEMS[1] items) and back to the start once it
+finishes a segment. At most (E - 1) // 2 copies of a seed are parked at once, so the others
+always fill the batch; `env_copies_parked` counts the parkings.
+
 Micro-batches (`async.micro_batches=M`): an item is B = E/M segments per seed instead of E, so
 the collector hands over a slice as soon as any B segments of each seed are done; all E copies
 keep stepping meanwhile (a copy waits only while its seed's slice is already full, until the
@@ -65,6 +74,8 @@ from marljax.types import EpisodeStats, GroupBatch, Trajectory
 FIELDS = ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")
 ACTED = ("obs", "action", "logp", "value", "reset", "hidden")  # written when a step is sent; reward, done when it answers
 WAIT_SLICE_S = 0.25  # the longest single wait for an answer: timeouts and heartbeats are checked between
+PARK_AFTER = 2  # a copy whose unfinished segments went stale this many times in a row is parked ...
+PARK_ITEMS = (4, 64)  # ... for this many items the first time, twice as many each time again, up to the second
 
 
 class EnvCopiesExhausted(RuntimeError):
@@ -95,6 +106,9 @@ class _Copy:
         self.step_s: float | None = None  # moving average of its step time
         self.inline = False  # steps on the collector's thread (stepping.py), not its worker
         self.failures_in_a_row = 0
+        self.stale_in_a_row = 0  # its unfinished segments discarded as stale since it last finished one
+        self.parked_until = 0  # not stepped before this item (module doc, "Parking")
+        self.park_items = PARK_ITEMS[0]
         self.retired = False
         self.steps = 0
         self.ep_return: np.ndarray | None = None
@@ -131,6 +145,7 @@ class IndependentHostCollector:
         self.choice = SteppingChoice(allowed=not self.timeout_s)
         self._inline_below = 0.0  # now: copies with a step time up to this step inline (0: none)
         self._steps_taken = self._steps_inline = 0  # this item's
+        self.items = 0  # items collected so far
         base = host_seed_base(config, thread_index, share)
         self._seeds = [itertools.count((base * 4099 + c) * 1_000_003 + 1) for c in range(n)]
         self.copies: list[_Copy] = []
@@ -227,7 +242,7 @@ class IndependentHostCollector:
     def _gather(self, stats: dict, ticket: int) -> None:
         """Wait for the first answer (unless copies are ready to act already), then for copies
         expected back within about one policy call."""
-        first = not any(c.ready and len(self.finished[c.index // self.E]) < self.B for c in self.copies)
+        first = not any(self._can_act(c) for c in self.copies)
         while True:
             busy = [c for c in self.copies if c.busy_since is not None]
             if not busy:
@@ -276,15 +291,34 @@ class IndependentHostCollector:
             self.finished[s] = [seg for seg in self.finished[s] if seg.version >= keep_from]
             self.health.add("env_steps_discarded", self.T * len(old))
         for copy in self.copies:
-            if copy.pending is not None and copy.pending < keep_from:
+            stale = copy.pending is not None and copy.pending < keep_from
+            if stale:
                 copy.pending = None  # counted when its answer comes
             if copy.filled and copy.segment_version < keep_from:
                 self.health.add("env_steps_discarded", copy.filled)
+                stale = True
+            if stale:
+                self._stale(copy)
                 if copy.pending is not None:  # the step in flight starts the copy's next segment
                     for field in ACTED:
                         for arr in copy.rows.get(field, {}).values():
                             arr[0] = arr[copy.filled]
                 copy.filled = 0
+
+    def _can_act(self, copy: _Copy) -> bool:
+        """Whether the copy waits for an action that it gets now: its seed's item has room, it is not parked."""
+        return copy.ready and len(self.finished[copy.index // self.E]) < self.B and copy.parked_until <= self.items
+
+    def _stale(self, copy: _Copy) -> None:
+        """The copy's unfinished segment (or step in flight) was discarded as stale: park it after
+        PARK_AFTER in a row, while at most (E - 1) // 2 copies of its seed are parked (module doc)."""
+        copy.stale_in_a_row += 1
+        s = copy.index // self.E
+        parked = sum(c.parked_until > self.items for c in self.copies[s * self.E:(s + 1) * self.E])
+        if copy.stale_in_a_row >= PARK_AFTER and parked < (self.E - 1) // 2:
+            copy.parked_until, copy.stale_in_a_row = self.items + copy.park_items, 0
+            copy.park_items = min(2 * copy.park_items, PARK_ITEMS[1])
+            self.health.add("env_copies_parked")
 
     def _policy(self, params, key) -> dict:
         t0 = time.perf_counter()
@@ -313,7 +347,7 @@ class IndependentHostCollector:
             # the straggler line, from the step times as they are now (early ones include warm-up)
             self._inline_below = self._step_times()[0] if inline else 0.0
             self._check_enough_copies()
-            ready = [c for c in self.copies if c.ready and len(self.finished[c.index // E]) < B]
+            ready = [c for c in self.copies if self._can_act(c)]
             if ready:
                 v, p = self.newest() if self.newest is not None else (version, params)
                 v = max(v, version)
@@ -326,6 +360,7 @@ class IndependentHostCollector:
                         self._act(copy, out, v, stats)
             self._gather(stats, ticket)
         self.choice.end(self._steps_taken)
+        self.items += 1
         self.health.add("env_steps_inline", self._steps_inline)
         batch, oldest = self._assemble()
         self.beat(f"the rollout of batch {ticket}")
@@ -359,6 +394,7 @@ class IndependentHostCollector:
             last_value = {g: out[g][2][copy.index] for g in out}
             self.finished[copy.index // self.E].append(Segment(copy.rows, last_value, copy.segment_version))
             copy.rows, copy.filled = None, 0
+            copy.stale_in_a_row, copy.park_items = 0, PARK_ITEMS[0]
 
     def _act(self, copy: _Copy, out: dict, version: int, stats: dict) -> None:
         """Send the copy its next action (or step it inline; `stats`: the item's episode statistics)."""
