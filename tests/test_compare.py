@@ -19,8 +19,14 @@ import yaml
 from marljax.cli import main
 from marljax.config import load_config
 from marljax.sweeps.compare import (
-    improvement_ci, improvements, long_rows, load_run, probability_of_improvement, series, summarize_runs,
-)  # fmt: skip
+    improvement_ci,
+    improvements,
+    load_run,
+    long_rows,
+    probability_of_improvement,
+    series,
+    summarize_runs,
+)
 from marljax.sweeps.report import iqm_curve
 from marljax.train.loop import train
 from marljax.train.metrics import read_jsonl

@@ -9,10 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marljax.nn import ops
-
 from marljax.algos import replay
 from marljax.algos.mixers import QMixer, vdn
+from marljax.nn import ops
 
 R = jnp.array([1.0, 2.0, 3.0, 4.0])
 NEXT_Q = jnp.array([10.0, 20.0, 30.0, 40.0])  # max_a Q(s_{t+1}, a) for t = 0..3

@@ -16,10 +16,9 @@ from marljax.cli import main
 from marljax.config import ConfigError, load_config
 from marljax.sweeps.report import summarize
 from marljax.sweeps.results import ResultsStore, load
-from marljax.train.wiring import make_adapter, make_trainer
 from marljax.sweeps.runner import run_sweep
 from marljax.sweeps.spec import expand, load_sweep
-
+from marljax.train.wiring import make_adapter, make_trainer
 from tests._trees import assert_bitwise, assert_close, max_abs_diff
 
 TINY = {"num_envs": 8, "num_steps": 16, "total_timesteps": 1536, "eval_every": 3, "eval_episodes": 4,

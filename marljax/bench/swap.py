@@ -12,8 +12,15 @@ from marljax.algos.api import AsyncTrainer, Trainer
 from marljax.bench.measure import timed
 from marljax.config import Config
 from marljax.parallel.mesh import (
-    ACTING_TRAJECTORY, SEED, mesh_layout, seed_keys, shard_seeds, shard_trainer, split_groups, state_specs,
-)  # fmt: skip
+    ACTING_TRAJECTORY,
+    SEED,
+    mesh_layout,
+    seed_keys,
+    shard_seeds,
+    shard_trainer,
+    split_groups,
+    state_specs,
+)
 from marljax.parallel.placement import bytes_on_one_device, shardings
 from marljax.train.wiring import make_trainer
 

@@ -40,7 +40,15 @@ import numpy as np
 import yaml
 
 from marljax.files import check_writable_dir, read_json, write_text_atomic
-from marljax.sweeps.report import estimate, finite, iqm_curve, percentile_interval, plot_iqm_curves, stat_columns, write_csv
+from marljax.sweeps.report import (
+    estimate,
+    finite,
+    iqm_curve,
+    percentile_interval,
+    plot_iqm_curves,
+    stat_columns,
+    write_csv,
+)
 from marljax.sweeps.spec import cell_dirname
 from marljax.train.metrics import listed_lines, read_jsonl_checked
 

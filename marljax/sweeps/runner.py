@@ -38,25 +38,25 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from marljax.train import compile_cache
-from marljax.train.checkpoint import Checkpointer, abstract_like
 from marljax.config import ConfigError, traced_keys
-from marljax.train.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
-from marljax.files import DamagedFile, read_json, write_text_atomic
-from marljax.train.records import config_yaml
-from marljax.train.trackers import Trackers
-from marljax.train.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, read_rows_kept, write_jsonl_atomic
 from marljax.envs.host import is_host_env
+from marljax.files import DamagedFile, read_json, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.parallel.placement import place
 from marljax.sweeps.results import METRICS, ResultsStore, load
-from marljax.train.chunks import ChunkBudget, checkpoint_due, chunk_sizes, run_chunks
-from marljax.train.wiring import prepare
-from marljax.train.memory import MemoryEstimate
-from marljax.train.up_front import check_run, sync_estimate
 from marljax.sweeps.spec import Program, Sweep, located
+from marljax.train import compile_cache
+from marljax.train.checkpoint import Checkpointer, abstract_like
+from marljax.train.chunks import ChunkBudget, checkpoint_due, chunk_sizes, run_chunks
+from marljax.train.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
+from marljax.train.memory import MemoryEstimate
+from marljax.train.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, read_rows_kept, write_jsonl_atomic
+from marljax.train.records import config_yaml
+from marljax.train.trackers import Trackers
+from marljax.train.up_front import check_run, sync_estimate
+from marljax.train.wiring import prepare
 from marljax.types import HParams
 
 DEFAULT_EVALUATIONS = 20  # eval_every when the sweep leaves it 0: this many evaluations per run

@@ -18,7 +18,6 @@ episodes (ABSOLUTE_FACTOR).
 from __future__ import annotations
 
 import math
-
 from typing import Callable, NamedTuple
 
 import jax
