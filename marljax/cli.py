@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from marljax.config import ConfigError, load_config
 

@@ -82,10 +82,10 @@ class EpisodeStats(NamedTuple):
     won_sum: Array  # [] of those, episodes won (envs with a win condition, e.g. SMAX; else 0)
 
     @staticmethod
-    def zero(num_agents: int) -> "EpisodeStats":
+    def zero(num_agents: int) -> EpisodeStats:
         return EpisodeStats(jnp.zeros(num_agents), jnp.float32(0), jnp.float32(0), jnp.float32(0))
 
-    def add(self, ep_return: Array, ep_length: Array, done: Array, won: Array) -> "EpisodeStats":
+    def add(self, ep_return: Array, ep_length: Array, done: Array, won: Array) -> EpisodeStats:
         """Count the episodes that end now: ep_return [E, N] and ep_length [E] including this
         step, done [E] and won [E] bool."""
         fin = done.astype(jnp.float32)

@@ -15,7 +15,8 @@ Discrete actions only; action masks are honoured both when acting and in every m
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -29,8 +29,9 @@ whatever `total_timesteps` says.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

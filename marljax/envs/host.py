@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,7 @@ class HostEnvAdapter:
         # keep the agent-concatenation order of the groups equal to env order within each group
         self.groups = tuple(groups)
 
-    def vector(self, n: int, seed: int) -> "HostVectorEnv":
+    def vector(self, n: int, seed: int) -> HostVectorEnv:
         return HostVectorEnv(self, n, seed)
 
     def describe(self) -> str:

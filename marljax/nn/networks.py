@@ -19,7 +19,8 @@ Both take an optional agent-id one-hot that is joined to the torso's features.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -38,7 +39,7 @@ class Categorical(NamedTuple):
     logits: Array  # [..., n]
 
     @staticmethod
-    def masked(logits: Array, mask: Array | None) -> "Categorical":
+    def masked(logits: Array, mask: Array | None) -> Categorical:
         if mask is not None:
             logits = jnp.where(mask, logits, _NEG)
         return Categorical(jax.nn.log_softmax(logits, axis=-1))

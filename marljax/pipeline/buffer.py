@@ -33,7 +33,8 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 POLICIES = ("block", "drop")
 

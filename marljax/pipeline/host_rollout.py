@@ -8,7 +8,7 @@ so the learner cannot tell the two apart.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np

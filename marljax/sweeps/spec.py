@@ -28,8 +28,9 @@ import dataclasses
 import itertools
 import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from marljax.config import (
     Config,

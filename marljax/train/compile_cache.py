@@ -18,8 +18,9 @@ import os
 import platform
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 OFF = (False, "false", "off", "no", "0")
 AUTO = (True, "auto", "true", "on", "yes")
@@ -125,7 +126,7 @@ class CacheEvents:
         elif event == "/jax/compilation_cache/cache_misses":
             self.misses += 1
 
-    def __enter__(self) -> "CacheEvents":
+    def __enter__(self) -> CacheEvents:
         import jax
 
         jax.monitoring.register_event_listener(self._listen)
