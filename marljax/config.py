@@ -855,7 +855,7 @@ def validate(config: Config) -> Config:
                                   f"got {', '.join(c.sections) or 'none'}")  # fmt: skip
     for key, f, _ in _config_walk(c):
         _check_field(key, c.value(key), f.metadata)
-    for name, section in c.sections.items():
+    for section in c.sections.values():
         if hasattr(section, "check"):
             section.check(c)
     c.log.check(c)

@@ -257,7 +257,7 @@ class RecurrentActorCritic(nn.Module):
 
     @nn.compact
     def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None, mask: Array | None = None):
-        dense = lambda features, scale=np.sqrt(2): _dense(features, scale, self.dtype)  # noqa: E731
+        dense = lambda features, scale=np.sqrt(2): _dense(features, scale, self.dtype)  # noqa: E731, B008 (the default is a float)
         x = _features(obs, agent_id, self.cnn, self.activation, "embed", self.dtype)
         x = _act(self.activation)(dense(self.gru_hidden_size)(x))
         h = jnp.where(reset[:, None], jnp.zeros_like(h), h)

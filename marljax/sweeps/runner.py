@@ -27,7 +27,9 @@ is keyed by seed index and update, the numbers come out as in an uninterrupted s
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import shutil
 import time
 from collections.abc import Callable
@@ -179,7 +181,7 @@ def run_sweep(
     prepared = [_prepare(p) for p in sweep.programs]  # errors before anything runs
     for program, (_, mesh, trainer) in zip(sweep.programs, prepared):  # programs run one after another
         with located(f"program {program.name}"):
-            check_run(program.config, lambda: _estimate(program, trainer), mesh.devices.flat, log, eval_every(program.config),
+            check_run(program.config, functools.partial(_estimate, program, trainer), mesh.devices.flat, log, eval_every(program.config),
                       seeds_field="cells x seeds")  # fmt: skip
     if primary:
         _claim_out_dir(sweep, overwrite, log)
@@ -358,7 +360,7 @@ def _record(sweep, program, store, writers, trackers, metrics, result, k: int, u
     for ci, (cell, writer) in enumerate(zip(program.cells, writers)):
         rows = slice(ci * S, (ci + 1) * S)
         row = chunk_row(
-            jax.tree.map(lambda x: x[rows], metrics), update=update, env_steps=update * steps_per_update,  # per run
+            jax.tree.map(operator.itemgetter(rows), metrics), update=update, env_steps=update * steps_per_update,  # per run
             wall_s=wall, chunk_env_steps=n * steps_per_update * S, num_agents=env.num_agents, groups=groups,
             wins=env.has_win,
         )  # fmt: skip

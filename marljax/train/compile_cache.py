@@ -37,7 +37,7 @@ def machine_tag(cpuinfo: str | None = None) -> str:
             cpuinfo = platform.processor()
     facts = [platform.machine()]
     for key in ("model name", "flags", "Features"):  # Features: arm64's flags
-        line = next((l for l in cpuinfo.splitlines() if l.split(":", 1)[0].strip() == key), None)
+        line = next((row for row in cpuinfo.splitlines() if row.split(":", 1)[0].strip() == key), None)
         facts.append(line.split(":", 1)[-1].strip() if line else "")
     return hashlib.sha256("\n".join(facts).encode()).hexdigest()[:12]
 
