@@ -266,7 +266,7 @@ def test_a_vmapped_row_runs_what_train_runs_for_its_cell():
     singles = [make_trainer(cell.config, make_adapter(cell.config)) for cell in program.cells]
     alone = []
     for single in singles:
-        out = jax.jit(jax.vmap(lambda s: single.run_updates(s, 4)))(jax.vmap(single.init)(keys))
+        out = jax.jit(jax.vmap(lambda s: single.run_updates(s, 4)))(jax.vmap(single.init)(keys))  # noqa: B023 (traced here, at once)
         alone.append(rows(out, 0))
     for c in range(len(program.cells)):
         assert_bitwise(rows(swept, c), alone[c])
