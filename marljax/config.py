@@ -469,7 +469,7 @@ class Config:
 
 
 def _plain(value: Any) -> Any:
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
 
 
 def core_keys() -> tuple[str, ...]:
@@ -795,7 +795,7 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
     changes = parse_overrides(overrides)
     from marljax.jaxmarl_config import ignored_note, is_jaxmarl, translate
 
-    if is_jaxmarl(values):  # JaxMARL's UPPERCASE baseline YAML
+    if path is not None and is_jaxmarl(values):  # JaxMARL's UPPERCASE baseline YAML
         values, ignored = translate(values, path, changes.get("algo"))
         if note := ignored_note(ignored):
             print(note, file=sys.stderr)

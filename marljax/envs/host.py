@@ -68,6 +68,7 @@ class HostEnvAdapter:
             if not hasattr(obs_space, "shape") or obs_space.shape is None:
                 raise ConfigError("env", f"{name}: agent {a!r} has a non-array observation space {obs_space}")
             obs_shape = (int(np.prod(obs_space.shape)),)
+            spec: tuple[tuple[int], bool, int, float | None, float | None]  # obs, discrete, dim, low, high
             if hasattr(act_space, "n"):
                 spec = (obs_shape, True, int(act_space.n), None, None)
             elif getattr(act_space, "shape", None):
