@@ -27,8 +27,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from marljax.train.faults import FinishedRun, Outcome, finished_steps, first_difference, resumed_from, run_to_end
-from marljax.train.faults import sigkill, start_train
+from marljax.train.faults import (
+    FinishedRun,
+    Outcome,
+    finished_steps,
+    first_difference,
+    resumed_from,
+    run_to_end,
+    sigkill,
+    start_train,
+)
 
 # ~1000 updates in chunks of 20, a checkpoint every 100: a kill lands before, between and after them
 DEFAULTS = ["num_envs=16", "num_steps=32", "total_timesteps=500000", "num_chunks=50", "checkpoint_every=100",

@@ -191,7 +191,7 @@ def report(p: dict) -> None:
         s = p["time_by"].get(phase, 0.0)
         print(f"{phase:<18} {1e3 * s / n:>10.2f} {100 * s / total:>6.1f}%")
     moved = sum(p["bytes_by"].values()) / n
-    print(f"\nbytes moved per update by data-movement ops (output bytes x executions), by phase and kind:")
+    print("\nbytes moved per update by data-movement ops (output bytes x executions), by phase and kind:")
     for (scope, kind), b in sorted(p["bytes_by"].items(), key=lambda kv: -kv[1])[:12]:
         print(f"  {scope:<18} {kind:<22} {b / n / 1e6:>9.2f} MB")
     flops = p["flops_per_update"]

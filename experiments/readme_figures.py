@@ -27,9 +27,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

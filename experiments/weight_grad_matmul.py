@@ -18,7 +18,7 @@ import argparse
 import json
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from marljax.config import ConfigError, load_config
 
@@ -262,9 +262,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
             overrides = [*DEFAULTS, *overrides]
         config = load_config(path, overrides)
         if command == "train":
-            from marljax.train.checkpoint import CheckpointError
             from marljax.parallel.distributed import DistributedError
             from marljax.pipeline.watchdog import ActorStuck
+            from marljax.train.checkpoint import CheckpointError
             from marljax.train.chunks import Stopped
             from marljax.train.loop import TrainingDiverged, train
 

@@ -24,8 +24,9 @@ import math
 import re
 import sys
 import typing
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import yaml
 
@@ -142,7 +143,7 @@ class LogConfig:
     mlflow_uri: str = setting("", "MLflow tracking URI (a server, sqlite:///...); empty: a file store in <out_dir>/mlruns",
                               resumable=True)  # fmt: skip
 
-    def check(self, config: "Config") -> None:
+    def check(self, config: Config) -> None:
         for name in ("backends", "tags"):
             v = getattr(self, name)
             if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
@@ -227,7 +228,7 @@ class AsyncConfig:
     balance_target: int = setting(0, "balance=rate: batches that should wait in the buffer behind the one the learner "
                                   "takes (below buffer_capacity)", minimum=0, resumable=True)  # fmt: skip
 
-    def check(self, config: "Config") -> None:
+    def check(self, config: Config) -> None:
         for name in ("actor_devices", "learner_devices"):
             v = getattr(self, name)
             ok_count = isinstance(v, int) and not isinstance(v, bool) and v >= 1
@@ -262,7 +263,7 @@ class AsyncConfig:
             raise ConfigError("async.balance_target", f"must be between 0 and async.buffer_capacity - 1 = "
                               f"{self.buffer_capacity - 1}, got {self.balance_target}")  # fmt: skip
 
-    def _check_micro_batches(self, config: "Config") -> None:
+    def _check_micro_batches(self, config: Config) -> None:
         M, E = self.micro_batches, config.num_envs
         if E % M:
             allowed = ", ".join(str(d) for d in range(1, E + 1) if E % d == 0)
@@ -305,7 +306,7 @@ class AlgorithmSchema:
     sections: Mapping[str, type]  # key -> frozen dataclass (e.g. {"ppo": PPOConfig})
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # nested overrides of field defaults
     supports: Supports = Supports()
-    check: Callable[["Config"], None] | None = None  # checks across core and section fields
+    check: Callable[[Config], None] | None = None  # checks across core and section fields
 
 
 _SCHEMAS: dict[str, AlgorithmSchema] = {}
@@ -468,7 +469,7 @@ class Config:
 
 
 def _plain(value: Any) -> Any:
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
 
 
 def core_keys() -> tuple[str, ...]:
@@ -794,7 +795,7 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
     changes = parse_overrides(overrides)
     from marljax.jaxmarl_config import ignored_note, is_jaxmarl, translate
 
-    if is_jaxmarl(values):  # JaxMARL's UPPERCASE baseline YAML
+    if path is not None and is_jaxmarl(values):  # JaxMARL's UPPERCASE baseline YAML
         values, ignored = translate(values, path, changes.get("algo"))
         if note := ignored_note(ignored):
             print(note, file=sys.stderr)
@@ -854,7 +855,7 @@ def validate(config: Config) -> Config:
                                   f"got {', '.join(c.sections) or 'none'}")  # fmt: skip
     for key, f, _ in _config_walk(c):
         _check_field(key, c.value(key), f.metadata)
-    for name, section in c.sections.items():
+    for section in c.sections.values():
         if hasattr(section, "check"):
             section.check(c)
     c.log.check(c)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Sequence
+from typing import Any
 
 STACK = ("marljax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "chex", "jaxmarl", "tensorstore", "numpy")
 # the distribution that makes each accelerator build; none of them: jax's CPU build

@@ -21,8 +21,9 @@ baselines; `EPS_DECAY`, `LR_WARMUP` and a `TEST_INTERVAL` of at most 1 are fract
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from marljax.config import ConfigError, algorithm_schema, algorithms, schema_fields
 

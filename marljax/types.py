@@ -6,7 +6,7 @@ sharded chunk), `A_g` the agents of group g, `N` all agents, `T` num_steps.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +30,10 @@ class LearnerState:
     key: Array  # [2] uint32 PRNG key
     update: Array  # [] int32, updates done so far
 
+    if TYPE_CHECKING:  # added by flax.struct.dataclass; declared for the type checker
+
+        def replace(self, **changes: Any) -> LearnerState: ...
+
 
 @struct.dataclass
 class ActorState:
@@ -42,12 +46,20 @@ class ActorState:
     ep_return: Array  # [E, N] undiscounted return of the running episode, per agent
     ep_length: Array  # [E] int32 steps in the running episode
 
+    if TYPE_CHECKING:  # added by flax.struct.dataclass; declared for the type checker
+
+        def replace(self, **changes: Any) -> ActorState: ...
+
 
 @struct.dataclass
 class TrainState:
     learner: LearnerState
-    actors: ActorState
+    actors: ActorState | None  # None in an async run's result: the actors' state stays with them
     extra: Any = None  # what else an algorithm keeps (the Q-learning family: target network, replay)
+
+    if TYPE_CHECKING:  # added by flax.struct.dataclass; declared for the type checker
+
+        def replace(self, **changes: Any) -> TrainState: ...
 
 
 class GroupBatch(NamedTuple):
@@ -78,14 +90,14 @@ class EpisodeStats(NamedTuple):
 
     return_sum: Array  # [N] per-agent undiscounted return, summed over finished episodes
     length_sum: Array  # [] summed episode lengths
-    count: Array  # [] finished episodes
+    count: Array  # type: ignore[assignment]  # [] finished episodes (the field shadows tuple.count)
     won_sum: Array  # [] of those, episodes won (envs with a win condition, e.g. SMAX; else 0)
 
     @staticmethod
-    def zero(num_agents: int) -> "EpisodeStats":
+    def zero(num_agents: int) -> EpisodeStats:
         return EpisodeStats(jnp.zeros(num_agents), jnp.float32(0), jnp.float32(0), jnp.float32(0))
 
-    def add(self, ep_return: Array, ep_length: Array, done: Array, won: Array) -> "EpisodeStats":
+    def add(self, ep_return: Array, ep_length: Array, done: Array, won: Array) -> EpisodeStats:
         """Count the episodes that end now: ep_return [E, N] and ep_length [E] including this
         step, done [E] and won [E] bool."""
         fin = done.astype(jnp.float32)

@@ -153,7 +153,7 @@ def test_host_pettingzoo_env_groups_and_vector_step():
     venv = adapter.vector(4, seed=0)
     obs = venv.reset()
     assert obs["agents"].shape == (4, 3, 12)
-    for t in range(25):
+    for _ in range(25):
         obs, reward, done, ep_done = venv.step({"agents": np.zeros((4, 3), np.int64)})
     assert ep_done.all() and done["agents"].all() and reward["agents"].shape == (4, 3)  # 25-step episodes
 
@@ -269,7 +269,7 @@ def test_ctrl_c_stops_an_async_run_promptly_with_a_checkpoint_and_resume_keeps_c
         _, err = proc.communicate(timeout=30)  # no hung actor thread keeps the process alive
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise AssertionError("the run did not stop within 30 s of Ctrl-C")
+        raise AssertionError("the run did not stop within 30 s of Ctrl-C") from None
     # the first Ctrl-C finishes the update in progress, saves it, and stops (a second would interrupt at once)
     assert proc.returncode == 130 and "marljax: stopped by SIGINT at update" in err and "Traceback" not in err, err[-2000:]
     assert time.time() - interrupted_at < 30

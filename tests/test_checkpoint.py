@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import errno
-import os
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import marljax
-from marljax.train.checkpoint import CheckpointError, Checkpointer
 from marljax.config import ConfigError, load_config
-from marljax.train.policy import export_policy, restore_run
+from marljax.train.checkpoint import Checkpointer, CheckpointError
 from marljax.train.loop import TrainingDiverged, train
+from marljax.train.policy import export_policy, restore_run
 from marljax.train.wiring import make_adapter, make_trainer
 
 # 16 updates in chunks of 2, a checkpoint every 4 updates

@@ -19,8 +19,14 @@ import yaml
 from marljax.cli import main
 from marljax.config import load_config
 from marljax.sweeps.compare import (
-    improvement_ci, improvements, long_rows, load_run, probability_of_improvement, series, summarize_runs,
-)  # fmt: skip
+    improvement_ci,
+    improvements,
+    load_run,
+    long_rows,
+    probability_of_improvement,
+    series,
+    summarize_runs,
+)
 from marljax.sweeps.report import iqm_curve
 from marljax.train.loop import train
 from marljax.train.metrics import read_jsonl
@@ -249,7 +255,7 @@ def test_input_errors(hand_runs, tmp_path, capsys):
     sweep = _sweep(tmp_path)
     line = _error(capsys, str(sweep))
     assert f"{sweep} is a sweep; name one of its cells as {sweep}:CELL" in line and "lr=0.0003,param_sharing=shared" in line
-    assert f"has no cell 'lr=9'" in _error(capsys, f"{sweep}:lr=9")
+    assert "has no cell 'lr=9'" in _error(capsys, f"{sweep}:lr=9")
     assert "--metric win_rate: none of the runs has it (they have: return_mean, eval_return)" in _error(
         capsys, a, "--metric", "win_rate")  # fmt: skip
     assert "--metric loss: expected one of return_mean, eval_return, win_rate, eval_win_rate" in _error(capsys, a, "--metric=loss")

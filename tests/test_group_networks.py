@@ -113,8 +113,9 @@ def test_overrides_equal_to_the_globals_change_nothing_bitwise():
     for a, b in zip(jax.tree.leaves(base), jax.tree.leaves(same), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # negative control (init only, no second compile): a real override changes the parameters
-    shapes = lambda *o: [x.shape for x in jax.tree.leaves(jax.eval_shape(  # noqa: E731
-        _trainer(*o, tiny=tiny).init, jax.random.PRNGKey(3)).learner.params)]
+    def shapes(*o):
+        return [x.shape for x in jax.tree.leaves(jax.eval_shape(_trainer(*o, tiny=tiny).init, jax.random.PRNGKey(3)).learner.params)]
+
     assert shapes() == [x.shape for x in jax.tree.leaves(base[0].learner.params)]
     assert shapes("network.speaker.hidden_size=32") != shapes()
 

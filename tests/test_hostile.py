@@ -246,7 +246,7 @@ def test_an_out_dir_that_cannot_be_a_directory_is_refused_before_anything_is_cre
                        (tmp_path / "loop", "is a symbolic link that leads nowhere (a loop or a missing target)"),
                        (tmp_path / "loop" / "run", "loop is a symbolic link that leads nowhere")]:  # fmt: skip
         proc = _cli("train", *BASE, f"out_dir={out}")
-        assert proc.returncode == 2 and f"out_dir: " in proc.stderr and words in proc.stderr, proc.stderr
+        assert proc.returncode == 2 and "out_dir: " in proc.stderr and words in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "loop"]
 
 

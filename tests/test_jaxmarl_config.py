@@ -12,7 +12,6 @@ import pytest
 
 from marljax.cli import main
 from marljax.config import ConfigError, load_config
-from marljax.train.loop import train
 
 IPPO_FF_MPE = """\
 "LR": 2.5e-4

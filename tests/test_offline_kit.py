@@ -34,12 +34,14 @@ def _dry_run(*flags: str) -> dict[str, tuple[int, list[str]]]:
     proc = _bash("experiments/gpu_protocol.sh", "/tmp/protocol-out", "--dry-run", "--kit", "/kit", *flags)
     assert proc.returncode == 0, proc.stderr
     steps: dict[str, tuple[int, list[str]]] = {}
+    step = None  # the step the command lines that follow belong to
     for line in proc.stdout.splitlines():
         if line.startswith("\t$ "):
-            steps[name][1].append(line[3:])
+            assert step is not None, f"a command before any step: {line!r}"
+            steps[step][1].append(line[3:])
         else:
-            name, limit = line.split("\t")
-            steps[name] = (int(limit), [])
+            step, limit = line.split("\t")
+            steps[step] = (int(limit), [])
     return steps
 
 

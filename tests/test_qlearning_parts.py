@@ -4,15 +4,16 @@ Q-network's replay of acting, and per-agent (independent) Q-networks."""
 
 from __future__ import annotations
 
+import operator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marljax.nn import ops
-
 from marljax.algos import replay
 from marljax.algos.mixers import QMixer, vdn
+from marljax.nn import ops
 
 R = jnp.array([1.0, 2.0, 3.0, 4.0])
 NEXT_Q = jnp.array([10.0, 20.0, 30.0, 40.0])  # max_a Q(s_{t+1}, a) for t = 0..3
@@ -147,7 +148,7 @@ def test_independent_q_networks_are_one_per_agent(recurrent):
     reset = jnp.zeros((5, g.size), bool) if rnn else None
     values, _ = q.q_values(params, g, obs, hidden, reset)  # [B, A, n]
     for i in range(g.size):
-        p_i = jax.tree.map(lambda x: x[i], params[g.name])
+        p_i = jax.tree.map(operator.itemgetter(i), params[g.name])
         if rnn:
             expected = q.nets[g.name].apply(p_i, hidden[:, i], obs[:, i], reset[:, i])[1]
         else:

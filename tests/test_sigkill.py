@@ -22,8 +22,15 @@ import pytest
 
 from marljax.train.checkpoint import TEST_SAVE_DELAY
 from marljax.train.faults import (
-    FinishedRun, first_difference, finished_steps, kill_when, resumed_from, run_to_end, start_train, unfinished_saves,
-)  # fmt: skip
+    FinishedRun,
+    finished_steps,
+    first_difference,
+    kill_when,
+    resumed_from,
+    run_to_end,
+    start_train,
+    unfinished_saves,
+)
 
 # 40 updates of 8 envs x 16 steps, in chunks of 2, a checkpoint every 4 (the newest 3 kept)
 BASE = ["num_envs=8", "num_steps=16", "total_timesteps=5120", "num_chunks=20", "checkpoint_every=4",

@@ -16,10 +16,9 @@ from marljax.cli import main
 from marljax.config import ConfigError, load_config
 from marljax.sweeps.report import summarize
 from marljax.sweeps.results import ResultsStore, load
-from marljax.train.wiring import make_adapter, make_trainer
 from marljax.sweeps.runner import run_sweep
 from marljax.sweeps.spec import expand, load_sweep
-
+from marljax.train.wiring import make_adapter, make_trainer
 from tests._trees import assert_bitwise, assert_close, max_abs_diff
 
 TINY = {"num_envs": 8, "num_steps": 16, "total_timesteps": 1536, "eval_every": 3, "eval_episodes": 4,
@@ -267,7 +266,7 @@ def test_a_vmapped_row_runs_what_train_runs_for_its_cell():
     singles = [make_trainer(cell.config, make_adapter(cell.config)) for cell in program.cells]
     alone = []
     for single in singles:
-        out = jax.jit(jax.vmap(lambda s: single.run_updates(s, 4)))(jax.vmap(single.init)(keys))
+        out = jax.jit(jax.vmap(lambda s: single.run_updates(s, 4)))(jax.vmap(single.init)(keys))  # noqa: B023 (traced here, at once)
         alone.append(rows(out, 0))
     for c in range(len(program.cells)):
         assert_bitwise(rows(swept, c), alone[c])

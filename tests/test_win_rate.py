@@ -15,8 +15,8 @@ from marljax.config import load_config
 from marljax.envs.adapter import EnvAdapter
 from marljax.train.loop import train
 from marljax.train.metrics import chunk_row
-from marljax.types import EpisodeStats
 from marljax.train.wiring import make_adapter
+from marljax.types import EpisodeStats
 
 
 def test_won_matches_the_terminal_state_of_the_battle():

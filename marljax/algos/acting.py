@@ -15,8 +15,9 @@ first state, the rollout scan and its episode statistics (Brax's `acting.py`, fo
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax

@@ -17,7 +17,8 @@ chunked loop of updates).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, NamedTuple, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp

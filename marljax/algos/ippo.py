@@ -18,7 +18,8 @@ gradient steps.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -242,6 +243,7 @@ def make_train(
                 dist, value, h = evaluate(params, g, obs, mask, h, reset, world, learning=True)
                 return h, (dist, value)
 
+            assert b.hidden is not None  # recurrent batches carry the GRU state
             _, (dist, value) = jax.lax.scan(rnn_step, b.hidden[0], (b.obs, b.reset, b.mask, b.world))
             return jax.tree.map(lambda v: flat(v, 2), dist), flat(value, 2)
         merge = lambda x: None if x is None else x.reshape((-1,) + x.shape[2:])  # noqa: E731
@@ -249,7 +251,8 @@ def make_train(
         return dist, value
 
     def loss_fn(params, minibatch, hp: HParams):
-        total, parts = 0.0, []
+        total: Array | float = 0.0
+        parts = []
         for g in groups:
             b, adv, target, weight = minibatch[g.name]  # leaves [L, E_learn, A, ...] (A: this device's agents)
             dist, value = evaluate_seq(params, g, b)
@@ -317,7 +320,7 @@ def make_train(
                 )
 
         lr = learning_rate(config, learner)
-        step = lambda c, minibatch: minibatch_step(*c, minibatch, hp, lr)  # noqa: E731
+        step = lambda c, minibatch: minibatch_step(c[0], c[1], minibatch, hp, lr)  # noqa: E731  (c: params, opt_state)
         # recurrent: whole runs of L steps, each replayed from the GRU state stored at its start
         (params, opt_state), (parts, grad_norm) = batches.run(
             step, (learner.params, learner.opt_state), k_epochs, lambda k: shuffle(data, k)
@@ -343,6 +346,7 @@ def make_train(
         """collect with the learner's parameters gathered to the acting layout, then learn."""
         key, k_roll, k_epochs = jax.random.split(state.learner.key, 3)
         acting = layout.to_acting(state.learner.params, split)  # every agent's parameters, beside every env
+        assert state.actors is not None  # only an async run's result leaves them out
         actors, traj = collect(acting, state.actors, k_roll, state.learner.update)
         learner, metrics = learn(state.learner.replace(key=key), traj, k_epochs)
         return TrainState(learner, actors), metrics

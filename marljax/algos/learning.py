@@ -7,7 +7,8 @@ The pieces are the loop's skeleton; the algorithm supplies its loss, its update 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp

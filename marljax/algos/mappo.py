@@ -13,6 +13,8 @@ module only supplies the critic piece.
 
 from __future__ import annotations
 
+from typing import cast
+
 import jax
 import jax.numpy as jnp
 
@@ -45,7 +47,8 @@ def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:
         x = jnp.concatenate(
             [jnp.broadcast_to(world[:, None, :], (b, a, width)), jnp.broadcast_to(ids, (b,) + ids.shape)], axis=-1
         )  # [B, A, W + N]
-        return net.apply(params, x.reshape(b * a, -1)).reshape(b, a)
+        out = cast(Array, net.apply(params, x.reshape(b * a, -1)))  # apply without mutable= returns the output alone
+        return out.reshape(b, a)
 
     def init(key: Array):
         return net.init(key, jnp.zeros((1, width + n_agents), jnp.float32))

@@ -23,6 +23,7 @@ device's gradient is exactly the team loss's gradient for its own agents.
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -67,11 +68,11 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     def team_q(params, batch) -> Array:
         """Q_tot of the taken actions [L, B]."""
         taken = lambda g: jnp.take_along_axis(group_q(params, g, batch), batch["action"][g.name][..., None], axis=-1)  # noqa: E731
-        return sum(jnp.sum(taken(g)[..., 0], axis=-1) for g in groups)
+        return cast(Array, sum(jnp.sum(taken(g)[..., 0], axis=-1) for g in groups))  # groups is never empty
 
     def team_max(params, batch) -> Array:
         """sum_i max_a Q_i over available actions [L, B]."""
-        return sum(jnp.sum(ops.masked_max(group_q(params, g, batch), batch["mask"][g.name]), axis=-1) for g in groups)
+        return cast(Array, sum(jnp.sum(ops.masked_max(group_q(params, g, batch), batch["mask"][g.name]), axis=-1) for g in groups))
 
     def loss_fn(params, batch, target):
         q_tot = team_q(params, batch)  # [L, E_learn]

@@ -15,8 +15,10 @@ Discrete actions only; action masks are honoured both when acting and in every m
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -58,7 +60,7 @@ class QConfig:
 
 
 class QActing(NamedTuple):
-    nets: dict  # group -> QNetwork | RecurrentQNetwork
+    nets: Mapping[str, nn.Module]  # group -> QNetwork | RecurrentQNetwork
     # (params, group, obs [B, A_g, ...], hidden [B, A_g, H] | None, reset [B, A_g] | None)
     #   -> (q [B, A_g, n_actions], hidden' | None): one time step
     q_values: Callable
@@ -181,7 +183,7 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
         before the step, when recurrent); `final` holds what follows
         the last step (obs, mask, reset, world). `update` sets the reward-shaping factor."""
         actors, stats, traj = vec.rollout(step_policy(params, eps), record, actors, key, T, update)
-        final = dict(obs=actors.obs, mask=jax.vmap(env.action_mask)(actors.env_state), reset=actors.reset)
+        final: dict[str, Any] = dict(obs=actors.obs, mask=jax.vmap(env.action_mask)(actors.env_state), reset=actors.reset)
         if world:
             final["world"] = jax.vmap(env.world_state)(actors.env_state, actors.obs)
         return actors, stats, traj, final

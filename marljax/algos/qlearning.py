@@ -36,6 +36,7 @@ on every device: QMIX's mixer is replicated, its gradient the same everywhere.
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -124,6 +125,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     def init_params(key: Array) -> dict:
         params = q.init_params(key)
         if algo == "qmix":
+            assert mixer is not None
             world = example_sequence(key)["world"][:1]
             params[MIXER] = mixer.init(jax.random.fold_in(key, len(groups)), jnp.zeros((1, N)), world)
         return params
@@ -167,12 +169,13 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             start += n
         return jnp.concatenate(parts, axis=-1)
 
-    def team(params_mixer, values: Array, world: Array) -> Array:
+    def team(params_mixer, values: Array, world: Array | None) -> Array:
         """[B, T, N] -> [B, T]: VDN's sum or QMIX's mixer on the world state [B, T, W]."""
         if algo == "vdn":
             return jnp.sum(values, axis=-1)
+        assert mixer is not None and world is not None  # QMIX has both
         B = values.shape[0]
-        out = mixer.apply(params_mixer, values.reshape(B * T, N), world.reshape((B * T,) + world.shape[2:]))
+        out = cast(Array, mixer.apply(params_mixer, values.reshape(B * T, N), world.reshape((B * T,) + world.shape[2:])))
         return out.reshape(B, T)
 
     def loss_fn(params, target, seq, hp: HParams, full: bool = False):

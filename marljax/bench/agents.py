@@ -30,7 +30,8 @@ import math
 import os
 import subprocess
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np

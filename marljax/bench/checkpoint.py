@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from marljax.bench.table import report
 from marljax.config import Config, ConfigError, replace

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 
@@ -188,7 +189,7 @@ def _measure_alone_and_sync(runner: AsyncRun, n_threads: int, spb: int) -> tuple
             # synchronous: all threads collect one batch each, then one update per batch, then publish
             t = time.perf_counter()
             for r in range(rounds):
-                for batch in pool.map(lambda i: collect(i, 100 + r), range(n_threads)):
+                for batch in pool.map(collect, range(n_threads), [100 + r] * n_threads):
                     learn(batch)
                 params = [copy_to(runner.learner.params, c.device) for c in collectors]
             jax.block_until_ready(runner.learner)

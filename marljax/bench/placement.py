@@ -11,7 +11,8 @@ phase's work; acting is environment-major for every group, even under both place
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 

@@ -18,7 +18,8 @@ import math
 import os
 import subprocess
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from marljax.bench.table import report
 from marljax.config import Config, ConfigError, load_config

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from marljax.bench.measure import six_digits
 from marljax.bench.table import Row, report

@@ -12,8 +12,15 @@ from marljax.algos.api import AsyncTrainer, Trainer
 from marljax.bench.measure import timed
 from marljax.config import Config
 from marljax.parallel.mesh import (
-    ACTING_TRAJECTORY, SEED, mesh_layout, seed_keys, shard_seeds, shard_trainer, split_groups, state_specs,
-)  # fmt: skip
+    ACTING_TRAJECTORY,
+    SEED,
+    mesh_layout,
+    seed_keys,
+    shard_seeds,
+    shard_trainer,
+    split_groups,
+    state_specs,
+)
 from marljax.parallel.placement import bytes_on_one_device, shardings
 from marljax.train.wiring import make_trainer
 
@@ -75,9 +82,9 @@ def bench_swap(config: Config, mesh: Mesh, trainer: Trainer, update_s: float) ->
     jax.block_until_ready(program(state.learner.params, a, e))  # compile + warm-up
     swap_s = min(timed(lambda: program(state.learner.params, a, e))[0] for _ in range(SWAP_REPS))
     # bytes from one seed's local shapes, times the seeds on a device
-    local = lambda x: jax.ShapeDtypeStruct(  # noqa: E731
-        (T, x.shape[2] // lay.num_env_shards) + x.shape[3:], x.dtype
-    )
+    def local(x):
+        return jax.ShapeDtypeStruct((T, x.shape[2] // lay.num_env_shards) + x.shape[3:], x.dtype)
+
     one_seed_params = jax.eval_shape(lambda p: jax.tree.map(lambda x: x[0], p), state.learner.params)
     one_seed_params = {
         k: jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] // lay.num_agent,) + x.shape[1:], x.dtype), v)

@@ -19,10 +19,10 @@ from marljax.bench.table import report
 from marljax.config import Config, replace
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.parallel.placement import place, platform
-from marljax.train.chunks import chunk_sizes, run_chunks
-from marljax.train.wiring import prepare
 from marljax.sweeps.runner import row_hparams
 from marljax.sweeps.spec import expand
+from marljax.train.chunks import chunk_sizes, run_chunks
+from marljax.train.wiring import prepare
 
 LRS = (3e-4, 1e-3, 2e-3, 3e-3)
 SEEDS = 8

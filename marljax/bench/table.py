@@ -4,7 +4,8 @@ dict) that scripts read with `json.loads(output.splitlines()[-1])`."""
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 Row = tuple[str, str, str]  # (label, value, unit or note)
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from marljax.bench.table import report
 from marljax.config import Config, ConfigError, replace

@@ -29,8 +29,9 @@ whatever `total_timesteps` says.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +40,15 @@ from jax.sharding import Mesh
 from marljax.algos.api import CostPiece, EpochSchedule, Trainer
 from marljax.bench.env_only import bench_env_only, random_step
 from marljax.bench.groups import group_costs, group_rows
-from marljax.bench.measure import TIME_BUDGET_S, flops, peak_device_mb, peak_matmul_gflops, peak_rss_mb, six_digits, timed
+from marljax.bench.measure import (
+    TIME_BUDGET_S,
+    flops,
+    peak_device_mb,
+    peak_matmul_gflops,
+    peak_rss_mb,
+    six_digits,
+    timed,
+)
 from marljax.bench.pipeline import run_async_bench
 from marljax.bench.placement import group_cost_list, placement_figures, placement_rows, timed_placements
 from marljax.bench.swap import bench_swap

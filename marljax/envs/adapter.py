@@ -15,6 +15,7 @@ All methods act on ONE environment; algorithms `vmap` them over environments.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any, NamedTuple
 
@@ -275,7 +276,7 @@ class EnvAdapter:
             raise ConfigError("env", f"{self.name}: cannot find the agent axis of a leaf shaped {leaf.shape}")
 
         return {
-            a: jax.tree_util.tree_map_with_path(lambda p, x: take(p, x, i), tree) for i, a in enumerate(self.agents)
+            a: jax.tree_util.tree_map_with_path(functools.partial(take, i=i), tree) for i, a in enumerate(self.agents)
         }
 
     @staticmethod

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -67,6 +68,7 @@ class HostEnvAdapter:
             if not hasattr(obs_space, "shape") or obs_space.shape is None:
                 raise ConfigError("env", f"{name}: agent {a!r} has a non-array observation space {obs_space}")
             obs_shape = (int(np.prod(obs_space.shape)),)
+            spec: tuple[tuple[int], bool, int, float | None, float | None]  # obs, discrete, dim, low, high
             if hasattr(act_space, "n"):
                 spec = (obs_shape, True, int(act_space.n), None, None)
             elif getattr(act_space, "shape", None):
@@ -82,7 +84,7 @@ class HostEnvAdapter:
         # keep the agent-concatenation order of the groups equal to env order within each group
         self.groups = tuple(groups)
 
-    def vector(self, n: int, seed: int) -> "HostVectorEnv":
+    def vector(self, n: int, seed: int) -> HostVectorEnv:
         return HostVectorEnv(self, n, seed)
 
     def describe(self) -> str:

@@ -16,6 +16,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from marljax.envs.registry import make_env as _make_jaxmarl_env
 
 

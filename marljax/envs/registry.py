@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from marljax.config import ConfigError, first_line, listed
 from marljax.envs.factory import build_env

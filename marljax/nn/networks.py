@@ -19,7 +19,8 @@ Both take an optional agent-id one-hot that is joined to the torso's features.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -38,7 +39,7 @@ class Categorical(NamedTuple):
     logits: Array  # [..., n]
 
     @staticmethod
-    def masked(logits: Array, mask: Array | None) -> "Categorical":
+    def masked(logits: Array, mask: Array | None) -> Categorical:
         if mask is not None:
             logits = jnp.where(mask, logits, _NEG)
         return Categorical(jax.nn.log_softmax(logits, axis=-1))
@@ -256,7 +257,7 @@ class RecurrentActorCritic(nn.Module):
 
     @nn.compact
     def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None, mask: Array | None = None):
-        dense = lambda features, scale=np.sqrt(2): _dense(features, scale, self.dtype)  # noqa: E731
+        dense = lambda features, scale=np.sqrt(2): _dense(features, scale, self.dtype)  # noqa: E731, B008 (the default is a float)
         x = _features(obs, agent_id, self.cnn, self.activation, "embed", self.dtype)
         x = _act(self.activation)(dense(self.gru_hidden_size)(x))
         h = jnp.where(reset[:, None], jnp.zeros_like(h), h)

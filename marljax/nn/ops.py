@@ -124,14 +124,17 @@ def vtrace(
     return vs, advantage
 
 
-# Collectives. Each sync point issues exactly ONE all-reduce over one flat float32 vector.
+# Collectives. An axis name, a tuple of them (reduced over all at once) or None (no collective).
+AxisNames = str | tuple[str, ...] | None
+
+# Each sync point issues exactly ONE all-reduce over one flat float32 vector.
 # Several independent all-reduces may be started in a different order on each device by XLA's
 # CPU runtime; with few cores every worker thread can then block in a different rendezvous and
 # the program deadlocks (seen with 2 fake devices and vmapped seeds on a 2-core machine). One
 # collective per sync point leaves no order to disagree on, and is cheaper on real devices too.
 
 
-def psum_tree(tree, axis_name: str | None):
+def psum_tree(tree, axis_name: AxisNames):
     """Sum a pytree over a mesh axis with a single all-reduce (identity without an axis)."""
     if axis_name is None:
         return tree
@@ -139,7 +142,7 @@ def psum_tree(tree, axis_name: str | None):
     return unravel(jax.lax.psum(flat, axis_name))
 
 
-def pmean_tree(tree, axis_name: str | None):
+def pmean_tree(tree, axis_name: AxisNames):
     """Mean of a pytree over a mesh axis with a single all-reduce (identity without an axis)."""
     if axis_name is None:
         return tree
@@ -147,7 +150,7 @@ def pmean_tree(tree, axis_name: str | None):
     return unravel(jax.lax.pmean(flat, axis_name))
 
 
-def normalize(x: Array, axis_name: str | None, eps: float = 1e-8) -> Array:
+def normalize(x: Array, axis_name: AxisNames, eps: float = 1e-8) -> Array:
     """Zero-mean, unit-std over ALL elements on every shard of `axis_name` (equal-sized shards)."""
     mean, mean_sq = pmean_tree(jnp.stack([jnp.mean(x), jnp.mean(jnp.square(x))]), axis_name)
     var = jnp.maximum(mean_sq - jnp.square(mean), 0.0)
@@ -215,7 +218,7 @@ def descend(params, opt_state, grads, norm: Array, optimizer, lr: Array, max_nor
     return jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state
 
 
-def linear_schedule(lr: Array, update: Array, num_updates: int, anneal: bool) -> Array:
+def linear_schedule(lr: Array, update: Array, num_updates: float, anneal: bool) -> Array:
     """`lr` falling linearly to 0 over `num_updates` (when `anneal`), never below 0 past the budget."""
     if not anneal:
         return lr

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 SPLIT, REPLICATE = "split", "replicate"
 PLACEMENTS = ("split", "balanced")  # mesh.placement

@@ -16,7 +16,8 @@ process's learner devices (process order), and a batch is made of every process'
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 from jax.sharding import Mesh

@@ -18,7 +18,8 @@ per-agent leaves also over `agent`, and replicated over `data`; the actor state
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

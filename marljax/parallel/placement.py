@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import numpy as np

@@ -55,22 +55,23 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
 
 from marljax.config import Config
-from marljax.parallel.distributed import any_process, host_values
 from marljax.parallel.async_mesh import async_placement, learner_on_mesh, shard_learn, trajectory_shardings
+from marljax.parallel.distributed import any_process, host_values
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import learner_specs, mesh_layout, seed_keys, split_groups
 from marljax.parallel.placement import copy_to_devices, local_replica, place, place_process_local
+from marljax.pipeline import processes
 from marljax.pipeline.balance import Observation, RateBalancer, Throttle
 from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.micro_batches import SliceRotation, join_slices, slice_actors
-from marljax.pipeline import processes
 from marljax.pipeline.watchdog import ActorStuck, Heartbeats, stuck_message
 from marljax.types import Trajectory
 

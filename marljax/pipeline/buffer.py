@@ -33,7 +33,8 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 POLICIES = ("block", "drop")
 
@@ -160,7 +161,7 @@ class TrajectoryBuffer:
             while True:
                 if self.policy == "block":
                     ticket = self._version * self.micro_batches + self._part
-                    self._wait(lambda: ticket in self._items, timeout, "learner")
+                    self._wait(lambda: ticket in self._items, timeout, "learner")  # noqa: B023 (_wait calls it before returning)
                     batch = self._items.pop(ticket)
                 else:
                     self._wait(lambda: bool(self._fifo), timeout, "learner")

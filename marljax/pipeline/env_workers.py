@@ -19,7 +19,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from marljax.envs.host import HostCopy, HostEnvAdapter
 

@@ -58,7 +58,8 @@ from __future__ import annotations
 import itertools
 import queue
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np

@@ -8,7 +8,7 @@ so the learner cannot tell the two apart.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -61,7 +61,9 @@ class HostCollector:
             out = self._policy(params, _fold(key, t))
             actions = {g.name: np.asarray(out[g.name][0]).reshape((S * E,) + np.shape(out[g.name][0])[2:]) for g in groups}
             obs, reward, done, ep_done = self.venv.step(
-                actions, on_copy=lambda e: self.beat(f"env.step of host env copy {e} (step {t} of batch {ticket})"))
+                actions,
+                on_copy=lambda e: self.beat(f"env.step of host env copy {e} (step {t} of batch {ticket})"),  # noqa: B023 (called within this step)
+            )
             reward, done = self._split(reward), self._split(done)
             for g in groups:
                 rec = steps[g.name]

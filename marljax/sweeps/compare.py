@@ -32,15 +32,24 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import yaml
 
 from marljax.files import check_writable_dir, read_json, write_text_atomic
-from marljax.sweeps.report import estimate, finite, iqm_curve, percentile_interval, plot_iqm_curves, stat_columns, write_csv
+from marljax.sweeps.report import (
+    estimate,
+    finite,
+    iqm_curve,
+    percentile_interval,
+    plot_iqm_curves,
+    stat_columns,
+    write_csv,
+)
 from marljax.sweeps.spec import cell_dirname
 from marljax.train.metrics import listed_lines, read_jsonl_checked
 

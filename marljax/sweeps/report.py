@@ -16,8 +16,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 

@@ -27,36 +27,39 @@ is keyed by seed index and update, the numbers come out as in an uninterrupted s
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from marljax.train import compile_cache
-from marljax.train.checkpoint import Checkpointer, abstract_like
 from marljax.config import ConfigError, traced_keys
-from marljax.train.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
-from marljax.files import DamagedFile, read_json, write_text_atomic
-from marljax.train.records import config_yaml
-from marljax.train.trackers import Trackers
-from marljax.train.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, read_rows_kept, write_jsonl_atomic
 from marljax.envs.host import is_host_env
+from marljax.files import DamagedFile, read_json, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.parallel.placement import place
 from marljax.sweeps.results import METRICS, ResultsStore, load
-from marljax.train.chunks import ChunkBudget, checkpoint_due, chunk_sizes, run_chunks
-from marljax.train.wiring import prepare
-from marljax.train.memory import MemoryEstimate
-from marljax.train.up_front import check_run, sync_estimate
 from marljax.sweeps.spec import Program, Sweep, located
+from marljax.train import compile_cache
+from marljax.train.checkpoint import Checkpointer, abstract_like
+from marljax.train.chunks import ChunkBudget, checkpoint_due, chunk_sizes, run_chunks
+from marljax.train.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
+from marljax.train.memory import MemoryEstimate
+from marljax.train.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, read_rows_kept, write_jsonl_atomic
+from marljax.train.records import config_yaml
+from marljax.train.trackers import Trackers
+from marljax.train.up_front import check_run, sync_estimate
+from marljax.train.wiring import prepare
 from marljax.types import HParams
 
 DEFAULT_EVALUATIONS = 20  # eval_every when the sweep leaves it 0: this many evaluations per run
@@ -178,7 +181,7 @@ def run_sweep(
     prepared = [_prepare(p) for p in sweep.programs]  # errors before anything runs
     for program, (_, mesh, trainer) in zip(sweep.programs, prepared):  # programs run one after another
         with located(f"program {program.name}"):
-            check_run(program.config, lambda: _estimate(program, trainer), mesh.devices.flat, log, eval_every(program.config),
+            check_run(program.config, functools.partial(_estimate, program, trainer), mesh.devices.flat, log, eval_every(program.config),
                       seeds_field="cells x seeds")  # fmt: skip
     if primary:
         _claim_out_dir(sweep, overwrite, log)
@@ -357,7 +360,7 @@ def _record(sweep, program, store, writers, trackers, metrics, result, k: int, u
     for ci, (cell, writer) in enumerate(zip(program.cells, writers)):
         rows = slice(ci * S, (ci + 1) * S)
         row = chunk_row(
-            jax.tree.map(lambda x: x[rows], metrics), update=update, env_steps=update * steps_per_update,  # per run
+            jax.tree.map(operator.itemgetter(rows), metrics), update=update, env_steps=update * steps_per_update,  # per run
             wall_s=wall, chunk_env_steps=n * steps_per_update * S, num_agents=env.num_agents, groups=groups,
             wins=env.has_win,
         )  # fmt: skip

@@ -28,13 +28,23 @@ import dataclasses
 import itertools
 import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from marljax.config import (
-    Config, ConfigError, check_key, merge, parse_scalar, set_dotted, unknown_key, from_dict, read_yaml_mapping, to_flat,
+    Config,
+    ConfigError,
+    check_key,
+    from_dict,
+    merge,
+    parse_scalar,
+    read_yaml_mapping,
+    set_dotted,
+    to_flat,
     traced_keys,
-)  # fmt: skip
+    unknown_key,
+)
 
 SWEEP_KEYS = ("name", "base", "axes", "zip", "seeds", "traced", "out_dir", "max_cells")
 # the most cells a sweep may have unless its file says `max_cells: N`: 10^4 cells took minutes to

@@ -12,7 +12,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 
@@ -76,7 +77,7 @@ class StopSignals:
             raise KeyboardInterrupt
         self.signum = self.signum or signum
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             self._previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
         return self

@@ -18,8 +18,9 @@ import os
 import platform
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 OFF = (False, "false", "off", "no", "0")
 AUTO = (True, "auto", "true", "on", "yes")
@@ -36,7 +37,7 @@ def machine_tag(cpuinfo: str | None = None) -> str:
             cpuinfo = platform.processor()
     facts = [platform.machine()]
     for key in ("model name", "flags", "Features"):  # Features: arm64's flags
-        line = next((l for l in cpuinfo.splitlines() if l.split(":", 1)[0].strip() == key), None)
+        line = next((row for row in cpuinfo.splitlines() if row.split(":", 1)[0].strip() == key), None)
         facts.append(line.split(":", 1)[-1].strip() if line else "")
     return hashlib.sha256("\n".join(facts).encode()).hexdigest()[:12]
 
@@ -125,7 +126,7 @@ class CacheEvents:
         elif event == "/jax/compilation_cache/cache_misses":
             self.misses += 1
 
-    def __enter__(self) -> "CacheEvents":
+    def __enter__(self) -> CacheEvents:
         import jax
 
         jax.monitoring.register_event_listener(self._listen)

@@ -18,8 +18,8 @@ episodes (ABSOLUTE_FACTOR).
 from __future__ import annotations
 
 import math
-
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

@@ -18,9 +18,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -139,7 +140,7 @@ class FinishedRun:
     state: Any  # every array of the final checkpoint (params, Adam, keys, env states, counters), on the host
 
     @classmethod
-    def read(cls, out_dir: Path) -> "FinishedRun":
+    def read(cls, out_dir: Path) -> FinishedRun:
         from marljax.train.policy import restore_run
 
         state, meta, _ = restore_run(out_dir, log=lambda s: None)

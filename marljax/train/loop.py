@@ -9,31 +9,39 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.train.checkpoint import CheckpointError, Checkpointer, abstract_like, check_resumable, not_a_checkpoint_dir
 from marljax.config import Config, ConfigError, replace
-from marljax.train.evaluate import PeriodicEval, eval_due
-from marljax.train.metrics import JsonlWriter, chunk_row, first_non_finite, plot_returns, read_rows_kept, write_jsonl_atomic
 from marljax.files import DirectoryLock, check_writable_dir, write_text_atomic
 from marljax.parallel import distributed
+from marljax.parallel.async_mesh import async_placement
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.processes import dataset_dir
-from marljax.train.records import config_yaml
-from marljax.train.marl_eval_run import write_run_marl_eval
-from marljax.train.trackers import Trackers
-from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, chunk_sizes, run_chunks
 from marljax.train import compile_cache
+from marljax.train.checkpoint import Checkpointer, CheckpointError, abstract_like, check_resumable, not_a_checkpoint_dir
+from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, chunk_sizes, run_chunks
+from marljax.train.evaluate import PeriodicEval, eval_due
+from marljax.train.marl_eval_run import write_run_marl_eval
+from marljax.train.metrics import (
+    JsonlWriter,
+    chunk_row,
+    first_non_finite,
+    plot_returns,
+    read_rows_kept,
+    write_jsonl_atomic,
+)
+from marljax.train.records import config_yaml
+from marljax.train.trackers import Trackers
 from marljax.train.up_front import async_estimate, check_run, sync_estimate
-from marljax.parallel.async_mesh import async_placement
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare, warn_slow_dtype
 from marljax.types import TrainState
 

@@ -11,7 +11,6 @@ import functools
 import subprocess
 from pathlib import Path
 
-
 from marljax.config import Config, dump_yaml
 from marljax.train.checkpoint import versions
 

@@ -28,8 +28,9 @@ import math
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from marljax.config import Config, to_flat
 from marljax.files import write_text_atomic

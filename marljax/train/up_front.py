@@ -9,7 +9,8 @@ algo=qmix, on a shared 2-core CPU), no compilation.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
