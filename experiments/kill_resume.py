@@ -12,7 +12,7 @@ metrics rows (without wall-clock fields) and every array of its final checkpoint
 (parameters, Adam, keys, env states, counters) equal the reference's bit for bit. A trial
 counts as identical only when it was killed, resumed from a checkpoint and bitwise equal.
 Prints one line per trial, the three counts, and last a JSON line. The helpers are
-`marljax.train.faults`, shared with tests/test_sigkill.py.
+`marljax.testing.faults`, shared with tests/test_sigkill.py.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from marljax.train.faults import FinishedRun, Outcome, finished_steps, first_difference, resumed_from, run_to_end
-from marljax.train.faults import sigkill, start_train
+from marljax.testing.faults import FinishedRun, Outcome, finished_steps, first_difference, resumed_from, run_to_end
+from marljax.testing.faults import sigkill, start_train
 
 # ~1000 updates in chunks of 20, a checkpoint every 100: a kill lands before, between and after them
 DEFAULTS = ["num_envs=16", "num_steps=32", "total_timesteps=500000", "num_chunks=50", "checkpoint_every=100",

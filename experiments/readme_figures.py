@@ -152,10 +152,10 @@ def bench(o: Options) -> str:
 # async: `marljax bench mode=async` on 2 fake CPU devices (actors on one, learner on the other)
 
 ASYNC_ROWS = [
-    ("`marljax.envs.host_bound:make_env` (MPE + 0.15 ms host cost per step), 64 envs",
-     ["env=marljax.envs.host_bound:make_env", "env_kwargs.step_cost_s=0.00015"]),
-    ("`pettingzoo:marljax.envs.host_spread:parallel_env` (0.5 ms per copy-step), 2 actor threads",
-     ["env=pettingzoo:marljax.envs.host_spread:parallel_env", "env_kwargs.step_cost_s=0.0005", "async.num_actor_threads=2"]),
+    ("`marljax.testing.host_bound:make_env` (MPE + 0.15 ms host cost per step), 64 envs",
+     ["env=marljax.testing.host_bound:make_env", "env_kwargs.step_cost_s=0.00015"]),
+    ("`pettingzoo:marljax.testing.host_spread:parallel_env` (0.5 ms per copy-step), 2 actor threads",
+     ["env=pettingzoo:marljax.testing.host_spread:parallel_env", "env_kwargs.step_cost_s=0.0005", "async.num_actor_threads=2"]),
 ]  # fmt: skip
 ASYNC_COMMON = ["mode=async", "async.actor_devices=1", "async.learner_devices=1"]
 

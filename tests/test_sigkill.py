@@ -21,7 +21,7 @@ import signal
 import pytest
 
 from marljax.train.checkpoint import TEST_SAVE_DELAY
-from marljax.train.faults import (
+from marljax.testing.faults import (
     FinishedRun, first_difference, finished_steps, kill_when, resumed_from, run_to_end, start_train, unfinished_saves,
 )  # fmt: skip
 

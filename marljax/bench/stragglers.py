@@ -4,7 +4,7 @@ env-steps/s for each `async.host_stepping`.
     python -m marljax.bench.stragglers [key=value ...]     # e.g. num_envs=8 num_steps=32
     python -m marljax.bench.stragglers step_costs=0,0.0005,0.005 slow_factor=10
 
-The env is `marljax.envs.host_straggler` (host_spread whose step sleeps `step_cost_s`; the
+The env is `marljax.testing.host_straggler` (host_spread whose step sleeps `step_cost_s`; the
 numpy work itself is about 30 us); "straggler": 1 copy in 8 `slow_factor` times slower. The
 rate is consumed samples per second of `AsyncRun.run` after a short warm-up run. Lockstep steps
 the copies one after another, so its rate falls with the copies' summed cost; independent
@@ -25,7 +25,7 @@ from marljax.config import Config, load_config, replace
 from marljax.pipeline.actor_learner import AsyncRun
 from marljax.train.wiring import make_adapter, make_trainer
 
-ENV = "pettingzoo:marljax.envs.host_straggler:parallel_env"
+ENV = "pettingzoo:marljax.testing.host_straggler:parallel_env"
 DEFAULTS = ["mode=async", f"env={ENV}", "num_envs=8", "num_steps=32", "hidden_size=32", "progress=false"]
 BATCHES = 40  # timed batches per run (a run's collectors start by probing how to step: stepping.py)
 STEP_COSTS = (0.0, 0.0005, 0.005)  # seconds of sleep per copy-step: cheap, 0.5 ms, 5 ms
