@@ -1,8 +1,7 @@
 """marljax: JAX-first, purely functional multi-agent reinforcement learning."""
 
-__version__ = "0.1.0"
-
-import marljax.algos  # noqa: E402,F401  (every algorithm registers its config schema)
+import marljax.algos  # noqa: F401  (every algorithm registers its config schema)
+from marljax.version import __version__
 
 
 def load_policy(path, trust_code: bool = False):

@@ -221,7 +221,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if argv[0] in ("--version", "-V", "version"):
         import jax
 
-        from marljax import __version__
+        from marljax.version import __version__
 
         print(f"marljax {__version__} (jax {jax.__version__})")
         return 0

@@ -258,9 +258,7 @@ def _positive(flag: str, value: str, kind: type) -> Any:
 
 def rerun_with_devices(argv: Sequence[str], n: int) -> int:
     """Run this bench again in a child process whose JAX sees n CPU devices; its exit code."""
-    import marljax
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(marljax.__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds this marljax/
     env = fake_cpu_devices_env(n)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     env[CHILD] = "1"
