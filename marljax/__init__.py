@@ -1,6 +1,7 @@
 """marljax: JAX-first, purely functional multi-agent reinforcement learning."""
 
 import marljax.algos  # noqa: F401  (every algorithm registers its config schema)
+import marljax.jaxmarl_config  # noqa: F401  (load_config reads JaxMARL's baseline YAML through it)
 from marljax.version import __version__
 
 
