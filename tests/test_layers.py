@@ -189,6 +189,14 @@ def test_no_import_climbs_back_up_a_layer():
     assert climbing(package_imports()) == []
 
 
+def test_the_package_does_not_use_its_test_fixtures():
+    """marljax.testing is for tests and benchmarks: the package names its envs only as strings
+    (bench stragglers' env=...), and imports none of it."""
+    users = [f"{i.source}:{i.line}" for i in package_imports()
+             if i.target.startswith("marljax.testing") and not i.source.startswith("marljax.testing")]  # fmt: skip
+    assert users == []
+
+
 def test_the_checks_catch_a_circle_and_a_climb():
     """Negative control: a synthetic package with a circle (a -> b -> a at module level), an upward
     import in a function (low -> high) and an import of the package's own __init__ (low -> pkg)."""
