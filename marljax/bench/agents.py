@@ -1,8 +1,8 @@
-"""`marljax bench-agents`: learner memory, the layout swap and update time as the agent count grows,
+"""`marljax bench agents`: learner memory, the layout swap and update time as the agent count grows,
 with each agent's parameters and Adam moments split over `mesh.agent` = K devices.
 
-    python -m marljax.bench.agents [--agents 4,16,64] [--mesh-agent 1,2,4,8]
-                                   [--device-memory-mib M] [key=value ...]
+    marljax bench agents [--agents 4,16,64] [--mesh-agent 1,2,4,8]
+                         [--device-memory-mib M] [key=value ...]
 
 For every agent count N and every K dividing N, IPPO (or `algo=mappo|pqn_vdn`) with
 `param_sharing=independent` on MPE_simple_spread_v3 with N agents and N landmarks (each agent
@@ -171,7 +171,7 @@ def what_fits(base: Config, rows: list[dict[str, Any]], ks: Sequence[int], budge
 def run_agents_bench(base: Config, agents: Sequence[int], ks: Sequence[int], budget_mib: float | None,
                      log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
     """Bench every (N, K) with K dividing N; print the table, what fits, then one JSON line."""
-    log(f"marljax bench-agents: {base.algo} on {base.env}, param_sharing={base.param_sharing}, {device_count()} x "
+    log(f"marljax bench agents: {base.algo} on {base.env}, param_sharing={base.param_sharing}, {device_count()} x "
         f"{platform()}; {base.num_envs} envs x {base.num_steps} steps, N = {list(agents)}, K = {list(ks)}")  # fmt: skip
     rows = []
     for n in agents:

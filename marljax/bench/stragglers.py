@@ -1,8 +1,8 @@
 """Host env copies at several step costs, with and without a straggler: the async pipeline's
 env-steps/s for each `async.host_stepping`.
 
-    python -m marljax.bench.stragglers [key=value ...]     # e.g. num_envs=8 num_steps=32
-    python -m marljax.bench.stragglers step_costs=0,0.0005,0.005 slow_factor=10
+    marljax bench stragglers [key=value ...]     # e.g. num_envs=8 num_steps=32
+    marljax bench stragglers step_costs=0,0.0005,0.005 slow_factor=10
 
 The env is `marljax.testing.host_straggler` (host_spread whose step sleeps `step_cost_s`; the
 numpy work itself is about 30 us); "straggler": 1 copy in 8 `slow_factor` times slower. The

@@ -2,7 +2,7 @@
 
     env=pettingzoo:marljax.testing.host_straggler:parallel_env env_kwargs.slow_every=8 env_kwargs.slow_factor=10
 
-For measuring `async.host_stepping` (`python -m marljax.bench.stragglers`). Copies count off as
+For measuring `async.host_stepping` (`marljax bench stragglers`). Copies count off as
 they are made (in one process): of any `slow_every` made one after another, exactly one is slow,
 so an actor's `num_envs=8` copies hold one straggler. `slow_every=0`: every copy is fast. The
 slow copy sleeps so that its whole step costs `slow_factor` times a fast one's (about 50 us of
