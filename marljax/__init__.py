@@ -2,7 +2,7 @@
 
 import marljax.algos  # noqa: F401  (every algorithm registers its config schema)
 import marljax.jaxmarl_config  # noqa: F401  (load_config reads JaxMARL's baseline YAML through it)
-from marljax.version import __version__
+from marljax.version import __version__  # noqa: F401  (marljax.__version__)
 
 
 def load_policy(path, trust_code: bool = False):

@@ -22,7 +22,6 @@ import difflib
 import importlib.util
 import math
 import re
-import sys
 import typing
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
