@@ -14,7 +14,7 @@
 #   doctor              marljax doctor --expect $EXPECT (default gpu)
 #   tests               the fast tests (not slow, not nightly) on the default backend, -n 4; a test
 #                       needing a package the kit leaves out (Jupyter, wandb, neptune, mlflow) skips
-#   bench_scale         marljax bench-scale: 64 .. 64k envs per device (env-steps/s, MFU, memory, compile)
+#   bench_scale         marljax bench scale: 64 .. 64k envs per device (env-steps/s, MFU, memory, compile)
 #   train               the default run (marljax train), whole process timed
 #   jaxmarl_own_config  JaxMARL's baselines/IPPO/ippo_ff_mpe.py beside marljax at JaxMARL's settings
 #                       (16 envs, 10 seeds; 2e6 steps each rather than its 1e7, to fit the limit)
@@ -62,8 +62,8 @@ commands() {  # NAME SMALL JAXMARL: the step's commands, one shell line each
         echo "$(q "$PY")-m pytest -q -rs -n 4 -p absent_extras -m 'not slow and not nightly'"
       fi ;;
     bench_scale)
-      if ((small)); then echo "$cli bench-scale num_steps=8 --max-envs 64 --timeout 120"
-      else echo "$cli bench-scale --timeout 100"; fi ;;
+      if ((small)); then echo "$cli bench scale num_steps=8 --max-envs 64 --timeout 120"
+      else echo "$cli bench scale --timeout 100"; fi ;;
     train)
       local run="out_dir=$(q "$OUT/train")overwrite=true progress=false"
       if ((small)); then echo "$cli train $run total_timesteps=16384 num_envs=16 num_chunks=2"

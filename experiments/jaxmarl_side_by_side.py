@@ -20,9 +20,9 @@ for marljax the mean return of the episodes finished in the last update. Close i
 to the last digit.
 With `--target R` each side also reports its time to R: the first block of updates whose return per agent
 (the mean over seeds, as above, averaged over blocks of `--block-steps` env steps per seed, as
-`marljax bench-target` checks once per chunk) is >= R, and compile time plus the run's time
+`marljax bench target` checks once per chunk) is >= R, and compile time plus the run's time
 prorated to that block's last update (each update runs the same program, so the run's time is linear in
-updates). Compare it with `marljax bench-target` on marljax's own defaults, run right after.
+updates). Compare it with `marljax bench target` on marljax's own defaults, run right after.
 Then the env alone at the same batch (no policy, no-op actions), the most any trainer stepping
 it could reach (`docs/performance.md` section 2). Prints a table, then one JSON line.
 """
@@ -145,7 +145,7 @@ def env_alone(num_envs: int, timesteps: float, seeds: int, num_steps: int = 128)
 
 def time_to_target(side: dict, curve: np.ndarray, target: float, block_steps: float) -> dict:
     """The first block of updates of `curve` ([U], the side's return per update) (about
-    `block_steps` env steps per seed, as `marljax bench-target` checks once per chunk) whose mean
+    `block_steps` env steps per seed, as `marljax bench target` checks once per chunk) whose mean
     return reaches `target`: the env steps per seed to its end and the seconds to it (compile + the
     run's time prorated to that update); None if none reaches it."""
     per_block = max(1, round(block_steps / side["steps_per_update"]))
@@ -167,7 +167,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", type=int, default=10, help="JaxMARL's config: 10")
     parser.add_argument("--target", type=float, default=None, help="also report each side's time to this return")
     parser.add_argument("--block-steps", type=float, default=1e5,
-                        help="env steps per seed averaged per check (bench-target's chunk at its defaults: 1e5)")
+                        help="env steps per seed averaged per check (bench target's chunk at its defaults: 1e5)")
     args = parser.parse_args(argv)
     if not (args.jaxmarl / "baselines" / "IPPO" / "ippo_ff_mpe.py").is_file():
         parser.error(f"--jaxmarl {args.jaxmarl}: no baselines/IPPO/ippo_ff_mpe.py there")

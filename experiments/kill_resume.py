@@ -12,7 +12,7 @@ metrics rows (without wall-clock fields) and every array of its final checkpoint
 (parameters, Adam, keys, env states, counters) equal the reference's bit for bit. A trial
 counts as identical only when it was killed, resumed from a checkpoint and bitwise equal.
 Prints one line per trial, the three counts, and last a JSON line. The helpers are
-`marljax.train.faults`, shared with tests/test_sigkill.py.
+`marljax.testing.faults`, shared with tests/test_sigkill.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from marljax.train.faults import (
+from marljax.testing.faults import (
     FinishedRun,
     Outcome,
     finished_steps,

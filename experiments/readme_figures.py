@@ -5,8 +5,8 @@
     python experiments/readme_figures.py SECTION --quick        # tiny budgets: checks the plumbing only
     python experiments/readme_figures.py SECTION --work DIR     # keep the runs; rerun to continue
 
-Each section runs the public commands a user would (`marljax train | sweep | bench | bench-sweep |
-bench-checkpoint` in a subprocess, or `experiments/jaxmarl_side_by_side.py`), reads their JSON
+Each section runs the public commands a user would (`marljax train | sweep | bench | bench sweep |
+bench checkpoint` in a subprocess, or `experiments/jaxmarl_side_by_side.py`), reads their JSON
 line or `metrics.jsonl`, and prints the README's table in its markdown format, followed by the
 command that printed it. `--quick` numbers mean nothing: they only show that every step runs.
 The runs go to a temporary directory, removed at the end; with `--work DIR` they are kept there,
@@ -152,10 +152,10 @@ def bench(o: Options) -> str:
 # async: `marljax bench mode=async` on 2 fake CPU devices (actors on one, learner on the other)
 
 ASYNC_ROWS = [
-    ("`marljax.envs.host_bound:make_env` (MPE + 0.15 ms host cost per step), 64 envs",
-     ["env=marljax.envs.host_bound:make_env", "env_kwargs.step_cost_s=0.00015"]),
-    ("`pettingzoo:marljax.envs.host_spread:parallel_env` (0.5 ms per copy-step), 2 actor threads",
-     ["env=pettingzoo:marljax.envs.host_spread:parallel_env", "env_kwargs.step_cost_s=0.0005", "async.num_actor_threads=2"]),
+    ("`marljax.testing.host_bound:make_env` (MPE + 0.15 ms host cost per step), 64 envs",
+     ["env=marljax.testing.host_bound:make_env", "env_kwargs.step_cost_s=0.00015"]),
+    ("`pettingzoo:marljax.testing.host_spread:parallel_env` (0.5 ms per copy-step), 2 actor threads",
+     ["env=pettingzoo:marljax.testing.host_spread:parallel_env", "env_kwargs.step_cost_s=0.0005", "async.num_actor_threads=2"]),
 ]  # fmt: skip
 ASYNC_COMMON = ["mode=async", "async.actor_devices=1", "async.learner_devices=1"]
 
@@ -173,17 +173,17 @@ def async_bench(o: Options) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# bench-sweep: one vmapped program vs 32 runs one after another
+# bench sweep: one vmapped program vs 32 runs one after another
 
 SWEEP_BENCH_ROWS = [
-    ("default, 32 envs (`marljax bench-sweep`)", []),
-    ("JaxMARL's, 16 envs (`bench-sweep experiments/jaxmarl_ippo_ff_mpe.yaml total_timesteps=2.5e5`)",
+    ("default, 32 envs (`marljax bench sweep`)", []),
+    ("JaxMARL's, 16 envs (`bench sweep experiments/jaxmarl_ippo_ff_mpe.yaml total_timesteps=2.5e5`)",
      ["experiments/jaxmarl_ippo_ff_mpe.yaml", "total_timesteps=2.5e5"]),
 ]  # fmt: skip
 
 
 def _sweep_bench_quick(args: list[str]) -> dict:
-    """--quick: the same function `marljax bench-sweep` calls, at 2 learning rates x 1 seed and 2 updates."""
+    """--quick: the same function `marljax bench sweep` calls, at 2 learning rates x 1 seed and 2 updates."""
     from marljax.bench.sweep import DEFAULTS, run_sweep_bench
     from marljax.config import load_config
 
@@ -197,7 +197,7 @@ def _sweep_bench_quick(args: list[str]) -> dict:
 def sweep_bench(o: Options) -> str:
     rows = []
     for label, args in SWEEP_BENCH_ROWS:
-        r = _sweep_bench_quick(args) if o.quick else last_json(marljax(["bench-sweep", *args]))
+        r = _sweep_bench_quick(args) if o.quick else last_json(marljax(["bench", "sweep", *args]))
         rows.append((label, f"{r['vmapped_compile_s']:.1f} s + {r['vmapped_run_s']:.1f} s",
                      f"{r['sequential_compile_s']:.1f} s + {r['sequential_run_s']:.1f} s", f"{r['speedup_total']:.1f}x",
                      f"{r['speedup_run_only']:.1f}x"))  # fmt: skip
@@ -342,11 +342,11 @@ def async_k1(o: Options) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# bench-checkpoint: the cost of periodic checkpoints (README prose: -0.4%)
+# bench checkpoint: the cost of periodic checkpoints (README prose: -0.4%)
 
 
 def bench_checkpoint(o: Options) -> str:
-    r = last_json(marljax(["bench-checkpoint", *(["total_timesteps=4e4", "checkpoint_every=2"] if o.quick else [])]))
+    r = last_json(marljax(["bench", "checkpoint", *(["total_timesteps=4e4", "checkpoint_every=2"] if o.quick else [])]))
     return md_table(("checkpoint_every", "periodic saves", "overhead (median of rounds)"),
                     [(str(r["checkpoint_every"]), str(r["periodic_saves"]), f"{100 * r['overhead']:+.1f}%")])  # fmt: skip
 
@@ -358,7 +358,7 @@ SECTIONS = [
     Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.32x); needs --jaxmarl PATH",
             "about 15 min", side_by_side),
     Section("async", "`marljax bench mode=async` on 2 fake CPU devices", "about 30 min", async_bench),
-    Section("bench-sweep", "`marljax bench-sweep`: vmapped vs sequential", "about 15 min", sweep_bench),
+    Section("bench-sweep", "`marljax bench sweep`: vmapped vs sequential", "about 15 min", sweep_bench),
     Section("qlearning", "Q-learning beside IPPO on MPE simple_spread and SMAX 3m", "about 10 h (24 runs)", qlearning),
     Section("q-bench", "throughput of the Q-learning family (`marljax bench algo=...`)", "about 6 min", q_bench),
     Section("async-k1", "async IPPO at K=1 vs on device (prose)", "about 1 h", async_k1),

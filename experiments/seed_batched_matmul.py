@@ -1,7 +1,7 @@
 """Why a vmapped sweep does not run faster per run on this CPU: the seed-batched matmul.
 
 `python experiments/profile_chunk.py --envs 32 --updates 4 num_seeds=S` at S = 1 and 32 (the
-bench-sweep's run size) compares each phase's time per seed with and without vmap over seeds.
+bench sweep's run size) compares each phase's time per seed with and without vmap over seeds.
 Under that vmap a layer's matmul becomes a `dot_general` with a batch dimension (each seed has
 its own weights). This times that product alone, jitted, three ways for the same FLOPs:
 
@@ -11,7 +11,7 @@ its own weights). This times that product alone, jitted, three ways for the same
   weight gradient [S, rows, w]^T x [S, rows, w] -> [S, w, w];
 - unrolled: the same S products as S separate 2-D dots in one program;
 - one seed: a single 2-D dot, times S.
-`rows` is one PPO minibatch at bench-sweep's size (32 envs x 128 steps x 3 agents / 4 minibatches).
+`rows` is one PPO minibatch at bench sweep's size (32 envs x 128 steps x 3 agents / 4 minibatches).
 Prints ms per seed for each, then a JSON line.
 """
 

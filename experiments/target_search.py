@@ -1,4 +1,4 @@
-"""Which hyperparameters reach a return soonest in wall-clock time: `marljax bench-target` over a set
+"""Which hyperparameters reach a return soonest in wall-clock time: `marljax bench target` over a set
 of candidates, one fresh process each, one after the other, then a table sorted by time.
 
     python experiments/target_search.py [--base "key=value ..."] [--target R] [CANDIDATE ...]
@@ -32,8 +32,8 @@ DEFAULT_CANDIDATES = [
 
 
 def bench_target(overrides: list[str], timeout_s: float) -> dict:
-    """One `marljax bench-target` process: its JSON line, or {"reached": False, "error": ...}."""
-    cmd = [sys.executable, "-m", "marljax.cli", "bench-target", *overrides]  # this interpreter's marljax
+    """One `marljax bench target` process: its JSON line, or {"reached": False, "error": ...}."""
+    cmd = [sys.executable, "-m", "marljax.cli", "bench", "target", *overrides]  # this interpreter's marljax
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
         shown = (f"{result['wall_s']:.1f} s, {result['env_steps']:,} env steps" if result.get("reached")
                  else result.get("error", "not reached"))
         print(f"  {candidate or '(base)':<28} {shown}", flush=True)
-    print(f"marljax bench-target over {len(rows)} candidates, base: {args.base}")
+    print(f"marljax bench target over {len(rows)} candidates, base: {args.base}")
     print(f"{'candidate':<28} {'wall s':>8} {'compile s':>10} {'env steps':>11} {'return':>8}")
     for r in sorted(rows, key=lambda r: r["wall_s"] if r.get("reached") else float("inf")):
         if r.get("reached"):

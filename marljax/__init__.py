@@ -1,8 +1,8 @@
 """marljax: JAX-first, purely functional multi-agent reinforcement learning."""
 
-__version__ = "0.1.0"
-
-import marljax.algos  # noqa: E402,F401  (every algorithm registers its config schema)
+import marljax.algos  # noqa: F401  (every algorithm registers its config schema)
+import marljax.jaxmarl_config  # noqa: F401  (load_config reads JaxMARL's baseline YAML through it)
+from marljax.version import __version__  # noqa: F401  (marljax.__version__)
 
 
 def load_policy(path, trust_code: bool = False):

@@ -1,340 +1,175 @@
-"""`marljax train | sweep | report | compare | bench | bench-target | bench-scale | bench-agents | bench-checkpoint | bench-sweep | export | doctor`.
+"""The `marljax` command line: `marljax COMMAND [ARGS ...]`; `marljax --help` lists the commands.
 
-    marljax train [CONFIG.yaml] [key=value ...]     (marljax train [algo=NAME] --help: every setting)
-    marljax sweep SWEEP.yaml [key=value ...]
-    marljax report SWEEP_DIR
-    marljax compare RUN_DIR|SWEEP_DIR:CELL ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]
-    marljax bench [CONFIG.yaml] [key=value ...]
-    marljax bench-target [CONFIG.yaml] [key=value ...] [target=R]
-    marljax export RUN_DIR POLICY_DIR [seed_index=N]
-    marljax doctor [--expect cpu|gpu|tpu]
+Every command is declared once, in COMMANDS below (its name, arguments, one-line summary, help
+and handler); `marljax --help`, `marljax help COMMAND`, `marljax COMMAND --help` and the dispatch
+are all made from that table. `bench` holds the benchmarks as its subcommands (`marljax bench
+target ...`); their old spellings (`marljax bench-target ...`) still run the same handlers.
 
-Nested keys take dots: `mesh.data=4`, `env_kwargs.scenario=3m`. A bad config
-prints one line naming the field and exits with code 2 before compiling.
+Nested keys take dots: `mesh.data=4`, `env_kwargs.scenario=3m`. A bad config prints one line
+naming the field and exits with code 2 before compiling.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from marljax.config import ConfigError, load_config
-
-USAGE = """usage: marljax {train,bench,bench-checkpoint,bench-sweep} [CONFIG.yaml] [key=value ...]
-       marljax bench-target [CONFIG.yaml] [key=value ...] [target=R]
-       marljax sweep SWEEP.yaml [key=value ...]
-       marljax report SWEEP_DIR
-       marljax compare RUN_DIR|SWEEP_DIR:CELL ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]
-       marljax export RUN_DIR POLICY_DIR [seed_index=N]
-       marljax bench-scale [CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]
-       marljax bench-agents [--agents 4,16,64] [--mesh-agent 1,2,4,8] [--device-memory-mib M] [key=value ...]
-       marljax doctor [--expect cpu|gpu|tpu]
-       marljax COMMAND --help     (train --help lists every setting; algo=NAME --help another algorithm's)
-       marljax --version
-
-  train   train a team of agents (default: IPPO on MPE_simple_spread_v3)
-          out_dir=D resume=true continues the run in D from its newest good checkpoint
-  sweep   every cell of a sweep file with its seeds; traced axes (lr, ppo.ent_coef, ...) are vmapped
-          in one program. Rerun to continue a killed sweep; overwrite=true starts it over,
-          progress=false hides the bars, other key=value change the sweep's base (or seeds=N)
-  report  mean, median and IQM with bootstrap CIs, plots and marl-eval JSON of a sweep directory
-  compare training runs and sweep cells side by side: curves, final mean/median/IQM with bootstrap
-          CIs and the probability of improvement between every pair of runs
-  bench   measure throughput, FLOPs, MFU, compile time and memory; prints a JSON line last
-  bench-target
-          train until the mean training return over seeds first reaches R (per agent; default
-          -20.3 on MPE simple_spread, 1.8 on SMAX 3m) and print the wall time with compilation,
-          the env steps used and the curve; a JSON line last
-  bench-scale
-          the bench at 64, 256, 1k, 4k, 16k, 64k envs per device, until memory or time runs out
-  bench-agents
-          learner bytes per device, swap bytes and update time over agent count N and mesh.agent K
-          (independent parameters), and the largest N whose learner state fits a device budget
-  bench-checkpoint
-          training time with checkpoints every checkpoint_every updates vs only at the end
-  bench-sweep
-          8 seeds x 4 learning rates: one vmapped program vs the same 32 runs one after another
-  export  write one seed's trained actors to POLICY_DIR; load with marljax.load_policy
-  doctor  versions, backend, devices and the installed jax build; --expect gpu exits 1 on a CPU-only jax
-
-examples:
-  marljax train
-  marljax train algo=qmix --help
-  marljax train algo=ippo env=MPE_simple_spread_v3 total_timesteps=2e6 num_envs=64 num_seeds=4 out_dir=runs/demo
-  marljax train env=HeuristicEnemySMAX env_kwargs.scenario=3m recurrent=true
-  marljax bench num_envs=1024
-  marljax bench-target target=-20.3
-  marljax sweep experiments/sharing_ablation.yaml
-  marljax report runs/sweeps/sharing_ablation
-  marljax compare runs/a runs/b runs/sweeps/lr_sweep:lr=0.001 --metric eval_return --out runs/compare_ab
-"""
-
-COMMAND_USAGE = {
-    "sweep": """usage: marljax sweep SWEEP.yaml [key=value ...]
-
-Run every cell of a sweep file with its seeds. Axes over traced hyperparameters (lr, gamma,
-max_grad_norm, ppo.clip_eps, ...) are vmapped with the seeds in one compiled program; other axes
-compile one program each. Rerunning the same command continues a killed sweep.
-
-  overwrite=true    start the sweep over in its out_dir
-  progress=false    hide the progress bars
-  seeds=N           runs per cell
-  out_dir=D         where the results go (default runs/sweeps/<name>)
-  key=value         any other key changes the sweep's base config (marljax train --help lists them)
-
-A sweep file holds: name, base (a config mapping), axes (key -> list of values: the grid), zip
-(key -> list, varied together), seeds, traced (axis keys to vmap; default every traceable one),
-out_dir. See experiments/lr_sweep.yaml.""",
-    "report": """usage: marljax report SWEEP_DIR
-
-Summarise a finished (or partial) sweep: mean, median and IQM with bootstrap confidence
-intervals per cell, the absolute metric (and the win rate where the env has a win condition),
-plots and marl-eval JSON, written into SWEEP_DIR.""",
-    "compare": """usage: marljax compare RUN ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]
-
-Compare training runs and sweep cells over their seeds. A RUN is a training run's directory
-(config.yaml and metrics.jsonl) or a sweep cell, SWEEP_DIR:CELL, by the cell's name
-(runs/sweeps/lr_sweep:lr=0.001) or its directory name (lr-0.001); SWEEP_DIR/cells/<dir> works too.
-x is env steps of one run; a shorter run's curve stops where it stops.
-
-Prints, and writes as CSV, each run's final value (each seed's last value of the metric): mean,
-median and IQM over seeds with 95% bootstrap CIs; and the probability of improvement P(A > B)
-between every pair of runs (Agarwal et al., 2021), with its bootstrap CI.
-
-  --metric M      return_mean, eval_return, win_rate or eval_win_rate (default: eval_return
-                  where every run evaluated, else return_mean)
-  --out DIR       where final.csv, improvement.csv, compare.md and a curves_<metric>.png per
-                  metric go (default runs/compare_<time>)
-  --csv PATH      also every value in long format: run, seed, env_steps, metric, value
-  --allow-mixed   compare runs of different envs (refused otherwise)""",
-    "bench-scale": """usage: marljax bench-scale [CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]
-
-Run `marljax bench` at 64, 256, 1024, 4096, 16384 and 65536 environments per device, each row
-in its own process, until a row runs out of memory, passes --timeout seconds (default 900) or
-passes --max-envs per device (default 4096 on CPU, 65536 elsewhere). Prints env-steps/s, MFU,
-peak memory and compile time per row, a JSON line per row, and last a JSON line with every row.
-key=value settings apply to every row (marljax train --help lists them).""",
-    "bench-agents": """usage: marljax bench-agents [--agents 4,16,64] [--mesh-agent 1,2,4,8] [--device-memory-mib M] [key=value ...]
-
-For each agent count N (MPE_simple_spread_v3 with N agents and N landmarks) and each K in
---mesh-agent dividing N, bench IPPO with param_sharing=independent and mesh.agent=K on 8 devices
-(on a CPU with fewer, it re-runs itself on 8 fake CPU devices): learner bytes per device and in
-all, beside the ideal 1/K; the swap's bytes per update (parameters, trajectories) and its share
-of an update; the update's time and env-steps/s. Then the largest N whose learner state fits
---device-memory-mib per device (default: half the learner state of the largest N) on one device
-and on each K: fitted through the measured bytes and checked against the state's shapes. Prints a
-markdown table, then one JSON line. Defaults: 8 envs x 16 steps (times compare rows; they are not
-absolute); key=value settings (marljax train --help) change every row.""",
-    "doctor": """usage: marljax doctor [--expect cpu|gpu|tpu]
-
-Print the versions of marljax, jax, jaxlib, flax, optax, orbax, chex, jaxmarl, tensorstore; the
-backend; every device with its kind and memory; the process count; which accelerator build of jax
-is installed (cuda12, tpu, or the CPU build); then one JSON line. --expect gpu (or tpu) exits
-with code 1 and a line saying why when JAX sees no such device.""",
-    "export": """usage: marljax export RUN_DIR POLICY_DIR [seed_index=N]
-
-Write seed N's trained actors (from the newest good checkpoint of RUN_DIR) to POLICY_DIR;
-load them with `marljax.load_policy(POLICY_DIR)`.""",
-}
-CONFIG_COMMANDS = {
-    "train": "Train a team of agents; writes metrics.jsonl, checkpoints, config.yaml and returns.png to out_dir.",
-    "bench": "Measure throughput, FLOPs, MFU, compile time and memory of the config's training; prints a JSON line last.",
-    "bench-checkpoint": "Training time with checkpoints every checkpoint_every updates vs only at the end.",
-    "bench-sweep": "4 learning rates x 8 seeds: one vmapped program vs the same runs one after another.",
-    "bench-target": "Train until the mean training return per agent over seeds first reaches target=R (default: the "
-                    "env's, -20.3 on MPE simple_spread, 1.8 on SMAX 3m); prints the wall time with compilation, the "
-                    "env steps used and the curve, then a JSON line. total_timesteps is the budget.",
-}
+from marljax.config import Config, ConfigError, load_config
 
 
-def config_help(command: str, algo: str) -> str:
-    """`marljax COMMAND --help`: every setting of the core schema and of algo's sections, with
-    its default for that algorithm and its help line, generated from the config's dataclasses."""
-    from marljax.config import algorithm_schema, algorithms, schema_fields
+@dataclass(frozen=True)
+class Command:
+    """One command of `marljax` (or one of `marljax bench`): what the usage shows, what runs it."""
 
-    schema = algorithm_schema(algo)
-    lines = [
-        f"usage: marljax {command} [CONFIG.yaml] [key=value ...]" + (" [target=R]" if command == "bench-target" else ""),
-        "",
-        CONFIG_COMMANDS[command],
-        f"Settings of algo={algo} ({schema.summary}), with its defaults; `algo=NAME --help` shows another's.",
-        f"algorithms: {', '.join(algorithms())}",
-        "Nested keys take dots (mesh.data=4, ppo.clip_eps=0.1, env_kwargs.scenario=3m).",
-    ]
-    heading = None
-    for key, field, default in schema_fields(algo):
-        section = key.split(".")[0] if key.split(".")[0] in schema.sections else "core"
-        if section != heading:
-            heading = section
-            doc = "settings every algorithm has" if section == "core" else schema.sections[section].__doc__.strip().splitlines()[0]
-            lines += ["", f"{section}: {re.sub(r'^`[a-z_]+[.][*]`: ', '', doc)}"]
-        shown = "''" if default == "" else str(default).lower() if isinstance(default, bool) else str(default)
-        lines.append(f"  {key:<30} {shown:<21} {field.metadata.get('help', '')}")
-    return "\n".join(lines)
+    name: str
+    args: str  # its arguments, as its usage line shows them
+    summary: str  # what `marljax --help` says of it (wrapped there)
+    run: Callable[[list[str]], int]  # the arguments after its name -> the exit code
+    help: str = ""  # `marljax NAME --help`: said after the usage line
+    settings: bool = False  # --help also lists every setting of the config (a command that trains)
+    alias: str = ""  # an older spelling that still runs it (`bench-target` for `bench target`)
+    subcommands: tuple[Command, ...] = ()  # bench's benchmarks; the first is the default
 
 
-def _help_algo(path: str | None, overrides: list[str]) -> str:
-    """The algorithm a help request is about: algo=NAME, else the config file's, else the default."""
-    from marljax.config import parse_overrides, read_yaml_mapping
+def _config_errors_exit_2(handler: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
+    """A handler whose ConfigError (the arguments, the config, a run that refuses them) is one line
+    on stderr and exit code 2."""
 
-    values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
-    algo = parse_overrides([a for a in overrides if a.startswith("algo=")]).get("algo", values.get("algo", "ippo"))
-    return str(algo)
+    @functools.wraps(handler)
+    def run(args: list[str]) -> int:
+        try:
+            return handler(args)
+        except ConfigError as exc:
+            print(f"marljax: config error: {exc}", file=sys.stderr)
+            return 2
 
-
-def _split_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
-    path = None
-    rest = list(args)
-    if rest and rest[0].endswith((".yaml", ".yml")) and ("=" not in rest[0] or Path(rest[0]).is_file()):
-        path = rest.pop(0)
-    return path, rest
+    return run
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line. Every failure ends in one line naming its cause, exit 1 (at run time)
-    or 2 (usage, config); MARLJAX_DEBUG=1 shows the traceback of an unexpected one."""
+def _config(args: Sequence[str], defaults: Sequence[str] = ()) -> Config:
+    """The config of [CONFIG.yaml] [key=value ...]; `defaults` come first when no file is given."""
+    path, overrides = _split_args(args)
+    return load_config(path, [*(defaults if path is None else ()), *overrides])
+
+
+@_config_errors_exit_2
+def _train(args: list[str]) -> int:
+    from marljax.parallel.distributed import DistributedError
+    from marljax.pipeline.watchdog import ActorStuck
+    from marljax.train.checkpoint import CheckpointError
+    from marljax.train.chunks import Stopped
+    from marljax.train.loop import TrainingDiverged, train
+
+    config = _config(args)
     try:
-        return _main(argv)
-    except KeyboardInterrupt:
-        print("marljax: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for the user
-        if os.environ.get("MARLJAX_DEBUG") == "1":
-            raise
-        text = str(exc).strip().splitlines()
-        print(f"marljax: {type(exc).__name__}: {text[0][:500] if text else 'no message'} "
-              "(MARLJAX_DEBUG=1 shows the traceback)", file=sys.stderr)  # fmt: skip
+        train(config)
+    except (TrainingDiverged, CheckpointError, DistributedError, ActorStuck) as exc:
+        print(f"marljax: {exc}", file=sys.stderr)
         return 1
-
-
-def _main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
-        if not argv:
-            argv = ["train"]
-        else:
-            print(USAGE)
-            return 0
-    if argv[0] in ("--version", "-V", "version"):
-        import jax
-
-        from marljax import __version__
-
-        print(f"marljax {__version__} (jax {jax.__version__})")
-        return 0
-    command, rest = argv[0], argv[1:]
-    if "--help" in rest or "-h" in rest:
-        return _command_help(command, [a for a in rest if a not in ("--help", "-h")])
-    if command == "export":
-        return _export(rest)
-    if command == "doctor":
-        from marljax import doctor
-
-        return doctor.main(rest)
-    if command == "bench-scale":
-        return _bench_scale(rest)
-    if command == "bench-agents":
-        from marljax.bench.agents import main as bench_agents
-
-        return bench_agents(rest)
-    if command == "sweep":
-        return _sweep(rest)
-    if command == "report":
-        return _report(rest)
-    if command == "compare":
-        return _compare(rest)
-    if command not in ("train", "bench", "bench-target", "bench-checkpoint", "bench-sweep"):
-        print(f"marljax: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
-        return 2
-    try:
-        target = None
-        if command == "bench-target":  # target=R is the benchmark's, not a config key
-            from marljax.bench.target import split_target
-
-            target, rest = split_target(rest)
-        path, overrides = _split_args(rest)
-        if command == "bench-sweep" and path is None:  # its own defaults, unless a file gives the run
-            from marljax.bench.sweep import DEFAULTS
-
-            overrides = [*DEFAULTS, *overrides]
-        config = load_config(path, overrides)
-        if command == "train":
-            from marljax.parallel.distributed import DistributedError
-            from marljax.pipeline.watchdog import ActorStuck
-            from marljax.train.checkpoint import CheckpointError
-            from marljax.train.chunks import Stopped
-            from marljax.train.loop import TrainingDiverged, train
-
-            try:
-                train(config)
-            except (TrainingDiverged, CheckpointError, DistributedError, ActorStuck) as exc:
-                print(f"marljax: {exc}", file=sys.stderr)
-                return 1
-            except Stopped as exc:
-                print(f"marljax: {exc}", file=sys.stderr)
-                return exc.exit_code
-        elif command == "bench":
-            from marljax.bench.train import run_bench
-
-            run_bench(config)
-        elif command == "bench-target":
-            from marljax.bench.target import TargetNotReached, default_target, run_target_bench
-
-            target = default_target(config) if target is None else target  # refused before anything compiles
-            try:
-                run_target_bench(config, target)
-            except TargetNotReached as exc:
-                print(f"marljax: {exc}", file=sys.stderr)
-                return 1
-        elif command == "bench-sweep":
-            from marljax.bench.sweep import run_sweep_bench
-
-            run_sweep_bench(config)
-        else:
-            from marljax.bench.checkpoint import run_checkpoint_bench
-
-            run_checkpoint_bench(config)
-    except ConfigError as exc:
-        print(f"marljax: config error: {exc}", file=sys.stderr)
-        return 2
+    except Stopped as exc:
+        print(f"marljax: {exc}", file=sys.stderr)
+        return exc.exit_code
     return 0
 
 
+@_config_errors_exit_2
+def _bench_throughput(args: list[str]) -> int:
+    from marljax.bench.train import run_bench
+
+    run_bench(_config(args))
+    return 0
+
+
+@_config_errors_exit_2
+def _bench_target(args: list[str]) -> int:
+    from marljax.bench.target import TargetNotReached, default_target, run_target_bench, split_target
+
+    target, rest = split_target(args)  # target=R is the benchmark's, not a config key
+    config = _config(rest)
+    target = default_target(config) if target is None else target  # refused before anything compiles
+    try:
+        run_target_bench(config, target)
+    except TargetNotReached as exc:
+        print(f"marljax: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@_config_errors_exit_2
 def _bench_scale(args: list[str]) -> int:
     from marljax.bench.scale import parse_flags, run_scale_bench
 
-    try:
-        rest, max_envs, timeout = parse_flags(args)
-        path, overrides = _split_args(rest)
-        rows = run_scale_bench(path, overrides, max_envs, timeout)
-    except ConfigError as exc:
-        print(f"marljax: config error: {exc}", file=sys.stderr)
-        return 2
-    return 0 if rows else 1
+    rest, max_envs, timeout = parse_flags(args)
+    path, overrides = _split_args(rest)
+    return 0 if run_scale_bench(path, overrides, max_envs, timeout) else 1
 
 
-def _command_help(command: str, rest: list[str]) -> int:
-    """`marljax COMMAND --help`: the command's usage (for config commands, every setting)."""
-    if command in COMMAND_USAGE:
-        print(COMMAND_USAGE[command])
-        return 0
-    if command not in CONFIG_COMMANDS:
-        print(f"marljax: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
-        return 2
-    try:
-        print(config_help(command, _help_algo(*_split_args(rest))))
-    except ConfigError as exc:
-        print(f"marljax: config error: {exc}", file=sys.stderr)
-        return 2
+def _bench_agents(args: list[str]) -> int:
+    from marljax.bench.agents import main as bench_agents
+
+    return bench_agents(args)
+
+
+@_config_errors_exit_2
+def _bench_checkpoint(args: list[str]) -> int:
+    from marljax.bench.checkpoint import run_checkpoint_bench
+
+    run_checkpoint_bench(_config(args))
     return 0
+
+
+@_config_errors_exit_2
+def _bench_sweep(args: list[str]) -> int:
+    from marljax.bench.sweep import DEFAULTS, run_sweep_bench
+
+    run_sweep_bench(_config(args, DEFAULTS))  # its own defaults, unless a file gives the run
+    return 0
+
+
+@_config_errors_exit_2
+def _bench_stragglers(args: list[str]) -> int:
+    from marljax.bench.stragglers import main as bench_stragglers
+
+    return bench_stragglers(args)
+
+
+@_config_errors_exit_2
+def _bench_balance(args: list[str]) -> int:
+    from marljax.bench.balance import main as bench_balance
+
+    return bench_balance(args)
+
+
+def _doctor(args: list[str]) -> int:
+    from marljax import doctor
+
+    return doctor.main(args)
+
+
+def _bench(args: list[str]) -> int:
+    """`marljax bench [NAME] ...`: the benchmark NAME, else the default one with every argument."""
+    bench = BY_NAME["bench"]
+    if args and _looks_like_a_name(args[0]):
+        print(f"marljax: unknown bench {args[0]!r}; the benches: {', '.join(c.name for c in bench.subcommands)}"
+              f"\n\n{command_usage((bench,))}", file=sys.stderr)  # fmt: skip
+        return 2
+    return bench.subcommands[0].run(args)
+
+
+def _looks_like_a_name(arg: str) -> bool:
+    """A word that is no config file, no key=value and no flag: meant as a bench's name."""
+    return re.fullmatch(r"[A-Za-z][\w-]*", arg) is not None and not arg.endswith((".yaml", ".yml"))
 
 
 def _sweep(args: list[str]) -> int:
     if not args or "=" in args[0]:
-        print(f"marljax: sweep takes a sweep file first\n\n{USAGE}", file=sys.stderr)
+        print(f"marljax: sweep takes a sweep file first\n\n{usage()}", file=sys.stderr)
         return 2
     options = {"overwrite": False, "progress": True}
     rest = []
@@ -366,7 +201,7 @@ def _sweep(args: list[str]) -> int:
 
 def _report(args: list[str]) -> int:
     if len(args) != 1:
-        print(f"marljax: report takes one sweep directory\n\n{USAGE}", file=sys.stderr)
+        print(f"marljax: report takes one sweep directory\n\n{usage()}", file=sys.stderr)
         return 2
     from marljax.files import DamagedFile
     from marljax.sweeps.runner import finish
@@ -422,7 +257,7 @@ def _export(args: list[str]) -> int:
     positional = [a for a in args if "=" not in a]
     options = dict(a.split("=", 1) for a in args if "=" in a)
     if len(positional) != 2 or set(options) - {"seed_index", "trust_code"}:
-        print(f"marljax: export takes RUN_DIR POLICY_DIR [seed_index=N] [trust_code=true]\n\n{USAGE}", file=sys.stderr)
+        print(f"marljax: export takes RUN_DIR POLICY_DIR [seed_index=N] [trust_code=true]\n\n{usage()}", file=sys.stderr)
         return 2
     try:
         seed_index = int(options.get("seed_index", 0))
@@ -443,6 +278,304 @@ def _export(args: list[str]) -> int:
     except (PolicyError, CheckpointError) as exc:
         print(f"marljax: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+BENCHES = (
+    Command("throughput", "[CONFIG.yaml] [key=value ...]", "the default: throughput, FLOPs, MFU, compile time and memory of "
+            "the config's training (`marljax bench key=value ...` runs it); prints a JSON line last", _bench_throughput,
+            "Measure throughput, FLOPs, MFU, compile time and memory of the config's training; prints a JSON line last.",
+            settings=True),  # fmt: skip
+    Command("target", "[CONFIG.yaml] [key=value ...] [target=R]", "train until the mean training return over seeds first "
+            "reaches R (per agent; default -20.3 on MPE simple_spread, 1.8 on SMAX 3m) and print the wall time with "
+            "compilation, the env steps used and the curve; a JSON line last", _bench_target,
+            "Train until the mean training return per agent over seeds first reaches target=R (default: the env's, -20.3 "
+            "on MPE simple_spread, 1.8 on SMAX 3m); prints the wall time with compilation, the env steps used and the "
+            "curve, then a JSON line. total_timesteps is the budget.", settings=True, alias="bench-target"),  # fmt: skip
+    Command("scale", "[CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]", "the bench at 64, 256, 1k, 4k, 16k, "
+            "64k envs per device, until memory or time runs out", _bench_scale, """\
+Run `marljax bench` at 64, 256, 1024, 4096, 16384 and 65536 environments per device, each row
+in its own process, until a row runs out of memory, passes --timeout seconds (default 900) or
+passes --max-envs per device (default 4096 on CPU, 65536 elsewhere). Prints env-steps/s, MFU,
+peak memory and compile time per row, a JSON line per row, and last a JSON line with every row.
+key=value settings apply to every row (marljax train --help lists them).""", alias="bench-scale"),  # fmt: skip
+    Command("agents", "[--agents 4,16,64] [--mesh-agent 1,2,4,8] [--device-memory-mib M] [key=value ...]",
+            "learner bytes per device, swap bytes and update time over agent count N and mesh.agent K (independent "
+            "parameters), and the largest N whose learner state fits a device budget", _bench_agents, """\
+For each agent count N (MPE_simple_spread_v3 with N agents and N landmarks) and each K in
+--mesh-agent dividing N, bench IPPO with param_sharing=independent and mesh.agent=K on 8 devices
+(on a CPU with fewer, it re-runs itself on 8 fake CPU devices): learner bytes per device and in
+all, beside the ideal 1/K; the swap's bytes per update (parameters, trajectories) and its share
+of an update; the update's time and env-steps/s. Then the largest N whose learner state fits
+--device-memory-mib per device (default: half the learner state of the largest N) on one device
+and on each K: fitted through the measured bytes and checked against the state's shapes. Prints a
+markdown table, then one JSON line. Defaults: 8 envs x 16 steps (times compare rows; they are not
+absolute); key=value settings (marljax train --help) change every row.""", alias="bench-agents"),  # fmt: skip
+    Command("checkpoint", "[CONFIG.yaml] [key=value ...]", "training time with checkpoints every checkpoint_every "
+            "updates vs only at the end", _bench_checkpoint,
+            "Training time with checkpoints every checkpoint_every updates vs only at the end.", settings=True,
+            alias="bench-checkpoint"),  # fmt: skip
+    Command("sweep", "[CONFIG.yaml] [key=value ...]", "8 seeds x 4 learning rates: one vmapped program vs the same 32 "
+            "runs one after another", _bench_sweep,
+            "4 learning rates x 8 seeds: one vmapped program vs the same runs one after another.", settings=True,
+            alias="bench-sweep"),  # fmt: skip
+    Command("stragglers", "[step_costs=0,0.0005,0.005] [slow_factor=10] [key=value ...]", "host env copies at several "
+            "step costs, with and without a straggler: the async pipeline's env-steps/s for each async.host_stepping",
+            _bench_stragglers, """\
+The async pipeline on marljax.testing.host_straggler (a numpy PettingZoo env whose step sleeps
+step_cost_s) with 8 copies per actor, each step cost in step_costs (seconds) with every copy fast
+and with 1 copy in 8 slow_factor times slower, under async.host_stepping=independent (the
+default) and lockstep: consumed env-steps/s after a warm-up run, and the default's rate over the
+faster of the two. Prints a table, then one JSON line. key=value settings change the run
+(defaults: mode=async, num_envs=8, num_steps=32, hidden_size=32)."""),  # fmt: skip
+    Command("balance", "[ratio=3] [key=value ...]", "dropped batches with async.balance=off and rate, on a run whose "
+            "actors could produce ratio times more batches than the learner consumes", _bench_balance, """\
+staleness_policy=drop, 2 actor threads, K=1, a buffer of 2. Generation and learning are timed
+alone first; the learner is then padded with a host sleep so that the threads' generation
+capacity is ratio (default 3) x consumption. Both settings run the same number of updates on the
+same runner (compiled once). Prints a table (drop share = stale drops / produced), then one JSON
+line. Figures, not assertions. key=value settings change the run."""),  # fmt: skip
+)
+
+COMMANDS = (
+    Command("train", "[CONFIG.yaml] [key=value ...]", "train a team of agents (default: IPPO on MPE_simple_spread_v3); "
+            "out_dir=D resume=true continues the run in D from its newest good checkpoint", _train,
+            "Train a team of agents; writes metrics.jsonl, checkpoints, config.yaml and returns.png to out_dir.",
+            settings=True),  # fmt: skip
+    Command("sweep", "SWEEP.yaml [key=value ...]", "every cell of a sweep file with its seeds; traced axes (lr, "
+            "ppo.ent_coef, ...) are vmapped in one program. Rerun to continue a killed sweep; overwrite=true starts it "
+            "over, progress=false hides the bars, other key=value change the sweep's base (or seeds=N)",
+            _sweep, """\
+Run every cell of a sweep file with its seeds. Axes over traced hyperparameters (lr, gamma,
+max_grad_norm, ppo.clip_eps, ...) are vmapped with the seeds in one compiled program; other axes
+compile one program each. Rerunning the same command continues a killed sweep.
+
+  overwrite=true    start the sweep over in its out_dir
+  progress=false    hide the progress bars
+  seeds=N           runs per cell
+  out_dir=D         where the results go (default runs/sweeps/<name>)
+  key=value         any other key changes the sweep's base config (marljax train --help lists them)
+
+A sweep file holds: name, base (a config mapping), axes (key -> list of values: the grid), zip
+(key -> list, varied together), seeds, traced (axis keys to vmap; default every traceable one),
+out_dir. See experiments/lr_sweep.yaml."""),  # fmt: skip
+    Command("report", "SWEEP_DIR", "mean, median and IQM with bootstrap CIs, plots and marl-eval JSON of a sweep "
+            "directory", _report, """\
+Summarise a finished (or partial) sweep: mean, median and IQM with bootstrap confidence
+intervals per cell, the absolute metric (and the win rate where the env has a win condition),
+plots and marl-eval JSON, written into SWEEP_DIR."""),  # fmt: skip
+    Command("compare", "RUN_DIR|SWEEP_DIR:CELL ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]",
+            "training runs and sweep cells side by side: curves, final mean/median/IQM with bootstrap CIs and the "
+            "probability of improvement between every pair of runs", _compare, """\
+Compare training runs and sweep cells over their seeds. A RUN is a training run's directory
+(config.yaml and metrics.jsonl) or a sweep cell, SWEEP_DIR:CELL, by the cell's name
+(runs/sweeps/lr_sweep:lr=0.001) or its directory name (lr-0.001); SWEEP_DIR/cells/<dir> works too.
+x is env steps of one run; a shorter run's curve stops where it stops.
+
+Prints, and writes as CSV, each run's final value (each seed's last value of the metric): mean,
+median and IQM over seeds with 95% bootstrap CIs; and the probability of improvement P(A > B)
+between every pair of runs (Agarwal et al., 2021), with its bootstrap CI.
+
+  --metric M      return_mean, eval_return, win_rate or eval_win_rate (default: eval_return
+                  where every run evaluated, else return_mean)
+  --out DIR       where final.csv, improvement.csv, compare.md and a curves_<metric>.png per
+                  metric go (default runs/compare_<time>)
+  --csv PATH      also every value in long format: run, seed, env_steps, metric, value
+  --allow-mixed   compare runs of different envs (refused otherwise)"""),  # fmt: skip
+    Command("bench", "[NAME] [CONFIG.yaml] [key=value ...]", "measure: throughput, FLOPs, MFU, compile time and memory "
+            "(the default), or the benchmark NAME (below); each prints a JSON line last", _bench,
+            "Benchmarks; each prints its figures as a table, then, last, one JSON line.", subcommands=BENCHES),  # fmt: skip
+    Command("export", "RUN_DIR POLICY_DIR [seed_index=N]", "write one seed's trained actors to POLICY_DIR; load with "
+            "marljax.load_policy", _export, """\
+Write seed N's trained actors (from the newest good checkpoint of RUN_DIR) to POLICY_DIR;
+load them with `marljax.load_policy(POLICY_DIR)`."""),  # fmt: skip
+    Command("doctor", "[--expect cpu|gpu|tpu]", "versions, backend, devices and the installed jax build; --expect gpu "
+            "exits 1 on a CPU-only jax", _doctor, """\
+Print the versions of marljax, jax, jaxlib, flax, optax, orbax, chex, jaxmarl, tensorstore; the
+backend; every device with its kind and memory; the process count; which accelerator build of jax
+is installed (cuda12, tpu, or the CPU build); then one JSON line. --expect gpu (or tpu) exits
+with code 1 and a line saying why when JAX sees no such device."""),  # fmt: skip
+)
+BY_NAME = {command.name: command for command in COMMANDS}
+# an old spelling -> the command path it runs: {"bench-target": ("bench", "target"), ...}
+ALIASES = {sub.alias: (command.name, sub.name) for command in COMMANDS for sub in command.subcommands if sub.alias}
+
+EXAMPLES = """\
+  marljax train
+  marljax train algo=qmix --help
+  marljax train algo=ippo env=MPE_simple_spread_v3 total_timesteps=2e6 num_envs=64 num_seeds=4 out_dir=runs/demo
+  marljax train env=HeuristicEnemySMAX env_kwargs.scenario=3m recurrent=true
+  marljax bench num_envs=1024
+  marljax bench target target=-20.3
+  marljax sweep experiments/sharing_ablation.yaml
+  marljax report runs/sweeps/sharing_ablation
+  marljax compare runs/a runs/b runs/sweeps/lr_sweep:lr=0.001 --metric eval_return --out runs/compare_ab"""
+
+
+def _wrapped(name: str, text: str, width: int = 12) -> list[str]:
+    """`  name  text`, the text wrapped to 100 columns under its own indent (on the next line
+    when the name is too long for the column)."""
+    indent = " " * (width + 2)
+    if len(name) < width:
+        return textwrap.wrap(text, 100, initial_indent=f"  {name:<{width}}", subsequent_indent=indent)
+    return [f"  {name}", *textwrap.wrap(text, 100, initial_indent=indent, subsequent_indent=indent)]
+
+
+def usage() -> str:
+    """`marljax --help`: every command's usage line and summary, every bench's, from COMMANDS."""
+    lines = [f"{'usage:' if i == 0 else '      '} marljax {c.name} {c.args}" for i, c in enumerate(COMMANDS)]
+    lines += ["       marljax COMMAND --help     (train --help lists every setting; algo=NAME --help another algorithm's)",
+              "       marljax help [COMMAND [NAME]]",
+              "       marljax --version", ""]  # fmt: skip
+    for command in COMMANDS:
+        lines += _wrapped(command.name, command.summary, 8)
+    for command in COMMANDS:
+        if command.subcommands:
+            lines += ["", f"{command.name} NAME (marljax {command.name} NAME --help says more):"]
+            for sub in command.subcommands:
+                lines += _wrapped(sub.name, sub.summary)
+            if old := [f"{sub.alias} ({command.name} {sub.name})" for sub in command.subcommands if sub.alias]:
+                lines += ["", *textwrap.wrap(f"old spellings, still run: {', '.join(old)}", 100)]
+    return "\n".join([*lines, "", "examples:", EXAMPLES])
+
+
+def command_usage(path: tuple[Command, ...], algo: str | None = None) -> str:
+    """`marljax bench target --help` and the like: the usage line and the command's help; for a
+    command that trains, every setting of algo's schema; for one with subcommands, their list."""
+    command = path[-1]
+    name = " ".join(c.name for c in path)
+    if command.settings:
+        return config_help(name, command.args, command.help, algo or "ippo")
+    lines = [f"usage: marljax {name} {command.args}", "", command.help]
+    if command.subcommands:
+        lines += ["", f"marljax {name} NAME [ARGS ...], where NAME is:"]
+        for sub in command.subcommands:
+            lines += _wrapped(sub.name, sub.summary)
+        old = ", ".join(f"{sub.alias} = {name} {sub.name}" for sub in command.subcommands if sub.alias)
+        lines += ["", *textwrap.wrap(f"marljax {name} NAME --help: NAME's arguments (and every setting, for those "
+                                     f"that train); {command.subcommands[0].name} is the default."
+                                     + (f" Old spellings, still run: {old}." if old else ""), 100)]  # fmt: skip
+    return "\n".join(lines)
+
+
+def config_help(name: str, args: str, description: str, algo: str) -> str:
+    """`marljax COMMAND --help` for a command that trains: every setting of the core schema and of
+    algo's sections, with its default for that algorithm and its help line, generated from the
+    config's dataclasses."""
+    from marljax.config import algorithm_schema, algorithms, schema_fields
+
+    schema = algorithm_schema(algo)
+    lines = [
+        f"usage: marljax {name} {args}",
+        "",
+        description,
+        f"Settings of algo={algo} ({schema.summary}), with its defaults; `algo=NAME --help` shows another's.",
+        f"algorithms: {', '.join(algorithms())}",
+        "Nested keys take dots (mesh.data=4, ppo.clip_eps=0.1, env_kwargs.scenario=3m).",
+    ]
+    heading = None
+    for key, field, default in schema_fields(algo):
+        section = key.split(".")[0] if key.split(".")[0] in schema.sections else "core"
+        if section != heading:
+            heading = section
+            doc = "settings every algorithm has" if section == "core" else schema.sections[section].__doc__.strip().splitlines()[0]
+            lines += ["", f"{section}: {re.sub(r'^`[a-z_]+[.][*]`: ', '', doc)}"]
+        shown = "''" if default == "" else str(default).lower() if isinstance(default, bool) else str(default)
+        lines.append(f"  {key:<30} {shown:<21} {field.metadata.get('help', '')}")
+    return "\n".join(lines)
+
+
+def resolve(argv: Sequence[str]) -> tuple[tuple[Command, ...], list[str]]:
+    """(the command path argv names, the arguments left): ("bench", "target") for `bench target
+    ...` and for its old spelling `bench-target ...`; (bench,) alone when no bench is named; ()
+    for an unknown command."""
+    if not argv:
+        return (), []
+    names = [*ALIASES.get(argv[0], (argv[0],)), *argv[1:]]
+    command = BY_NAME.get(names[0])
+    if command is None:
+        return (), list(argv)
+    rest = names[1:]
+    sub = next((s for s in command.subcommands if rest and rest[0] == s.name), None)
+    return ((command, sub), rest[1:]) if sub else ((command,), rest)
+
+
+def _help_algo(path: str | None, overrides: list[str]) -> str:
+    """The algorithm a help request is about: algo=NAME, else the config file's, else the default."""
+    from marljax.config import parse_overrides, read_yaml_mapping
+
+    values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
+    algo = parse_overrides([a for a in overrides if a.startswith("algo=")]).get("algo", values.get("algo", "ippo"))
+    return str(algo)
+
+
+def _split_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    path = None
+    rest = list(args)
+    if rest and rest[0].endswith((".yaml", ".yml")) and ("=" not in rest[0] or Path(rest[0]).is_file()):
+        path = rest.pop(0)
+    return path, rest
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line. Every failure ends in one line naming its cause, exit 1 (at run time)
+    or 2 (usage, config); MARLJAX_DEBUG=1 shows the traceback of an unexpected one."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("marljax: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for the user
+        if os.environ.get("MARLJAX_DEBUG") == "1":
+            raise
+        text = str(exc).strip().splitlines()
+        print(f"marljax: {type(exc).__name__}: {text[0][:500] if text else 'no message'} "
+              "(MARLJAX_DEBUG=1 shows the traceback)", file=sys.stderr)  # fmt: skip
+        return 1
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        argv = ["train"]
+    if argv[0] in ("-h", "--help", "help"):
+        if argv[0] == "help" and argv[1:]:  # marljax help COMMAND [NAME]
+            return _command_help(argv[1:] + ["--help"])
+        print(usage())
+        return 0
+    if argv[0] in ("--version", "-V", "version"):
+        import jax
+
+        from marljax.version import __version__
+
+        print(f"marljax {__version__} (jax {jax.__version__})")
+        return 0
+    if "--help" in argv[1:] or "-h" in argv[1:]:
+        return _command_help(argv)
+    path, rest = resolve(argv)
+    if not path:
+        print(f"marljax: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    return path[-1].run(rest)
+
+
+def _command_help(argv: list[str]) -> int:
+    """`marljax COMMAND [NAME] [CONFIG.yaml] [algo=A] --help`: the command's usage (for one that
+    trains, every setting of the algorithm the arguments choose)."""
+    path, rest = resolve(argv)
+    if not path:
+        print(f"marljax: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    rest = [a for a in rest if a not in ("--help", "-h")]
+    if path[-1].subcommands and rest:  # bench algo=qmix --help: the default bench's settings for qmix
+        if _looks_like_a_name(rest[0]):
+            return path[-1].run(rest)  # an unknown bench: refused as running it would be
+        path = (*path, path[-1].subcommands[0])
+    try:
+        print(command_usage(path, _help_algo(*_split_args(rest)) if path[-1].settings else None))
+    except ConfigError as exc:
+        print(f"marljax: config error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

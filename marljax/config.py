@@ -22,7 +22,6 @@ import difflib
 import importlib.util
 import math
 import re
-import sys
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -332,6 +331,20 @@ def algorithms() -> tuple[str, ...]:
 
 
 # ----------------------------------------------------------------------------- the core schema
+
+
+# compile_cache's values (marljax/train/compile_cache.py uses the directory they mean)
+COMPILE_CACHE_OFF = (False, "false", "off", "no", "0")
+COMPILE_CACHE_AUTO = (True, "auto", "true", "on", "yes")
+
+
+def compile_cache_problem(value: Any) -> str | None:
+    """Why `compile_cache=value` is not allowed, or None."""
+    if value in COMPILE_CACHE_OFF or value in COMPILE_CACHE_AUTO:
+        return None
+    if isinstance(value, str) and value.strip():
+        return None
+    return f"must be auto, false or a directory, got {value!r}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -788,17 +801,33 @@ def merge(base: dict, over: Mapping) -> dict:
     return out
 
 
+class FileFormat(typing.NamedTuple):
+    """Another project's config files, read into marljax's keys: JaxMARL's UPPERCASE baseline YAML
+    (marljax/jaxmarl_config.py). A reader sits above this module (it asks envs/ whether the env can
+    be built here), so it registers itself here rather than this module importing it; the package's
+    __init__ imports it, so it is registered before any load_config runs."""
+
+    claims: Callable[[Mapping[str, Any]], bool]  # are these a file's values in this format?
+    read: Callable[[Mapping[str, Any], Path, str | None], dict]  # (values, path, algo= override) -> marljax's mapping
+
+
+FILE_FORMATS: list[FileFormat] = []
+
+
+def register_file_format(file_format: FileFormat) -> None:
+    if file_format not in FILE_FORMATS:
+        FILE_FORMATS.append(file_format)
+
+
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
     """Read a YAML file (optional; marljax's keys, or JaxMARL's UPPERCASE baseline keys, see
     marljax/jaxmarl_config.py), apply `key=value` overrides, validate, freeze."""
     values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
     changes = parse_overrides(overrides)
-    from marljax.jaxmarl_config import ignored_note, is_jaxmarl, translate
-
-    if path is not None and is_jaxmarl(values):  # JaxMARL's UPPERCASE baseline YAML
-        values, ignored = translate(values, path, changes.get("algo"))
-        if note := ignored_note(ignored):
-            print(note, file=sys.stderr)
+    for file_format in FILE_FORMATS:
+        if path is not None and file_format.claims(values):
+            values = file_format.read(values, Path(path), changes.get("algo"))
+            break
     values = merge(values, changes)
     return validate(_build_config(values))
 
@@ -859,9 +888,7 @@ def validate(config: Config) -> Config:
         if hasattr(section, "check"):
             section.check(c)
     c.log.check(c)
-    from marljax.train.compile_cache import check_setting  # (no JAX import: only the value is read)
-
-    if (why := check_setting(c.compile_cache)) is not None:
+    if (why := compile_cache_problem(c.compile_cache)) is not None:
         raise ConfigError("compile_cache", why)
     _check_supports(c, schema)
     if not isinstance(c.env_kwargs, dict):

@@ -21,11 +21,12 @@ baselines; `EPS_DECAY`, `LR_WARMUP` and a `TEST_INTERVAL` of at most 1 are fract
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from marljax.config import ConfigError, algorithm_schema, algorithms, schema_fields
+from marljax.config import ConfigError, FileFormat, algorithm_schema, algorithms, register_file_format, schema_fields
 
 # what JaxMARL prints, where it runs or how it reports; nothing a run computes depends on them
 IGNORED = {
@@ -284,6 +285,14 @@ def from_jaxmarl(values: Mapping[str, Any], path: str | Path, algo: str | None =
     return translate(values, path, algo)[0]
 
 
+def read(values: Mapping[str, Any], path: str | Path, algo: str | None = None) -> dict:
+    """`load_config`'s reader of a JaxMARL file: `from_jaxmarl`, saying on stderr which keys it ignored."""
+    nested, ignored = translate(values, path, algo)
+    if note := ignored_note(ignored):
+        print(note, file=sys.stderr)
+    return nested
+
+
 def ignored_note(ignored: list[str]) -> str | None:
     """The one line saying which keys were accepted and ignored, or None."""
     if not ignored:
@@ -303,4 +312,7 @@ def _nest(flat: Mapping[str, Any]) -> dict:
     return out
 
 
-__all__ = ["is_jaxmarl", "infer_algo", "from_jaxmarl", "translate", "ignored_note", "declared"]
+__all__ = ["is_jaxmarl", "infer_algo", "from_jaxmarl", "translate", "read", "ignored_note", "declared"]
+
+
+register_file_format(FileFormat(is_jaxmarl, read))  # marljax.config.load_config reads JaxMARL's files through it

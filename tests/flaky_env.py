@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from marljax.envs.host_spread import HostSpread
+from marljax.testing.host_spread import HostSpread
 
 
 def _claim(path: str) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 
-from marljax.envs.host_spread import HostSpread
+from marljax.testing.host_spread import HostSpread
 
 _made = itertools.count()  # copies are made in order, so the k-th env made is copy k of actor 0
 

@@ -147,7 +147,7 @@ def test_recorded_trajectories_round_trip(tmp_path):
 def test_host_pettingzoo_env_groups_and_vector_step():
     from marljax.envs.host import HostEnvAdapter, host_env_factory
 
-    adapter = HostEnvAdapter(host_env_factory("pettingzoo:marljax.envs.host_spread:parallel_env", {"n": 3}), "spread")
+    adapter = HostEnvAdapter(host_env_factory("pettingzoo:marljax.testing.host_spread:parallel_env", {"n": 3}), "spread")
     (g,) = adapter.groups
     assert g.size == 3 and g.obs_shape == (2 + 6 + 4,) and g.discrete and g.action_dim == 5
     venv = adapter.vector(4, seed=0)
@@ -158,11 +158,27 @@ def test_host_pettingzoo_env_groups_and_vector_step():
     assert ep_done.all() and done["agents"].all() and reward["agents"].shape == (4, 3)  # 25-step episodes
 
 
+def test_test_envs_old_paths_still_name_them():
+    """host_spread, host_straggler and host_bound moved from marljax.envs to marljax.testing; the
+    old import paths (in commands, scripts, and the config.yaml of runs made before) still work."""
+    from marljax.envs.host import host_env_factory
+    from marljax.envs.registry import make_env
+    from marljax.testing.host_bound import HostBoundSpread
+    from marljax.testing.host_spread import HostSpread
+    from marljax.testing.host_straggler import StragglerSpread
+
+    assert type(host_env_factory("pettingzoo:marljax.envs.host_spread:parallel_env", {})()) is HostSpread
+    assert type(host_env_factory("pettingzoo:marljax.envs.host_straggler:parallel_env", {})()) is StragglerSpread
+    assert isinstance(make_env("marljax.envs.host_bound:make_env", {"step_cost_s": 0.0}), HostBoundSpread)
+    with pytest.raises(ConfigError, match="cannot import"):  # a module that never existed is still refused
+        host_env_factory("pettingzoo:marljax.envs.host_nowhere:parallel_env", {})
+
+
 @pytest.mark.slow
 @pytest.mark.optimized
 @pytest.mark.nightly  # 2-3 CPU-minutes; CI runs host envs through the async pipeline in test_env_failures.py
 def test_async_learns_a_host_pettingzoo_env(tmp_path):
-    cfg = load_config(None, ["mode=async", "env=pettingzoo:marljax.envs.host_spread:parallel_env",
+    cfg = load_config(None, ["mode=async", "env=pettingzoo:marljax.testing.host_spread:parallel_env",
                              "total_timesteps=3e5", "num_chunks=6", "progress=false", "plot=false",
                              f"out_dir={tmp_path}"])  # fmt: skip
     res = train(cfg, log=lambda s: None)
@@ -176,7 +192,7 @@ def test_async_learns_a_host_pettingzoo_env(tmp_path):
 def _host_spread_baselines(episodes: int) -> tuple[float, float]:
     """Per-agent return of the no-op (stay) and the uniformly random policy on host_spread, mean
     over `episodes` episodes (seeds 0..episodes-1; the env is numpy, so this takes a moment)."""
-    from marljax.envs.host_spread import HostSpread
+    from marljax.testing.host_spread import HostSpread
 
     rng = np.random.default_rng(0)
     out = []
@@ -199,7 +215,7 @@ def test_host_env_outside_async_mode_is_a_config_error():
     from marljax.train.wiring import make_adapter
 
     with pytest.raises(ConfigError, match="mode=async"):
-        make_adapter(load_config(None, ["env=pettingzoo:marljax.envs.host_spread:parallel_env"]))
+        make_adapter(load_config(None, ["env=pettingzoo:marljax.testing.host_spread:parallel_env"]))
 
 
 def test_async_checkpoints_the_learner_and_resumes(tmp_path):

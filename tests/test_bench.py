@@ -165,7 +165,7 @@ def test_async_bench_sync_baseline_uses_the_same_threads(monkeypatch):
     monkeypatch.setattr(pipeline, "ThreadPoolExecutor", CountingPool)
     monkeypatch.setattr(pipeline.AsyncRun, "make_collector", spy_collector)
     monkeypatch.setattr(pipeline, "ASYNC_BATCHES", 16)
-    config = load_config(None, ["mode=async", "env=pettingzoo:marljax.envs.host_spread:parallel_env",
+    config = load_config(None, ["mode=async", "env=pettingzoo:marljax.testing.host_spread:parallel_env",
                                 "env_kwargs.step_cost_s=0.002", "async.num_actor_threads=2", "num_envs=2",
                                 "num_steps=16", "hidden_size=16", "ppo.update_epochs=1", "ppo.num_minibatches=1",
                                 "total_timesteps=4096", "progress=false"])  # fmt: skip

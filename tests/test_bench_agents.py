@@ -1,4 +1,4 @@
-"""`marljax bench-agents` (issue 21, item 4): learner bytes per device fall as 1/K with mesh.agent=K,
+"""`marljax bench agents` (issue 21, item 4): learner bytes per device fall as 1/K with mesh.agent=K,
 the swap moves bytes exactly when K > 1, and the largest-N search finds what fits. Byte counts only:
 no timed assertion (rows' times are printed, never checked)."""
 

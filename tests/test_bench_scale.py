@@ -1,4 +1,4 @@
-"""`marljax bench-scale` runs the bench per num_envs in its own process and stops at its limits;
+"""`marljax bench scale` runs the bench per num_envs in its own process and stops at its limits;
 experiments/protocol_summary.py reads what the protocol's steps printed."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_rows_hold_a_few_chunks_of_a_useful_size():
 
 
 def test_bench_scale_runs_a_row_then_the_protocol_summary_reads_it(tmp_path):
-    proc = _cli("bench-scale", "--max-envs", "64", *SMALL)
+    proc = _cli("bench", "scale", "--max-envs", "64", *SMALL)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["bench"] == "scale" and summary["stopped"] == "max-envs" and summary["platform"] == "cpu"
@@ -44,7 +44,7 @@ def test_bench_scale_runs_a_row_then_the_protocol_summary_reads_it(tmp_path):
 
     # the protocol's summary over a directory holding this step and a doctor report; the rest never ran
     # (the protocol's log format: each command after "$ ", then its output; steps.tsv: step, exit, seconds, limit)
-    (tmp_path / "bench_scale.log").write_text(f"$ marljax bench-scale\n{proc.stdout}")
+    (tmp_path / "bench_scale.log").write_text(f"$ marljax bench scale\n{proc.stdout}")
     (tmp_path / "doctor.log").write_text(f"$ marljax doctor\n{_cli('doctor').stdout}")
     (tmp_path / "steps.tsv").write_text("doctor\t0\t2\t60\nbench_scale\t0\t40\t330\n")
     out = subprocess.run([sys.executable, str(ROOT / "experiments" / "protocol_summary.py"), str(tmp_path)],
@@ -58,7 +58,7 @@ def test_bench_scale_runs_a_row_then_the_protocol_summary_reads_it(tmp_path):
 
 
 def test_a_row_past_its_time_limit_stops_the_sweep():
-    proc = _cli("bench-scale", "--timeout", "1", *SMALL)
+    proc = _cli("bench", "scale", "--timeout", "1", *SMALL)
     assert proc.returncode == 1
     assert "num_envs 64 per device: time limit (1 s); the sweep stops here" in proc.stdout
     assert json.loads(proc.stdout.strip().splitlines()[-1])["rows"] == []

@@ -1,4 +1,4 @@
-"""`marljax bench-target`: stops at the chunk that reaches the target, reports figures that agree
+"""`marljax bench target`: stops at the chunk that reaches the target, reports figures that agree
 with metrics.jsonl, and fails clearly when the budget runs out or the target is bad."""
 
 import json
@@ -42,7 +42,7 @@ def test_a_target_not_reached_within_the_budget_is_a_clear_error(tmp_path):
     ],
 )
 def test_bad_targets_are_refused_before_compiling(args, message, capsys):
-    assert main(["bench-target", *args]) == 2
+    assert main(["bench", "target", *args]) == 2
     assert message in capsys.readouterr().err
 
 

@@ -173,3 +173,77 @@ def test_version(capsys):
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith(f"marljax {__version__} (jax ")
+
+
+def _missing_from_usage(text: str, commands) -> list[str]:
+    """The declared commands (and subcommands, and old spellings) that a usage text does not show:
+    each command's usage line and the first words of its summary, each subcommand's row."""
+    missing = []
+    for command in commands:
+        if f"marljax {command.name} {command.args}" not in text or f"  {command.name:<8}{command.summary[:30]}" not in text:
+            missing.append(command.name)
+        for sub in command.subcommands:
+            if f"  {sub.name:<12}{sub.summary[:30]}" not in text:
+                missing.append(f"{command.name} {sub.name}")
+            if sub.alias and f"{sub.alias} ({command.name} {sub.name})" not in " ".join(text.split()):  # wrapped
+                missing.append(sub.alias)
+    return missing
+
+
+def test_usage_lists_every_declared_command(capsys, monkeypatch):
+    from marljax import cli
+
+    assert main(["--help"]) == 0
+    printed = capsys.readouterr().out
+    assert main(["help"]) == 0 and capsys.readouterr().out == printed
+    assert _missing_from_usage(printed, cli.COMMANDS) == []
+    names = [c.name for c in cli.COMMANDS]
+    assert names == ["train", "sweep", "report", "compare", "bench", "export", "doctor"]
+    assert [c.name for c in cli.BY_NAME["bench"].subcommands] == [
+        "throughput", "target", "scale", "agents", "checkpoint", "sweep", "stragglers", "balance"]
+    # negative control: a usage without one command's line, or one bench's row, is caught
+    assert _missing_from_usage(printed.replace("marljax report SWEEP_DIR", ""), cli.COMMANDS) == ["report"]
+    assert _missing_from_usage(printed.replace("  stragglers", ""), cli.COMMANDS) == ["bench stragglers"]
+    # the usage comes from the table: a command declared there is listed (and runs) with no other change
+    extra = cli.Command("hello", "[NAME]", "say hello to NAME", lambda args: print("hello", *args) or 0)
+    monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, extra))
+    monkeypatch.setitem(cli.BY_NAME, "hello", extra)
+    assert main(["--help"]) == 0
+    assert _missing_from_usage(capsys.readouterr().out, cli.COMMANDS) == []
+    assert main(["hello", "world"]) == 0 and capsys.readouterr().out == "hello world\n"
+
+
+def test_bench_help_lists_every_bench(capsys):
+    from marljax import cli
+
+    assert main(["bench", "--help"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("usage: marljax bench [NAME] [CONFIG.yaml] [key=value ...]")
+    for sub in cli.BY_NAME["bench"].subcommands:
+        assert f"  {sub.name:<12}{sub.summary[:30]}" in printed, sub.name
+        assert main(["bench", sub.name, "--help"]) == 0
+        assert capsys.readouterr().out.startswith(f"usage: marljax bench {sub.name} {sub.args}\n")
+    assert main(["help", "bench", "target"]) == 0
+    assert "marljax bench target [CONFIG.yaml] [key=value ...] [target=R]" in capsys.readouterr().out
+    assert main(["bench", "algo=qmix", "--help"]) == 0  # the default bench's settings, as before
+    assert "replay.buffer_size" in capsys.readouterr().out
+    assert main(["bench", "nosuch"]) == 2 and "unknown bench 'nosuch'" in capsys.readouterr().err
+    assert main(["bench", "nosuch", "--help"]) == 2 and "unknown bench 'nosuch'" in capsys.readouterr().err
+
+
+def test_old_bench_spellings_run_the_same_handler_as_bench_name(capsys):
+    from marljax.cli import ALIASES, BY_NAME, resolve
+
+    assert sorted(ALIASES) == ["bench-agents", "bench-checkpoint", "bench-scale", "bench-sweep", "bench-target"]
+    for alias, (_, name) in ALIASES.items():
+        old_path, old_rest = resolve([alias, "num_envs=4"])
+        new_path, new_rest = resolve(["bench", name, "num_envs=4"])
+        assert old_path == new_path and old_rest == new_rest == ["num_envs=4"]
+        assert old_path[-1].run is next(s for s in BY_NAME["bench"].subcommands if s.name == name).run
+    # the default bench: `bench key=value` and `bench throughput key=value` run one handler
+    assert resolve(["bench", "num_envs=4"])[0][-1].subcommands[0].run is resolve(["bench", "throughput"])[0][-1].run
+    # and in full, through main: the same exit code and message, nothing extra printed
+    assert main(["bench-target", "target=abc"]) == 2
+    old = capsys.readouterr()
+    assert main(["bench", "target", "target=abc"]) == 2
+    assert capsys.readouterr() == old and old.err == "marljax: config error: target: expected a number (a return per agent), got 'abc'\n"

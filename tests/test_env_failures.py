@@ -78,7 +78,7 @@ def test_env_failure_settings_are_checked_before_anything_runs():
 
 
 def test_deterministic_host_runs_step_in_lockstep_and_reproduce_bitwise(tmp_path):
-    cfg = ["env=pettingzoo:marljax.envs.host_spread:parallel_env", "async.deterministic=true", "total_timesteps=256",
+    cfg = ["env=pettingzoo:marljax.testing.host_spread:parallel_env", "async.deterministic=true", "total_timesteps=256",
            "num_chunks=2"]  # fmt: skip
     a = train(load_config(None, FLAKY + cfg + [f"out_dir={tmp_path / 'a'}"]), log=lambda s: None)
     b = train(load_config(None, FLAKY + cfg + [f"out_dir={tmp_path / 'b'}"]), log=lambda s: None)

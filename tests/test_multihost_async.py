@@ -224,7 +224,7 @@ def test_host_envs_on_two_processes_step_their_own_seeded_slices(tmp_path, micro
 
     from marljax.pipeline.recorder import load_trajectories
 
-    run = ["mode=async", "env=pettingzoo:marljax.envs.host_spread:parallel_env", "num_envs=8", "num_steps=16",
+    run = ["mode=async", "env=pettingzoo:marljax.testing.host_spread:parallel_env", "num_envs=8", "num_steps=16",
            "total_timesteps=512", "num_chunks=2", "async.max_staleness=1", "progress=false", "plot=false",
            f"async.micro_batches={micro_batches}", f"async.record_trajectories={tmp_path / 'data'}",
            f"out_dir={tmp_path / 'run'}"]  # fmt: skip

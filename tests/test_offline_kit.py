@@ -52,7 +52,7 @@ def test_every_step_ends_inside_10_minutes_and_all_inside_about_25():
     assert steps["total"][0] == sum(limit for name, (limit, _) in steps.items() if name != "total") <= 27 * 60
     commands = [c for _, cs in steps.values() for c in cs]
     assert not [c for c in commands if "git clone" in c or "pip install" in c]  # nothing from the network
-    assert any("bench-scale" in c for c in steps["bench_scale"][1])
+    assert any("bench scale" in c for c in steps["bench_scale"][1])
     assert [c.split()[-1] for c in steps["dtype"][1]] == ["dtype=float32", "dtype=bfloat16"]
     assert "mode=async" in steps["async"][1][0] and "-n 4" in steps["tests"][1][0]
     assert all("--jaxmarl /kit/JaxMARL" in c for c in steps["jaxmarl_own_config"][1] + steps["jaxmarl_4096_envs"][1])
@@ -83,7 +83,7 @@ def _write_fixture(out: Path, rcs: dict[str, int]) -> None:
         "doctor": [("python3 -m marljax.cli doctor --expect gpu", ["jax 0.11.2", json.dumps(doctor)])],
         "tests": [("python3 -m pytest -q -n 4", ["..s..", "SKIPPED [1] tests/x.py:3: needs wandb, not installed here",
                                                  "412 passed, 9 skipped in 301.2s"])],  # fmt: skip
-        "bench_scale": [("python3 -m marljax.cli bench-scale", [json.dumps({"stopped": "max-envs", "rows": [row]})])],
+        "bench_scale": [("python3 -m marljax.cli bench scale", [json.dumps({"stopped": "max-envs", "rows": [row]})])],
         "train": [("python3 -m marljax.cli train", ["return per agent -27.20 -> -22.03 (+5.17); 3.1M env-steps/s"])],
         "jaxmarl_own_config": [("python3 side.py --timesteps 2e6", [json.dumps(side)])],
         "jaxmarl_4096_envs": [("python3 side.py --num-envs 4096", [json.dumps(side | {"num_envs": 4096})])],

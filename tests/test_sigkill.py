@@ -20,8 +20,7 @@ import signal
 
 import pytest
 
-from marljax.train.checkpoint import TEST_SAVE_DELAY
-from marljax.train.faults import (
+from marljax.testing.faults import (
     FinishedRun,
     finished_steps,
     first_difference,
@@ -30,7 +29,8 @@ from marljax.train.faults import (
     run_to_end,
     start_train,
     unfinished_saves,
-)
+)  # fmt: skip
+from marljax.train.checkpoint import TEST_SAVE_DELAY
 
 # 40 updates of 8 envs x 16 steps, in chunks of 2, a checkpoint every 4 (the newest 3 kept)
 BASE = ["num_envs=8", "num_steps=16", "total_timesteps=5120", "num_chunks=20", "checkpoint_every=4",

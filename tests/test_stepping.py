@@ -99,7 +99,7 @@ def test_stragglers_stay_on_their_workers():
 
 # ---------------------------------------------------------------------------------- in a run
 
-HOST = ["mode=async", "env=pettingzoo:marljax.envs.host_straggler:parallel_env", "num_envs=4", "num_steps=8",
+HOST = ["mode=async", "env=pettingzoo:marljax.testing.host_straggler:parallel_env", "num_envs=4", "num_steps=8",
         "hidden_size=16", "progress=false", "async.host_stepping=independent"]  # fmt: skip
 
 

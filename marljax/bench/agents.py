@@ -1,8 +1,8 @@
-"""`marljax bench-agents`: learner memory, the layout swap and update time as the agent count grows,
+"""`marljax bench agents`: learner memory, the layout swap and update time as the agent count grows,
 with each agent's parameters and Adam moments split over `mesh.agent` = K devices.
 
-    python -m marljax.bench.agents [--agents 4,16,64] [--mesh-agent 1,2,4,8]
-                                   [--device-memory-mib M] [key=value ...]
+    marljax bench agents [--agents 4,16,64] [--mesh-agent 1,2,4,8]
+                         [--device-memory-mib M] [key=value ...]
 
 For every agent count N and every K dividing N, IPPO (or `algo=mappo|pqn_vdn`) with
 `param_sharing=independent` on MPE_simple_spread_v3 with N agents and N landmarks (each agent
@@ -172,7 +172,7 @@ def what_fits(base: Config, rows: list[dict[str, Any]], ks: Sequence[int], budge
 def run_agents_bench(base: Config, agents: Sequence[int], ks: Sequence[int], budget_mib: float | None,
                      log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
     """Bench every (N, K) with K dividing N; print the table, what fits, then one JSON line."""
-    log(f"marljax bench-agents: {base.algo} on {base.env}, param_sharing={base.param_sharing}, {device_count()} x "
+    log(f"marljax bench agents: {base.algo} on {base.env}, param_sharing={base.param_sharing}, {device_count()} x "
         f"{platform()}; {base.num_envs} envs x {base.num_steps} steps, N = {list(agents)}, K = {list(ks)}")  # fmt: skip
     rows = []
     for n in agents:
@@ -259,9 +259,7 @@ def _positive(flag: str, value: str, kind: type) -> Any:
 
 def rerun_with_devices(argv: Sequence[str], n: int) -> int:
     """Run this bench again in a child process whose JAX sees n CPU devices; its exit code."""
-    import marljax
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(marljax.__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds this marljax/
     env = fake_cpu_devices_env(n)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     env[CHILD] = "1"

@@ -1,8 +1,8 @@
 """The balance controller's effect: dropped batches with `async.balance=off` and `rate` on a run
 whose actors could produce `ratio` times (default 3) more batches than the learner consumes.
 
-    python -m marljax.bench.balance [ratio=3] [key=value ...]
-    python -m marljax.bench.balance async.micro_batches=2    # the controller counting slices
+    marljax bench balance [ratio=3] [key=value ...]
+    marljax bench balance async.micro_batches=2    # the controller counting slices
 
 `staleness_policy=drop`, 2 actor threads, K=1, buffer of 2. Generation and learning are timed
 alone first; the learner is then padded with a host sleep so that the threads' generation

@@ -1,4 +1,4 @@
-"""`marljax bench-checkpoint`: training time with periodic checkpoints vs only the final one.
+"""`marljax bench checkpoint`: training time with periodic checkpoints vs only the final one.
 
 Runs `marljax.train.loop.train` 2 x `rounds` times, alternating without / with, each into a fresh
 temporary out_dir, and times the run after compilation (training, metrics, saves and the final

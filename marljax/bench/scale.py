@@ -1,6 +1,6 @@
-"""`marljax bench-scale`: the training throughput of one config as num_envs grows.
+"""`marljax bench scale`: the training throughput of one config as num_envs grows.
 
-    marljax bench-scale [CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]
+    marljax bench scale [CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]
 
 Runs `marljax bench` (`train.py`) once per row, each in its own process, at 64, 256, 1k, 4k,
 16k and 64k environments per device (times the devices the environments split over), until
@@ -33,7 +33,7 @@ OUT_OF_MEMORY = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "Memory
 
 
 def parse_flags(args: Sequence[str]) -> tuple[list[str], int | None, int]:
-    """(the remaining args, --max-envs or None, --timeout): the flags of bench-scale itself."""
+    """(the remaining args, --max-envs or None, --timeout): the flags of bench scale itself."""
     rest, max_envs, timeout = [], None, ROW_TIMEOUT_S
     it = iter(args)
     for a in it:
@@ -89,7 +89,7 @@ def run_scale_bench(path: str | None, overrides: list[str], max_envs: int | None
     platform, devices = jax.default_backend(), jax.device_count()
     limit = max_envs or MAX_PER_DEVICE.get(platform, DEFAULT_MAX)
     per_env_device = env_devices(config, devices)
-    log(f"marljax bench-scale: {config.algo} on {config.env}, {devices} x {platform}; "
+    log(f"marljax bench scale: {config.algo} on {config.env}, {devices} x {platform}; "
         f"num_envs per device {', '.join(str(n) for n in PER_DEVICE if n <= limit)}")  # fmt: skip
     rows, stopped = [], ""
     for n in (n for n in PER_DEVICE if n <= limit):

@@ -1,10 +1,10 @@
 """Host env copies at several step costs, with and without a straggler: the async pipeline's
 env-steps/s for each `async.host_stepping`.
 
-    python -m marljax.bench.stragglers [key=value ...]     # e.g. num_envs=8 num_steps=32
-    python -m marljax.bench.stragglers step_costs=0,0.0005,0.005 slow_factor=10
+    marljax bench stragglers [key=value ...]     # e.g. num_envs=8 num_steps=32
+    marljax bench stragglers step_costs=0,0.0005,0.005 slow_factor=10
 
-The env is `marljax.envs.host_straggler` (host_spread whose step sleeps `step_cost_s`; the
+The env is `marljax.testing.host_straggler` (host_spread whose step sleeps `step_cost_s`; the
 numpy work itself is about 30 us); "straggler": 1 copy in 8 `slow_factor` times slower. The
 rate is consumed samples per second of `AsyncRun.run` over BATCHES batches, after a 2-batch
 warm-up run (it compiles) and the timed run's first START batches, whose rate is shown apart: a
@@ -28,7 +28,7 @@ from marljax.config import Config, load_config, replace
 from marljax.pipeline.actor_learner import AsyncRun
 from marljax.train.wiring import make_adapter, make_trainer
 
-ENV = "pettingzoo:marljax.envs.host_straggler:parallel_env"
+ENV = "pettingzoo:marljax.testing.host_straggler:parallel_env"
 DEFAULTS = ["mode=async", f"env={ENV}", "num_envs=8", "num_steps=32", "hidden_size=32", "progress=false"]
 BATCHES = 40  # timed batches per run, after its first START
 START = 8  # a run's first batches, timed apart: its collectors start on workers and probe how to step (stepping.py)

@@ -1,4 +1,4 @@
-"""`marljax bench-sweep`: 8 seeds x 4 learning rates as one vmapped program vs 32 runs one after another.
+"""`marljax bench sweep`: 8 seeds x 4 learning rates as one vmapped program vs 32 runs one after another.
 
 Both sides train the same 32 runs (row (lr, seed i) starts from seed index i's key)
 with the same chunking, and nothing else: no evaluation, no files. The sequential
@@ -26,7 +26,7 @@ from marljax.train.wiring import prepare
 
 LRS = (3e-4, 1e-3, 2e-3, 3e-3)
 SEEDS = 8
-# bench-sweep's own defaults without a config file (key=value overrides them): 61 updates of 32 envs per run
+# bench sweep's own defaults without a config file (key=value overrides them): 61 updates of 32 envs per run
 DEFAULTS = ("total_timesteps=2.5e5", "num_envs=32", "progress=false", "plot=false")
 
 
@@ -57,7 +57,7 @@ def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SE
     (program,) = sweep.programs
     runs, steps = program.rows, config.num_updates * config.num_steps * config.num_envs
     log(
-        f"bench-sweep: {len(lrs)} learning rates x {seeds} seeds = {runs} runs of {config.num_updates} updates "
+        f"bench sweep: {len(lrs)} learning rates x {seeds} seeds = {runs} runs of {config.num_updates} updates "
         f"({steps} env steps each) on {config.env}, {platform()}"
     )
     keys = seed_keys(config.seed, seeds)

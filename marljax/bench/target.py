@@ -1,4 +1,4 @@
-"""`marljax bench-target`: wall-clock time until the training return first reaches a target.
+"""`marljax bench target`: wall-clock time until the training return first reaches a target.
 
 `run_target_bench(config, target)` runs `marljax.train.loop.train` itself (the same program and
 host loop as `marljax train`) and watches its metrics rows through the loop's `on_row` callback:
@@ -87,7 +87,7 @@ def run_target_bench(config: Config, target: float | None = None, log: Callable[
     curve: list[list[float]] = []  # [env steps per seed, seconds since the start, mean return]
     compile_s: list[float] = []  # train hands it over once its chunk programs are compiled
 
-    log(f"marljax bench-target: {config.algo} on {config.env}, {config.num_seeds} seed(s), target {target:g} "
+    log(f"marljax bench target: {config.algo} on {config.env}, {config.num_seeds} seed(s), target {target:g} "
         f"(mean training return per agent over seeds), budget {config.total_timesteps:,} env steps per seed")  # fmt: skip
     start = time.perf_counter()
 

@@ -7,6 +7,19 @@ from typing import Any
 
 from marljax.config import ConfigError, first_line
 
+# Test and benchmark envs that moved out of envs/ into marljax.testing: their old import paths
+# still name them (in commands, scripts and the config.yaml of runs made before), silently.
+MOVED = {
+    "marljax.envs.host_spread": "marljax.testing.host_spread",
+    "marljax.envs.host_straggler": "marljax.testing.host_straggler",
+    "marljax.envs.host_bound": "marljax.testing.host_bound",
+}
+
+
+def module_now(module_name: str) -> str:
+    """Where the module named `module_name` (in an env's import path) lives now."""
+    return MOVED.get(module_name, module_name)
+
 
 def build_env(make: Callable[[], Any], label: str, kind: str, required: tuple[str, ...]) -> Any:
     """`make()`, or ConfigError("env") saying that building the env failed (naming `label`, the

@@ -25,7 +25,7 @@ import numpy as np
 
 from marljax.config import ConfigError
 from marljax.envs.adapter import AgentGroup
-from marljax.envs.factory import build_env
+from marljax.envs.factory import build_env, module_now
 
 HOST_PREFIX = "pettingzoo:"
 
@@ -43,7 +43,7 @@ def host_env_factory(name: str, kwargs: dict) -> Callable[[], Any]:
     if importlib.util.find_spec("pettingzoo") is None:
         raise ConfigError("env", 'host envs need pettingzoo: pip install "marljax[host]"')
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
+        fn = getattr(importlib.import_module(module_now(module_name)), attr)
     except (ImportError, AttributeError) as exc:
         raise ConfigError("env", f"cannot import {path!r}: {exc}") from exc
     return lambda: fn(**kwargs)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from marljax.config import ConfigError, first_line, listed
-from marljax.envs.factory import build_env
+from marljax.envs.factory import build_env, module_now
 
 # Ids that import from the PyPI package but need something it does not install.
 _NEEDS = {
@@ -85,7 +85,7 @@ def _layout_kwargs(name: str, kwargs: dict) -> dict:
 def _from_import_path(spec: str, kwargs: Mapping[str, Any]):
     module_name, _, attr = spec.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(module_now(module_name))
     except ImportError as exc:
         raise ConfigError("env", f"cannot import module {module_name!r} from {spec!r}: {exc}") from exc
     factory = getattr(module, attr, None)

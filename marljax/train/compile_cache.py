@@ -22,8 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-OFF = (False, "false", "off", "no", "0")
-AUTO = (True, "auto", "true", "on", "yes")
+from marljax.config import COMPILE_CACHE_AUTO as AUTO
+from marljax.config import COMPILE_CACHE_OFF as OFF
+
 _JAX_ENTRY_ERRORS = ("Error reading persistent compilation cache entry", "Error writing persistent compilation cache entry")
 
 
@@ -45,15 +46,6 @@ def machine_tag(cpuinfo: str | None = None) -> str:
 def default_dir(environ: dict[str, str] = os.environ) -> Path:
     base = Path(environ.get("XDG_CACHE_HOME") or Path(environ.get("HOME") or Path.home()) / ".cache")
     return base / "marljax" / "jax-compile" / machine_tag()
-
-
-def check_setting(value: Any) -> str | None:
-    """Why `compile_cache=value` is not allowed, or None."""
-    if value in OFF or value in AUTO:
-        return None
-    if isinstance(value, str) and value.strip():
-        return None
-    return f"must be auto, false or a directory, got {value!r}"
 
 
 def chosen_dir(value: Any, environ: dict[str, str] = os.environ) -> Path | None:

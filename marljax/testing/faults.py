@@ -26,7 +26,6 @@ from typing import Any
 import jax
 import numpy as np
 
-import marljax
 from marljax.train.metrics import read_jsonl
 
 TIMING = ("wall_s", "env_steps_per_s")  # metrics fields that measure the clock, not the training
@@ -38,7 +37,7 @@ def start_train(overrides: list[str], env: dict[str, str] | None = None) -> subp
     stdout and stderr merged and unbuffered, so that lines arrive as they are printed."""
     cmd = [sys.executable, "-m", "marljax.cli", "train", *overrides]
     env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    here = str(Path(marljax.__file__).parents[1])  # the child imports this very marljax
+    here = str(Path(__file__).resolve().parents[2])  # the child imports this very marljax (marljax/testing/faults.py)
     env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env

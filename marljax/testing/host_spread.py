@@ -1,6 +1,6 @@
 """A PettingZoo parallel environment written in numpy: cooperative navigation, with a host step cost.
 
-    env=pettingzoo:marljax.envs.host_spread:parallel_env env_kwargs.step_cost_s=0.0005 mode=async
+    env=pettingzoo:marljax.testing.host_spread:parallel_env env_kwargs.step_cost_s=0.0005 mode=async
 
 `n` agents and `n` landmarks in the unit square; each agent moves by one of 5 discrete
 actions (stay, left, right, down, up). Every agent receives the same reward: minus the sum,

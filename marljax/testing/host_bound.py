@@ -1,6 +1,6 @@
 """A host-bound environment for measuring the async mode: MPE_simple_spread_v3 plus a fixed host cost.
 
-    env=marljax.envs.host_bound:make_env env_kwargs.step_cost_s=0.002
+    env=marljax.testing.host_bound:make_env env_kwargs.step_cost_s=0.002
 
 Every (vectorised) step calls back to the host, which sleeps `step_cost_s` seconds, the way
 a Python simulator stepping a batch of env copies would. `time.sleep` releases the GIL, so

@@ -1,8 +1,8 @@
 """host_spread with stragglers: 1 copy in `slow_every` costs `slow_factor` times as much per step.
 
-    env=pettingzoo:marljax.envs.host_straggler:parallel_env env_kwargs.slow_every=8 env_kwargs.slow_factor=10
+    env=pettingzoo:marljax.testing.host_straggler:parallel_env env_kwargs.slow_every=8 env_kwargs.slow_factor=10
 
-For measuring `async.host_stepping` (`python -m marljax.bench.stragglers`). Copies count off as
+For measuring `async.host_stepping` (`marljax bench stragglers`). Copies count off as
 they are made (in one process): of any `slow_every` made one after another, exactly one is slow,
 so an actor's `num_envs=8` copies hold one straggler. `slow_every=0`: every copy is fast. The
 slow copy sleeps so that its whole step costs `slow_factor` times a fast one's (about 50 us of
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 
-from marljax.envs.host_spread import HostSpread
+from marljax.testing.host_spread import HostSpread
 
 _made = itertools.count()
 NUMPY_S = 5e-5  # about what a step's own numpy work costs (host_spread, 3 agents), beside its sleep
