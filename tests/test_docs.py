@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -101,6 +102,31 @@ def test_the_api_reference_lists_the_entry_points(site):
     assert not [name for name in API_NAMES if f'id="{name}"' not in built]
     shown = text_of(built)
     assert "marljax.train.loop.train" in shown and "marljax.load_policy" in shown
+
+
+def render(chromium: str, page: Path) -> str:
+    """The DOM headless Chromium holds after loading `page` (its scripts run)."""
+    done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_every_page_renders_in_headless_chromium(site, pages, tmp_path):
+    """What a browser shows, not only what mkdocs wrote: each nav page's DOM after Chromium loaded
+    it has its title and heading, and the API reference its entry points (`.ci/run` installs Debian's
+    chromium where it is missing)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium)")
+    for _, page in pages:
+        rendered = tmp_path / html_path(site, page).relative_to(site)
+        rendered.parent.mkdir(parents=True, exist_ok=True)
+        rendered.write_text(render(chromium, html_path(site, page)))
+    assert not page_problems(tmp_path, pages)
+    api = (tmp_path / "api" / "index.html").read_text()
+    assert not [name for name in API_NAMES if f'id="{name}"' not in api]
 
 
 def test_a_missing_or_mistitled_page_is_detected(site, pages):
