@@ -16,8 +16,14 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-MISSING = [m for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python") if importlib.util.find_spec(m) is None]
-pytestmark = pytest.mark.skipif(bool(MISSING), reason=f'the docs extra is not installed (no {", ".join(MISSING)}): pip install ".[docs]"')
+MISSING = [
+    m
+    for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
+    if importlib.util.find_spec(m) is None
+]
+pytestmark = pytest.mark.skipif(
+    bool(MISSING), reason=f'the docs extra is not installed (no {", ".join(MISSING)}): pip install ".[docs]"'
+)
 # anchors (ids) the API reference must hold: the entry points, the algorithm protocol and its registry
 API_NAMES = ("marljax.train", "marljax.train.loop.train", "marljax.load_policy", "marljax.algos.api.Trainer",
              "marljax.algos.api.MakeTrain", "marljax.algos.api.AlgorithmSpec", "marljax.algos.registry.register")  # fmt: skip

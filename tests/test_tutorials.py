@@ -50,7 +50,9 @@ def test_tutorial_code_runs(page, tmp_path):
 
 def test_a_failing_block_fails_the_page(tmp_path):
     """Negative control: a page whose code raises is reported, and a titled block is importable."""
-    page = '```python title="helper.py"\nVALUE = 2\n```\n\n```python\nfrom helper import VALUE\nassert VALUE == 3\n```\n'
+    page = (
+        '```python title="helper.py"\nVALUE = 2\n```\n\n```python\nfrom helper import VALUE\nassert VALUE == 3\n```\n'
+    )
     done = run_page(page, tmp_path)
     assert done.returncode != 0 and "AssertionError" in done.stderr
     assert run_page(page.replace("== 3", "== 2"), tmp_path / "ok").returncode == 0
