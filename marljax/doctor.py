@@ -21,7 +21,7 @@ STACK = ("marljax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "chex"
 # the distribution that makes each accelerator build; none of them: jax's CPU build
 BUILDS = {"cuda12": "jax-cuda12-plugin", "cuda13": "jax-cuda13-plugin", "tpu": "libtpu", "rocm": "jax-rocm7-plugin"}
 PLATFORMS = ("cpu", "gpu", "tpu")
-# What this project runs its tests on (README, "Tested combinations"): each jax minor with the
+# What this project runs its tests on (docs/getting-started.md, "Tested combinations"): each jax minor with the
 # Python it was tested under. pyproject.toml's jax range ends where this table does.
 TESTED_JAX = {"0.10": "Python 3.11, CI", "0.11": "Python 3.12, the offline GPU kit's rehearsal",
               "0.12": "Python 3.13, CI"}  # fmt: skip

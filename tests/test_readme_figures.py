@@ -1,5 +1,6 @@
-"""Every measured table of README.md names the command that prints it: a section of
-experiments/readme_figures.py, which exists and has a formatter."""
+"""Every measured table and every figure of README.md, and of the docs pages the README's measurements
+moved to, names the command that printed it: a table a section of experiments/readme_figures.py (which
+exists and has a formatter), a figure (an image) a command beside it. Every section still has a page."""
 
 from __future__ import annotations
 
@@ -12,11 +13,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "experiments"))
 import readme_figures  # noqa: E402
 
-# tables that hold no measured figures (settings, support and feature lists)
+# the README and the docs pages carved out of it (the other docs pages keep their own commands in prose)
+PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md", ROOT / "docs" / "benchmarks.md",
+         *sorted((ROOT / "docs" / "guide").glob("*.md")), *sorted((ROOT / "docs" / "engineering").glob("*.md"))]  # fmt: skip
 # tables of what exists (no measured figures in them), exempt from needing a command
 EXEMPT = ("| section | algorithms | keys |", "| environment (JaxMARL id) | runs | learns (test) | notes |", "| feature | status |",
-          "| tracker | where it writes (by default) | its settings |", "| Python | jax, jaxlib | how | where |")  # fmt: skip
+          "| tracker | where it writes (by default) | its settings |", "| Python | jax, jaxlib | how | where |",
+          "| algorithm | `algo=` | sections |", "| family (JaxMARL ids) | runs | learns (test) |")  # fmt: skip
 WITHIN = 6  # lines after a table's last row in which its command must appear
+FIGURE_WITHIN = 12  # lines before or after an image in which a command that made it must appear
+COMMAND = re.compile(r"`(marljax [a-z-]+|python [\w/.-]+\.py|python -m [\w.]+)[^`]*`")
 
 
 def tables(lines: list[str]) -> list[tuple[int, int]]:
@@ -33,6 +39,31 @@ def tables(lines: list[str]) -> list[tuple[int, int]]:
     return found
 
 
+def tables_without_command(text: str, where: str) -> list[str]:
+    lines = text.splitlines()
+    missing = []
+    for first, last in tables(lines):
+        if lines[first].startswith(EXEMPT):
+            continue
+        after = "\n".join(lines[last + 1 : last + 1 + WITHIN])
+        names = re.findall(r"readme_figures\.py ([\w-]+)", after)
+        if not names or not all(n in readme_figures.BY_NAME for n in names):
+            missing.append(f"{where}:{first + 1}: {lines[first][:60]}")
+    return missing
+
+
+def figures_without_command(text: str, where: str) -> list[str]:
+    """Images (`![...](...png)`) with no `marljax ...` / `python ....py` command within FIGURE_WITHIN lines."""
+    lines = text.splitlines()
+    missing = []
+    for i, line in enumerate(lines):
+        if re.search(r"!\[[^\]]*\]\([^)]+\)", line):
+            near = "\n".join(lines[max(0, i - FIGURE_WITHIN) : i + 1 + FIGURE_WITHIN])
+            if not COMMAND.search(near):
+                missing.append(f"{where}:{i + 1}: {line[:60]}")
+    return missing
+
+
 def test_every_section_has_a_formatter():
     names = [s.name for s in readme_figures.SECTIONS]
     assert len(names) == len(set(names)) and "all" not in names
@@ -45,19 +76,35 @@ def test_list_names_every_section():
     assert [line.split()[0] for line in out.splitlines()] == [s.name for s in readme_figures.SECTIONS]
 
 
-def test_every_readme_table_is_followed_by_its_command():
-    lines = (ROOT / "README.md").read_text().splitlines()
-    missing = []
-    for first, last in tables(lines):
-        if lines[first].startswith(EXEMPT):
-            continue
-        after = "\n".join(lines[last + 1 : last + 1 + WITHIN])
-        names = re.findall(r"readme_figures\.py ([\w-]+)", after)
-        if not names or not all(n in readme_figures.BY_NAME for n in names):
-            missing.append(f"README.md:{first + 1}: {lines[first][:60]}")
+def test_every_table_is_followed_by_its_command():
+    assert all(p.exists() for p in PAGES[:3]) and len(PAGES) > 5
+    missing = [m for p in PAGES for m in tables_without_command(p.read_text(), str(p.relative_to(ROOT)))]
     assert not missing, "tables without a `python experiments/readme_figures.py SECTION` line:\n" + "\n".join(missing)
+
+
+def test_every_figure_names_its_command():
+    missing = [m for p in PAGES for m in figures_without_command(p.read_text(), str(p.relative_to(ROOT)))]
+    assert not missing, "images without the command that made them nearby:\n" + "\n".join(missing)
+
+
+def test_every_section_is_still_on_a_page():
+    """Nothing lost: each section of readme_figures.py is named on the README or a page carved out of it."""
+    text = "\n".join(p.read_text() for p in PAGES)
+    named = set(re.findall(r"readme_figures\.py ([\w-]+)", text))
+    assert not [s.name for s in readme_figures.SECTIONS if s.name not in named]
 
 
 def test_the_table_finder_sees_every_table():
     text = "x\n| a | b |\n|---|---|\n| 1 | 2 |\n\n| c |\n|---|\n"
     assert tables(text.splitlines()) == [(1, 3), (5, 6)]
+
+
+def test_the_checks_can_fail():
+    """Negative controls: a measured table or an image without its command is reported, with one it is not."""
+    table = "| rate | x |\n|---|---|\n| 1 | 2 |\n"
+    assert tables_without_command(table + "\nprose\n", "t.md") == ["t.md:1: | rate | x |"]
+    assert tables_without_command(table + "\nPrinted by `python experiments/readme_figures.py bench`.\n", "t.md") == []
+    assert tables_without_command(table + "\nPrinted by `python experiments/readme_figures.py no-such`.\n", "t.md")
+    image = "![curves](docs/x.png)\n"
+    assert figures_without_command("text\n" + image + "more\n", "f.md") == ["f.md:2: ![curves](docs/x.png)"]
+    assert figures_without_command(image + "Made by `marljax sweep experiments/x.yaml`.\n", "f.md") == []
