@@ -155,8 +155,13 @@ def time_to_target(side: dict, curve: np.ndarray, target: float, block_steps: fl
         return {"target": target, "reached": False, "target_env_steps": None, "target_s": None,
                 "best_return": float(np.nanmax(blocks))}  # fmt: skip
     updates = (int(reached[0]) + 1) * per_block
-    return {"target": target, "reached": True, "target_env_steps": updates * side["steps_per_update"],
-            "target_s": side["compile_s"] + side["run_s"] * updates / curve.size, "best_return": float(np.nanmax(blocks))}
+    return {
+        "target": target,
+        "reached": True,
+        "target_env_steps": updates * side["steps_per_update"],
+        "target_s": side["compile_s"] + side["run_s"] * updates / curve.size,
+        "best_return": float(np.nanmax(blocks)),
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -166,8 +171,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--timesteps", type=float, default=1e7, help="JaxMARL's config: 1e7")
     parser.add_argument("--seeds", type=int, default=10, help="JaxMARL's config: 10")
     parser.add_argument("--target", type=float, default=None, help="also report each side's time to this return")
-    parser.add_argument("--block-steps", type=float, default=1e5,
-                        help="env steps per seed averaged per check (bench target's chunk at its defaults: 1e5)")
+    parser.add_argument(
+        "--block-steps",
+        type=float,
+        default=1e5,
+        help="env steps per seed averaged per check (bench target's chunk at its defaults: 1e5)",
+    )
     args = parser.parse_args(argv)
     if not (args.jaxmarl / "baselines" / "IPPO" / "ippo_ff_mpe.py").is_file():
         parser.error(f"--jaxmarl {args.jaxmarl}: no baselines/IPPO/ippo_ff_mpe.py there")
@@ -183,14 +192,19 @@ def main(argv: list[str]) -> int:
           f"on {device.platform} ({device.device_kind})")  # fmt: skip
     print(f"{'':<8} {'env-steps/s':>14} {'compile s':>10} {'run s':>9} {'final return':>13}")
     for name, r in sides.items():
-        print(f"{name:<8} {r['env_steps_per_s']:>14,.0f} {r['compile_s']:>10.1f} {r['run_s']:>9.1f} {r['final_return']:>13.2f}")
+        print(
+            f"{name:<8} {r['env_steps_per_s']:>14,.0f} {r['compile_s']:>10.1f} {r['run_s']:>9.1f} {r['final_return']:>13.2f}"
+        )
     print(f"{'env alone':<8} {alone['env_steps_per_s']:>14,.0f} {alone['compile_s']:>10.1f} {alone['run_s']:>9.1f} "
           f"{'(no-op actions, no policy)':>13}")  # fmt: skip
     if args.target is not None:
         print(f"time to a return of {args.target:g} per agent (mean over seeds; compile + run to that update):")
         for name, r in sides.items():
-            shown = (f"{r['target_s']:.1f} s, {r['target_env_steps']:,} env steps per seed" if r["reached"]
-                     else f"not reached (best {r['best_return']:.2f})")
+            shown = (
+                f"{r['target_s']:.1f} s, {r['target_env_steps']:,} env steps per seed"
+                if r["reached"]
+                else f"not reached (best {r['best_return']:.2f})"
+            )
             print(f"  {name:<8} {shown}")
     speedup = sides["marljax"]["env_steps_per_s"] / sides["jaxmarl"]["env_steps_per_s"]
     bound = alone["env_steps_per_s"] / sides["jaxmarl"]["env_steps_per_s"]

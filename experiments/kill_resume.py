@@ -72,8 +72,11 @@ def main() -> int:
     _, compiled_at = run_to_end(overrides + [f"out_dir={ref_dir}"])
     ref_wall = time.perf_counter() - t
     reference = FinishedRun.read(ref_dir)
-    print(f"reference: {len(reference.rows)} rows, final update {reference.update}, {ref_wall:.1f}s wall "
-          f"(training from {compiled_at:.1f}s)", flush=True)
+    print(
+        f"reference: {len(reference.rows)} rows, final update {reference.update}, {ref_wall:.1f}s wall "
+        f"(training from {compiled_at:.1f}s)",
+        flush=True,
+    )
 
     outcomes = []
     for i in range(args.trials):
@@ -81,7 +84,9 @@ def main() -> int:
         kill_at = rng.uniform(compiled_at, ref_wall)
         outcome, ckpts = trial(overrides + [f"out_dir={out}"], out, kill_at, reference)
         outcomes.append(outcome)
-        start = "started from scratch" if outcome.resumed_from is None else f"resumed from update {outcome.resumed_from}"
+        start = (
+            "started from scratch" if outcome.resumed_from is None else f"resumed from update {outcome.resumed_from}"
+        )
         same = "bitwise equal" if outcome.difference is None else f"DIFFERENT: {outcome.difference}"
         uncounted = " (not counted as identical)" if outcome.difference is None and not outcome.identical else ""
         print(f"trial {i}: {'killed' if outcome.killed else 'NOT killed (it had finished)'} at {kill_at:.1f}s "

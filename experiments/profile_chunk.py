@@ -118,8 +118,11 @@ def moved_bytes(op: Op, ops: dict[str, Op], kind: str) -> int:
     only its update (the scans stack their outputs this way, one slice per trip)."""
     if kind != "dynamic-update-slice":
         return op.out_bytes
-    dus = op if op.opcode == kind else next(
-        (o for o in ops.values() if o.computation == op.calls and o.opcode == kind), None)
+    dus = (
+        op
+        if op.opcode == kind
+        else next((o for o in ops.values() if o.computation == op.calls and o.opcode == kind), None)
+    )
     update = ops.get(dus.operands[1]) if dus is not None and len(dus.operands) > 1 else None
     return update.out_bytes if update is not None else op.out_bytes
 
@@ -195,8 +198,9 @@ def report(p: dict) -> None:
     for (scope, kind), b in sorted(p["bytes_by"].items(), key=lambda kv: -kv[1])[:12]:
         print(f"  {scope:<18} {kind:<22} {b / n / 1e6:>9.2f} MB")
     flops = p["flops_per_update"]
-    print(f"total moved {moved / 1e6:.2f} MB/update; FLOPs {flops / 1e6:.1f} M/update; "
-          f"{moved / flops:.3f} bytes per FLOP")
+    print(
+        f"total moved {moved / 1e6:.2f} MB/update; FLOPs {flops / 1e6:.1f} M/update; {moved / flops:.3f} bytes per FLOP"
+    )
     print("\nlargest movers (MB per update, executions per update, phase, op, output shape):")
     for name, b in p["bytes_by_op"].most_common(8):
         op = p["ops"][name]

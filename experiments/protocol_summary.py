@@ -95,7 +95,13 @@ def _doctor(b: Block, figures: dict) -> list[str]:
 def _tests(b: Block, figures: dict) -> list[str]:
     text = pytest_summary(b.lines)
     figures["tests"] = text
-    skipped = sorted({line.split("needs ", 1)[1].split(",")[0] for line in b.lines if "needs " in line and "not installed here" in line})
+    skipped = sorted(
+        {
+            line.split("needs ", 1)[1].split(",")[0]
+            for line in b.lines
+            if "needs " in line and "not installed here" in line
+        }
+    )
     return [text or "-"] + ([f"skipped for want of: {', '.join(skipped)}"] if skipped else [])
 
 
@@ -104,7 +110,10 @@ def _bench_scale(b: Block, figures: dict) -> list[str]:
     if not r or "rows" not in r:
         return []
     figures["bench_scale"] = r["rows"]
-    lines = [f"stopped: {r['stopped']}", f"{'envs/device':>11} {'env-steps/s':>14} {'MFU':>7} {'peak MiB':>9} {'compile s':>9}"]
+    lines = [
+        f"stopped: {r['stopped']}",
+        f"{'envs/device':>11} {'env-steps/s':>14} {'MFU':>7} {'peak MiB':>9} {'compile s':>9}",
+    ]
     for row in r["rows"]:
         memory = row.get("peak_device_mb") or row.get("peak_rss_mb") or 0
         lines.append(f"{row['num_envs_per_device']:>11,} {row['train_env_steps_per_s']:>14,.0f} {100 * row['mfu']:>6.2f}% "
@@ -123,12 +132,16 @@ def _side_by_side(b: Block, figures: dict, name: str) -> list[str]:
     if not r or "speedup" not in r:
         return []
     figures[name] = {k: v for k, v in r.items() if k != "bench"}
-    lines = [f"{r['num_envs']} envs x {r['seeds']} seeds, {r['timesteps']:.3g} steps each, on {r['platform']} ({r['device_kind']})"]
+    lines = [
+        f"{r['num_envs']} envs x {r['seeds']} seeds, {r['timesteps']:.3g} steps each, on {r['platform']} ({r['device_kind']})"
+    ]
     for who in ("jaxmarl", "marljax"):
         s = r[who]
         lines.append(f"{who:<8} {s['env_steps_per_s']:>14,.0f} env-steps/s, compile {s['compile_s']:.1f} s, "
                      f"final return {s['final_return']:.2f} per agent")  # fmt: skip
-    lines.append(f"marljax / jaxmarl: {r['speedup']:.2f}x (the env alone / jaxmarl: {r['env_alone_over_jaxmarl']:.2f}x)")
+    lines.append(
+        f"marljax / jaxmarl: {r['speedup']:.2f}x (the env alone / jaxmarl: {r['env_alone_over_jaxmarl']:.2f}x)"
+    )
     return lines
 
 
@@ -191,7 +204,11 @@ def summary(out: Path) -> tuple[list[str], dict[str, Any]]:
     lines += ["", f"{'step':<20} {'exit':>5} {'seconds':>8} {'limit':>6}  result"]
     for name in STEPS:
         s = steps.get(name)
-        cells = (s.rc, s.seconds if s.seconds is not None else "-", s.limit if s.limit is not None else "-") if s else ("-",) * 3
+        cells = (
+            (s.rc, s.seconds if s.seconds is not None else "-", s.limit if s.limit is not None else "-")
+            if s
+            else ("-",) * 3
+        )
         lines.append(f"{name:<20} {cells[0]:>5} {cells[1]:>8} {cells[2]:>6}  {status(s)}")
     total = sum(s.seconds or 0 for s in steps.values())
     lines.append(f"{'total':<20} {'':>5} {total:>8}")

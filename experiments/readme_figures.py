@@ -93,8 +93,16 @@ def kilo(x: float) -> str:
 DEFAULTS_ROWS = [  # algo, its defaults column (as in the README), seeds
     ("ippo", "`ppo.*`: 4 epochs x 4 minibatches, clip 0.2, entropy 0.01", 2),
     ("mappo", "as ippo", 2),
-    ("pqn_vdn", "relu, lr 1e-3, 32 envs x 32 steps, `pqn.*` 4 epochs x 2 minibatches, epsilon over 250k steps, 1M steps", 2),
-    ("iql", "relu, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, `replay.*` batch 32, 4 gradient steps, 1M steps", 2),
+    (
+        "pqn_vdn",
+        "relu, lr 1e-3, 32 envs x 32 steps, `pqn.*` 4 epochs x 2 minibatches, epsilon over 250k steps, 1M steps",
+        2,
+    ),
+    (
+        "iql",
+        "relu, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, `replay.*` batch 32, 4 gradient steps, 1M steps",
+        2,
+    ),
     ("vdn", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps", 2),
     ("qmix", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps", 1),
 ]
@@ -133,7 +141,10 @@ def sweep(o: Options) -> str:
 # bench: `marljax bench` rows
 
 BENCH_ROWS = [
-    ("`marljax bench experiments/jaxmarl_ippo_ff_mpe.yaml` (JaxMARL's settings, 16 envs)", ["experiments/jaxmarl_ippo_ff_mpe.yaml"]),
+    (
+        "`marljax bench experiments/jaxmarl_ippo_ff_mpe.yaml` (JaxMARL's settings, 16 envs)",
+        ["experiments/jaxmarl_ippo_ff_mpe.yaml"],
+    ),
     ("`marljax bench num_envs=1024`", ["num_envs=1024"]),
     ("`marljax bench num_envs=1024 num_seeds=4`", ["num_envs=1024", "num_seeds=4"]),
 ]
@@ -188,9 +199,11 @@ def _sweep_bench_quick(args: list[str]) -> dict:
     from marljax.config import load_config
 
     path = args[0] if args and args[0].endswith(".yaml") else None
-    overrides = [*([] if path else DEFAULTS), *args[1 if path else 0:], *QUIET]
+    overrides = [*([] if path else DEFAULTS), *args[1 if path else 0 :], *QUIET]
     config = load_config(str(ROOT / path) if path else None, overrides)
-    config = load_config(str(ROOT / path) if path else None, [*overrides, f"total_timesteps={2 * config.env_steps_per_update}"])
+    config = load_config(
+        str(ROOT / path) if path else None, [*overrides, f"total_timesteps={2 * config.env_steps_per_update}"]
+    )
     return run_sweep_bench(config, log=lambda s: print(s, file=sys.stderr), lrs=(1e-3, 2e-3), seeds=1)
 
 
@@ -244,7 +257,11 @@ Q_ROWS: list[tuple[str, Cell | None, Cell]] = [
 
 
 def _evals(cell: Cell, out: Path, quick: bool) -> list[dict]:
-    budget = ["total_timesteps=2e4", "eval_every=2", "eval_episodes=4"] if quick else [f"total_timesteps={cell.steps}", *EVAL]
+    budget = (
+        ["total_timesteps=2e4", "eval_every=2", "eval_episodes=4"]
+        if quick
+        else [f"total_timesteps={cell.steps}", *EVAL]
+    )
     rows = train_rows([*cell.overrides, f"num_seeds={cell.seeds}", *budget], out, cell.path)
     return [r for r in rows if "eval_return" in r]
 
@@ -307,7 +324,9 @@ def side_by_side(o: Options) -> str:
     """experiments/jaxmarl_side_by_side.py at JaxMARL's settings (16 envs, 2M steps, 1 seed), run 6
     times (each run: JaxMARL, then marljax); the median and range of the paired ratios."""
     if o.jaxmarl is None:
-        raise SystemExit("side-by-side needs --jaxmarl PATH, a checkout of FLAIROx/JaxMARL (see experiments/jaxmarl_side_by_side.py)")
+        raise SystemExit(
+            "side-by-side needs --jaxmarl PATH, a checkout of FLAIROx/JaxMARL (see experiments/jaxmarl_side_by_side.py)"
+        )
     runs, steps = (2, "2e4") if o.quick else (6, "2e6")
     results = []
     for _ in range(runs):
@@ -332,7 +351,11 @@ def side_by_side(o: Options) -> str:
 def async_k1(o: Options) -> str:
     """`marljax train total_timesteps=3e6 num_seeds=4 num_chunks=15`, on device and with
     mode=async async.max_staleness=1; the mean over seeds of the last chunk's training return."""
-    budget = ["total_timesteps=2e4", "num_seeds=2", "num_chunks=2"] if o.quick else ["total_timesteps=3e6", "num_seeds=4", "num_chunks=15"]
+    budget = (
+        ["total_timesteps=2e4", "num_seeds=2", "num_chunks=2"]
+        if o.quick
+        else ["total_timesteps=3e6", "num_seeds=4", "num_chunks=15"]
+    )
     rows = []
     for label, extra in (("on device", []), ("async, K=1", ["mode=async", "async.max_staleness=1"])):
         last = train_rows([*budget, *extra, "checkpoint_every=0"], o.work / f"k1_{label[:5]}")[-1]
@@ -378,7 +401,9 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--list", action="store_true", help="list the sections with their estimated cost")
     parser.add_argument("--quick", action="store_true", help="tiny budgets: check the plumbing, not the figures")
     parser.add_argument("--jaxmarl", type=Path, help="a checkout of FLAIROx/JaxMARL, for side-by-side")
-    parser.add_argument("--work", type=Path, help="keep the runs in this directory; the same command again continues them")
+    parser.add_argument(
+        "--work", type=Path, help="keep the runs in this directory; the same command again continues them"
+    )
     args = parser.parse_args(argv)
     if args.list or not args.sections:
         print(list_sections())
@@ -393,8 +418,11 @@ def main(argv: Sequence[str]) -> int:
         for name in names:
             table = BY_NAME[name].run(Options(args.quick, work, args.jaxmarl))
             flag = " --quick" if args.quick else ""
-            print(f"## {name}{' (--quick: the figures mean nothing)' if args.quick else ''}\n\n{table}\n\n"
-                  f"Printed by `python experiments/readme_figures.py {name}{flag}`\n", flush=True)
+            print(
+                f"## {name}{' (--quick: the figures mean nothing)' if args.quick else ''}\n\n{table}\n\n"
+                f"Printed by `python experiments/readme_figures.py {name}{flag}`\n",
+                flush=True,
+            )
     return 0
 
 

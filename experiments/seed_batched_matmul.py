@@ -63,8 +63,10 @@ def main() -> None:
     args = parser.parse_args()
     S, N, W = args.seeds, args.rows, args.width
     kx, kd, kw = jax.random.split(jax.random.PRNGKey(0), 3)
-    operands = {"fwd": (jax.random.normal(kx, (S, N, W)), jax.random.normal(kw, (S, W, W))),  # x [S, N, W], w [S, W, W]
-                "grad": (jax.random.normal(kx, (S, N, W)), jax.random.normal(kd, (S, N, W)))}  # x, dy [S, N, W]
+    operands = {
+        "fwd": (jax.random.normal(kx, (S, N, W)), jax.random.normal(kw, (S, W, W))),  # x [S, N, W], w [S, W, W]
+        "grad": (jax.random.normal(kx, (S, N, W)), jax.random.normal(kd, (S, N, W))),
+    }  # x, dy [S, N, W]
     print(f"{jax.devices()[0].platform}: {S} seeds, {N} rows, width {W}; ms per seed (best, median of {args.reps})")
     results = {}
     for name, (fn, kind, repeat) in forms(S).items():

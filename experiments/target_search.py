@@ -48,24 +48,34 @@ def bench_target(overrides: list[str], timeout_s: float) -> dict:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("candidates", nargs="*", help='quoted overrides per candidate; "" is the base config')
-    parser.add_argument("--base", default="num_seeds=2 num_chunks=100",
-                        help="overrides every candidate starts from (default: 2 seeds, a check every 50k env steps)")
+    parser.add_argument(
+        "--base",
+        default="num_seeds=2 num_chunks=100",
+        help="overrides every candidate starts from (default: 2 seeds, a check every 50k env steps)",
+    )
     parser.add_argument("--target", type=float, default=None, help="the return to reach (default: the env's)")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per candidate before it counts as not reached")
+    parser.add_argument(
+        "--timeout", type=float, default=900.0, help="seconds per candidate before it counts as not reached"
+    )
     args = parser.parse_args(argv)
     base = shlex.split(args.base) + ([f"target={args.target}"] if args.target is not None else [])
     rows = []
     for candidate in args.candidates or DEFAULT_CANDIDATES:
         result = bench_target(base + shlex.split(candidate), args.timeout)
         rows.append({"candidate": candidate or "(base)", **result})
-        shown = (f"{result['wall_s']:.1f} s, {result['env_steps']:,} env steps" if result.get("reached")
-                 else result.get("error", "not reached"))
+        shown = (
+            f"{result['wall_s']:.1f} s, {result['env_steps']:,} env steps"
+            if result.get("reached")
+            else result.get("error", "not reached")
+        )
         print(f"  {candidate or '(base)':<28} {shown}", flush=True)
     print(f"marljax bench target over {len(rows)} candidates, base: {args.base}")
     print(f"{'candidate':<28} {'wall s':>8} {'compile s':>10} {'env steps':>11} {'return':>8}")
     for r in sorted(rows, key=lambda r: r["wall_s"] if r.get("reached") else float("inf")):
         if r.get("reached"):
-            print(f"{r['candidate']:<28} {r['wall_s']:>8.1f} {r['compile_s']:>10.1f} {r['env_steps']:>11,} {r['return']:>8.2f}")
+            print(
+                f"{r['candidate']:<28} {r['wall_s']:>8.1f} {r['compile_s']:>10.1f} {r['env_steps']:>11,} {r['return']:>8.2f}"
+            )
         else:
             print(f"{r['candidate']:<28} {'not reached':>8}  {r.get('error', '')}")
     print(json.dumps({"bench": "target_search", "base": args.base,

@@ -72,7 +72,11 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from marljax.config import load_config
 
-    path = args.args[0] if args.args and args.args[0].endswith((".yaml", ".yml")) else str(HERE / "jaxmarl_ippo_ff_mpe.yaml")
+    path = (
+        args.args[0]
+        if args.args and args.args[0].endswith((".yaml", ".yml"))
+        else str(HERE / "jaxmarl_ippo_ff_mpe.yaml")
+    )
     overrides = [a for a in args.args if "=" in a] + ["num_seeds=1", "progress=false", "plot=false"]
     config = load_config(path, overrides)
     sys.path.insert(0, str(HERE))

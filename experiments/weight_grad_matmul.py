@@ -43,10 +43,12 @@ def forms(rows: int, width: int) -> dict[str, Callable]:
         "x.T @ dy": lambda x, dy: jnp.transpose(x) @ dy,
         "X^T copied, then matmul": transposed_copy,
         "both copied transposed (A B^T)": lambda x, dy: jnp.einsum(
-            "kn,mn->km", jax.lax.optimization_barrier(jnp.transpose(x)), jax.lax.optimization_barrier(jnp.transpose(dy))),
+            "kn,mn->km", jax.lax.optimization_barrier(jnp.transpose(x)), jax.lax.optimization_barrier(jnp.transpose(dy))
+        ),
         **{f"row reduction in {c} chunks": chunked(c) for c in (48, 384) if rows % c == 0},
         "bf16 operands, f32 result": lambda x, dy: jax.lax.dot_general(
-            x.astype(jnp.bfloat16), dy.astype(jnp.bfloat16), contract_rows, preferred_element_type=jnp.float32),
+            x.astype(jnp.bfloat16), dy.astype(jnp.bfloat16), contract_rows, preferred_element_type=jnp.float32
+        ),
         "forward x @ w (same FLOPs)": lambda x, w: x @ w,
     }
     return {name: jax.jit(f) for name, f in table.items()}

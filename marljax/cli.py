@@ -257,7 +257,9 @@ def _export(args: list[str]) -> int:
     positional = [a for a in args if "=" not in a]
     options = dict(a.split("=", 1) for a in args if "=" in a)
     if len(positional) != 2 or set(options) - {"seed_index", "trust_code"}:
-        print(f"marljax: export takes RUN_DIR POLICY_DIR [seed_index=N] [trust_code=true]\n\n{usage()}", file=sys.stderr)
+        print(
+            f"marljax: export takes RUN_DIR POLICY_DIR [seed_index=N] [trust_code=true]\n\n{usage()}", file=sys.stderr
+        )
         return 2
     try:
         seed_index = int(options.get("seed_index", 0))
@@ -265,13 +267,17 @@ def _export(args: list[str]) -> int:
         print(f"marljax: config error: seed_index: expected an integer, got {options['seed_index']!r}", file=sys.stderr)
         return 2
     if options.get("trust_code", "false").lower() not in ("true", "false"):
-        print(f"marljax: config error: trust_code: expected true or false, got {options['trust_code']!r}", file=sys.stderr)
+        print(
+            f"marljax: config error: trust_code: expected true or false, got {options['trust_code']!r}", file=sys.stderr
+        )
         return 2
     from marljax.train.checkpoint import CheckpointError
     from marljax.train.policy import PolicyError, export_policy
 
     try:
-        export_policy(positional[0], positional[1], seed_index, trust_code=options.get("trust_code", "").lower() == "true")
+        export_policy(
+            positional[0], positional[1], seed_index, trust_code=options.get("trust_code", "").lower() == "true"
+        )
     except ConfigError as exc:
         print(f"marljax: config error: {exc}", file=sys.stderr)
         return 2
@@ -282,26 +288,48 @@ def _export(args: list[str]) -> int:
 
 
 BENCHES = (
-    Command("throughput", "[CONFIG.yaml] [key=value ...]", "the default: throughput, FLOPs, MFU, compile time and memory of "
-            "the config's training (`marljax bench key=value ...` runs it); prints a JSON line last", _bench_throughput,
-            "Measure throughput, FLOPs, MFU, compile time and memory of the config's training; prints a JSON line last.",
-            settings=True),  # fmt: skip
-    Command("target", "[CONFIG.yaml] [key=value ...] [target=R]", "train until the mean training return over seeds first "
-            "reaches R (per agent; default -20.3 on MPE simple_spread, 1.8 on SMAX 3m) and print the wall time with "
-            "compilation, the env steps used and the curve; a JSON line last", _bench_target,
-            "Train until the mean training return per agent over seeds first reaches target=R (default: the env's, -20.3 "
-            "on MPE simple_spread, 1.8 on SMAX 3m); prints the wall time with compilation, the env steps used and the "
-            "curve, then a JSON line. total_timesteps is the budget.", settings=True, alias="bench-target"),  # fmt: skip
-    Command("scale", "[CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]", "the bench at 64, 256, 1k, 4k, 16k, "
-            "64k envs per device, until memory or time runs out", _bench_scale, """\
+    Command(
+        "throughput",
+        "[CONFIG.yaml] [key=value ...]",
+        "the default: throughput, FLOPs, MFU, compile time and memory of "
+        "the config's training (`marljax bench key=value ...` runs it); prints a JSON line last",
+        _bench_throughput,
+        "Measure throughput, FLOPs, MFU, compile time and memory of the config's training; prints a JSON line last.",
+        settings=True,
+    ),  # fmt: skip
+    Command(
+        "target",
+        "[CONFIG.yaml] [key=value ...] [target=R]",
+        "train until the mean training return over seeds first "
+        "reaches R (per agent; default -20.3 on MPE simple_spread, 1.8 on SMAX 3m) and print the wall time with "
+        "compilation, the env steps used and the curve; a JSON line last",
+        _bench_target,
+        "Train until the mean training return per agent over seeds first reaches target=R (default: the env's, -20.3 "
+        "on MPE simple_spread, 1.8 on SMAX 3m); prints the wall time with compilation, the env steps used and the "
+        "curve, then a JSON line. total_timesteps is the budget.",
+        settings=True,
+        alias="bench-target",
+    ),  # fmt: skip
+    Command(
+        "scale",
+        "[CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]",
+        "the bench at 64, 256, 1k, 4k, 16k, 64k envs per device, until memory or time runs out",
+        _bench_scale,
+        """\
 Run `marljax bench` at 64, 256, 1024, 4096, 16384 and 65536 environments per device, each row
 in its own process, until a row runs out of memory, passes --timeout seconds (default 900) or
 passes --max-envs per device (default 4096 on CPU, 65536 elsewhere). Prints env-steps/s, MFU,
 peak memory and compile time per row, a JSON line per row, and last a JSON line with every row.
-key=value settings apply to every row (marljax train --help lists them).""", alias="bench-scale"),  # fmt: skip
-    Command("agents", "[--agents 4,16,64] [--mesh-agent 1,2,4,8] [--device-memory-mib M] [key=value ...]",
-            "learner bytes per device, swap bytes and update time over agent count N and mesh.agent K (independent "
-            "parameters), and the largest N whose learner state fits a device budget", _bench_agents, """\
+key=value settings apply to every row (marljax train --help lists them).""",
+        alias="bench-scale",
+    ),  # fmt: skip
+    Command(
+        "agents",
+        "[--agents 4,16,64] [--mesh-agent 1,2,4,8] [--device-memory-mib M] [key=value ...]",
+        "learner bytes per device, swap bytes and update time over agent count N and mesh.agent K (independent "
+        "parameters), and the largest N whose learner state fits a device budget",
+        _bench_agents,
+        """\
 For each agent count N (MPE_simple_spread_v3 with N agents and N landmarks) and each K in
 --mesh-agent dividing N, bench IPPO with param_sharing=independent and mesh.agent=K on 8 devices
 (on a CPU with fewer, it re-runs itself on 8 fake CPU devices): learner bytes per device and in
@@ -310,42 +338,74 @@ of an update; the update's time and env-steps/s. Then the largest N whose learne
 --device-memory-mib per device (default: half the learner state of the largest N) on one device
 and on each K: fitted through the measured bytes and checked against the state's shapes. Prints a
 markdown table, then one JSON line. Defaults: 8 envs x 16 steps (times compare rows; they are not
-absolute); key=value settings (marljax train --help) change every row.""", alias="bench-agents"),  # fmt: skip
-    Command("checkpoint", "[CONFIG.yaml] [key=value ...]", "training time with checkpoints every checkpoint_every "
-            "updates vs only at the end", _bench_checkpoint,
-            "Training time with checkpoints every checkpoint_every updates vs only at the end.", settings=True,
-            alias="bench-checkpoint"),  # fmt: skip
-    Command("sweep", "[CONFIG.yaml] [key=value ...]", "8 seeds x 4 learning rates: one vmapped program vs the same 32 "
-            "runs one after another", _bench_sweep,
-            "4 learning rates x 8 seeds: one vmapped program vs the same runs one after another.", settings=True,
-            alias="bench-sweep"),  # fmt: skip
-    Command("stragglers", "[step_costs=0,0.0005,0.005] [slow_factor=10] [key=value ...]", "host env copies at several "
-            "step costs, with and without a straggler: the async pipeline's env-steps/s for each async.host_stepping",
-            _bench_stragglers, """\
+absolute); key=value settings (marljax train --help) change every row.""",
+        alias="bench-agents",
+    ),  # fmt: skip
+    Command(
+        "checkpoint",
+        "[CONFIG.yaml] [key=value ...]",
+        "training time with checkpoints every checkpoint_every updates vs only at the end",
+        _bench_checkpoint,
+        "Training time with checkpoints every checkpoint_every updates vs only at the end.",
+        settings=True,
+        alias="bench-checkpoint",
+    ),  # fmt: skip
+    Command(
+        "sweep",
+        "[CONFIG.yaml] [key=value ...]",
+        "8 seeds x 4 learning rates: one vmapped program vs the same 32 runs one after another",
+        _bench_sweep,
+        "4 learning rates x 8 seeds: one vmapped program vs the same runs one after another.",
+        settings=True,
+        alias="bench-sweep",
+    ),  # fmt: skip
+    Command(
+        "stragglers",
+        "[step_costs=0,0.0005,0.005] [slow_factor=10] [key=value ...]",
+        "host env copies at several "
+        "step costs, with and without a straggler: the async pipeline's env-steps/s for each async.host_stepping",
+        _bench_stragglers,
+        """\
 The async pipeline on marljax.testing.host_straggler (a numpy PettingZoo env whose step sleeps
 step_cost_s) with 8 copies per actor, each step cost in step_costs (seconds) with every copy fast
 and with 1 copy in 8 slow_factor times slower, under async.host_stepping=independent (the
 default) and lockstep: consumed env-steps/s after a warm-up run, and the default's rate over the
 faster of the two. Prints a table, then one JSON line. key=value settings change the run
-(defaults: mode=async, num_envs=8, num_steps=32, hidden_size=32)."""),  # fmt: skip
-    Command("balance", "[ratio=3] [key=value ...]", "dropped batches with async.balance=off and rate, on a run whose "
-            "actors could produce ratio times more batches than the learner consumes", _bench_balance, """\
+(defaults: mode=async, num_envs=8, num_steps=32, hidden_size=32).""",
+    ),  # fmt: skip
+    Command(
+        "balance",
+        "[ratio=3] [key=value ...]",
+        "dropped batches with async.balance=off and rate, on a run whose "
+        "actors could produce ratio times more batches than the learner consumes",
+        _bench_balance,
+        """\
 staleness_policy=drop, 2 actor threads, K=1, a buffer of 2. Generation and learning are timed
 alone first; the learner is then padded with a host sleep so that the threads' generation
 capacity is ratio (default 3) x consumption. Both settings run the same number of updates on the
 same runner (compiled once). Prints a table (drop share = stale drops / produced), then one JSON
-line. Figures, not assertions. key=value settings change the run."""),  # fmt: skip
+line. Figures, not assertions. key=value settings change the run.""",
+    ),  # fmt: skip
 )
 
 COMMANDS = (
-    Command("train", "[CONFIG.yaml] [key=value ...]", "train a team of agents (default: IPPO on MPE_simple_spread_v3); "
-            "out_dir=D resume=true continues the run in D from its newest good checkpoint", _train,
-            "Train a team of agents; writes metrics.jsonl, checkpoints, config.yaml and returns.png to out_dir.",
-            settings=True),  # fmt: skip
-    Command("sweep", "SWEEP.yaml [key=value ...]", "every cell of a sweep file with its seeds; traced axes (lr, "
-            "ppo.ent_coef, ...) are vmapped in one program. Rerun to continue a killed sweep; overwrite=true starts it "
-            "over, progress=false hides the bars, other key=value change the sweep's base (or seeds=N)",
-            _sweep, """\
+    Command(
+        "train",
+        "[CONFIG.yaml] [key=value ...]",
+        "train a team of agents (default: IPPO on MPE_simple_spread_v3); "
+        "out_dir=D resume=true continues the run in D from its newest good checkpoint",
+        _train,
+        "Train a team of agents; writes metrics.jsonl, checkpoints, config.yaml and returns.png to out_dir.",
+        settings=True,
+    ),  # fmt: skip
+    Command(
+        "sweep",
+        "SWEEP.yaml [key=value ...]",
+        "every cell of a sweep file with its seeds; traced axes (lr, "
+        "ppo.ent_coef, ...) are vmapped in one program. Rerun to continue a killed sweep; overwrite=true starts it "
+        "over, progress=false hides the bars, other key=value change the sweep's base (or seeds=N)",
+        _sweep,
+        """\
 Run every cell of a sweep file with its seeds. Axes over traced hyperparameters (lr, gamma,
 max_grad_norm, ppo.clip_eps, ...) are vmapped with the seeds in one compiled program; other axes
 compile one program each. Rerunning the same command continues a killed sweep.
@@ -358,15 +418,25 @@ compile one program each. Rerunning the same command continues a killed sweep.
 
 A sweep file holds: name, base (a config mapping), axes (key -> list of values: the grid), zip
 (key -> list, varied together), seeds, traced (axis keys to vmap; default every traceable one),
-out_dir. See experiments/lr_sweep.yaml."""),  # fmt: skip
-    Command("report", "SWEEP_DIR", "mean, median and IQM with bootstrap CIs, plots and marl-eval JSON of a sweep "
-            "directory", _report, """\
+out_dir. See experiments/lr_sweep.yaml.""",
+    ),  # fmt: skip
+    Command(
+        "report",
+        "SWEEP_DIR",
+        "mean, median and IQM with bootstrap CIs, plots and marl-eval JSON of a sweep directory",
+        _report,
+        """\
 Summarise a finished (or partial) sweep: mean, median and IQM with bootstrap confidence
 intervals per cell, the absolute metric (and the win rate where the env has a win condition),
-plots and marl-eval JSON, written into SWEEP_DIR."""),  # fmt: skip
-    Command("compare", "RUN_DIR|SWEEP_DIR:CELL ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]",
-            "training runs and sweep cells side by side: curves, final mean/median/IQM with bootstrap CIs and the "
-            "probability of improvement between every pair of runs", _compare, """\
+plots and marl-eval JSON, written into SWEEP_DIR.""",
+    ),  # fmt: skip
+    Command(
+        "compare",
+        "RUN_DIR|SWEEP_DIR:CELL ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]",
+        "training runs and sweep cells side by side: curves, final mean/median/IQM with bootstrap CIs and the "
+        "probability of improvement between every pair of runs",
+        _compare,
+        """\
 Compare training runs and sweep cells over their seeds. A RUN is a training run's directory
 (config.yaml and metrics.jsonl) or a sweep cell, SWEEP_DIR:CELL, by the cell's name
 (runs/sweeps/lr_sweep:lr=0.001) or its directory name (lr-0.001); SWEEP_DIR/cells/<dir> works too.
@@ -381,20 +451,37 @@ between every pair of runs (Agarwal et al., 2021), with its bootstrap CI.
   --out DIR       where final.csv, improvement.csv, compare.md and a curves_<metric>.png per
                   metric go (default runs/compare_<time>)
   --csv PATH      also every value in long format: run, seed, env_steps, metric, value
-  --allow-mixed   compare runs of different envs (refused otherwise)"""),  # fmt: skip
-    Command("bench", "[NAME] [CONFIG.yaml] [key=value ...]", "measure: throughput, FLOPs, MFU, compile time and memory "
-            "(the default), or the benchmark NAME (below); each prints a JSON line last", _bench,
-            "Benchmarks; each prints its figures as a table, then, last, one JSON line.", subcommands=BENCHES),  # fmt: skip
-    Command("export", "RUN_DIR POLICY_DIR [seed_index=N]", "write one seed's trained actors to POLICY_DIR; load with "
-            "marljax.load_policy", _export, """\
+  --allow-mixed   compare runs of different envs (refused otherwise)""",
+    ),  # fmt: skip
+    Command(
+        "bench",
+        "[NAME] [CONFIG.yaml] [key=value ...]",
+        "measure: throughput, FLOPs, MFU, compile time and memory "
+        "(the default), or the benchmark NAME (below); each prints a JSON line last",
+        _bench,
+        "Benchmarks; each prints its figures as a table, then, last, one JSON line.",
+        subcommands=BENCHES,
+    ),  # fmt: skip
+    Command(
+        "export",
+        "RUN_DIR POLICY_DIR [seed_index=N]",
+        "write one seed's trained actors to POLICY_DIR; load with marljax.load_policy",
+        _export,
+        """\
 Write seed N's trained actors (from the newest good checkpoint of RUN_DIR) to POLICY_DIR;
-load them with `marljax.load_policy(POLICY_DIR)`."""),  # fmt: skip
-    Command("doctor", "[--expect cpu|gpu|tpu]", "versions, backend, devices and the installed jax build; --expect gpu "
-            "exits 1 on a CPU-only jax", _doctor, """\
+load them with `marljax.load_policy(POLICY_DIR)`.""",
+    ),  # fmt: skip
+    Command(
+        "doctor",
+        "[--expect cpu|gpu|tpu]",
+        "versions, backend, devices and the installed jax build; --expect gpu exits 1 on a CPU-only jax",
+        _doctor,
+        """\
 Print the versions of marljax, jax, jaxlib, flax, optax, orbax, chex, jaxmarl, tensorstore; the
 backend; every device with its kind and memory; the process count; which accelerator build of jax
 is installed (cuda12, tpu, or the CPU build); then one JSON line. --expect gpu (or tpu) exits
-with code 1 and a line saying why when JAX sees no such device."""),  # fmt: skip
+with code 1 and a line saying why when JAX sees no such device.""",
+    ),  # fmt: skip
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 # an old spelling -> the command path it runs: {"bench-target": ("bench", "target"), ...}
@@ -478,7 +565,11 @@ def config_help(name: str, args: str, description: str, algo: str) -> str:
         section = key.split(".")[0] if key.split(".")[0] in schema.sections else "core"
         if section != heading:
             heading = section
-            doc = "settings every algorithm has" if section == "core" else schema.sections[section].__doc__.strip().splitlines()[0]
+            doc = (
+                "settings every algorithm has"
+                if section == "core"
+                else schema.sections[section].__doc__.strip().splitlines()[0]
+            )
             lines += ["", f"{section}: {re.sub(r'^`[a-z_]+[.][*]`: ', '', doc)}"]
         shown = "''" if default == "" else str(default).lower() if isinstance(default, bool) else str(default)
         lines.append(f"  {key:<30} {shown:<21} {field.metadata.get('help', '')}")

@@ -113,7 +113,9 @@ class DistributedConfig:
     coordinator: str = setting("", "host:port of process 0, reachable from every process", resumable=True)
     num_processes: int = setting(1, "processes in the run; 1: a single-process run", minimum=1, resumable=True)
     process_id: int = setting(0, "this process, 0 .. num_processes-1", resumable=True)
-    auto: bool = setting(False, "jax.distributed.initialize() with no arguments (JAX finds the cluster)", resumable=True)
+    auto: bool = setting(
+        False, "jax.distributed.initialize() with no arguments (JAX finds the cluster)", resumable=True
+    )
     timeout_s: int = setting(120, "seconds before joining gives up (a missing process, a wrong address)",
                              minimum=1, resumable=True)  # fmt: skip
 
@@ -146,14 +148,16 @@ class LogConfig:
         for name in ("backends", "tags"):
             v = getattr(self, name)
             if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
-                raise ConfigError(f"log.{name}", f"must be a list of names, e.g. [{', '.join(TRACKERS[:2])}], got {v!r}")
+                raise ConfigError(
+                    f"log.{name}", f"must be a list of names, e.g. [{', '.join(TRACKERS[:2])}], got {v!r}"
+                )
         for b in self.backends:
             if b == "jsonl":
                 continue  # always on
             if b not in TRACKERS:
                 raise ConfigError("log.backends", f"unknown tracker {b!r}; allowed: jsonl, {', '.join(TRACKERS)}")
             if importlib.util.find_spec(TRACKER_MODULES[b]) is None:
-                raise ConfigError("log.backends", f"{b} is not installed: pip install \"marljax[{b}]\"")
+                raise ConfigError("log.backends", f'{b} is not installed: pip install "marljax[{b}]"')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,8 +201,11 @@ class AsyncConfig:
         1, "M: each actor thread rolls out its num_envs environments in M slices of num_envs/M, each its own "
         "jitted rollout and buffer item with its own version stamp; an update concatenates M slices (host envs: "
         "num_envs/M finished segments, or M groups of copies in lockstep; must divide num_envs)", minimum=1, resumable=True)  # fmt: skip
-    record_trajectories: str = setting("", "append every consumed batch to this zarr dataset (marljax.pipeline.recorder; "
-                                     "several processes: process p writes PATH/process_<p>)")
+    record_trajectories: str = setting(
+        "",
+        "append every consumed batch to this zarr dataset (marljax.pipeline.recorder; "
+        "several processes: process p writes PATH/process_<p>)",
+    )
     actor_timeout_s: float = setting(
         300.0, "fail the run, naming the actor, when one rollout (a JAX env's, compilation included) or one host "
         "env step takes longer than this; 0 waits forever", minimum=0.0, resumable=True)  # fmt: skip
@@ -233,23 +240,34 @@ class AsyncConfig:
             ok_count = isinstance(v, int) and not isinstance(v, bool) and v >= 1
             ok_list = isinstance(v, (list, tuple)) and v and all(isinstance(i, int) and i >= 0 for i in v)
             if not (ok_count or ok_list) or (ok_list and len(set(v)) != len(v)):
-                raise ConfigError(f"async.{name}", f"must be a device count >= 1 or a list of distinct device indices, got {v!r}")
+                raise ConfigError(
+                    f"async.{name}", f"must be a device count >= 1 or a list of distinct device indices, got {v!r}"
+                )
         lists = isinstance(self.actor_devices, (list, tuple)) and isinstance(self.learner_devices, (list, tuple))
         if lists and self.actor_backend == "default":  # with cpu they may index two platforms (async_mesh checks)
             shared = sorted(set(self.actor_devices) & set(self.learner_devices))
             if shared:
-                raise ConfigError("async.learner_devices", f"actor and learner devices must be disjoint; both list {shared}")
+                raise ConfigError(
+                    "async.learner_devices", f"actor and learner devices must be disjoint; both list {shared}"
+                )
         if self.record_trajectories and config.mode != "async":
             raise ConfigError("async.record_trajectories", "records the async learner's batches; set mode=async")
-        if config.mode == "async" and self.deterministic and (self.num_actor_threads != 1 or self.staleness_policy != "block"):
+        if (
+            config.mode == "async"
+            and self.deterministic
+            and (self.num_actor_threads != 1 or self.staleness_policy != "block")
+        ):
             raise ConfigError(
-                "async.deterministic", "needs async.num_actor_threads=1 and async.staleness_policy=block (lockstep with a fixed lag)"
+                "async.deterministic",
+                "needs async.num_actor_threads=1 and async.staleness_policy=block (lockstep with a fixed lag)",
             )
         if self.deterministic and self.host_stepping == "independent":
             raise ConfigError("async.host_stepping", "independent stepping depends on timing; with async.deterministic=true "
                               "allowed: lockstep or auto")  # fmt: skip
         if self.min_env_copies > config.num_envs:
-            raise ConfigError("async.min_env_copies", f"must be between 1 and num_envs={config.num_envs}, got {self.min_env_copies}")
+            raise ConfigError(
+                "async.min_env_copies", f"must be between 1 and num_envs={config.num_envs}, got {self.min_env_copies}"
+            )
         if self.env_step_timeout_s and self.actor_timeout_s and self.env_step_timeout_s >= self.actor_timeout_s:
             raise ConfigError("async.env_step_timeout_s", f"must be below async.actor_timeout_s={self.actor_timeout_s:g} "
                               f"(or 0: off), got {self.env_step_timeout_s:g}; else the run stops before a hung copy is restarted")  # fmt: skip
@@ -397,15 +415,21 @@ class Config:
                         maximum=2**32 - 1, jaxmarl="SEED")  # fmt: skip
     num_seeds: int = setting(1, "independent seeds trained at once (vmapped)", minimum=1, jaxmarl="NUM_SEEDS")
     mesh: MeshConfig = setting(factory=MeshConfig, help="device mesh shape: mesh.seed, mesh.data, mesh.agent")
-    distributed: DistributedConfig = setting(factory=DistributedConfig, help="multi-host: distributed.* or distributed=auto")
-    log: LogConfig = setting(factory=LogConfig, help="experiment trackers: log.backends=[tensorboard,wandb,neptune,mlflow]")
+    distributed: DistributedConfig = setting(
+        factory=DistributedConfig, help="multi-host: distributed.* or distributed=auto"
+    )
+    log: LogConfig = setting(
+        factory=LogConfig, help="experiment trackers: log.backends=[tensorboard,wandb,neptune,mlflow]"
+    )
     reward_shaping: RewardShapingConfig = setting(factory=RewardShapingConfig, help="a dense reward from the env's info, "
                                                   "annealed: reward_shaping.info_key, reward_shaping.horizon")  # fmt: skip
 
     # host loop
     out_dir: str = setting("", "the run's directory; empty: runs/<algo>_<env>_<timestamp>", resumable=True)
     overwrite: bool = setting(False, "allow replacing a run already in out_dir", resumable=True)
-    num_chunks: int = setting(50, "jitted chunks the run is split into (one metrics row each)", minimum=1, resumable=True)
+    num_chunks: int = setting(
+        50, "jitted chunks the run is split into (one metrics row each)", minimum=1, resumable=True
+    )
     progress: bool = setting(True, "show a progress bar", resumable=True)
     plot: bool = setting(True, "write returns.png at the end", resumable=True)
     compile_cache: Any = setting(
@@ -420,7 +444,9 @@ class Config:
     nan_guard: bool = setting(True, "stop on a non-finite loss or parameter, before it is checkpointed", resumable=True)
 
     # evaluation, apart from the training rollouts (marljax.train.evaluate)
-    eval_every: int = setting(0, "updates between greedy evaluations (at chunk ends); 0: never", minimum=0, resumable=True)
+    eval_every: int = setting(
+        0, "updates between greedy evaluations (at chunk ends); 0: never", minimum=0, resumable=True
+    )
     eval_episodes: int = setting(32, "fresh episodes each seed plays per evaluation", minimum=1, resumable=True,
                                  jaxmarl=("NUM_TEST_EPISODES", "TEST_NUM_ENVS", "NUM_TEST_ENVS"))  # fmt: skip
     eval_greedy: bool = setting(True, "evaluate the policy's most likely action (false: sample it)", resumable=True)
@@ -573,7 +599,9 @@ def unknown_key(key: str, allowed: typing.Iterable[str], prefix: str = "") -> Co
     return ConfigError(f"{prefix}{key}", f"unknown key{hint}; allowed keys: {', '.join(allowed)}")
 
 
-RENAMED = {"update_epochs": ("ppo.update_epochs", "pqn.update_epochs", "replay.gradient_steps")}  # keys whose name changed
+RENAMED = {
+    "update_epochs": ("ppo.update_epochs", "pqn.update_epochs", "replay.gradient_steps")
+}  # keys whose name changed
 
 
 def _homes(key: str) -> list[tuple[str, str, list[str]]]:
@@ -617,7 +645,9 @@ def check_key(dotted: str, algo: str) -> None:
         if not group or leaf not in NETWORK_KEYS:
             raise ConfigError(dotted, f"expected network.<group>.<{'|'.join(NETWORK_KEYS)}>")
         return
-    if head in schema.sections or (head in core_keys() and dataclasses.is_dataclass(typing.get_type_hints(Config)[head])):
+    if head in schema.sections or (
+        head in core_keys() and dataclasses.is_dataclass(typing.get_type_hints(Config)[head])
+    ):
         cls = schema.sections.get(head) or typing.get_type_hints(Config)[head]
         allowed = [k for k, _, _ in _walk(cls, f"{head}.")]
         if dotted not in allowed:
@@ -629,7 +659,9 @@ def check_key(dotted: str, algo: str) -> None:
         homes = [algos for section, dotted_home, algos in _homes(head) if dotted_home == section]
         if homes:
             takes = ", ".join(f"{s}.*" for s in schema.sections) or "no section"
-            raise ConfigError(dotted, f"is in section {head}.* of algo={', '.join(homes[0])}; algo={algo} takes {takes}")
+            raise ConfigError(
+                dotted, f"is in section {head}.* of algo={', '.join(homes[0])}; algo={algo} takes {takes}"
+            )
         raise _misplaced(head, algo, schema.sections)
 
 
@@ -756,7 +788,9 @@ def _build_config(values: Mapping[str, Any]) -> Config:
     for key, value in values.items():
         if key in schema.sections:
             if not isinstance(value, Mapping):
-                raise ConfigError(key, f"is a section: give {key}.<field>=value (fields: {', '.join(_fields(schema.sections[key]))})")
+                raise ConfigError(
+                    key, f"is a section: give {key}.<field>=value (fields: {', '.join(_fields(schema.sections[key]))})"
+                )
             sections[key] = value
         elif key in core_keys():
             core[key] = value
@@ -906,7 +940,8 @@ def validate(config: Config) -> Config:
                           f"<= {MAX_UPDATES * per:,} with this num_envs and num_steps")  # fmt: skip
     if c.mode == "async" and (c.mesh.data not in (-1, 1) or c.mesh.seed not in (-1, 1)):
         raise ConfigError(
-            "mesh", "mode=async places work with async.actor_devices and async.learner_devices (mesh.agent splits the "
+            "mesh",
+            "mode=async places work with async.actor_devices and async.learner_devices (mesh.agent splits the "
             "learner's agents); leave mesh.seed and mesh.data at their defaults",
         )
     for axis in ("seed", "data"):
@@ -934,11 +969,13 @@ def validate(config: Config) -> Config:
     d = c.distributed
     if not 0 <= d.process_id < d.num_processes:
         raise ConfigError(
-            "distributed.process_id", f"must lie in 0..{d.num_processes - 1} (distributed.num_processes - 1), got {d.process_id}"
+            "distributed.process_id",
+            f"must lie in 0..{d.num_processes - 1} (distributed.num_processes - 1), got {d.process_id}",
         )
     if d.num_processes > 1 and not d.auto and not re.fullmatch(r"[^:\s]+:\d+", d.coordinator):
         raise ConfigError(
-            "distributed.coordinator", f"needs host:port of process 0 (e.g. 10.0.0.2:8476) with num_processes > 1, got {d.coordinator!r}"
+            "distributed.coordinator",
+            f"needs host:port of process 0 (e.g. 10.0.0.2:8476) with num_processes > 1, got {d.coordinator!r}",
         )
     if c.reward_shaping.info_key and c.mode == "async":
         raise ConfigError("reward_shaping.info_key", "the shaping factor follows the learner's updates on device; "
@@ -946,7 +983,9 @@ def validate(config: Config) -> Config:
     if c.resume and not c.out_dir:
         raise ConfigError("out_dir", "resume=true needs the out_dir of the run to continue")
     if c.resume and c.overwrite:
-        raise ConfigError("resume", "resume=true continues the run in out_dir; overwrite=true would delete it. Pick one")
+        raise ConfigError(
+            "resume", "resume=true continues the run in out_dir; overwrite=true would delete it. Pick one"
+        )
     if schema.check is not None:
         schema.check(c)
     return c
@@ -959,10 +998,14 @@ def _check_network(c: Config) -> None:
     """network.<group>.<size>: positive integers of known size fields. Group names need the env
     (marljax.train.wiring.check_group_networks checks them)."""
     if not isinstance(c.network, dict):
-        raise ConfigError("network", f"expected a mapping network.<group>.<{'|'.join(NETWORK_KEYS)}>, got {c.network!r}")
+        raise ConfigError(
+            "network", f"expected a mapping network.<group>.<{'|'.join(NETWORK_KEYS)}>, got {c.network!r}"
+        )
     for group, sizes in c.network.items():
         if group == "dtype":  # one compute dtype for every network: a core key
-            raise ConfigError("network.dtype", f"the networks' compute dtype is the core key: write dtype={'|'.join(DTYPES)}")
+            raise ConfigError(
+                "network.dtype", f"the networks' compute dtype is the core key: write dtype={'|'.join(DTYPES)}"
+            )
         if not isinstance(sizes, Mapping):
             raise ConfigError(f"network.{group}", f"expected a mapping of {', '.join(NETWORK_KEYS)}, got {sizes!r}")
         for key, value in sizes.items():
@@ -981,7 +1024,9 @@ def _check_supports(c: Config, schema: AlgorithmSchema) -> None:
         return f"algo={', '.join(names)}" if names else "no algorithm"
 
     if c.mode == "async" and not s.async_mode:
-        raise ConfigError("mode", f"algo={c.algo} runs on device; allowed: anakin (mode=async: {others(lambda o: o.async_mode)})")
+        raise ConfigError(
+            "mode", f"algo={c.algo} runs on device; allowed: anakin (mode=async: {others(lambda o: o.async_mode)})"
+        )
     if c.mesh.agent > 1 and not s.agent_axis:
         raise ConfigError("mesh.agent", f"algo={c.algo} has no agent-parallel learner yet; allowed: 1 (mesh.data and mesh.seed "
                                         f"add devices; mesh.agent: {others(lambda o: o.agent_axis)})")  # fmt: skip

@@ -77,8 +77,13 @@ def report() -> dict[str, Any]:
         "local_device_count": jax.local_device_count(),
         "device_count": jax.device_count(),
         "devices": [
-            {"id": d.id, "platform": d.platform, "kind": d.device_kind, "process": d.process_index,
-             "memory_gib": _memory_gib(d)}  # fmt: skip
+            {
+                "id": d.id,
+                "platform": d.platform,
+                "kind": d.device_kind,
+                "process": d.process_index,
+                "memory_gib": _memory_gib(d),
+            }  # fmt: skip
             for d in devices
         ],
         "builds": installed_builds(),
@@ -111,8 +116,10 @@ def check(r: dict[str, Any], expect: str | None) -> str | None:
     if expect in found:
         return None
     if expect == "gpu" and "cuda12" not in r["builds"] and "cuda13" not in r["builds"] and "rocm" not in r["builds"]:
-        fix = ('jax\'s CPU build is installed: pip install "marljax[cuda13]" (CUDA 13 driver, >= 580) or '
-               '"marljax[cuda12]" (or keep a runtime\'s own CUDA jax)')
+        fix = (
+            'jax\'s CPU build is installed: pip install "marljax[cuda13]" (CUDA 13 driver, >= 580) or '
+            '"marljax[cuda12]" (or keep a runtime\'s own CUDA jax)'
+        )
     elif expect == "tpu" and "tpu" not in r["builds"]:
         fix = 'libtpu is not installed: pip install "marljax[tpu]"'
     else:
@@ -126,7 +133,10 @@ def main(args: Sequence[str], log=print) -> int:
     if rest[:1] == ["--expect"] and len(rest) == 2 and rest[1] in PLATFORMS:
         expect = rest[1]
     elif rest:
-        print(f"marljax doctor: usage: marljax doctor [--expect {'|'.join(PLATFORMS)}], got {' '.join(rest)}", file=sys.stderr)
+        print(
+            f"marljax doctor: usage: marljax doctor [--expect {'|'.join(PLATFORMS)}], got {' '.join(rest)}",
+            file=sys.stderr,
+        )
         return 2
     r = report()
     for line in _lines(r):

@@ -66,8 +66,10 @@ def drift_report(a, b, *, atol: float, rtol: float) -> str:
         share = float(np.max(d / (atol + rtol * np.where(np.isnan(y), 0.0, np.abs(y)))))
         if share > used:
             used, worst = share, path
-    return (f"drift: state max |diff| {state:.2g}; rows max |diff| {rows[0]:.2g} (on a value of {rows[1]:.3g}); "
-            f"{used:.2f} of the tolerance used, at {worst}")
+    return (
+        f"drift: state max |diff| {state:.2g}; rows max |diff| {rows[0]:.2g} (on a value of {rows[1]:.3g}); "
+        f"{used:.2f} of the tolerance used, at {worst}"
+    )
 
 
 def max_abs_diff(a, b) -> float:

@@ -30,7 +30,13 @@ class FlakySpread(HostSpread):
     def __init__(self, fail_p: float = 0.0, hang_flag: str = "", hang_at: int = 20, hang_s: float = 30.0,
                  bad_flag: str = "", **kwargs):  # fmt: skip
         super().__init__(**kwargs)
-        self.fail_p, self.hang_flag, self.hang_at, self.hang_s, self.bad_flag = fail_p, hang_flag, hang_at, hang_s, bad_flag
+        self.fail_p, self.hang_flag, self.hang_at, self.hang_s, self.bad_flag = (
+            fail_p,
+            hang_flag,
+            hang_at,
+            hang_s,
+            bad_flag,
+        )
         self.bad, self.steps, self.fail_at = False, 0, -1
 
     def reset(self, seed: int | None = None, options=None):

@@ -1,6 +1,6 @@
 """A host (PettingZoo) env whose `step` never returns on one copy: the async watchdog's test case.
 
-    env=pettingzoo:tests.hang_env:parallel_env env_kwargs.hang_copy=2 env_kwargs.hang_at=40
+env=pettingzoo:tests.hang_env:parallel_env env_kwargs.hang_copy=2 env_kwargs.hang_at=40
 """
 
 from __future__ import annotations

@@ -158,11 +158,13 @@ def test_every_agents_actions_reach_the_env(name):
             masks = jax.vmap(adapter.action_mask)(state)
             actions = {}
             for j, g in enumerate(adapter.groups):
+
                 def draw(kk, j, g):
                     kk = jax.random.fold_in(kk, j)
                     if g.discrete:  # an available action per agent, [E, A_g]
                         return jax.random.categorical(kk, jnp.where(masks[g.name], 0.0, -jnp.inf))
                     return jax.random.uniform(kk, (n_envs, g.size, g.action_dim), minval=-1.0, maxval=1.0)
+
                 a, alt = draw(k_act, j, g), draw(k_alt, j, g)
                 pick = (jnp.asarray(g.indices) == changed).reshape((1, g.size) + (1,) * (a.ndim - 2))
                 actions[g.name] = jnp.where(pick, alt, a)

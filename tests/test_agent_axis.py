@@ -177,5 +177,7 @@ def test_placement_errors_name_the_field_and_balanced_replicates_odd_groups():
         cfg = load_config(None, UNEQUAL + ["mesh.agent=4"] + extra)
         assert check_agent_axis(cfg, make_adapter(cfg)) == {"agent"}
     # simple_tag's default 3 + 1 on 2 devices: neither divides, both replicated
-    cfg = load_config(None, ["env=MPE_simple_tag_v3", "param_sharing=independent", "mesh.agent=2", "mesh.placement=balanced"])
+    cfg = load_config(
+        None, ["env=MPE_simple_tag_v3", "param_sharing=independent", "mesh.agent=2", "mesh.placement=balanced"]
+    )
     assert check_agent_axis(cfg, make_adapter(cfg)) == {"adversary", "agent"}

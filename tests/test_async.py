@@ -24,8 +24,12 @@ def _rows(res):
 
 @pytest.mark.parametrize(
     "extra",
-    [[], ["async.staleness_policy=drop", "async.num_actor_threads=2", "async.max_staleness=0"],
-     ["async.correction=vtrace", "recurrent=true"], ["async.correction=none", "algo=mappo"]],
+    [
+        [],
+        ["async.staleness_policy=drop", "async.num_actor_threads=2", "async.max_staleness=0"],
+        ["async.correction=vtrace", "recurrent=true"],
+        ["async.correction=none", "algo=mappo"],
+    ],
     ids=["block", "drop-2-actors", "vtrace-gru", "none-mappo"],
 )
 def test_counters_are_exact_and_staleness_bounded(tmp_path, extra):
@@ -94,8 +98,7 @@ def test_async_config_errors_before_anything_runs():
     with pytest.raises(ConfigError, match="distinct device indices"):
         load_config(None, SMALL + ["async.actor_devices=[0,0]"])
     with pytest.raises(ConfigError, match="don't exist"):
-        train(load_config(None, SMALL + ["async.actor_devices=[0]", "async.learner_devices=[5]"]),
-              log=lambda s: None)
+        train(load_config(None, SMALL + ["async.actor_devices=[0]", "async.learner_devices=[5]"]), log=lambda s: None)
 
 
 LEARN_CODE = """
@@ -147,7 +150,9 @@ def test_recorded_trajectories_round_trip(tmp_path):
 def test_host_pettingzoo_env_groups_and_vector_step():
     from marljax.envs.host import HostEnvAdapter, host_env_factory
 
-    adapter = HostEnvAdapter(host_env_factory("pettingzoo:marljax.testing.host_spread:parallel_env", {"n": 3}), "spread")
+    adapter = HostEnvAdapter(
+        host_env_factory("pettingzoo:marljax.testing.host_spread:parallel_env", {"n": 3}), "spread"
+    )
     (g,) = adapter.groups
     assert g.size == 3 and g.obs_shape == (2 + 6 + 4,) and g.discrete and g.action_dim == 5
     venv = adapter.vector(4, seed=0)
@@ -287,7 +292,9 @@ def test_ctrl_c_stops_an_async_run_promptly_with_a_checkpoint_and_resume_keeps_c
         proc.kill()
         raise AssertionError("the run did not stop within 30 s of Ctrl-C") from None
     # the first Ctrl-C finishes the update in progress, saves it, and stops (a second would interrupt at once)
-    assert proc.returncode == 130 and "marljax: stopped by SIGINT at update" in err and "Traceback" not in err, err[-2000:]
+    assert proc.returncode == 130 and "marljax: stopped by SIGINT at update" in err and "Traceback" not in err, err[
+        -2000:
+    ]
     assert time.time() - interrupted_at < 30
     update = int(err.split("stopped by SIGINT at update ")[1].split(";")[0])
     assert 0 < update < 3906 and (out / "checkpoints" / str(update)).is_dir()

@@ -33,7 +33,9 @@ CPUS = [Dev("cpu", i) for i in range(4)]
         ("[0,2]", "[0]", [CPUS[0], CPUS[2]], [GPUS[0]]),  # the same index in two pools names two devices
     ],
 )
-def test_actors_come_from_the_host_cpus_and_the_learner_from_the_accelerator(actors, learners, want_actors, want_learners):
+def test_actors_come_from_the_host_cpus_and_the_learner_from_the_accelerator(
+    actors, learners, want_actors, want_learners
+):
     config = load_config(None, BASE + ["async.actor_backend=cpu", f"async.actor_devices={actors}",
                                        f"async.learner_devices={learners}"])  # fmt: skip
     actor, learner = _split(config, GPUS, CPUS)
@@ -59,9 +61,13 @@ def test_the_cpu_pool_is_used_only_when_asked_for_and_the_default_backend_is_not
 
 def test_too_many_devices_name_the_field_and_the_platform():
     config = load_config(None, BASE + ["async.actor_backend=cpu", "async.actor_devices=1", "async.learner_devices=3"])
-    with pytest.raises(ConfigError, match=r"async\.learner_devices: 3 devices asked for, but 2 gpu devices are visible"):
+    with pytest.raises(
+        ConfigError, match=r"async\.learner_devices: 3 devices asked for, but 2 gpu devices are visible"
+    ):
         _split(config, GPUS, CPUS)
-    config = load_config(None, BASE + ["async.actor_backend=cpu", "async.actor_devices=[7]", "async.learner_devices=[0]"])
+    config = load_config(
+        None, BASE + ["async.actor_backend=cpu", "async.actor_devices=[7]", "async.learner_devices=[0]"]
+    )
     with pytest.raises(ConfigError, match=r"async\.actor_devices: device indices \[7\] don't exist; 4 cpu devices"):
         _split(config, GPUS, CPUS)
 

@@ -127,7 +127,10 @@ def test_q_bench_reports_env_and_gradient_steps(capfd, monkeypatch):
     result = run_bench(config, log=print)
     assert json.loads(capfd.readouterr().out.strip().splitlines()[-1]) == result
     assert result["gradient_steps_per_update"] == 2 and result["batch"] == 32
-    assert result["gradient_steps_per_s"] == pytest.approx(2 * result["updates_per_s"], rel=1e-4) and result["updates_per_s"] > 0
+    assert (
+        result["gradient_steps_per_s"] == pytest.approx(2 * result["updates_per_s"], rel=1e-4)
+        and result["updates_per_s"] > 0
+    )
     assert math.isfinite(result["train_env_steps_per_s"]) and result["train_env_steps_per_s"] > 0
 
 

@@ -26,7 +26,9 @@ def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 def test_rows_hold_a_few_chunks_of_a_useful_size():
     config = load_config(None, SMALL)
     small = load_config(None, [*SMALL, *row_overrides(config, 64)])
-    assert small.num_envs == 64 and small.num_chunks == 8 and small.updates_per_chunk == 10  # 64 x 8 steps: small updates
+    assert (
+        small.num_envs == 64 and small.num_chunks == 8 and small.updates_per_chunk == 10
+    )  # 64 x 8 steps: small updates
     big = load_config(None, [*SMALL, *row_overrides(config, 65536)])
     assert big.updates_per_chunk == 1 and big.num_updates == 8  # 65536 x 8 steps is already 512k per update
     assert env_devices(config, 8) == 8 and env_devices(load_config(None, ["mesh.seed=2", "num_seeds=2"]), 8) == 4

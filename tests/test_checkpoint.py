@@ -157,7 +157,12 @@ def test_a_failed_asynchronous_save_is_reported_with_its_own_update(tmp_path, mo
 
 def _tmpfs(mnt: Path, size: str) -> bool:
     mnt.mkdir()
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path):
@@ -260,8 +265,11 @@ def test_existing_run_is_not_overwritten_without_asking(tmp_path):
         load_config(None, BASE + [f"out_dir={out}", "resume=true", "overwrite=true"])
 
 
-@pytest.mark.parametrize("recurrent", [False, pytest.param(True, marks=pytest.mark.nightly)],  # GRU: ~2 CPU-minutes
-                         ids=["ff", "gru"])
+@pytest.mark.parametrize(
+    "recurrent",
+    [False, pytest.param(True, marks=pytest.mark.nightly)],  # GRU: ~2 CPU-minutes
+    ids=["ff", "gru"],
+)
 def test_exported_policy_acts_like_the_training_policy(tmp_path, recurrent):
     out = tmp_path / "run"
     cfg = _cfg(out, "env=HeuristicEnemySMAX", "env_kwargs.scenario=3m", f"recurrent={recurrent}",

@@ -33,8 +33,12 @@ def _run(out, devices, extra=(), max_chunks=None) -> tuple[dict, dict]:
 @pytest.mark.parametrize(
     "first,then",
     [
-        pytest.param((8, ["mesh.seed=2", "mesh.data=4"]), (1, []), id="8-to-1",
-                     marks=[pytest.mark.nightly, pytest.mark.optimized]),  # fmt: skip
+        pytest.param(
+            (8, ["mesh.seed=2", "mesh.data=4"]),
+            (1, []),
+            id="8-to-1",
+            marks=[pytest.mark.nightly, pytest.mark.optimized],
+        ),  # fmt: skip
         pytest.param((1, []), (4, ["mesh.data=4"]), id="1-to-4"),  # CI: one direction
     ],
 )

@@ -116,7 +116,11 @@ def test_help_exits_0():
     script = Path(sys.executable).parent / "marljax"
     if script.exists():  # the installed console script
         proc = subprocess.run(
-            [str(script), "--help"], capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120
+            [str(script), "--help"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            timeout=120,
         )
         assert proc.returncode == 0
         assert "usage: marljax" in proc.stdout
@@ -158,8 +162,10 @@ def test_help_is_generated_from_the_schema_for_the_chosen_algorithm(capsys):
     assert "replay.buffer_size" in printed and "\n  ppo." not in printed and "algo=qmix" in printed
 
 
-@pytest.mark.parametrize("command, words", [("sweep", "SWEEP.yaml"), ("report", "SWEEP_DIR"), ("export", "POLICY_DIR"),
-                                            ("compare", "SWEEP_DIR:CELL")])
+@pytest.mark.parametrize(
+    "command, words",
+    [("sweep", "SWEEP.yaml"), ("report", "SWEEP_DIR"), ("export", "POLICY_DIR"), ("compare", "SWEEP_DIR:CELL")],
+)
 def test_command_help_prints_usage_instead_of_reading_a_file(command, words, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main([command, "--help"]) == 0
@@ -180,7 +186,10 @@ def _missing_from_usage(text: str, commands) -> list[str]:
     each command's usage line and the first words of its summary, each subcommand's row."""
     missing = []
     for command in commands:
-        if f"marljax {command.name} {command.args}" not in text or f"  {command.name:<8}{command.summary[:30]}" not in text:
+        if (
+            f"marljax {command.name} {command.args}" not in text
+            or f"  {command.name:<8}{command.summary[:30]}" not in text
+        ):
             missing.append(command.name)
         for sub in command.subcommands:
             if f"  {sub.name:<12}{sub.summary[:30]}" not in text:
@@ -200,7 +209,15 @@ def test_usage_lists_every_declared_command(capsys, monkeypatch):
     names = [c.name for c in cli.COMMANDS]
     assert names == ["train", "sweep", "report", "compare", "bench", "export", "doctor"]
     assert [c.name for c in cli.BY_NAME["bench"].subcommands] == [
-        "throughput", "target", "scale", "agents", "checkpoint", "sweep", "stragglers", "balance"]
+        "throughput",
+        "target",
+        "scale",
+        "agents",
+        "checkpoint",
+        "sweep",
+        "stragglers",
+        "balance",
+    ]
     # negative control: a usage without one command's line, or one bench's row, is caught
     assert _missing_from_usage(printed.replace("marljax report SWEEP_DIR", ""), cli.COMMANDS) == ["report"]
     assert _missing_from_usage(printed.replace("  stragglers", ""), cli.COMMANDS) == ["bench stragglers"]
@@ -246,4 +263,7 @@ def test_old_bench_spellings_run_the_same_handler_as_bench_name(capsys):
     assert main(["bench-target", "target=abc"]) == 2
     old = capsys.readouterr()
     assert main(["bench", "target", "target=abc"]) == 2
-    assert capsys.readouterr() == old and old.err == "marljax: config error: target: expected a number (a return per agent), got 'abc'\n"
+    assert (
+        capsys.readouterr() == old
+        and old.err == "marljax: config error: target: expected a number (a return per agent), got 'abc'\n"
+    )

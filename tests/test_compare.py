@@ -118,7 +118,9 @@ def test_compare_writes_tables_and_files(hand_runs, tmp_path, capsys):
     assert main(["compare", *map(str, hand_runs), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     a, b, c = map(str, hand_runs)
-    assert f"| {a} | ippo | 4/4 | 300 | 5.00 [" in printed and f"| {b} | ippo | 3/3 | 200 | 1.00 [1.00, 1.00] |" in printed
+    assert (
+        f"| {a} | ippo | 4/4 | 300 | 5.00 [" in printed and f"| {b} | ippo | 3/3 | 200 | 1.00 [1.00, 1.00] |" in printed
+    )
     assert f"| {a} | {b} | 1.00 [1.00, 1.00] |" in printed  # every seed of A ends above every seed of B
     assert f"| {b} | {c} | 0.50 [0.50, 0.50] |" in printed  # the same values: no improvement either way
     assert "eval_return" in printed.splitlines()[0]  # the default: every run evaluated
@@ -176,7 +178,9 @@ def test_win_rate_metrics(tmp_path):
     smax = {"env": "HeuristicEnemySMAX", "env_kwargs": {"scenario": "3m"}}
     run = _write_run(tmp_path / "smax", rows, 2, **smax)
     # written before rows carried win_rate_per_seed: a one-seed run's pooled win rate is its own
-    old = _write_run(tmp_path / "old", [{"update": 1, "env_steps": 64, "return_per_seed": [1.0], "win_rate": 0.4}], 1, **smax)
+    old = _write_run(
+        tmp_path / "old", [{"update": 1, "env_steps": 64, "return_per_seed": [1.0], "win_rate": 0.4}], 1, **smax
+    )
     runs = [load_run(str(run)), load_run(str(old))]
     assert runs[0].env == "HeuristicEnemySMAX(scenario=3m)"
     table = summarize_runs(runs, "win_rate", num_resamples=50)
@@ -185,7 +189,9 @@ def test_win_rate_metrics(tmp_path):
     assert improvements(runs, "win_rate", num_resamples=50)[0]["p_a_beats_b"] == 0.5  # 0.25 < 0.4 < 0.75
     assert {r["metric"] for r in long_rows(runs)} == {"return_mean", "eval_return", "win_rate", "eval_win_rate"}
     assert main(["compare", str(run), str(old), "--metric", "win_rate", "--out", str(tmp_path / "o")]) == 0
-    assert (tmp_path / "o" / "curves_eval_win_rate.png").is_file() and (tmp_path / "o" / "curves_win_rate.png").is_file()
+    assert (tmp_path / "o" / "curves_eval_win_rate.png").is_file() and (
+        tmp_path / "o" / "curves_win_rate.png"
+    ).is_file()
 
 
 # ---- sweep cells ----
@@ -254,11 +260,16 @@ def test_input_errors(hand_runs, tmp_path, capsys):
     assert "is a file" in _error(capsys, str(hand_runs[0] / "config.yaml"))
     sweep = _sweep(tmp_path)
     line = _error(capsys, str(sweep))
-    assert f"{sweep} is a sweep; name one of its cells as {sweep}:CELL" in line and "lr=0.0003,param_sharing=shared" in line
+    assert (
+        f"{sweep} is a sweep; name one of its cells as {sweep}:CELL" in line
+        and "lr=0.0003,param_sharing=shared" in line
+    )
     assert "has no cell 'lr=9'" in _error(capsys, f"{sweep}:lr=9")
     assert "--metric win_rate: none of the runs has it (they have: return_mean, eval_return)" in _error(
         capsys, a, "--metric", "win_rate")  # fmt: skip
-    assert "--metric loss: expected one of return_mean, eval_return, win_rate, eval_win_rate" in _error(capsys, a, "--metric=loss")
+    assert "--metric loss: expected one of return_mean, eval_return, win_rate, eval_win_rate" in _error(
+        capsys, a, "--metric=loss"
+    )
     assert "unknown option --metrics" in _error(capsys, a, "--metrics", "x")
     assert "--out takes a value" in _error(capsys, a, "--out")
     assert "one or more runs" in _error(capsys)
@@ -315,7 +326,9 @@ def test_real_runs(real_runs, tmp_path, capsys):
         assert float(row["final_mean"]) == pytest.approx(np.mean(last_eval["eval_return_per_seed"]))
         assert f"| {real_runs[name]} | ippo | 2/2 | {steps} | " in printed
         marl_eval = json.loads((real_runs[name] / "metrics.json").read_text())["MPE"]["simple_spread_v3"]["ippo"]
-        assert [marl_eval[f"seed_{s}"]["absolute_metrics"]["return"][0] for s in range(2)] == last_eval["eval_return_per_seed"]
+        assert [marl_eval[f"seed_{s}"]["absolute_metrics"]["return"][0] for s in range(2)] == last_eval[
+            "eval_return_per_seed"
+        ]
         assert marl_eval["seed_0"]["step_0"]["step_count"] == 128
     found = _read_long(path)
     assert sorted(found) == sorted(_expected_long(str(long), rows["long"]) | _expected_long(str(short), rows["short"]))

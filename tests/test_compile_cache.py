@@ -75,8 +75,14 @@ def test_a_rerun_reads_every_program_back_and_a_damaged_entry_costs_one_line(tmp
         (cache / name).write_bytes(b"not a compiled program")
     damaged = _train(tmp_path / "c", home=home)
     assert damaged.returncode == 0, damaged.stderr[-2000:]
-    notes = [line for line in damaged.stderr.splitlines() if line.startswith("marljax: a compile cache entry could not be read")]
-    assert notes and "UserWarning" not in damaged.stderr and "warnings.warn" not in damaged.stderr, damaged.stderr[-2000:]
+    notes = [
+        line
+        for line in damaged.stderr.splitlines()
+        if line.startswith("marljax: a compile cache entry could not be read")
+    ]
+    assert notes and "UserWarning" not in damaged.stderr and "warnings.warn" not in damaged.stderr, damaged.stderr[
+        -2000:
+    ]
     assert _rows(tmp_path / "c") == _rows(tmp_path / "a")
 
 

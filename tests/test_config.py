@@ -105,7 +105,11 @@ def test_mesh_sizes_must_match_device_count():
     # and good shapes resolve
     assert resolve_mesh_shape(load_config(None, ["mesh.seed=2", "num_seeds=2"]), n_devices=8) == (2, 4, 1)
     assert resolve_mesh_shape(load_config(None, []), n_devices=8) == (1, 8, 1)
-    assert resolve_mesh_shape(load_config(None, ["mesh.data=2", "mesh.seed=-1", "num_seeds=4"]), n_devices=8) == (4, 2, 1)
+    assert resolve_mesh_shape(load_config(None, ["mesh.data=2", "mesh.seed=-1", "num_seeds=4"]), n_devices=8) == (
+        4,
+        2,
+        1,
+    )
     # mesh.agent is fixed; -1 fills what it leaves
     agent2 = ["param_sharing=independent", "mesh.agent=2", "mesh.seed=2", "num_seeds=2"]
     assert resolve_mesh_shape(load_config(None, agent2), n_devices=8) == (2, 2, 2)
@@ -259,7 +263,12 @@ def test_section_fields_by_dotted_key_and_nested_yaml(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("algo: qmix\nq:\n  td_lambda: 0.5\nreplay:\n  buffer_size: 64\n  gradient_steps: 2\n")
     config = load_config(path, ["replay.batch_size=8"])
-    assert (config.q.td_lambda, config.replay.buffer_size, config.replay.gradient_steps, config.replay.batch_size) == (0.5, 64, 2, 8)
+    assert (config.q.td_lambda, config.replay.buffer_size, config.replay.gradient_steps, config.replay.batch_size) == (
+        0.5,
+        64,
+        2,
+        8,
+    )
     assert set(config.sections) == {"q", "replay", "mixer"}  # qmix: its mixer section too
     with pytest.raises(AttributeError, match="no field or section 'ppo'"):
         config.ppo  # noqa: B018

@@ -34,7 +34,11 @@ EPISODES = 64
 IN_CI = {("ippo", False)}
 CASES = [
     pytest.param(algo, recurrent, steps, marks=() if (algo, recurrent) in IN_CI else pytest.mark.nightly)
-    for algo, recurrent, steps in [*[(algo, False, "1e6") for algo in algorithms()], ("ippo", True, "5e5"), ("vdn", True, "3e5")]
+    for algo, recurrent, steps in [
+        *[(algo, False, "1e6") for algo in algorithms()],
+        ("ippo", True, "5e5"),
+        ("vdn", True, "3e5"),
+    ]
 ]
 
 

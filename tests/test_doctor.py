@@ -27,7 +27,10 @@ def test_doctor_prints_versions_devices_and_a_json_line():
     assert report["backend"] == "cpu" and report["device_count"] == len(report["devices"]) >= 1
     jax_minor = ".".join(report["versions"]["jax"].split(".")[:2])
     assert jax_minor in TESTED_JAX and report["versions"]["jaxmarl"] == "0.2.0"
-    assert report["tested"].startswith(f"yes: jax {jax_minor} is tested on") and "\ntested range       yes: jax" in proc.stdout
+    assert (
+        report["tested"].startswith(f"yes: jax {jax_minor} is tested on")
+        and "\ntested range       yes: jax" in proc.stdout
+    )
     assert report["process_count"] == 1 and report["ok"] is True
     assert "accelerator build" in proc.stdout and "backend            cpu" in proc.stdout
 

@@ -63,7 +63,9 @@ def test_a_copy_failing_again_and_again_is_retired(tmp_path):
 
 
 def test_too_few_copies_left_is_a_clear_error(tmp_path):
-    with pytest.raises(ActorFailed, match=r"1 of 4 host env copies of seed 0 are left, fewer than async\.min_env_copies=2"):
+    with pytest.raises(
+        ActorFailed, match=r"1 of 4 host env copies of seed 0 are left, fewer than async\.min_env_copies=2"
+    ):
         _run(tmp_path, ["env_kwargs.fail_p=1.0", "async.max_env_failures=1", "async.min_env_copies=2"])
 
 

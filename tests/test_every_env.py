@@ -38,7 +38,14 @@ PARAMS = [pytest.param(n, r, id=f"{'rnn' if r else 'ff'}-{n}", marks=pytest.mark
 # speed up the generated code, are off. Measured: a case compiles in ~60% of the time.
 SMOKE_COMPILE = {"xla_backend_optimization_level": 0}
 
-TINY = ["num_envs=2", "num_steps=4", "ppo.num_minibatches=2", "ppo.update_epochs=1", "hidden_size=16", "total_timesteps=16"]
+TINY = [
+    "num_envs=2",
+    "num_steps=4",
+    "ppo.num_minibatches=2",
+    "ppo.update_epochs=1",
+    "hidden_size=16",
+    "total_timesteps=16",
+]
 
 
 @pytest.mark.slow

@@ -8,7 +8,14 @@ from marljax.config import ConfigError, load_config
 from marljax.train.wiring import make_adapter, make_trainer, prepare
 
 SL = "env=MPE_simple_speaker_listener_v4"  # groups: speaker (obs 3, 3 actions), listener (obs 11, 5 actions)
-TINY = ["num_envs=2", "num_steps=4", "ppo.num_minibatches=2", "ppo.update_epochs=1", "total_timesteps=16", "hidden_size=8"]
+TINY = [
+    "num_envs=2",
+    "num_steps=4",
+    "ppo.num_minibatches=2",
+    "ppo.update_epochs=1",
+    "total_timesteps=16",
+    "hidden_size=8",
+]
 UNEQUAL = ["network.speaker.hidden_size=4", "network.listener.hidden_size=24", "network.listener.num_layers=3"]
 
 
@@ -82,8 +89,12 @@ def test_unknown_group_is_a_config_error_before_compiling(monkeypatch):
     with pytest.raises(ConfigError, match=r"network\.speakr: .*no group 'speakr'.*its groups: speaker, listener"):
         prepare(load_config(None, [SL, "network.speakr.hidden_size=4"]))
     # per_role names groups by role: the message lists those the run would have
-    with pytest.raises(ConfigError, match=r"network\.adversary: .*param_sharing=per_role; its groups: adversaries, agents"):
-        prepare(load_config(None, ["env=MPE_simple_tag_v3", "param_sharing=per_role", "network.adversary.hidden_size=4"]))
+    with pytest.raises(
+        ConfigError, match=r"network\.adversary: .*param_sharing=per_role; its groups: adversaries, agents"
+    ):
+        prepare(
+            load_config(None, ["env=MPE_simple_tag_v3", "param_sharing=per_role", "network.adversary.hidden_size=4"])
+        )
     assert compiled == []
 
 
@@ -112,9 +123,13 @@ def test_overrides_equal_to_the_globals_change_nothing_bitwise():
     same = run("network.speaker.hidden_size=64", "network.listener.num_layers=2")
     for a, b in zip(jax.tree.leaves(base), jax.tree.leaves(same), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
     # negative control (init only, no second compile): a real override changes the parameters
     def shapes(*o):
-        return [x.shape for x in jax.tree.leaves(jax.eval_shape(_trainer(*o, tiny=tiny).init, jax.random.PRNGKey(3)).learner.params)]
+        return [
+            x.shape
+            for x in jax.tree.leaves(jax.eval_shape(_trainer(*o, tiny=tiny).init, jax.random.PRNGKey(3)).learner.params)
+        ]
 
     assert shapes() == [x.shape for x in jax.tree.leaves(base[0].learner.params)]
     assert shapes("network.speaker.hidden_size=32") != shapes()

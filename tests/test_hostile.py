@@ -142,8 +142,18 @@ def test_export_of_a_missing_run_creates_nothing(tmp_path):
         (lambda p: (p / "policy.json").write_text(" " * (17 << 20) + "{}"), "bytes, more than the"),
         (lambda p: _change_one_weight(p), "does not match the fingerprint in policy.json"),  # loaded silently
     ],
-    ids=["garbage", "not utf-8", "missing", "no config", "another network", "bad config", "major version",
-         "deeply nested", "oversized", "a changed weight"],  # fmt: skip
+    ids=[
+        "garbage",
+        "not utf-8",
+        "missing",
+        "no config",
+        "another network",
+        "bad config",
+        "major version",
+        "deeply nested",
+        "oversized",
+        "a changed weight",
+    ],  # fmt: skip
 )
 def test_a_damaged_policy_is_refused_naming_the_file(policy, damage, words):
     damage(policy)
@@ -220,13 +230,19 @@ def test_a_bad_yaml_file_is_one_line_naming_it(tmp_path, command, text, words):
         # MPE takes **kwargs: a misspelt key used to be accepted and ignored
         ("env_kwargs.num_agent=4", "env_kwargs.num_agent: MPE_simple_spread_v3 does not use num_agent"),
         # before: `marljax: RuntimeError: factory exploded on purpose`, nothing saying it came from the env
-        ("env=tests.broken_env:explode",
-         "env: building the env failed: tests.broken_env:explode() raised RuntimeError: factory exploded on purpose"),
+        (
+            "env=tests.broken_env:explode",
+            "env: building the env failed: tests.broken_env:explode() raised RuntimeError: factory exploded on purpose",
+        ),
         # before: AttributeError: 'NoneType' object has no attribute 'possible_agents'
-        ("env=pettingzoo:tests.broken_env:nothing mode=async eval_every=0",
-         "env: pettingzoo:tests.broken_env:nothing returned a NoneType, not a PettingZoo ParallelEnv"),
-        ("env=pettingzoo:tests.broken_env:explode mode=async eval_every=0",
-         "env: building the env failed: pettingzoo:tests.broken_env:explode raised RuntimeError: factory exploded"),
+        (
+            "env=pettingzoo:tests.broken_env:nothing mode=async eval_every=0",
+            "env: pettingzoo:tests.broken_env:nothing returned a NoneType, not a PettingZoo ParallelEnv",
+        ),
+        (
+            "env=pettingzoo:tests.broken_env:explode mode=async eval_every=0",
+            "env: building the env failed: pettingzoo:tests.broken_env:explode raised RuntimeError: factory exploded",
+        ),
     ],
 )
 def test_values_that_used_to_end_in_a_traceback_name_their_field(tmp_path, setting, words):
@@ -295,7 +311,9 @@ def test_a_damaged_metrics_line_is_kept_aside_and_only_it_is_skipped(run):
 
 
 def test_overwrite_puts_the_old_run_back_when_the_new_one_fails_before_a_checkpoint(run, monkeypatch):
-    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and ".marljax.lock" not in p.name}
+    before = {
+        p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and ".marljax.lock" not in p.name
+    }
 
     def fail(*args, **kwargs):
         raise RuntimeError("compilation failed")
@@ -303,7 +321,9 @@ def test_overwrite_puts_the_old_run_back_when_the_new_one_fails_before_a_checkpo
     monkeypatch.setattr("marljax.train.loop.shard_trainer", fail)
     with pytest.raises(RuntimeError, match="compilation failed"):
         train(load_config(None, [*BASE, f"out_dir={run}", "overwrite=true"]), **QUIET)
-    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and ".marljax.lock" not in p.name}
+    after = {
+        p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and ".marljax.lock" not in p.name
+    }
     assert after == before and not list(run.glob(".overwritten-*"))
     monkeypatch.undo()  # the control: a run that succeeds replaces the old one
     res = train(load_config(None, [*BASE, f"out_dir={run}", "overwrite=true", "seed=1"]), **QUIET)
@@ -320,8 +340,17 @@ def test_sigterm_saves_a_checkpoint_at_the_next_chunk_and_resume_finishes(tmp_pa
     import time
 
     out = tmp_path / "run"
-    long = ["num_envs=4", "num_steps=8", "total_timesteps=128000", "num_chunks=1000", "checkpoint_every=0",
-            "hidden_size=16", "progress=false", "plot=false", f"out_dir={out}"]  # 4000 updates, chunks of 4
+    long = [
+        "num_envs=4",
+        "num_steps=8",
+        "total_timesteps=128000",
+        "num_chunks=1000",
+        "checkpoint_every=0",
+        "hidden_size=16",
+        "progress=false",
+        "plot=false",
+        f"out_dir={out}",
+    ]  # 4000 updates, chunks of 4
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "marljax.cli", "train", *long], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
@@ -602,7 +631,9 @@ def test_a_policy_fed_another_envs_observations_names_the_env_it_was_trained_on(
     with pytest.raises(PolicyError, match=r"acts in MPE_simple_spread_v3 .*give it MPE_simple_spread_v3's observation"):
         loaded.act(other, key)
     wrong = {a: jnp.zeros(21) for a in loaded.env.agents}  # the same agents, another shape
-    with pytest.raises(PolicyError, match=r"trained on MPE_simple_spread_v3, whose agents .* observe shape \(18,\); got \(21,\)"):
+    with pytest.raises(
+        PolicyError, match=r"trained on MPE_simple_spread_v3, whose agents .* observe shape \(18,\); got \(21,\)"
+    ):
         jax.jit(loaded.act)(wrong, key)
     right, _ = make("MPE_simple_spread_v3").reset(key)
     actions, _ = jax.jit(loaded.act)(right, key)  # the control

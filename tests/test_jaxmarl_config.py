@@ -103,9 +103,22 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 def test_ippo_ff_mpe_maps_every_key(tmp_path):
     c = load_config(_write(tmp_path, "ippo_ff_mpe.yaml", IPPO_FF_MPE))
     assert (c.algo, c.env, c.env_kwargs, c.total_timesteps, c.num_envs, c.num_steps) == (
-        "ippo", "MPE_simple_spread_v3", {}, 10_000_000, 16, 128)
+        "ippo",
+        "MPE_simple_spread_v3",
+        {},
+        10_000_000,
+        16,
+        128,
+    )
     assert (c.lr, c.anneal_lr, c.max_grad_norm, c.gamma, c.activation, c.seed, c.num_seeds) == (
-        2.5e-4, True, 0.5, 0.99, "tanh", 30, 10)
+        2.5e-4,
+        True,
+        0.5,
+        0.99,
+        "tanh",
+        30,
+        10,
+    )
     assert (c.ppo.update_epochs, c.ppo.num_minibatches, c.ppo.gae_lambda, c.ppo.clip_eps, c.ppo.ent_coef,
             c.ppo.vf_coef) == (4, 4, 0.95, 0.2, 0.01, 0.5)  # fmt: skip
     assert not c.recurrent and not c.agent_id and c.log.backends == [] and c.log.project == "jaxmarl-mpe"
@@ -114,7 +127,13 @@ def test_ippo_ff_mpe_maps_every_key(tmp_path):
 def test_ippo_rnn_smax_is_recurrent_with_its_map_and_env_kwargs(tmp_path):
     c = load_config(_write(tmp_path, "ippo_rnn_smax.yaml", IPPO_RNN_SMAX))
     assert (c.algo, c.env, c.recurrent, c.gru_hidden_size, c.hidden_size, c.activation) == (
-        "ippo", "HeuristicEnemySMAX", True, 128, 128, "relu")
+        "ippo",
+        "HeuristicEnemySMAX",
+        True,
+        128,
+        128,
+        "relu",
+    )
     assert c.env_kwargs == {"see_enemy_actions": True, "walls_cause_death": True, "attack_mode": "closest",
                             "scenario": "2s3z"}  # fmt: skip
     assert (c.lr, c.max_grad_norm, c.ppo.clip_eps) == (0.004, 0.25, 0.05)
@@ -289,7 +308,9 @@ def test_configs_of_algorithms_marljax_lacks_are_refused_naming_it(tmp_path, nam
         load_config(path)
 
 
-@pytest.mark.parametrize("env, needs", [("JaxRobotarium_navigation", "jaxrobotarium package"), ("ant_4x2", "jaxmarl[mabrax]")])
+@pytest.mark.parametrize(
+    "env, needs", [("JaxRobotarium_navigation", "jaxrobotarium package"), ("ant_4x2", "jaxmarl[mabrax]")]
+)
 def test_envs_that_do_not_install_here_are_refused_first_naming_the_install(tmp_path, env, needs):
     pytest.importorskip("jaxmarl")
     if env == "ant_4x2" and importlib.util.find_spec("brax"):

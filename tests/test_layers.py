@@ -165,7 +165,11 @@ def test_the_reader_sees_the_package_imports():
     imports = package_imports()
     assert len(imports) > 300
     seen = {(i.source, i.target, i.module_level) for i in imports}
-    assert ("marljax.train.loop", "marljax.train.compile_cache", True) in seen  # from marljax.train import compile_cache
+    assert (
+        "marljax.train.loop",
+        "marljax.train.compile_cache",
+        True,
+    ) in seen  # from marljax.train import compile_cache
     assert ("marljax.cli", "marljax.doctor", False) in seen  # from marljax import doctor, in a function
     assert ("marljax", "marljax.algos", True) in seen  # import marljax.algos
 

@@ -28,28 +28,72 @@ CASES = [
     # a GRU is needed: the observation (in the room, the light) carries no day count. measured: learned
     # 0.48, no-op 0.00, random -0.58 at 2e5 steps (these 64 episodes; 0.54 on 256), about what saying
     # "all have been here" on the last day gives: P(all 3 visited in 6 days) - P(not) = 0.48
-    pytest.param(["env=switch_riddle", "recurrent=true", "total_timesteps=2e5"], 0.25, None, id="switch-riddle",
-                 marks=pytest.mark.nightly),
+    pytest.param(
+        ["env=switch_riddle", "recurrent=true", "total_timesteps=2e5"],
+        0.25,
+        None,
+        id="switch-riddle",
+        marks=pytest.mark.nightly,
+    ),
     # Overcooked cramped_room: the sparse reward (20 per soup delivered) is out of a random policy's reach;
     # info["shaped_reward"] (reward_shaping.*) is added, annealed to 0 by half the run. Sampled actions:
     # the greedy policy deadlocks (0.00 at 5e5 and 1e6 steps; 240 at 2e6). measured: learned 14.38 per agent,
     # no-op 0.00, random 0.31 at 5e5 steps (135 s here); the figures are the env's own (unshaped) reward.
     # Without shaping the same run scores 1.88
-    pytest.param(["env=overcooked", "torso=mlp", "lr=5e-4", "total_timesteps=5e5", "eval_greedy=false",
-                  "reward_shaping.info_key=shaped_reward", "reward_shaping.horizon=2.5e5"], 7.0, None,
-                 id="overcooked", marks=pytest.mark.nightly),
+    pytest.param(
+        [
+            "env=overcooked",
+            "torso=mlp",
+            "lr=5e-4",
+            "total_timesteps=5e5",
+            "eval_greedy=false",
+            "reward_shaping.info_key=shaped_reward",
+            "reward_shaping.horizon=2.5e5",
+        ],
+        7.0,
+        None,
+        id="overcooked",
+        marks=pytest.mark.nightly,
+    ),
     # SMAX 3m against the heuristic enemy, PQN-VDN at the README Q-learning table's settings, 1M steps.
     # measured: learned 1.79 (wins 0.83), no-op 0.00 (0.00), random 0.16 (0.00); 4 min here
-    pytest.param(["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m", "algo=pqn_vdn", "activation=relu", "lr=2e-3",
-                  "num_envs=64", "num_steps=32", "pqn.update_epochs=2", "pqn.num_minibatches=2",
-                  "q.eps_decay_steps=5e5", "total_timesteps=1e6"], 0.8, 0.4, id="smax-3m", marks=pytest.mark.nightly),
+    pytest.param(
+        [
+            "env=HeuristicEnemySMAX",
+            "env_kwargs.scenario=3m",
+            "algo=pqn_vdn",
+            "activation=relu",
+            "lr=2e-3",
+            "num_envs=64",
+            "num_steps=32",
+            "pqn.update_epochs=2",
+            "pqn.num_minibatches=2",
+            "q.eps_decay_steps=5e5",
+            "total_timesteps=1e6",
+        ],
+        0.8,
+        0.4,
+        id="smax-3m",
+        marks=pytest.mark.nightly,
+    ),
     # Box actions (no-op: the zero action; random: uniform within the bounds). A 7x7 map with 10% of cells
     # filled, 32 lidar beams, 100-step episodes (standing still: 100 x -0.01). measured: learned 1.43,
     # no-op -1.00, random -5.38 at 1M steps (4 min here); -0.83 at 5e5. On the default 11x11 map (30%
     # filled) with the same beams and episodes: -0.60 at 1M; with the env's defaults (200 beams,
     # 500-step episodes) -5.11 against standing still's -5.00 at 1M steps (36 min)
-    pytest.param(["env=jaxnav", "env_kwargs.map_params={map_size: [7, 7], fill: 0.1}", "env_kwargs.lidar_num_beams=32",
-                  "env_kwargs.max_steps=100", "total_timesteps=1e6"], 1.2, None, id="jaxnav", marks=pytest.mark.nightly),
+    pytest.param(
+        [
+            "env=jaxnav",
+            "env_kwargs.map_params={map_size: [7, 7], fill: 0.1}",
+            "env_kwargs.lidar_num_beams=32",
+            "env_kwargs.max_steps=100",
+            "total_timesteps=1e6",
+        ],
+        1.2,
+        None,
+        id="jaxnav",
+        marks=pytest.mark.nightly,
+    ),
 ]
 
 

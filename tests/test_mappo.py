@@ -11,7 +11,14 @@ from marljax.config import load_config
 from marljax.envs import EnvAdapter, make_env
 from marljax.train.wiring import make_adapter
 
-TINY = ["num_envs=2", "num_steps=4", "ppo.num_minibatches=2", "ppo.update_epochs=1", "total_timesteps=16", "hidden_size=8"]
+TINY = [
+    "num_envs=2",
+    "num_steps=4",
+    "ppo.num_minibatches=2",
+    "ppo.update_epochs=1",
+    "total_timesteps=16",
+    "hidden_size=8",
+]
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,9 @@ def _rows() -> list[dict]:
 
 
 def _config(*env: str):
-    return load_config(None, ["num_seeds=3", "algo=mappo", *(env or ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"])])
+    return load_config(
+        None, ["num_seeds=3", "algo=mappo", *(env or ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"])]
+    )
 
 
 def test_layout_and_values():

@@ -115,7 +115,9 @@ def test_a_missing_process_stops_the_others_after_the_timeout():
 
 
 def test_processes_with_different_configs_are_refused_naming_the_field(tmp_path):
-    results = _two_processes(["train", *RUN, f"out_dir={tmp_path / 'x'}"], extra=(["lr=1e-3"], ["lr=3e-3"]), timeout=200)
+    results = _two_processes(
+        ["train", *RUN, f"out_dir={tmp_path / 'x'}"], extra=(["lr=1e-3"], ["lr=3e-3"]), timeout=200
+    )
     for rc, text in results:
         assert rc == 2, text[-2000:]
         assert "every process must run the same config" in text and "in: lr" in text

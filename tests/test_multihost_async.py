@@ -101,8 +101,9 @@ def test_drop_balance_and_recording_run_on_each_processs_own_buffer(tmp_path):
     # test_every_process_gathers_each_processs_values_in_process_order)
     for p in range(2):  # process p's dataset: its 8 consumed batches, its 4 of the 8 environments
         data = load_trajectories(tmp_path / "data" / f"process_{p}")
-        assert list(data["learner_version"]) == list(range(8)) and data["batch.agents.obs"].shape[3] == 4, \
-            sorted((k, v.shape) for k, v in data.items())
+        assert list(data["learner_version"]) == list(range(8)) and data["batch.agents.obs"].shape[3] == 4, sorted(
+            (k, v.shape) for k, v in data.items()
+        )
 
 
 # 4 agents, one parameter set each, split over mesh.agent=2: per process 1 actor + 2 learner devices
@@ -160,7 +161,7 @@ def test_an_agent_axis_that_would_cross_processes_is_refused(monkeypatch):
     assert not made
     # 2 per process: a (2 data, 2 agent) mesh whose rows are each one process's learner devices
     am.async_placement(load_config(None, run + ["async.actor_devices=1", "async.learner_devices=2"]))
-    (shape, learners), = made
+    ((shape, learners),) = made
     assert shape == (2, 2) and [(d.process_index, d.id) for d in learners] == [(0, 1), (0, 2), (1, 1), (1, 2)]
     # micro-batches slice each process's num_envs/2 = 4 environments: 8 divides 8 but not 4
     with pytest.raises(ConfigError, match=r"async\.micro_batches.*2 processes.*num_envs/2=4.*allowed: 1, 2, 4; got 8"):
@@ -177,7 +178,8 @@ def test_local_replica_puts_agent_split_leaves_together():
 
     from tests._subprocess import run_with_devices
 
-    out = run_with_devices("""
+    out = run_with_devices(
+        """
         import json, jax, numpy as np
         from jax.sharding import NamedSharding, PartitionSpec as P
         from marljax.parallel.placement import local_replica
@@ -188,7 +190,9 @@ def test_local_replica_puts_agent_split_leaves_together():
         got = local_replica(tree)
         print(json.dumps({k: np.asarray(v).tolist() for k, v in got.items()}
                          | {"blocks": [list(s.data.shape) for s in tree["split"].addressable_shards]}))
-    """, 4)
+    """,
+        4,
+    )
     whole = np.arange(24, dtype=np.float32).reshape(2, 4, 3).tolist()
     assert out["blocks"] == [[2, 2, 3]] * 4  # each device holds 2 of the 4 agents
     assert out["split"] == whole and out["replicated"] == whole
@@ -197,8 +201,9 @@ def test_local_replica_puts_agent_split_leaves_together():
 def test_a_resumed_run_adds_each_processs_counters_to_those_before():
     from marljax.train.loop import _add_counters
 
-    zero = dict(env_failures=0, env_restarts=0, env_retired=0, env_steps_discarded=0, env_steps_inline=0,
-                env_copies_parked=0)
+    zero = dict(
+        env_failures=0, env_restarts=0, env_retired=0, env_steps_discarded=0, env_steps_inline=0, env_copies_parked=0
+    )
     before = {"produced": 10, "consumed": 8, "dropped": 2, "dropped_by_reason": {"stale": 2}, **zero,
               "by_process": {"produced": [10, 12], "consumed": [8, 8], "dropped": [2, 3], "held": [0, 1],
                              "active_actors": [2, 1]}}  # fmt: skip

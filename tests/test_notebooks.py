@@ -81,5 +81,8 @@ def test_every_notebook_installs_from_the_wheel_and_runs_top_to_bottom(colab_lik
     for words in checks[name]:
         assert words in text, (name, words, text[-2000:])
     images = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {}))
-    assert images >= {"01_quickstart.ipynb": 2, "02_agent_parallel_and_async.ipynb": 0, "03_seeded_ablation.ipynb": 2}[name]
+    assert (
+        images
+        >= {"01_quickstart.ipynb": 2, "02_agent_parallel_and_async.ipynb": 0, "03_seeded_ablation.ipynb": 2}[name]
+    )
     assert os.path.isdir(out / "runs")

@@ -72,7 +72,13 @@ def _write_fixture(out: Path, rcs: dict[str, int]) -> None:
     """A protocol's OUT as gpu_protocol.sh leaves it: steps.tsv and one log per step."""
     doctor = {"versions": {"jax": "0.11.2"}, "python": "3.12.3", "backend": "gpu", "device_count": 1, "builds": ["cuda13"],
               "devices": [{"platform": "gpu", "kind": "NVIDIA H100 80GB HBM3"}]}  # fmt: skip
-    row = {"num_envs_per_device": 64, "train_env_steps_per_s": 1.5e6, "mfu": 0.012, "peak_device_mb": 900.0, "compile_s": 9.5}
+    row = {
+        "num_envs_per_device": 64,
+        "train_env_steps_per_s": 1.5e6,
+        "mfu": 0.012,
+        "peak_device_mb": 900.0,
+        "compile_s": 9.5,
+    }
     side = {"bench": "jaxmarl_side_by_side", "platform": "gpu", "device_kind": "H100", "num_envs": 16, "seeds": 10,
             "timesteps": 2e6, "speedup": 1.8, "env_alone_over_jaxmarl": 9.0,
             **{w: {"env_steps_per_s": 1e6, "compile_s": 4.0, "final_return": -22.0} for w in ("jaxmarl", "marljax")}}  # fmt: skip
@@ -81,14 +87,24 @@ def _write_fixture(out: Path, rcs: dict[str, int]) -> None:
               "async_samples_per_s": 2.7e6, "overlap_efficiency": 0.9}  # fmt: skip
     logs = {
         "doctor": [("python3 -m marljax.cli doctor --expect gpu", ["jax 0.11.2", json.dumps(doctor)])],
-        "tests": [("python3 -m pytest -q -n 4", ["..s..", "SKIPPED [1] tests/x.py:3: needs wandb, not installed here",
-                                                 "412 passed, 9 skipped in 301.2s"])],  # fmt: skip
+        "tests": [
+            (
+                "python3 -m pytest -q -n 4",
+                [
+                    "..s..",
+                    "SKIPPED [1] tests/x.py:3: needs wandb, not installed here",
+                    "412 passed, 9 skipped in 301.2s",
+                ],
+            )
+        ],  # fmt: skip
         "bench_scale": [("python3 -m marljax.cli bench scale", [json.dumps({"stopped": "max-envs", "rows": [row]})])],
         "train": [("python3 -m marljax.cli train", ["return per agent -27.20 -> -22.03 (+5.17); 3.1M env-steps/s"])],
         "jaxmarl_own_config": [("python3 side.py --timesteps 2e6", [json.dumps(side)])],
         "jaxmarl_4096_envs": [("python3 side.py --num-envs 4096", [json.dumps(side | {"num_envs": 4096})])],
-        "dtype": [(f"python3 -m marljax.cli bench num_envs=4096 dtype={d}", [json.dumps(bench | {"peak_matmul_dtype": d})])
-                  for d in ("float32", "bfloat16")],  # fmt: skip
+        "dtype": [
+            (f"python3 -m marljax.cli bench num_envs=4096 dtype={d}", [json.dumps(bench | {"peak_matmul_dtype": d})])
+            for d in ("float32", "bfloat16")
+        ],  # fmt: skip
         "async": [("python3 -m marljax.cli bench mode=async", [json.dumps(asynch)])],
     }
     for name, blocks in logs.items():
@@ -103,7 +119,10 @@ def test_the_summary_shows_every_figure_with_its_command_and_every_exit_code(tmp
     text = "\n".join(lines)
     assert "1 x gpu NVIDIA H100 80GB HBM3; accelerator build cuda13" in text
     assert "412 passed, 9 skipped in 301.2s" in text and "skipped for want of: wandb" in text
-    assert "1,500,000" in text and "return per agent -27.20 -> -22.03 (+5.17); 3.1M env-steps/s; whole process 12.5 s" in text
+    assert (
+        "1,500,000" in text
+        and "return per agent -27.20 -> -22.03 (+5.17); 3.1M env-steps/s; whole process 12.5 s" in text
+    )
     assert "marljax / jaxmarl: 1.80x" in text and "overlap efficiency 0.90" in text
     assert "float32: 20,000,000 env-steps/s" in text and "bfloat16: 20,000,000 env-steps/s" in text
     assert "  from: python3 -m marljax.cli bench num_envs=4096 dtype=bfloat16" in text
@@ -136,7 +155,9 @@ def _fake_wheel(folder: Path, name: str, version: str) -> Path:
 
 def test_install_refuses_to_replace_an_installed_jax(tmp_path):
     _fake_wheel(tmp_path, "jax", "0.0.1")
-    proc = _bash("experiments/offline_kit.sh", "install", str(tmp_path), "--expect", "cpu", env={"PYTHON": sys.executable})
+    proc = _bash(
+        "experiments/offline_kit.sh", "install", str(tmp_path), "--expect", "cpu", env={"PYTHON": sys.executable}
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "refused: jax" in proc.stderr and "the kit has 0.0.1" in proc.stderr and "--keep-installed" in proc.stderr
     assert "pip install" not in proc.stdout  # refused before pip ran
@@ -170,11 +191,19 @@ def test_a_missing_optional_package_is_a_skip_and_anything_else_a_failure(monkey
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("wandb", "jaxmarl") else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in ("wandb", "jaxmarl") else real(name, *a)
+    )
     assert absent_extras.missing_package(ModuleNotFoundError("No module named 'wandb'", name="wandb.proto")) == "wandb"
-    assert absent_extras.missing_package(ValueError('log.backends: wandb is not installed: pip install "marljax[wandb]"')) == "wandb"
+    assert (
+        absent_extras.missing_package(ValueError('log.backends: wandb is not installed: pip install "marljax[wandb]"'))
+        == "wandb"
+    )
     assert absent_extras.missing_package(ModuleNotFoundError("No module named 'jaxmarl'", name="jaxmarl")) is None
-    assert absent_extras.missing_package(ModuleNotFoundError("No module named 'mlflow'", name="mlflow")) in (None, "mlflow")
+    assert absent_extras.missing_package(ModuleNotFoundError("No module named 'mlflow'", name="mlflow")) in (
+        None,
+        "mlflow",
+    )
     assert absent_extras.missing_package(AssertionError("wrong")) is None
 
 

@@ -9,7 +9,14 @@ from marljax.algos.ippo import make_train
 from marljax.config import ConfigError, load_config
 from marljax.train.wiring import make_adapter
 
-TINY = ["num_envs=2", "num_steps=4", "ppo.num_minibatches=2", "ppo.update_epochs=1", "total_timesteps=16", "hidden_size=8"]
+TINY = [
+    "num_envs=2",
+    "num_steps=4",
+    "ppo.num_minibatches=2",
+    "ppo.update_epochs=1",
+    "total_timesteps=16",
+    "hidden_size=8",
+]
 
 
 def _trainer(*overrides):

@@ -19,7 +19,12 @@ FINAL = {  # cell -> final evaluation return per seed (NaN: seed not finished)
     "lr=1e-4": [10.0, 20.0, 30.0, np.nan, np.nan],
 }
 NUM_EVALS = {"lr=1e-3": 4, "lr=3e-4": 2, "lr=1e-4": 3, "empty": 0}
-ENVS = {"lr=1e-3": "MPE_simple_spread_v3", "lr=3e-4": "MPE_simple_spread_v3", "lr=1e-4": "tests.nan_env:make", "empty": "SMAX"}
+ENVS = {
+    "lr=1e-3": "MPE_simple_spread_v3",
+    "lr=3e-4": "MPE_simple_spread_v3",
+    "lr=1e-4": "tests.nan_env:make",
+    "empty": "SMAX",
+}
 
 
 def synthetic_results() -> Results:
@@ -46,7 +51,10 @@ def synthetic_results() -> Results:
         absolute_episodes[c, finished] = rng.normal(5.0, 1.0, (finished.sum(), EP * F))
         absolute[c, :, 0] = absolute_episodes[c].mean(-1)
         absolute[c, finished, 1] = 25.0
-    cells = [{"name": n, "algo": "ippo", "env": ENVS[n], "values": {"lr": float(n[3:])} if n != "empty" else {}} for n in names]
+    cells = [
+        {"name": n, "algo": "ippo", "env": ENVS[n], "values": {"lr": float(n[3:])} if n != "empty" else {}}
+        for n in names
+    ]
     return Results(cells, S, METRICS, eval_steps, evals, episodes, absolute, absolute_episodes, F)
 
 
@@ -196,7 +204,9 @@ def test_report_win_rate(tmp_path):
     first = rows[0]
     assert first["final_win_rate_iqm"] == pytest.approx(0.5) and first["final_win_rate_mean"] == pytest.approx(0.5)
     assert first["final_win_rate_median"] == pytest.approx(0.5)
-    assert first["absolute_win_rate_iqm"] == pytest.approx(0.8) and first["absolute_win_rate_mean"] == pytest.approx(0.8)
+    assert first["absolute_win_rate_iqm"] == pytest.approx(0.8) and first["absolute_win_rate_mean"] == pytest.approx(
+        0.8
+    )
     assert 0.0 <= first["final_win_rate_iqm_low"] <= 0.5 <= first["final_win_rate_iqm_high"] <= 1.0
     assert all(math.isnan(r["final_win_rate_iqm"]) for r in rows[1:])  # their envs have no win condition
     text = format_table(rows)

@@ -68,7 +68,7 @@ def _column_errors(traj, seed_copies: list[set[int]]) -> list[str]:
 
 
 def _seed_copies(collector) -> list[set[int]]:
-    return [{c.worker.env.env.copy for c in collector.copies[s * E:(s + 1) * E]} for s in range(S)]
+    return [{c.worker.env.env.copy for c in collector.copies[s * E : (s + 1) * E]} for s in range(S)]
 
 
 @pytest.mark.parametrize("workers", [False, True], ids=["inline", "workers"])
@@ -81,7 +81,9 @@ def test_every_column_is_consecutive_steps_of_one_copy(workers):
         for ticket in range(24):
             # every other batch: the staleness bound drops what started more than 2 policy calls ago
             version = max(next(calls) - 2, 0) if ticket % 2 else 0
-            moved += sum(c.pending is not None and c.filled > 0 and c.segment_version < version for c in collector.copies)
+            moved += sum(
+                c.pending is not None and c.filled > 0 and c.segment_version < version for c in collector.copies
+            )
             traj, oldest = collector.collect(None, ticket, version=version)
             assert oldest >= version
             assert _column_errors(traj, _seed_copies(collector)) == []
@@ -139,7 +141,7 @@ def test_a_copy_too_slow_for_the_staleness_bound_is_parked():
     assert collector.copies[0].worker.env.env.step_cost_s == 0.05  # the slow one is seed 0's first copy
     assert collector.health.snapshot()["env_copies_parked"] >= 1
     assert any(p[0] for p in parked) and not any(any(p[1:]) for p in parked)  # only it, never another
-    assert max(sum(p[s * E:(s + 1) * E]) for p in parked for s in range(S)) <= (E - 1) // 2
+    assert max(sum(p[s * E : (s + 1) * E]) for p in parked for s in range(S)) <= (E - 1) // 2
 
 
 def test_equal_copies_are_never_parked():  # the negative control of the test above

@@ -43,21 +43,21 @@ def test_the_faster_mode_is_chosen_after_the_probe_and_probed_again(clock):
     assert SKIP_WORKERS > 1.4
     used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY + 2 * PROBE + 3, {True: 1.0, False: 1.4})
     assert used[0] is False  # item 0 compiles the policy: workers, not a probe
-    assert used[1:1 + 2 * PROBE] == [False, True] * PROBE  # the probe alternates
-    assert all(used[1 + 2 * PROBE:1 + PROBE_EVERY])  # inline won
-    assert used[1 + PROBE_EVERY:1 + PROBE_EVERY + 2 * PROBE] == [False, True] * PROBE  # probed again
+    assert used[1 : 1 + 2 * PROBE] == [False, True] * PROBE  # the probe alternates
+    assert all(used[1 + 2 * PROBE : 1 + PROBE_EVERY])  # inline won
+    assert used[1 + PROBE_EVERY : 1 + PROBE_EVERY + 2 * PROBE] == [False, True] * PROBE  # probed again
 
 
 def test_workers_are_kept_when_they_are_faster(clock):  # the negative control of the test above
     used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY, {True: 3.0, False: 1.0})
-    assert not any(used[1 + 2 * PROBE:])
+    assert not any(used[1 + 2 * PROBE :])
 
 
 def test_workers_must_win_by_a_margin(clock):
     # workers measured 1.2x faster (within WORKERS_BY: probe noise on a shared machine): inline kept
     assert WORKERS_BY > 1.2
     used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY, {True: 1.2, False: 1.0})
-    assert all(used[1 + 2 * PROBE:])
+    assert all(used[1 + 2 * PROBE :])
 
 
 def test_probes_come_later_while_the_winner_holds(clock):
@@ -73,18 +73,18 @@ def test_a_hopeless_inline_probe_is_skipped(clock):
     assert not any(used)
     # estimated just above the skip line: tried, and chosen since it is measured faster
     used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY, {True: 0.5, False: 1.0}, estimate=60.0)
-    assert used[2] and all(used[1 + 2 * PROBE:])
+    assert used[2] and all(used[1 + 2 * PROBE :])
 
 
 def test_workers_that_lost_by_far_are_not_probed_again(clock):
     # workers 3x slower than inline in the probe's first two items: its other items step inline
     used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY + 2 * PROBE + 3, {True: 1.0, False: 3.0})
-    assert used[1:1 + 2 * PROBE] == [False] + [True] * (2 * PROBE - 1)
-    assert all(used[2:1 + PROBE_EVERY])  # inline won
-    assert used[1 + PROBE_EVERY:1 + PROBE_EVERY + 2] == [False, True]  # the next probe measures workers again
+    assert used[1 : 1 + 2 * PROBE] == [False] + [True] * (2 * PROBE - 1)
+    assert all(used[2 : 1 + PROBE_EVERY])  # inline won
+    assert used[1 + PROBE_EVERY : 1 + PROBE_EVERY + 2] == [False, True]  # the next probe measures workers again
     # negative control: workers just within SKIP_WORKERS are measured in every worker item
     used = _run(SteppingChoice(allowed=True), clock, PROBE_EVERY, {True: 1.0, False: 0.99 * SKIP_WORKERS})
-    assert used[1:1 + 2 * PROBE] == [False, True] * PROBE
+    assert used[1 : 1 + 2 * PROBE] == [False, True] * PROBE
 
 
 def test_not_allowed_never_steps_inline(clock):

@@ -45,7 +45,9 @@ def test_grid_expansion_and_traced_structural_split():
     # zip axes move together: (0.0, 0.1), (0.01, 0.2), (0.02, 0.3), never (0.0, 0.3)
     pairs = {(c.values["ppo.ent_coef"], c.values["ppo.clip_eps"]) for c in sweep.cells}
     assert pairs == {(0.0, 0.1), (0.01, 0.2), (0.02, 0.3)}
-    assert {(c.config.ppo.ent_coef, c.config.ppo.clip_eps) for c in sweep.cells} == pairs  # the dotted keys reach the section
+    assert {
+        (c.config.ppo.ent_coef, c.config.ppo.clip_eps) for c in sweep.cells
+    } == pairs  # the dotted keys reach the section
     for program in sweep.programs:  # a program's cells share every structural value
         assert len({c.config.param_sharing for c in program.cells}) == 1
     cell = sweep.cells[0]
@@ -74,11 +76,19 @@ def test_traced_list_forces_structural_compiles():
         ({"zip": {"gamma": [0.9, 0.99], "ppo.ent_coef": [0.0]}}, "zip", "same number of values"),
         ({"seeds": 0}, "seeds", "positive integer"),
         ({"base": {**TINY, "num_seeds": 4}}, "base.num_seeds", "set by the sweep"),
-        ({"axes": {"ppo.num_minibatches": [3]}}, "cell ppo.num_minibatches=3: ppo.num_minibatches", "must divide num_steps"),
+        (
+            {"axes": {"ppo.num_minibatches": [3]}},
+            "cell ppo.num_minibatches=3: ppo.num_minibatches",
+            "must divide num_steps",
+        ),
         ({"axes": {"ent_coef": [0.0, 0.1]}}, "axes.ent_coef", "write ppo.ent_coef"),  # a flat key of old
         ({"axes": {"q.td_lambda": [0.5]}}, "axes.q.td_lambda", "section q.* of algo=pqn_vdn"),  # another algo's section
         ({"base": {"replay": {"tau": 0.1}}}, "base.replay.tau", "algo=ippo takes ppo.*"),
-        ({"axes": {"param_sharing": ["shared", "everything"]}}, "cell param_sharing=everything: param_sharing", "allowed"),
+        (
+            {"axes": {"param_sharing": ["shared", "everything"]}},
+            "cell param_sharing=everything: param_sharing",
+            "allowed",
+        ),
     ],
 )
 def test_malformed_sweeps_are_refused_with_the_key(change, field, words):

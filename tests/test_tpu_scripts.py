@@ -45,13 +45,21 @@ def test_setup_ships_this_checkout_to_every_worker_and_installs_it():
                           "bash marljax/tpu/mount.sh my-bucket $HOME/marljax-runs"]  # fmt: skip
 
 
-@pytest.mark.parametrize("build, spec, expect", [("tpu", "/src[tpu]", "tpu"), ("cuda12", "/src[cuda12]", "gpu"), ("cpu", "/src", "cpu")])
+@pytest.mark.parametrize(
+    "build, spec, expect", [("tpu", "/src[tpu]", "tpu"), ("cuda12", "/src[cuda12]", "gpu"), ("cpu", "/src", "cpu")]
+)
 def test_install_builds_a_python_313_venv_with_uv_and_checks_the_device(build, spec, expect, tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")}  # uv not bootstrapped yet
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }  # uv not bootstrapped yet
     *bootstrap, venv, pip, doctor = _dry("install.sh", "--dry-run", "/src", "/w/venv", build, env=env)
     uv = venv[0]
     assert uv == "uv" or uv.endswith("/marljax-uv/bin/uv")
-    assert bootstrap == ([] if uv == "uv" else [["python3", "-m", "pip", "install", "--quiet", "--target", uv[: -len("/bin/uv")], "uv"]])
+    assert bootstrap == (
+        [] if uv == "uv" else [["python3", "-m", "pip", "install", "--quiet", "--target", uv[: -len("/bin/uv")], "uv"]]
+    )
     assert venv == [uv, "venv", "--clear", "--python", "3.13", "/w/venv"]
     assert pip == [uv, "pip", "install", "--python", "/w/venv/bin/python", spec]
     assert doctor == ["/w/venv/bin/marljax", "doctor", "--expect", expect]
@@ -70,7 +78,10 @@ def _local_python(minor: str) -> str | None:
     """A Python `minor` installed on this machine (on PATH or pyenv's), or None: uv would fetch
     one from the network, which CI's machine does not reach."""
     pyenv = os.path.expanduser(os.environ.get("PYENV_ROOT", "~/.pyenv"))
-    for candidate in [shutil.which(f"python{minor}"), *sorted(glob.glob(f"{pyenv}/versions/{minor}*/bin/python{minor}"))]:
+    for candidate in [
+        shutil.which(f"python{minor}"),
+        *sorted(glob.glob(f"{pyenv}/versions/{minor}*/bin/python{minor}")),
+    ]:
         if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
             return candidate
     return None
@@ -102,7 +113,9 @@ def test_setup_local_installs_this_checkout_for_real_and_prints_the_doctor_repor
 @pytest.mark.parametrize("what", ["train", "sweep"])
 def test_launch_runs_marljax_on_all_workers_with_distributed_auto(what):
     extra = ["experiments/sharing_ablation.yaml"] if what == "sweep" else []
-    (argv,) = _dry("launch.sh", *FLAGS, what, "run-1", *extra, "num_envs=1024", env={"PATH": "/usr/bin:/bin", "TPU_NAME": "pod-a"})
+    (argv,) = _dry(
+        "launch.sh", *FLAGS, what, "run-1", *extra, "num_envs=1024", env={"PATH": "/usr/bin:/bin", "TPU_NAME": "pod-a"}
+    )
     assert argv[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "pod-a"] and "--worker=all" in argv
     remote = shlex.split(_flags(argv)["command"])
     cli = remote[remote.index("nohup") + 1 :]
@@ -126,12 +139,18 @@ def test_logs_fetch_and_delete():
     [
         ("create.sh", ["--zone", "z", "--dry-run"], "PROJECT is not set: pass --project"),
         ("launch.sh", ["--project", "p", "--zone", "z", "--dry-run", "train", "r"], "BUCKET is not set"),
-        ("launch.sh", ["--project", "p", "--zone", "z", "--bucket", "my-bucket", "--dry-run", "train", "r"], "must start with gs://"),
+        (
+            "launch.sh",
+            ["--project", "p", "--zone", "z", "--bucket", "my-bucket", "--dry-run", "train", "r"],
+            "must start with gs://",
+        ),
         ("launch.sh", [*FLAGS, "evaluate", "r"], "must be train or sweep"),
         ("launch.sh", [*FLAGS, "sweep", "r"], "needs a sweep file"),
         ("create.sh", [*FLAGS, "--name", "Bad_Name"], "TPU_NAME must be lower-case"),
     ],
 )
 def test_bad_settings_are_refused(script, args, words):
-    proc = subprocess.run(["bash", str(TPU / script), *args], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        ["bash", str(TPU / script), *args], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
+    )
     assert proc.returncode == 2 and words in proc.stderr and proc.stdout == ""

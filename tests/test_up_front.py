@@ -88,7 +88,9 @@ def test_a_sweep_program_over_the_limit_is_refused_before_any_cell_is_made(monke
     monkeypatch.setenv("MARLJAX_MEMORY_LIMIT", "3M")
     base = {"num_envs": 8, "num_steps": 16, "total_timesteps": 1536, "plot": False, "compile_cache": False}
     sweep = expand({"base": base, "axes": {"lr": [1e-3, 3e-3, 1e-2, 3e-2]}, "seeds": 2, "out_dir": str(tmp_path / "s")})
-    with pytest.raises(ConfigError, match=r"^program .*: num_envs: the run holds about .* for 8 seeds \(cells x seeds\)"):
+    with pytest.raises(
+        ConfigError, match=r"^program .*: num_envs: the run holds about .* for 8 seeds \(cells x seeds\)"
+    ):
         run_sweep(sweep, log=lambda _line: None, progress=False)
     assert not (tmp_path / "s").exists()
 
@@ -134,6 +136,7 @@ def test_the_estimate_is_within_2x_of_the_compiled_programs_memory(algo):
 def test_an_estimate_that_fails_is_one_note_not_the_end_of_the_run():
     """The check guards the run; a shape it cannot trace (before: a trainer whose collectives run
     inside shard_map, traced on global shapes with mesh.agent=2) must not stop it."""
+
     def broken():
         raise TypeError("cannot reshape array of shape (32, 5) (size 160) into shape (1, 4, 5)")
 
@@ -146,7 +149,8 @@ def test_an_estimate_that_fails_is_one_note_not_the_end_of_the_run():
 def test_a_run_split_over_devices_is_estimated_whole():
     """On 8 fake devices with mesh.agent=2 and mesh.data=4 the sharded trainer sees device-local
     blocks; the estimate traces the unsharded one and counts the same state as one device would."""
-    out = run_with_devices("""
+    out = run_with_devices(
+        """
         import json
         from marljax.config import load_config
         from marljax.parallel.mesh import shard_trainer
@@ -160,7 +164,9 @@ def test_a_run_split_over_devices_is_estimated_whole():
             env, m, trainer = prepare(config)
             totals[str(dict(m.shape))] = sync_estimate(config, trainer, shard_trainer(trainer, m).shapes).parts
         print(json.dumps(totals))
-    """, 8)
+    """,
+        8,
+    )
     split, seeds = out["{'seed': 1, 'data': 4, 'agent': 2}"], out["{'seed': 8, 'data': 1, 'agent': 1}"]
     assert split["training state"] * 8 == seeds["training state"] and split["rollout"] * 8 == seeds["rollout"]
 
@@ -172,7 +178,9 @@ def test_the_limit_setting_is_read_or_refused_by_name():
         parse_limit("lots")
 
 
-@pytest.mark.parametrize("overrides", [["total_timesteps=1e15"], ["num_envs=1", "num_steps=1", f"total_timesteps={2**31}"]])
+@pytest.mark.parametrize(
+    "overrides", [["total_timesteps=1e15"], ["num_envs=1", "num_steps=1", f"total_timesteps={2**31}"]]
+)
 def test_more_updates_than_the_int32_counter_holds_are_refused(overrides):
     """Before: total_timesteps=1e15 (122,070,312,500 updates) traced, then ended in a raw
     OverflowError from a jitted argument; an int32 update counter would wrap past 2**31 - 1."""

@@ -64,7 +64,9 @@ def test_smax_rows_carry_win_rates_and_mpe_rows_do_not(tmp_path):
                  log=lambda s: None).rows  # fmt: skip
     last = smax[-1]
     assert 0.0 <= last["eval_win_rate"] <= 1.0 and len(last["eval_win_rate_per_seed"]) == 1
-    assert any(r["win_rate"] is not None for r in smax)  # some 3m battles end within the run's 128 steps per environment
+    assert any(
+        r["win_rate"] is not None for r in smax
+    )  # some 3m battles end within the run's 128 steps per environment
     assert all(r["win_rate"] is None or 0.0 <= r["win_rate"] <= 1.0 for r in smax)
     assert all(r["win_rate_per_seed"] == [r["win_rate"]] for r in smax)  # one seed: its own is the pooled one
 
@@ -81,7 +83,9 @@ def test_chunk_row_win_rate_per_seed():
         return_sum=np.ones((2, 3, 4)), length_sum=np.full((2, 3), 10.0),  # [S, n, N], [S, n]
         count=np.array([[2.0, 0.0, 1.0], [0.0, 0.0, 0.0]]), won_sum=np.array([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]),
     )  # fmt: skip
-    row = chunk_row({"episodes": episodes}, update=3, env_steps=96, wall_s=1.0, chunk_env_steps=96, num_agents=4, wins=True)
+    row = chunk_row(
+        {"episodes": episodes}, update=3, env_steps=96, wall_s=1.0, chunk_env_steps=96, num_agents=4, wins=True
+    )
     assert row["win_rate"] == pytest.approx(2 / 3) and row["win_rate_per_seed"] == [pytest.approx(2 / 3), None]
     assert "win_rate_per_seed" not in chunk_row({"episodes": episodes}, update=3, env_steps=96, wall_s=1.0,
                                                 chunk_env_steps=96, num_agents=4)  # fmt: skip

@@ -68,7 +68,9 @@ def make_network(config: Config, group: AgentGroup, critic: bool = True) -> nn.M
             group.discrete, group.action_dim, hidden, config.gru_hidden_size, config.activation, cnn, critic,
             dtype=config.dtype,
         )  # fmt: skip
-    return ActorCritic(group.discrete, group.action_dim, hidden, layers, config.activation, cnn, critic, dtype=config.dtype)
+    return ActorCritic(
+        group.discrete, group.action_dim, hidden, layers, config.activation, cnn, critic, dtype=config.dtype
+    )
 
 
 def make_train(
@@ -238,6 +240,7 @@ def make_train(
         Returns (dist over [L*E*A], value [L*E*A]); the GRU restarts from b.hidden[0].
         """
         if rnn:
+
             def rnn_step(h, x):
                 obs, reset, mask, world = x
                 dist, value, h = evaluate(params, g, obs, mask, h, reset, world, learning=True)
@@ -386,9 +389,12 @@ def make_train(
 
 SPEC = AlgorithmSpec(
     AlgorithmSchema(
-        "ippo", "independent PPO: one actor-critic per group, role or agent", {"ppo": PPOConfig},
-        supports=Supports(actions=("discrete", "continuous"), agent_axis=True, agent_replicate=True, async_mode=True,
-                          host_envs=True),
+        "ippo",
+        "independent PPO: one actor-critic per group, role or agent",
+        {"ppo": PPOConfig},
+        supports=Supports(
+            actions=("discrete", "continuous"), agent_axis=True, agent_replicate=True, async_mode=True, host_envs=True
+        ),
     ),
     make_train,
 )

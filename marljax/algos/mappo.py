@@ -63,7 +63,9 @@ def make_train(config: Config, env: EnvAdapter, **kwargs) -> AsyncTrainer:
 
 SPEC = AlgorithmSpec(
     AlgorithmSchema(
-        "mappo", "MAPPO: IPPO's actors with one centralised critic on the global state", {"ppo": ippo.PPOConfig},
+        "mappo",
+        "MAPPO: IPPO's actors with one centralised critic on the global state",
+        {"ppo": ippo.PPOConfig},
         supports=Supports(actions=("discrete", "continuous"), agent_axis=True, agent_replicate=True, async_mode=True),
     ),
     make_train,

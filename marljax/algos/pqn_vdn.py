@@ -72,7 +72,10 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
 
     def team_max(params, batch) -> Array:
         """sum_i max_a Q_i over available actions [L, B]."""
-        return cast(Array, sum(jnp.sum(ops.masked_max(group_q(params, g, batch), batch["mask"][g.name]), axis=-1) for g in groups))
+        return cast(
+            Array,
+            sum(jnp.sum(ops.masked_max(group_q(params, g, batch), batch["mask"][g.name]), axis=-1) for g in groups),
+        )
 
     def loss_fn(params, batch, target):
         q_tot = team_q(params, batch)  # [L, E_learn]
@@ -116,7 +119,12 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         # obs; recurrent: one pass over all T + 1 steps from the rollout's first GRU state
         whole = through_final(traj, final)  # obs, mask, reset: [T + 1, E_act, ...]
         hidden0 = jax.tree.map(lambda h: h[0], traj["hidden"]) if rnn else {}
-        everything = {"obs": whole["obs"], "mask": whole["mask"], "hidden": hidden0, "reset": whole["reset"] if rnn else {}}
+        everything = {
+            "obs": whole["obs"],
+            "mask": whole["mask"],
+            "hidden": hidden0,
+            "reset": whole["reset"] if rnn else {},
+        }
         # (in the acting layout, where every agent of an environment is at hand)
         next_q = team_max(acting, everything)[1:]  # [T, E_act]
         team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_act]: the sum matches Q_tot = sum_i Q_i
@@ -181,11 +189,20 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
 
 SPEC = AlgorithmSpec(
     AlgorithmSchema(
-        "pqn_vdn", "PQN-VDN: replay-free vectorised Q(lambda) learning of a VDN team value",
-        {"q": QConfig, "pqn": PQNConfig}, supports=Supports(agent_axis=True),
+        "pqn_vdn",
+        "PQN-VDN: replay-free vectorised Q(lambda) learning of a VDN team value",
+        {"q": QConfig, "pqn": PQNConfig},
+        supports=Supports(agent_axis=True),
         # chosen to learn on MPE_simple_spread_v3 in 1M steps (2 seeds: -19.7, -21.3 per agent greedy; no-op -25.3)
-        defaults={"total_timesteps": 1_000_000, "activation": "relu", "lr": 1e-3, "num_envs": 32, "num_steps": 32,
-                  "pqn": {"update_epochs": 4, "num_minibatches": 2}, "q": {"eps_decay_steps": 250_000}},
+        defaults={
+            "total_timesteps": 1_000_000,
+            "activation": "relu",
+            "lr": 1e-3,
+            "num_envs": 32,
+            "num_steps": 32,
+            "pqn": {"update_epochs": 4, "num_minibatches": 2},
+            "q": {"eps_decay_steps": 250_000},
+        },
     ),
     make_train,
 )

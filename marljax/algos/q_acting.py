@@ -183,7 +183,9 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
         before the step, when recurrent); `final` holds what follows
         the last step (obs, mask, reset, world). `update` sets the reward-shaping factor."""
         actors, stats, traj = vec.rollout(step_policy(params, eps), record, actors, key, T, update)
-        final: dict[str, Any] = dict(obs=actors.obs, mask=jax.vmap(env.action_mask)(actors.env_state), reset=actors.reset)
+        final: dict[str, Any] = dict(
+            obs=actors.obs, mask=jax.vmap(env.action_mask)(actors.env_state), reset=actors.reset
+        )
         if world:
             final["world"] = jax.vmap(env.world_state)(actors.env_state, actors.obs)
         return actors, stats, traj, final
@@ -191,8 +193,9 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
     return QActing(nets.nets, q_values, unroll, epsilon, act, init_params, init_actors, rollout, rollout_step)
 
 
-def q_trainer(config: Config, env: EnvAdapter, layout: Layout, q: QActing, init, init_learner, update,
-              cost_pieces) -> Trainer:
+def q_trainer(
+    config: Config, env: EnvAdapter, layout: Layout, q: QActing, init, init_learner, update, cost_pieces
+) -> Trainer:
     """The Q family's Trainer: its own init / update / cost pieces, the shared chunked loop, Q acting."""
     run = loop(config, layout, init, update)
     return Trainer(

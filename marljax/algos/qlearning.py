@@ -64,12 +64,16 @@ class ReplayConfig:
     buffer_size: int = setting(5000, "sequences kept (one per environment and update; the oldest are overwritten)",
                                minimum=1, jaxmarl="BUFFER_SIZE")  # fmt: skip
     batch_size: int = setting(32, "sequences per gradient step", minimum=1, jaxmarl="BUFFER_BATCH_SIZE")
-    gradient_steps: int = setting(4, "gradient steps per update, each on a fresh sample", minimum=1, jaxmarl="NUM_EPOCHS")
+    gradient_steps: int = setting(
+        4, "gradient steps per update, each on a fresh sample", minimum=1, jaxmarl="NUM_EPOCHS"
+    )
     learning_starts: int = setting(10_000, "env steps of one seed before the first gradient step", minimum=0,
                                    jaxmarl="LEARNING_STARTS")  # fmt: skip
     target_update_interval: int = setting(10, "updates between target-network copies; 0: Polyak averaging with tau",
                                           minimum=0, jaxmarl="TARGET_UPDATE_INTERVAL")  # fmt: skip
-    tau: float = setting(0.005, "Polyak rate of the target network (target_update_interval=0)", minimum=0.0, maximum=1.0)
+    tau: float = setting(
+        0.005, "Polyak rate of the target network (target_update_interval=0)", minimum=0.0, maximum=1.0
+    )
 
     def check(self, config: Config) -> None:
         if self.buffer_size < config.num_envs:
@@ -175,7 +179,9 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             return jnp.sum(values, axis=-1)
         assert mixer is not None and world is not None  # QMIX has both
         B = values.shape[0]
-        out = cast(Array, mixer.apply(params_mixer, values.reshape(B * T, N), world.reshape((B * T,) + world.shape[2:])))
+        out = cast(
+            Array, mixer.apply(params_mixer, values.reshape(B * T, N), world.reshape((B * T,) + world.shape[2:]))
+        )
         return out.reshape(B, T)
 
     def loss_fn(params, target, seq, hp: HParams, full: bool = False):
@@ -260,7 +266,9 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             copy = n_done % config.replay.target_update_interval == 0
             target = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params, extra.target)
         else:
-            target = jax.tree.map(lambda p, t: config.replay.tau * p + (1.0 - config.replay.tau) * t, params, extra.target)
+            target = jax.tree.map(
+                lambda p, t: config.replay.tau * p + (1.0 - config.replay.tau) * t, params, extra.target
+            )
         (loss, q_mean), (replay_size, stats) = ops.psum_tree(
             ((loss / D, q_mean / D), (replay.size(extra.buffer).astype(jnp.float32), stats)), layout.data_axis
         )  # over data shards: means of the losses, sums of the slots and episodes

@@ -144,7 +144,10 @@ def shape_bytes(base: Config, n: int, k: int) -> int:
     learner = jax.eval_shape(make_trainer(config, env).init, jax.random.PRNGKey(0)).learner
     specs = learner_specs(learner, frozenset(g.name for g in env.groups), None)
     is_spec = lambda x: isinstance(x, P)  # noqa: E731
-    sizes = [(x.size * x.dtype.itemsize, AGENT in s) for x, s in zip(jax.tree.leaves(learner), jax.tree.leaves(specs, is_leaf=is_spec))]
+    sizes = [
+        (x.size * x.dtype.itemsize, AGENT in s)
+        for x, s in zip(jax.tree.leaves(learner), jax.tree.leaves(specs, is_leaf=is_spec))
+    ]
     return config.num_seeds * sum(b // k if split else b for b, split in sizes)
 
 
@@ -201,6 +204,7 @@ def _cells(r: dict[str, Any]) -> list[str]:
 
 def _fit_lines(fits: dict[str, Any]) -> str:
     """The largest N per K, with how it was derived and checked."""
+
     def n(k):
         v = fits["largest_fit"][k]
         return "none" if v is None else f"{v}" + (f" (the cap, {MAX_AGENTS})" if v == MAX_AGENTS else "")
@@ -253,7 +257,9 @@ def _positive(flag: str, value: str, kind: type) -> Any:
     except ValueError:
         number = 0
     if not number > 0 or not math.isfinite(number):
-        raise ConfigError(flag.lstrip("-"), f"takes positive {'numbers' if kind is float else 'whole numbers'}, got {value!r}")
+        raise ConfigError(
+            flag.lstrip("-"), f"takes positive {'numbers' if kind is float else 'whole numbers'}, got {value!r}"
+        )
     return number
 
 

@@ -121,9 +121,14 @@ def run_balance_bench(config: Config, ratio: float = 3.0, updates: int = UPDATES
     for mode in ("off", "rate"):
         r = balanced_run(runner, replace(config, **{"async": {"balance": mode}}), updates)
         result.update({f"{mode}_{k}": v for k, v in r.items()})
-        rows.append((f"balance={mode}", f"{100 * r['drop_share']:.1f}%",
-                     f"dropped stale {r['dropped_stale']} of {r['produced']} produced (+{r['dropped_end_of_run']} "
-                     f"at the end); active threads {r['active_actors'][-1]}, window {r['batch_window'][-1]}"))
+        rows.append(
+            (
+                f"balance={mode}",
+                f"{100 * r['drop_share']:.1f}%",
+                f"dropped stale {r['dropped_stale']} of {r['produced']} produced (+{r['dropped_end_of_run']} "
+                f"at the end); active threads {r['active_actors'][-1]}, window {r['batch_window'][-1]}",
+            )
+        )
     return report(rows, six_digits(result), log)
 
 

@@ -211,7 +211,9 @@ def equalising_pads(figures: dict[str, Any], spb: int, n_threads: int) -> Pads:
 def _rows(name: str, r: dict[str, Any], micro_batches: int = 1) -> list[Row]:
     pads = ""
     if r["learning_pad_ms"] or r["generation_pad_ms"]:
-        pads = f" (padded: generation +{r['generation_pad_ms']:.1f} ms, learning +{r['learning_pad_ms']:.1f} ms per batch)"
+        pads = (
+            f" (padded: generation +{r['generation_pad_ms']:.1f} ms, learning +{r['learning_pad_ms']:.1f} ms per batch)"
+        )
     return [
         (f"[{name}]", "", f"stage costs{pads}"),
         ("generation alone", f"{r['generation_samples_per_s']:,.0f}", "samples/s (actor threads, no learner)"),

@@ -69,7 +69,8 @@ def placement_rows(r: dict[str, Any]) -> list[Row]:
         time = "not run: " + r[f"placement_{name}_refused"] if secs is None else f"update {1000 * secs:.1f} ms"
         rows.append((f"placement {name}", f"{r[f'placement_{name}_imbalance']:.3f}x",
                      f"most-loaded device / mean FLOPs; replicated: {', '.join(reps) or 'none'}; {time}"))  # fmt: skip
-        for a, (n, p, f, b) in enumerate(zip(*(r[f"placement_{name}_{x}"] for x in ("agents", "params", "flops", "bytes")))):
+        for a, (n, p, f, b) in enumerate(
+            zip(*(r[f"placement_{name}_{x}"] for x in ("agents", "params", "flops", "bytes")))
+        ):
             rows.append((f"  device {a}", f"{f:,.0f}", f"FLOPs/env step; {p:,} params, {b:,} bytes; {n:g} agent(s)"))
     return rows
-

@@ -81,6 +81,7 @@ def bench_swap(config: Config, mesh: Mesh, trainer: Trainer, update_s: float) ->
     a, e = make()
     jax.block_until_ready(program(state.learner.params, a, e))  # compile + warm-up
     swap_s = min(timed(lambda: program(state.learner.params, a, e))[0] for _ in range(SWAP_REPS))
+
     # bytes from one seed's local shapes, times the seeds on a device
     def local(x):
         return jax.ShapeDtypeStruct((T, x.shape[2] // lay.num_env_shards) + x.shape[3:], x.dtype)

@@ -52,7 +52,11 @@ def _timed_run(config: Config, keys: jax.Array, hparams=None) -> tuple[float, fl
 
 def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SEEDS) -> dict:
     """Time `len(lrs) * seeds` runs both ways; print the figures and a JSON line; return its dict."""
-    base = {k: v for k, v in config.to_dict().items() if k not in ("num_seeds", "out_dir", "resume", "overwrite", "progress", "lr")}
+    base = {
+        k: v
+        for k, v in config.to_dict().items()
+        if k not in ("num_seeds", "out_dir", "resume", "overwrite", "progress", "lr")
+    }
     sweep = expand({"base": base, "axes": {"lr": list(lrs)}, "seeds": seeds})
     (program,) = sweep.programs
     runs, steps = program.rows, config.num_updates * config.num_steps * config.num_envs
@@ -61,7 +65,9 @@ def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SE
         f"({steps} env steps each) on {config.env}, {platform()}"
     )
     keys = seed_keys(config.seed, seeds)
-    vm_compile, vm_run, vm_params, vm_returns = _timed_run(program.config, jnp.tile(keys, (len(lrs), 1)), row_hparams(program, seeds))
+    vm_compile, vm_run, vm_params, vm_returns = _timed_run(
+        program.config, jnp.tile(keys, (len(lrs), 1)), row_hparams(program, seeds)
+    )
     log(f"  vmapped: {vm_compile + vm_run:.1f}s; now the same {runs} runs one after another")
 
     seq_compile = seq_run = 0.0

@@ -263,7 +263,9 @@ def _rows(r: dict[str, Any]) -> list[Row]:
         ("learner bytes / device", f"{r['learner_bytes_per_device']:,}",
          f"params + Adam; {r['learner_bytes_total']:,} in all"),
     ]  # fmt: skip
-    rows += group_rows(r, [k[len("group_"):-len("_params")] for k in r if k.startswith("group_") and k.endswith("_params")])
+    rows += group_rows(
+        r, [k[len("group_") : -len("_params")] for k in r if k.startswith("group_") and k.endswith("_params")]
+    )
     if "placement_naive_imbalance" in r:
         rows += placement_rows(r)
     if r.get("swap_param_bytes"):

@@ -129,6 +129,7 @@ class EnvAdapter:
 
     def _check_bonus_key(self) -> None:
         """ConfigError unless one step's info holds `bonus_key` with one scalar per agent (traced only)."""
+
         def info(key):
             _, state = self.env.reset(key)
             actions = {g.name: jnp.zeros((g.size,) if g.discrete else (g.size, g.action_dim),
@@ -208,9 +209,7 @@ class EnvAdapter:
         classes = _agent_classes(self.env) if self.group_by == "roles" else None
         # Candidate groups: the env's agent classes, else every agent on its own.
         if classes:
-            candidates = [
-                (str(k), [v] if isinstance(v, (str, int)) else list(v)) for k, v in classes.items()
-            ]
+            candidates = [(str(k), [v] if isinstance(v, (str, int)) else list(v)) for k, v in classes.items()]
             listed = {a for _, members in candidates for a in members}
             candidates += [(_role_name(a), [a]) for a in self.agents if a not in listed]
         else:
@@ -289,18 +288,13 @@ class EnvAdapter:
 
     def _group_obs(self, obs) -> dict[str, Array]:
         per_agent = self._split_by_agent(obs)
-        return {
-            g.name: jnp.stack([self._flatten_obs(per_agent[a]) for a in g.agents]) for g in self.groups
-        }
+        return {g.name: jnp.stack([self._flatten_obs(per_agent[a]) for a in g.agents]) for g in self.groups}
 
     def _group_scalar(self, values, default=None) -> dict[str, Array]:
         if isinstance(values, dict) and not all(a in values for a in self.agents):
             values = {a: default for a in self.agents}
         per_agent = self._split_by_agent(values)
-        return {
-            g.name: jnp.stack([jnp.asarray(per_agent[a]).reshape(()) for a in g.agents])
-            for g in self.groups
-        }
+        return {g.name: jnp.stack([jnp.asarray(per_agent[a]).reshape(()) for a in g.agents]) for g in self.groups}
 
     # ---------------------------------------------------------------- the API
     def reset(self, key: Array) -> tuple[dict[str, Array], Any]:

@@ -33,5 +33,7 @@ def build_env(make: Callable[[], Any], label: str, kind: str, required: tuple[st
                                  f"{first_line(exc)}; fix the factory or env_kwargs") from exc  # fmt: skip
     missing = [name for name in required if not hasattr(env, name)]
     if missing:
-        raise ConfigError("env", f"{label} returned a {type(env).__name__}, not a {kind} (it has no {', '.join(missing)})")
+        raise ConfigError(
+            "env", f"{label} returned a {type(env).__name__}, not a {kind} (it has no {', '.join(missing)})"
+        )
     return env

@@ -36,7 +36,7 @@ def is_host_env(name: str) -> bool:
 
 def host_env_factory(name: str, kwargs: dict) -> Callable[[], Any]:
     """`pettingzoo:module:callable` -> a function that makes one env copy."""
-    path = name[len(HOST_PREFIX):]
+    path = name[len(HOST_PREFIX) :]
     module_name, _, attr = path.partition(":")
     if not attr:
         raise ConfigError("env", f"a host env is pettingzoo:module:callable, got {name!r}")
@@ -58,8 +58,12 @@ class HostEnvAdapter:
 
     def __init__(self, make_one: Callable[[], Any], name: str):
         self.make_one, self.name = make_one, name
-        proto = build_env(make_one, name, "PettingZoo ParallelEnv",
-                          ("possible_agents", "reset", "step", "observation_space", "action_space"))
+        proto = build_env(
+            make_one,
+            name,
+            "PettingZoo ParallelEnv",
+            ("possible_agents", "reset", "step", "observation_space", "action_space"),
+        )
         self.agents = tuple(proto.possible_agents)
         self.num_agents = len(self.agents)
         by_spec: dict[tuple, list[int]] = {}
@@ -89,8 +93,7 @@ class HostEnvAdapter:
 
     def describe(self) -> str:
         parts = [
-            f"{g.name}: {g.size} agent(s), obs {g.obs_shape}, "
-            f"{'Discrete' if g.discrete else 'Box'}({g.action_dim})"
+            f"{g.name}: {g.size} agent(s), obs {g.obs_shape}, {'Discrete' if g.discrete else 'Box'}({g.action_dim})"
             for g in self.groups
         ]
         return f"{self.name} (host, PettingZoo): " + "; ".join(parts)

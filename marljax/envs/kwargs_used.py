@@ -79,4 +79,3 @@ def accepted_kwargs(cls: type) -> set[str] | None:
         if not to_super:
             return names
     return names
-

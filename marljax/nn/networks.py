@@ -142,7 +142,9 @@ class CNNEncoder(nn.Module):
         act = _act(self.activation)
         conv = _low_precision(lax.conv_general_dilated, self.dtype)
         for c in self.channels:
-            x = act(nn.Conv(c, (3, 3), padding="SAME", kernel_init=orthogonal(np.sqrt(2)), conv_general_dilated=conv)(x))
+            x = act(
+                nn.Conv(c, (3, 3), padding="SAME", kernel_init=orthogonal(np.sqrt(2)), conv_general_dilated=conv)(x)
+            )
         return x.reshape(x.shape[0], -1)
 
 
@@ -176,7 +178,11 @@ class Head(nn.Module):
 
 
 def _features(obs: Array, agent_id: Array | None, cnn: bool, activation: str, name: str, dtype: str) -> Array:
-    x = CNNEncoder(activation=activation, dtype=dtype, name=f"{name}_cnn")(obs) if cnn else obs.reshape(obs.shape[0], -1)
+    x = (
+        CNNEncoder(activation=activation, dtype=dtype, name=f"{name}_cnn")(obs)
+        if cnn
+        else obs.reshape(obs.shape[0], -1)
+    )
     return x if agent_id is None else jnp.concatenate([x, agent_id], axis=-1)
 
 

@@ -124,5 +124,3 @@ def modes_for(sizes: Mapping[str, int], k: int, placement: str, replicate: Itera
 def balanced(groups: list[GroupCost], k: int, replicate: Iterable[str] = ()) -> Placement:
     """The `balanced` placement's loads (see `modes_for`)."""
     return place(groups, k, modes_for({g.name: g.agents for g in groups}, k, "balanced", replicate))
-
-

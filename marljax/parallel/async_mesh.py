@@ -63,10 +63,14 @@ def async_placement(config: Config) -> AsyncPlacement:
         raise ConfigError("mesh.agent", f"with {jax.process_count()} processes, {k} must divide each process's "
                           f"{per_process} learner devices (async.learner_devices): the agent axis lies within a process")  # fmt: skip
     if config.num_envs % len(learner):
-        raise ConfigError("async.learner_devices", f"{len(learner)} learner devices must divide num_envs={config.num_envs}")
+        raise ConfigError(
+            "async.learner_devices", f"{len(learner)} learner devices must divide num_envs={config.num_envs}"
+        )
     n_proc, M = jax.process_count(), config.async_.micro_batches
     if config.num_envs % (n_proc * M):  # each process's actors step num_envs/P environments, in M slices
-        allowed = ", ".join(str(m) for m in range(1, config.num_envs // n_proc + 1) if config.num_envs % (n_proc * m) == 0)
+        allowed = ", ".join(
+            str(m) for m in range(1, config.num_envs // n_proc + 1) if config.num_envs % (n_proc * m) == 0
+        )
         raise ConfigError("async.micro_batches", f"with {n_proc} processes must divide each process's num_envs/"
                           f"{n_proc}={config.num_envs / n_proc:g} environments; allowed: {allowed}; got {M}")  # fmt: skip
     shape = (len(learner) // k, k)
@@ -91,10 +95,14 @@ def _pick(spec: int | list, devices: list, name: str) -> list:
     if isinstance(spec, (list, tuple)):
         bad = [i for i in spec if i >= len(devices)]
         if bad:
-            raise ConfigError(name, f"device indices {bad} don't exist; {len(devices)} {devices[0].platform} devices are visible")
+            raise ConfigError(
+                name, f"device indices {bad} don't exist; {len(devices)} {devices[0].platform} devices are visible"
+            )
         return [devices[i] for i in spec]
     if spec > len(devices):
-        raise ConfigError(name, f"{spec} devices asked for, but {len(devices)} {devices[0].platform} devices are visible")
+        raise ConfigError(
+            name, f"{spec} devices asked for, but {len(devices)} {devices[0].platform} devices are visible"
+        )
     return devices[:spec]
 
 
@@ -108,15 +116,21 @@ def _split(config: Config, devices: list, host_actors: list | None = None) -> tu
         return _pick(n_act, host_actors, "async.actor_devices"), _pick(n_learn, devices, "async.learner_devices")
     if isinstance(n_act, (list, tuple)) or isinstance(n_learn, (list, tuple)):
         if not (isinstance(n_act, (list, tuple)) and isinstance(n_learn, (list, tuple))):
-            raise ConfigError("async.actor_devices", "give both async.actor_devices and async.learner_devices as index lists, "
-                              "or both as counts")
+            raise ConfigError(
+                "async.actor_devices",
+                "give both async.actor_devices and async.learner_devices as index lists, or both as counts",
+            )
         shared = sorted(set(n_act) & set(n_learn))
         if shared:  # one pool (async.actor_backend=cpu on a CPU-only machine is checked here, not in the config)
-            raise ConfigError("async.learner_devices", f"actor and learner devices must be disjoint; both list {shared}")
+            raise ConfigError(
+                "async.learner_devices", f"actor and learner devices must be disjoint; both list {shared}"
+            )
         return _pick(n_act, devices, "async.actor_devices"), _pick(n_learn, devices, "async.learner_devices")
     if len(devices) == 1:
         if n_act != 1 or n_learn != 1:
-            raise ConfigError("async.actor_devices", "only 1 device is visible; actors and learner share it (set both to 1)")
+            raise ConfigError(
+                "async.actor_devices", "only 1 device is visible; actors and learner share it (set both to 1)"
+            )
         return devices, devices
     if n_act + n_learn > len(devices):
         raise ConfigError(
@@ -151,7 +165,10 @@ def shard_learn(fn: Callable, mesh: Mesh, learner_specs, per_device_stats: bool 
     replicated. The learner input is donated."""
     return jax.jit(
         jax.shard_map(
-            fn, mesh=mesh, in_specs=(learner_specs, trajectory_specs(per_device_stats)), out_specs=(learner_specs, P()),
+            fn,
+            mesh=mesh,
+            in_specs=(learner_specs, trajectory_specs(per_device_stats)),
+            out_specs=(learner_specs, P()),
             check_vma=False,
         ),
         donate_argnums=0,

@@ -71,7 +71,11 @@ def initialize(config: Config) -> None:
     try:
         jax.distributed.initialize(**kwargs)
     except Exception as exc:  # noqa: BLE001 - every failure to join gets the same clear message
-        where = "auto-detected cluster" if d.auto else f"coordinator {d.coordinator} as process {d.process_id} of {d.num_processes}"
+        where = (
+            "auto-detected cluster"
+            if d.auto
+            else f"coordinator {d.coordinator} as process {d.process_id} of {d.num_processes}"
+        )
         raise DistributedError(
             f"could not join the {where} within distributed.timeout_s={d.timeout_s}s "
             f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}). Check that every "

@@ -65,9 +65,7 @@ def resolve_mesh_shape(config: Config, n_devices: int | None = None) -> tuple[in
             "devices are visible; set mesh.seed or mesh.data to -1 to fill the rest",
         )
     if config.num_seeds % seed:
-        raise ConfigError(
-            "mesh.seed", f"{seed} devices on the seed axis must divide num_seeds={config.num_seeds}"
-        )
+        raise ConfigError("mesh.seed", f"{seed} devices on the seed axis must divide num_seeds={config.num_seeds}")
     if config.num_envs % (data * agent):
         raise ConfigError(
             "mesh.data",
@@ -177,9 +175,7 @@ def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
         # statistics) would need explicit `pcast` to "varying". The learner outputs are
         # replicated over `data` because every cross-env quantity goes through one all-reduce;
         # tests/test_multidevice.py checks the results against a single device.
-        return jax.shard_map(local, mesh=mesh, in_specs=(specs,), out_specs=(specs, P(SEED)), check_vma=False)(
-            state
-        )
+        return jax.shard_map(local, mesh=mesh, in_specs=(specs,), out_specs=(specs, P(SEED)), check_vma=False)(state)
 
     return ShardedFns(init, jax.jit(chunk, static_argnums=1, donate_argnums=0), mesh, shape, shardings)
 

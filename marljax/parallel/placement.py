@@ -47,7 +47,9 @@ def place_process_local(tree: Any, where: Any) -> Any:
     consecutive share of the sharded axes (the global shape is inferred: every process gives
     the same local shape)."""
     return jax.tree.map(
-        lambda s, sub: jax.tree.map(lambda x: jax.make_array_from_process_local_data(s, np.asarray(x)), sub), where, tree
+        lambda s, sub: jax.tree.map(lambda x: jax.make_array_from_process_local_data(s, np.asarray(x)), sub),
+        where,
+        tree,
     )
 
 
@@ -104,7 +106,10 @@ def bytes_on_one_device(tree: Any) -> int:
     """Bytes of `tree` that the device holding its first leaf's first shard keeps."""
     device = jax.tree.leaves(tree)[0].addressable_shards[0].device
     return sum(
-        shard.data.nbytes for leaf in jax.tree.leaves(tree) for shard in leaf.addressable_shards if shard.device == device
+        shard.data.nbytes
+        for leaf in jax.tree.leaves(tree)
+        for shard in leaf.addressable_shards
+        if shard.device == device
     )
 
 

@@ -177,7 +177,9 @@ class AsyncRun:
         if self.host and self.config.async_.stepping() == "independent":
             from marljax.pipeline.host_copies import IndependentHostCollector
 
-            return IndependentHostCollector(self.config, self.env, self.host_policy, device, keys, i, self.health, share)
+            return IndependentHostCollector(
+                self.config, self.env, self.host_policy, device, keys, i, self.health, share
+            )
         if self.host:
             from marljax.pipeline.host_rollout import HostCollector
 
@@ -302,8 +304,12 @@ class AsyncRun:
             throttle = Throttle(n_threads)
             buffer.on_taken = throttle.taken
         threads = [
-            threading.Thread(target=self._actor, args=(i, buffer, store, budget, errors, heart, throttle), name=f"actor{i}",
-                             daemon=True)  # fmt: skip
+            threading.Thread(
+                target=self._actor,
+                args=(i, buffer, store, budget, errors, heart, throttle),
+                name=f"actor{i}",
+                daemon=True,
+            )  # fmt: skip
             for i in range(n_threads)
         ]
         for t in threads:
@@ -415,7 +421,9 @@ class _JaxCollector:
             self.actors, traj = runner.collect(params, self.actors, runner.step_keys(self.keys, ticket))
             return traj, version
         j = self.next_slice
-        self.slices[j], traj = runner.slice_collects[j](params, self.slices[j], runner.step_keys(self.keys, ticket // M))
+        self.slices[j], traj = runner.slice_collects[j](
+            params, self.slices[j], runner.step_keys(self.keys, ticket // M)
+        )
         self.next_slice = (j + 1) % M
         return traj, version
 

@@ -103,7 +103,9 @@ class TrajectoryBuffer:
         try:
             while not ready():
                 if self._closed:
-                    raise BufferClosed("buffer closed") from (self._closed if isinstance(self._closed, BaseException) else None)
+                    raise BufferClosed("buffer closed") from (
+                        self._closed if isinstance(self._closed, BaseException) else None
+                    )
                 left = None if deadline is None else deadline - time.perf_counter()
                 if left is not None and left <= 0:
                     raise TimeoutError("buffer wait timed out")

@@ -87,7 +87,14 @@ class EnvHealth:
 
     # env_steps_inline: steps taken on the collector's own thread (stepping.py), not a worker's;
     # env_copies_parked: times a copy too slow for the staleness bound was parked (host_copies.py)
-    KEYS = ("env_failures", "env_restarts", "env_retired", "env_steps_discarded", "env_steps_inline", "env_copies_parked")
+    KEYS = (
+        "env_failures",
+        "env_restarts",
+        "env_retired",
+        "env_steps_discarded",
+        "env_steps_inline",
+        "env_copies_parked",
+    )
 
     def __init__(self):
         self._lock = threading.Lock()

@@ -73,7 +73,14 @@ from marljax.pipeline.stepping import CHEAP_SHARE, SteppingChoice
 from marljax.types import EpisodeStats, GroupBatch, Trajectory
 
 FIELDS = ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")
-ACTED = ("obs", "action", "logp", "value", "reset", "hidden")  # written when a step is sent; reward, done when it answers
+ACTED = (
+    "obs",
+    "action",
+    "logp",
+    "value",
+    "reset",
+    "hidden",
+)  # written when a step is sent; reward, done when it answers
 WAIT_SLICE_S = 0.25  # the longest single wait for an answer: timeouts and heartbeats are checked between
 PARK_AFTER = 2  # a copy whose unfinished segments went stale this many times in a row is parked ...
 PARK_ITEMS = (4, 64)  # ... for this many items the first time, twice as many each time again, up to the second
@@ -186,7 +193,7 @@ class IndependentHostCollector:
 
     def _check_enough_copies(self) -> None:
         for s in range(self.S):
-            live = sum(not c.retired for c in self.copies[s * self.E:(s + 1) * self.E])
+            live = sum(not c.retired for c in self.copies[s * self.E : (s + 1) * self.E])
             if live < self.min_copies:
                 raise EnvCopiesExhausted(
                     f"actor thread {self.thread_index}: {live} of {self.E} host env copies of seed {s} are left, fewer than "
@@ -282,7 +289,9 @@ class IndependentHostCollector:
         for copy in busy:
             if copy.busy_since is not None and now - copy.busy_since > self.timeout_s:
                 copy.busy_since = None
-                self._fail(copy, f"{copy.busy_what} took longer than async.env_step_timeout_s={self.timeout_s:g}", hung=True)
+                self._fail(
+                    copy, f"{copy.busy_what} took longer than async.env_step_timeout_s={self.timeout_s:g}", hung=True
+                )
 
     # ------------------------------------------------------------------ a batch
     def _discard_stale(self, keep_from: int) -> None:
@@ -315,7 +324,7 @@ class IndependentHostCollector:
         PARK_AFTER in a row, while at most (E - 1) // 2 copies of its seed are parked (module doc)."""
         copy.stale_in_a_row += 1
         s = copy.index // self.E
-        parked = sum(c.parked_until > self.items for c in self.copies[s * self.E:(s + 1) * self.E])
+        parked = sum(c.parked_until > self.items for c in self.copies[s * self.E : (s + 1) * self.E])
         if copy.stale_in_a_row >= PARK_AFTER and parked < (self.E - 1) // 2:
             copy.parked_until, copy.stale_in_a_row = self.items + copy.park_items, 0
             copy.park_items = min(2 * copy.park_items, PARK_ITEMS[1])
@@ -416,7 +425,9 @@ class IndependentHostCollector:
         actions = {g.name: out[g.name][0][c] for g in self.groups}
         copy.inline = copy.step_s is not None and copy.step_s <= self._inline_below
         if copy.inline:  # named to the watchdog first: a hung inline step stops the run after actor_timeout_s
-            self.beat(f"env.step of host env copy {c} (step {copy.steps} of the copy, stepped inline)", since=copy.busy_since)
+            self.beat(
+                f"env.step of host env copy {c} (step {copy.steps} of the copy, stepped inline)", since=copy.busy_since
+            )
             self._steps_inline += 1
             self._take(copy.worker.run("step", actions), stats)
         else:
@@ -443,8 +454,12 @@ class IndependentHostCollector:
             return np.stack([np.stack([seg.rows[field][g] for seg in segs], axis=1) for segs in used])
 
         batch = {
-            g.name: GroupBatch(**{f: stack(f, g.name) for f in fields}, mask=None, world=None,
-                               **({} if self.rnn else {"reset": None, "hidden": None}))  # fmt: skip
+            g.name: GroupBatch(
+                **{f: stack(f, g.name) for f in fields},
+                mask=None,
+                world=None,
+                **({} if self.rnn else {"reset": None, "hidden": None}),
+            )  # fmt: skip
             for g in self.groups
         }
         last_value = {g.name: np.stack([np.stack([seg.last_value[g.name] for seg in segs]) for segs in used])
@@ -456,13 +471,17 @@ class IndependentHostCollector:
         """Wait for the commands in flight (beating, so that the watchdog names a hung copy), then
         stop the workers. A copy is given up on after env_step_timeout_s, or 5 s after the watchdog
         has had its chance (actor_timeout_s; 0 waits forever, as the watchdog does)."""
-        limit = self.timeout_s or (self.config.async_.actor_timeout_s + 5.0 if self.config.async_.actor_timeout_s else 0.0)
+        limit = self.timeout_s or (
+            self.config.async_.actor_timeout_s + 5.0 if self.config.async_.actor_timeout_s else 0.0
+        )
         while True:
             busy = [c for c in self.copies if c.busy_since is not None and not c.retired]
             if not busy:
                 break
             oldest = min(busy, key=lambda c: c.busy_since)
-            self.beat(f"{oldest.busy_what} (step {oldest.steps} of the copy, at the end of the run)", since=oldest.busy_since)
+            self.beat(
+                f"{oldest.busy_what} (step {oldest.steps} of the copy, at the end of the run)", since=oldest.busy_since
+            )
             if limit and time.monotonic() - oldest.busy_since > limit:
                 oldest.busy_since = None  # abandoned: the run is over, nothing to restart
                 continue

@@ -34,7 +34,9 @@ class HostCollector:
         groups = adapter.groups
         self.reset = {g.name: np.ones((S, E, g.size), bool) for g in groups}
         self.rnn = config.recurrent
-        self.hidden = {g.name: np.zeros((S, E, g.size, config.gru_hidden_size), np.float32) for g in groups} if self.rnn else {}
+        self.hidden = (
+            {g.name: np.zeros((S, E, g.size, config.gru_hidden_size), np.float32) for g in groups} if self.rnn else {}
+        )
         self.ep_return = np.zeros((S * E, adapter.num_agents), np.float32)
         self.ep_length = np.zeros(S * E, np.int64)
         self.keys = keys  # [S, 2] on `device`
@@ -59,7 +61,9 @@ class HostCollector:
         length_sum, count = np.zeros(S, np.float32), np.zeros(S, np.float32)
         for t in range(T):
             out = self._policy(params, _fold(key, t))
-            actions = {g.name: np.asarray(out[g.name][0]).reshape((S * E,) + np.shape(out[g.name][0])[2:]) for g in groups}
+            actions = {
+                g.name: np.asarray(out[g.name][0]).reshape((S * E,) + np.shape(out[g.name][0])[2:]) for g in groups
+            }
             obs, reward, done, ep_done = self.venv.step(
                 actions,
                 on_copy=lambda e: self.beat(f"env.step of host env copy {e} (step {t} of batch {ticket})"),  # noqa: B023 (called within this step)
@@ -94,11 +98,16 @@ class HostCollector:
         stack = lambda xs: np.stack(xs, axis=1)  # noqa: E731  [S, T, E, ...]
         batch = {
             g.name: GroupBatch(
-                obs=stack(steps[g.name]["obs"]), action=stack(steps[g.name]["action"]),
-                logp=stack(steps[g.name]["logp"]), value=stack(steps[g.name]["value"]),
-                reward=stack(steps[g.name]["reward"]), done=stack(steps[g.name]["done"]), mask=None,
+                obs=stack(steps[g.name]["obs"]),
+                action=stack(steps[g.name]["action"]),
+                logp=stack(steps[g.name]["logp"]),
+                value=stack(steps[g.name]["value"]),
+                reward=stack(steps[g.name]["reward"]),
+                done=stack(steps[g.name]["done"]),
+                mask=None,
                 reset=stack(steps[g.name]["reset"]) if self.rnn else None,
-                hidden=stack(steps[g.name]["hidden"]) if self.rnn else None, world=None,
+                hidden=stack(steps[g.name]["hidden"]) if self.rnn else None,
+                world=None,
             )  # fmt: skip
             for g in groups
         }

@@ -80,7 +80,11 @@ class SteppingChoice:
             self.inline = bool(phase % 2)
             if self.inline and self._probe[False] and inline_estimate * SKIP_INLINE < max(self._probe[False]):
                 self.inline = False  # hopeless: measured with workers again instead
-            elif not self.inline and self._probe[True] and max(self._probe[False]) * SKIP_WORKERS < max(self._probe[True]):
+            elif (
+                not self.inline
+                and self._probe[True]
+                and max(self._probe[False]) * SKIP_WORKERS < max(self._probe[True])
+            ):
                 self.inline = True  # workers lost by far already: measured inline again instead
         else:
             self.inline = bool(self.allowed and self._faster)

@@ -109,7 +109,9 @@ def resolve(spec: str) -> Path:
         if all((path / name).is_file() for name in RUN_FILES):
             return path
         if is_sweep(path):
-            raise CompareError(f"{spec} is a sweep; name one of its cells as {spec}:CELL (cells: {_listed_cells(path)})")
+            raise CompareError(
+                f"{spec} is a sweep; name one of its cells as {spec}:CELL (cells: {_listed_cells(path)})"
+            )
         if not any(path.iterdir()):
             raise CompareError(f"{spec} is an empty directory; expected {FORMS}")
         missing = " and ".join(name for name in RUN_FILES if not (path / name).is_file())
@@ -286,7 +288,11 @@ def format_improvements(rows: list[dict]) -> str:
     """Markdown table of `improvements` rows."""
     lines = ["| A | B | P(A > B) [95% CI] |", "|---|---|---|"]
     for row in rows:
-        shown = "n/a" if math.isnan(row["p_a_beats_b"]) else f"{row['p_a_beats_b']:.2f} [{row['low']:.2f}, {row['high']:.2f}]"
+        shown = (
+            "n/a"
+            if math.isnan(row["p_a_beats_b"])
+            else f"{row['p_a_beats_b']:.2f} [{row['low']:.2f}, {row['high']:.2f}]"
+        )
         lines.append(f"| {row['run_a']} | {row['run_b']} | {shown} |")
     return "\n".join(lines) + "\n"
 
@@ -320,7 +326,9 @@ def _choose_metric(runs: list[Run], metric: str | None, log: Callable[[str], Non
         raise CompareError(f"--metric {metric}: expected one of {', '.join(METRICS)}")
     if not has[metric]:
         present = [m for m in METRICS if has[m]]
-        raise CompareError(f"--metric {metric}: none of the runs has it (they have: {', '.join(present) or 'no values yet'})")
+        raise CompareError(
+            f"--metric {metric}: none of the runs has it (they have: {', '.join(present) or 'no values yet'})"
+        )
     lacking = [run.label for run in runs if not has_metric(run, metric)]
     if lacking:
         log(f"warning: {', '.join(lacking)}: no {metric} values (n/a below)")
@@ -371,7 +379,9 @@ def compare(
     paths = {"final.csv": write_csv(rows, out_dir / "final.csv")}
     if pairs:
         paths["improvement.csv"] = write_csv(pairs, out_dir / "improvement.csv")
-    paths["compare.md"] = write_text_atomic(out_dir / "compare.md", "# Comparison\n\n" + text + "\n" + _explanation(metric))
+    paths["compare.md"] = write_text_atomic(
+        out_dir / "compare.md", "# Comparison\n\n" + text + "\n" + _explanation(metric)
+    )
     for name, (_, quantity) in METRICS.items():
         if any(has_metric(run, name) for run in runs):
             curves = [(run.label, iqm_curve(*series(run, name), num_resamples, seed)) for run in runs]
@@ -379,7 +389,9 @@ def compare(
             plot_iqm_curves(curves, paths[f"curves_{name}.png"], quantity)
     if csv_path is not None:
         Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
-        paths["csv"] = write_csv(long_rows(runs), Path(csv_path), fields=("run", "seed", "env_steps", "metric", "value"))
+        paths["csv"] = write_csv(
+            long_rows(runs), Path(csv_path), fields=("run", "seed", "env_steps", "metric", "value")
+        )
     log(f"written to {out_dir}: {', '.join(name for name in paths if name != 'csv')}"
         + (f"; every value: {paths['csv']}" if csv_path is not None else ""))  # fmt: skip
     return paths

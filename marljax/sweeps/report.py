@@ -197,7 +197,9 @@ def figure(**kwargs):
     return Figure(dpi=110, **kwargs)
 
 
-def iqm_curve(steps: np.ndarray, values: np.ndarray, num_resamples: int = 2000, seed: int = 0) -> tuple[np.ndarray, ...]:
+def iqm_curve(
+    steps: np.ndarray, values: np.ndarray, num_resamples: int = 2000, seed: int = 0
+) -> tuple[np.ndarray, ...]:
     """Steps [k] where some seed has a value of `values` [S, K] (and the step is written, >= 0),
     the IQM over seeds there [k] and its 95% bootstrap CI low, high [k]."""
     keep = (np.asarray(steps) >= 0) & np.any(~np.isnan(values), axis=0)  # [K]

@@ -25,7 +25,11 @@ import tensorstore as ts
 
 from marljax.files import read_json, write_text_atomic, zarr_spec
 
-METRICS = ("return", "episode_length", "win_rate")  # per evaluation: mean over its episodes, per run (win_rate: NaN without a win condition)
+METRICS = (
+    "return",
+    "episode_length",
+    "win_rate",
+)  # per evaluation: mean over its episodes, per run (win_rate: NaN without a win condition)
 
 
 class Results(NamedTuple):
@@ -94,7 +98,9 @@ class ResultsStore:
                 fill_value=fill,
             ).result()  # fmt: skip
         if not coords_path.exists():
-            write_text_atomic(coords_path, json.dumps(coords, indent=1))  # last: a store without coords.json is recreated
+            write_text_atomic(
+                coords_path, json.dumps(coords, indent=1)
+            )  # last: a store without coords.json is recreated
         self.coords = coords
 
     def write_eval(self, cell: int, k: int, step: int, metrics: np.ndarray, episodes: np.ndarray) -> None:

@@ -94,7 +94,9 @@ def _estimate(program: Program, trainer) -> MemoryEstimate:
 
 def _coords(sweep: Sweep) -> dict:
     return {
-        "cells": [{"name": c.name, "algo": c.config.algo, "env": c.config.env, "values": c.values} for c in sweep.cells],
+        "cells": [
+            {"name": c.name, "algo": c.config.algo, "env": c.config.env, "values": c.values} for c in sweep.cells
+        ],
         "num_seeds": sweep.seeds,
         "metrics": list(METRICS),
         "num_evals": max(len(chunk_sizes(p.config.num_updates, eval_every(p.config))) for p in sweep.programs),
@@ -189,7 +191,11 @@ def run_sweep(
     log(sweep.describe())
     store = ResultsStore(sweep.out_dir / "results", _coords(sweep)) if primary else None
     done = _done(sweep.out_dir)
-    bar = _bar(progress, len(sweep.cells) * sweep.seeds, sum(len(p.cells) * sweep.seeds for p in sweep.programs if p.name in done))
+    bar = _bar(
+        progress,
+        len(sweep.cells) * sweep.seeds,
+        sum(len(p.cells) * sweep.seeds for p in sweep.programs if p.name in done),
+    )
     ran, skipped, budget = [], [], ChunkBudget(max_chunks)
     try:
         for program, (env, mesh, trainer) in zip(sweep.programs, prepared):
@@ -234,7 +240,9 @@ def row_hparams(program: Program, seeds: int) -> HParams:
     }
 
 
-def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: ResultsStore, log, progress, budget) -> bool:
+def _run_program(
+    sweep: Sweep, program: Program, env, mesh, trainer, store: ResultsStore, log, progress, budget
+) -> bool:
     """Run one program to its end (True) or until the chunk budget is spent (False)."""
     config, S = program.config, sweep.seeds
     fns = shard_trainer(trainer, mesh)
@@ -248,13 +256,19 @@ def _run_program(sweep: Sweep, program: Program, env, mesh, trainer, store: Resu
         hparams = place(row_hparams(program, S), hp_sharding)
         state = state.replace(learner=state.learner.replace(hparams=hparams))
         best = jax.tree.map(lambda x: x.copy(), state.learner.params)  # a copy: the chunk donates the state
-        return {"state": state, "best_params": best, "best_score": place(jnp.full(program.rows, -jnp.inf), hp_sharding["lr"])}
+        return {
+            "state": state,
+            "best_params": best,
+            "best_score": place(jnp.full(program.rows, -jnp.inf), hp_sharding["lr"]),
+        }
 
     target = abstract_like(
         {"state": fns.shapes, "best_params": fns.shapes.learner.params, "best_score": jax.ShapeDtypeStruct((program.rows,), jnp.float32)},
         {"state": fns.shardings, "best_params": fns.shardings.learner.params, "best_score": hp_sharding["lr"]},
     )  # fmt: skip
-    checkpointer = Checkpointer(sweep.out_dir / "programs" / str(program.index) / "checkpoints", config.keep_checkpoints, log)
+    checkpointer = Checkpointer(
+        sweep.out_dir / "programs" / str(program.index) / "checkpoints", config.keep_checkpoints, log
+    )
     try:
         start, run = 0, None
         if checkpointer.steps():
@@ -332,7 +346,9 @@ def _eval_metrics(result, rows: slice, wins: bool) -> np.ndarray:
     return np.stack([result.returns[rows].mean(axis=1), result.lengths[rows].mean(axis=1), won], axis=1)
 
 
-def _cell_writers(sweep: Sweep, program: Program, start: int) -> tuple[list[JsonlWriter], list[Trackers]] | tuple[None, None]:
+def _cell_writers(
+    sweep: Sweep, program: Program, start: int
+) -> tuple[list[JsonlWriter], list[Trackers]] | tuple[None, None]:
     """Each cell's directory like a `marljax train` run's (metrics rows after `start` are dropped),
     and its trackers: one tracker run per cell, grouped under the sweep's name (`log.group`
     overrides). None on processes other than 0."""
@@ -367,7 +383,9 @@ def _record(sweep, program, store, writers, trackers, metrics, result, k: int, u
         row.update(eval_fields(result.returns[rows], result.lengths[rows], result.won[rows] if env.has_win else None))
         writer.write(row)
         trackers[ci].row(row)
-        store.write_eval(cell.index, k, update * steps_per_update, _eval_metrics(result, rows, env.has_win), result.returns[rows])
+        store.write_eval(
+            cell.index, k, update * steps_per_update, _eval_metrics(result, rows, env.has_win), result.returns[rows]
+        )
 
 
 def _bar(enabled: bool, total: int, initial: int = 0, **kwargs):

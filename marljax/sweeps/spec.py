@@ -181,14 +181,18 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
             _check_key(where, key, algos)
             if key in base_flat:
                 raise ConfigError(
-                    f"{where}.{key}", f"is also set in base ({base_flat[key]!r}); a key is either fixed in base or swept"
+                    f"{where}.{key}",
+                    f"is also set in base ({base_flat[key]!r}); a key is either fixed in base or swept",
                 )
     both = sorted(set(grid) & set(zip_values))
     if both:
         raise ConfigError(f"zip.{both[0]}", "is also an axis in axes; sweep it in one of them")
     lengths = {len(v) for v in zip_values.values()}
     if len(lengths) > 1:
-        raise ConfigError("zip", f"every zip axis needs the same number of values, got {({k: len(v) for k, v in zip_values.items()})}")
+        raise ConfigError(
+            "zip",
+            f"every zip axis needs the same number of values, got { ({k: len(v) for k, v in zip_values.items()}) }",
+        )
 
     seeds = spec.get("seeds", 1)
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:

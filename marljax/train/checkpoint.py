@@ -310,13 +310,15 @@ def check_resumable(saved_config: dict, config: Config, where: Path) -> None:
     """ConfigError listing the structural fields that differ from the run being resumed."""
     if saved_config.get("algo", config.algo) != config.algo:  # before the sections: another algorithm's read as stale
         raise ConfigError(
-            "algo", f"the run in {where} was trained with algo={saved_config['algo']}, this config has algo={config.algo}; "
+            "algo",
+            f"the run in {where} was trained with algo={saved_config['algo']}, this config has algo={config.algo}; "
             f"resume it with algo={saved_config['algo']}, or start the {config.algo} run in another out_dir",
         )
     stale = sorted(k for k in saved_config if k not in core_keys() and k not in config.sections)
     if stale:
         raise ConfigError(
-            "resume", f"the run in {where} was saved by an older marljax whose config this version does not read "
+            "resume",
+            f"the run in {where} was saved by an older marljax whose config this version does not read "
             f"(keys {', '.join(stale[:6])}{', ...' if len(stale) > 6 else ''}); start a new run in another out_dir",
         )
     changes = structural_changes(saved_config, config)
@@ -338,11 +340,19 @@ def config_from_meta(meta: dict) -> Config:
     try:
         return from_dict(meta["config"])
     except ConfigError as exc:
-        raise ConfigError(exc.field, f"{str(exc)[len(exc.field) + 2:]} (the checkpoint's config.yaml was written by "
-                                     "another marljax version)") from None
+        raise ConfigError(
+            exc.field,
+            f"{str(exc)[len(exc.field) + 2 :]} (the checkpoint's config.yaml was written by another marljax version)",
+        ) from None
 
 
 __all__ = [
-    "Checkpointer", "CheckpointError", "check_resumable", "structural_changes", "fingerprint", "versions",
-    "abstract_like", "config_from_meta",
+    "Checkpointer",
+    "CheckpointError",
+    "check_resumable",
+    "structural_changes",
+    "fingerprint",
+    "versions",
+    "abstract_like",
+    "config_from_meta",
 ]

@@ -54,7 +54,9 @@ class Stopped(Exception):
     def __init__(self, signum: int, update: int, where: str):
         self.signum, self.update = signum, update
         name = signal.Signals(signum).name
-        super().__init__(f"stopped by {name} at update {update}; its checkpoint is in {where}: continue with resume=true")
+        super().__init__(
+            f"stopped by {name} at update {update}; its checkpoint is in {where}: continue with resume=true"
+        )
 
     @property
     def exit_code(self) -> int:

@@ -25,7 +25,10 @@ from typing import Any
 from marljax.config import COMPILE_CACHE_AUTO as AUTO
 from marljax.config import COMPILE_CACHE_OFF as OFF
 
-_JAX_ENTRY_ERRORS = ("Error reading persistent compilation cache entry", "Error writing persistent compilation cache entry")
+_JAX_ENTRY_ERRORS = (
+    "Error reading persistent compilation cache entry",
+    "Error writing persistent compilation cache entry",
+)
 
 
 def machine_tag(cpuinfo: str | None = None) -> str:
@@ -53,7 +56,11 @@ def chosen_dir(value: Any, environ: dict[str, str] = os.environ) -> Path | None:
     if value in OFF:
         return None
     if value in AUTO:
-        return Path(environ["JAX_COMPILATION_CACHE_DIR"]) if environ.get("JAX_COMPILATION_CACHE_DIR") else default_dir(environ)
+        return (
+            Path(environ["JAX_COMPILATION_CACHE_DIR"])
+            if environ.get("JAX_COMPILATION_CACHE_DIR")
+            else default_dir(environ)
+        )
     return Path(os.path.expanduser(str(value)))
 
 

@@ -46,7 +46,9 @@ def eval_keys(seed: int, seed_index: Array, evaluation: int) -> Array:
     return jax.vmap(lambda k: jax.random.fold_in(k, evaluation))(per_seed)
 
 
-def make_evaluator(trainer, episodes: int, greedy: bool = True, max_steps: int = 10_000, act: Callable | None = None) -> Callable:
+def make_evaluator(
+    trainer, episodes: int, greedy: bool = True, max_steps: int = 10_000, act: Callable | None = None
+) -> Callable:
     """(params with leaves [R, ...], keys [R, 2]) -> EvalResult; jitted.
 
     `max_steps` caps an episode that never ends (its partial return is counted). `act` replaces

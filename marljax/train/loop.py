@@ -194,7 +194,9 @@ def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_r
         f"in chunks of {config.updates_per_chunk}; out_dir {out_dir}"
     )
     fns = shard_trainer(trainer, mesh)
-    check_run(config, lambda: sync_estimate(config, trainer, fns.shapes), mesh.devices.flat, log, config.updates_per_chunk)
+    check_run(
+        config, lambda: sync_estimate(config, trainer, fns.shapes), mesh.devices.flat, log, config.updates_per_chunk
+    )
     _ready(ckpt_dir)
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
@@ -231,8 +233,10 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
     """
     found = checkpointer.newest_meta() if config.resume and checkpointer.steps() else None
     if found is None and config.resume and checkpointer.steps():  # every checkpoint there is unreadable
-        raise CheckpointError(f"no checkpoint in {checkpointer.directory} could be read (see the warnings above); "
-                              "nothing was changed: move it aside, or start over with overwrite=true")
+        raise CheckpointError(
+            f"no checkpoint in {checkpointer.directory} could be read (see the warnings above); "
+            "nothing was changed: move it aside, or start over with overwrite=true"
+        )
     if found is not None:
         check_resumable(found[1]["config"], config, checkpointer.directory)
         restored = checkpointer.restore_latest(target)
@@ -256,9 +260,13 @@ def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkp
         log(f"{_why_no_checkpoint(checkpointer.directory)}; starting from scratch")
     if metrics_path.exists() and distributed.is_primary():
         if config.resume and metrics_path.stat().st_size:  # rows of a run that saved no checkpoint: kept
-            kept = metrics_path.with_name(f"{metrics_path.name}.no-checkpoint-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+            kept = metrics_path.with_name(
+                f"{metrics_path.name}.no-checkpoint-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+            )
             metrics_path.replace(kept)
-            log(f"the rows of the earlier run in {metrics_path.parent}, which saved no checkpoint, are kept in {kept.name}")
+            log(
+                f"the rows of the earlier run in {metrics_path.parent}, which saved no checkpoint, are kept in {kept.name}"
+            )
         else:
             metrics_path.unlink()
     return fresh(), 0, [], {}
@@ -295,7 +303,9 @@ def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[di
                     saved_on_signal.append(chunks.update + n)
                 chunks.record(metrics, n, wall, state, state.learner.params, save=bool(saved_on_signal))
 
-            state, _ = run_chunks(compiled, state, schedule, record, ChunkBudget(max_chunks), lambda: bool(saved_on_signal))
+            state, _ = run_chunks(
+                compiled, state, schedule, record, ChunkBudget(max_chunks), lambda: bool(saved_on_signal)
+            )
             checkpointer.wait()
         if stop.signum is not None and chunks.update < config.num_updates:
             raise Stopped(stop.signum, chunks.update, str(checkpointer.directory / str(chunks.update)))
@@ -396,7 +406,9 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
         target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), runner.learner)
-        learner, start, rows, meta = _initial_state(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
+        learner, start, rows, meta = _initial_state(
+            config, target, lambda: runner.learner, checkpointer, metrics_path, log
+        )
         runner.learner = learner
         before = meta.get("async_counters", {})  # the counters of the sessions before a resume
         if distributed.is_primary():

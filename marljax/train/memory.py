@@ -120,7 +120,7 @@ def _scan_ys(eqn) -> list:
     describes them by a tree of its own (`ft_out`), so there the outputs with a leading axis of the
     scan's length are taken (a carry of that size too would be counted: an estimate, not a bound)."""
     if "num_carry" in eqn.params:
-        return eqn.outvars[eqn.params["num_carry"]:]
+        return eqn.outvars[eqn.params["num_carry"] :]
     length = eqn.params.get("length")
     return [v for v in eqn.outvars if getattr(v.aval, "shape", ()) and v.aval.shape[0] == length]
 
@@ -158,7 +158,9 @@ def rollout_bytes(trainer, state_one_seed: Any) -> int:
     return tree_bytes(traj)
 
 
-def estimate(config: Config, trainer, state_shapes: Any, extra: dict[str, tuple[int, str]] | None = None) -> MemoryEstimate:
+def estimate(
+    config: Config, trainer, state_shapes: Any, extra: dict[str, tuple[int, str]] | None = None
+) -> MemoryEstimate:
     """The bytes a run of `config` holds. state_shapes: its TrainState's ShapeDtypeStructs, leaves
     [S, ...] (S = num_seeds; a sweep program's cells x seeds); `extra`: more parts, name ->
     (bytes, field), e.g. a sweep's copy of the best parameters."""
@@ -208,12 +210,17 @@ def memory_limit(devices: Iterable[Any], environ=os.environ) -> MemoryLimit | No
     devices = list(devices)
     hosts = len({d.process_index for d in devices})  # a multi-host run: every host alike, each holds its share
     if all(d.platform == "cpu" for d in devices):
-        return MemoryLimit(host_available() * hosts, f"this host's available memory (MemAvailable){f' x {hosts} hosts' if hosts > 1 else ''}")
+        return MemoryLimit(
+            host_available() * hosts,
+            f"this host's available memory (MemAvailable){f' x {hosts} hosts' if hosts > 1 else ''}",
+        )
     local = [d for d in devices if d.process_index == jax.process_index()]  # the others' stats are not ours to read
     limits = [memory_stats(d).get("bytes_limit") for d in local]
     if not all(limits):
         return None
-    return MemoryLimit(sum(limits) * len(devices) // len(local), f"the memory of {len(devices)} {devices[0].platform} device(s)")
+    return MemoryLimit(
+        sum(limits) * len(devices) // len(local), f"the memory of {len(devices)} {devices[0].platform} device(s)"
+    )
 
 
 def check_fits(est: MemoryEstimate, limit: MemoryLimit | None, seeds: int, seeds_field: str = "num_seeds",
@@ -223,7 +230,9 @@ def check_fits(est: MemoryEstimate, limit: MemoryLimit | None, seeds: int, seeds
     if limit is None or est.total <= WARN_FRACTION * limit.bytes:
         return
     big = est.largest()
-    parts = ", ".join(f"{name} {human(n)} ({est.sized_by(name)})" for name, n in sorted(est.parts.items(), key=lambda p: -p[1]))
+    parts = ", ".join(
+        f"{name} {human(n)} ({est.sized_by(name)})" for name, n in sorted(est.parts.items(), key=lambda p: -p[1])
+    )
     across = f" for {seeds} seeds ({seeds_field})" if seeds > 1 else ""
     head = f"the run holds about {human(est.total)}{across}: {parts}"
     lower = " or ".join(est.keys[big] + ((seeds_field,) if seeds > 1 else ()))

@@ -53,7 +53,9 @@ def chunk_row(
     }
     if wins:
         row["win_rate"] = float(np.sum(ep.won_sum)) / count if count else None
-        row["win_rate_per_seed"] = [float(w / c) if c else None for w, c in zip(np.sum(ep.won_sum, axis=1), per_seed_count)]
+        row["win_rate_per_seed"] = [
+            float(w / c) if c else None for w, c in zip(np.sum(ep.won_sum, axis=1), per_seed_count)
+        ]
     # per-group returns (competitive envs): `groups` holds (name, size) in agent-concat order
     if len(groups) > 1:
         start = 0
@@ -134,7 +136,9 @@ def read_rows_kept(path: Path, upto: int, log: Callable[[str], None]) -> list[di
     if damaged:
         aside = Path(path).with_name(f"{Path(path).name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
         shutil.copy2(path, aside)
-        log(f"warning: {path}: line(s) {listed_lines(damaged)} are not metrics rows; the file as it was is kept as {aside}")
+        log(
+            f"warning: {path}: line(s) {listed_lines(damaged)} are not metrics rows; the file as it was is kept as {aside}"
+        )
     return [r for r in rows if r["update"] <= upto]
 
 

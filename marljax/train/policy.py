@@ -132,7 +132,9 @@ def _read_policy_json(path: Path) -> dict:
     try:
         info = read_json(file, "export the policy again", POLICY_JSON_MAX_BYTES)
     except FileNotFoundError:
-        raise PolicyError(f"{path} holds no exported policy (no {POLICY_JSON}; write one with marljax export)") from None
+        raise PolicyError(
+            f"{path} holds no exported policy (no {POLICY_JSON}; write one with marljax export)"
+        ) from None
     except DamagedFile as exc:
         raise PolicyError(str(exc)) from None
     if not isinstance(info, dict) or not isinstance(info.get("config"), dict):

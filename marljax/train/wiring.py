@@ -34,8 +34,9 @@ def make_adapter(config: Config) -> EnvAdapter:
         check_group_networks(config, env)
         return env
     group_by = "roles" if config.param_sharing == "per_role" else "spaces"
-    env = EnvAdapter(make_env(config.env, config.env_kwargs), config.env, group_by=group_by,
-                     bonus_key=config.reward_shaping.info_key)
+    env = EnvAdapter(
+        make_env(config.env, config.env_kwargs), config.env, group_by=group_by, bonus_key=config.reward_shaping.info_key
+    )
     check_group_networks(config, env)
     return env
 
