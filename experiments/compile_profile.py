@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
     totals: dict[str, dict] = {}
     for r in rows:
         t = totals.setdefault(f"{r['part']}/{r['phase']}", {"compiles": 0, "same": 0, "seconds": 0.0})
-        for k in ("compiles", "repeats"):
+        for k in ("compiles", "same"):
             t[k] += r[k]
         t["seconds"] += r["seconds"]
     print()
