@@ -20,7 +20,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from marljax.config import COMPILE_CACHE_AUTO as AUTO
 from marljax.config import COMPILE_CACHE_OFF as OFF
@@ -135,3 +135,101 @@ class CacheEvents:
         import jax
 
         jax.monitoring.unregister_event_listener(self._listen)
+
+
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+_LOWERING_LOGGER = "jax._src.interpreters.pxla"  # says "Compiling <module> with global shapes and types <avals>"
+
+
+class Compiled(NamedTuple):
+    """One program XLA compiled (or read back from the persistent cache) while a `CompileLog` listened."""
+
+    name: str  # JAX's name for it: `jit(fn)` of the jitted function `fn`
+    seconds: float  # the backend compile (or the cache read) only; tracing and lowering are apart
+    cached: bool  # read back from the persistent cache
+    where: tuple[str, ...]  # `module.function` of the marljax frames on the stack then, innermost first
+    shapes: str  # the argument shapes and dtypes it was lowered for ("" when JAX did not say)
+
+
+class CompileLog:
+    """Every program compiled while in a `with` block: jax.monitoring's backend compile events,
+    which JAX records for every jit, ahead-of-time compile and eager op it compiles, with the
+    argument shapes JAX's lowering logs at debug level (nothing is printed).
+
+    `repeats()` lists the names compiled more than once with the same argument shapes: a compile
+    JAX's in-memory cache may not have saved (a jit made afresh per call), or one that differs in
+    what the shapes do not show (a static argument, a closed-over constant)."""
+
+    def __init__(self, stack: bool = True) -> None:
+        import logging
+
+        self.programs: list[Compiled] = []
+        self._stack, self._hit = stack, False
+        self._shapes: dict[str, str] = {}
+        log = self
+
+        class Lowered(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if str(record.msg).startswith("Compiling") and record.args:
+                    log._shapes[str(record.args[0])] = str(record.args[1])
+
+        self._handler = Lowered(logging.DEBUG)
+
+    def _event(self, event: str, **_: Any) -> None:
+        if event == "/jax/compilation_cache/cache_hits":  # said inside the compile it belongs to
+            self._hit = True
+
+    def _duration(self, event: str, seconds: float, fun_name: str = "?", **_: Any) -> None:
+        if event != _BACKEND_COMPILE:
+            return
+        where: tuple[str, ...] = ()
+        if self._stack:
+            import traceback
+
+            where = tuple(f"{Path(f.filename).stem}.{f.name}" for f in reversed(traceback.extract_stack())
+                          if "/marljax/" in f.filename and not f.filename.endswith("compile_cache.py"))  # fmt: skip
+        name = str(fun_name)
+        shapes = self._shapes.pop(name, "")  # the lowering just before, of the same name
+        self.programs.append(Compiled(name, float(seconds), self._hit, where, shapes))
+        self._hit = False
+
+    def counts(self) -> dict[str, int]:
+        """name -> how many times a program of that name was compiled (any shapes)."""
+        out: dict[str, int] = {}
+        for p in self.programs:
+            out[p.name] = out.get(p.name, 0) + 1
+        return out
+
+    def repeats(self) -> dict[tuple[str, str], int]:
+        """(name, shapes) -> times compiled, for those compiled more than once."""
+        out: dict[tuple[str, str], int] = {}
+        for p in self.programs:
+            out[p.name, p.shapes] = out.get((p.name, p.shapes), 0) + 1
+        return {k: n for k, n in out.items() if n > 1}
+
+    def __enter__(self) -> CompileLog:
+        import logging
+
+        import jax
+
+        logger = logging.getLogger(_LOWERING_LOGGER)
+        self._level, self._propagate = logger.level, logger.propagate
+        logger.addHandler(self._handler)
+        if not jax.config.jax_log_compiles:  # debug records only to our handler, not to stderr
+            logger.setLevel(logging.DEBUG)
+            logger.propagate = False
+        jax.monitoring.register_event_listener(self._event)
+        jax.monitoring.register_event_duration_secs_listener(self._duration)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import logging
+
+        import jax
+
+        jax.monitoring.unregister_event_listener(self._event)
+        jax.monitoring.unregister_event_duration_listener(self._duration)
+        logger = logging.getLogger(_LOWERING_LOGGER)
+        logger.removeHandler(self._handler)
+        logger.setLevel(self._level)
+        logger.propagate = self._propagate

@@ -17,12 +17,14 @@ episodes (ABSOLUTE_FACTOR).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from marljax.parallel.distributed import host_values
 
@@ -40,7 +42,14 @@ class EvalResult(NamedTuple):
 
 def eval_keys(seed: int, seed_index: Array, evaluation: int) -> Array:
     """One key per row [R, 2] from its seed index [R]: the same seed meets the same episodes
-    in every cell (paired comparisons) and at evaluation `evaluation`."""
+    in every cell (paired comparisons) and at evaluation `evaluation`.
+
+    One program compiled once per run (per seed and row count), not a few eager ops per call."""
+    return _eval_keys(int(seed), seed_index, np.uint32(evaluation))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _eval_keys(seed: int, seed_index: Array, evaluation: Array) -> Array:
     base = jax.random.fold_in(jax.random.PRNGKey(seed), _EVAL_TAG)
     per_seed = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(seed_index, jnp.uint32))
     return jax.vmap(lambda k: jax.random.fold_in(k, evaluation))(per_seed)
