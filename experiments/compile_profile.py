@@ -103,11 +103,28 @@ def main(argv: list[str]) -> int:
     parts = {
         "train": lambda: train(load_config(None, [*run, "total_timesteps=2e5", "overwrite=true"]), log=quiet),
         "resume": lambda: train(load_config(None, [*run, "total_timesteps=2.5e5", "resume=true"]), log=quiet),
-        "sweep": lambda: run_sweep(expand({
-            "name": "compile_profile", "out_dir": str(out / "sweep"), "seeds": 2, "axes": {"lr": [1e-3, 4e-3]},
-            "base": {"env": "MPE_simple_spread_v3", "num_envs": 16, "total_timesteps": 4e4, "eval_every": 5,
-                     "eval_episodes": 8, "plot": False, **({} if args.cache else {"compile_cache": False})},
-        }), log=quiet, overwrite=True, progress=False),  # fmt: skip
+        "sweep": lambda: run_sweep(
+            expand(
+                {
+                    "name": "compile_profile",
+                    "out_dir": str(out / "sweep"),
+                    "seeds": 2,
+                    "axes": {"lr": [1e-3, 4e-3]},
+                    "base": {
+                        "env": "MPE_simple_spread_v3",
+                        "num_envs": 16,
+                        "total_timesteps": 4e4,
+                        "eval_every": 5,
+                        "eval_episodes": 8,
+                        "plot": False,
+                        **({} if args.cache else {"compile_cache": False}),
+                    },
+                }
+            ),
+            log=quiet,
+            overwrite=True,
+            progress=False,
+        ),  # fmt: skip
     }
     rows, walls = [], {}
     for part, fn in parts.items():
