@@ -165,3 +165,25 @@ def test_cheap_copies_step_inline_without_a_probe(clock):
     # no longer cheap: the deferred probe comes next (workers first), not PROBE_EVERY items later
     assert choice.begin(1e9) is False and choice.probing
     assert SteppingChoice(allowed=False).begin(1e9, cheap=True) is False
+
+
+@pytest.mark.slow
+def test_the_stragglers_bench_reports_medians_of_alternating_pairs(monkeypatch, capsys):
+    import json
+
+    from marljax.bench import stragglers
+
+    monkeypatch.setattr(stragglers, "START", 2)
+    monkeypatch.setattr(stragglers, "BATCHES", 4)
+    order = []
+    real = stragglers.pipeline_rate
+    monkeypatch.setattr(stragglers, "pipeline_rate", lambda c: order.append(c.async_.host_stepping) or real(c))
+    assert stragglers.main(["num_envs=4", "num_steps=8", "step_costs=0", "repeats=2", "slow_factor=3"]) == 0
+    assert order == ["independent", "lockstep", "lockstep", "independent"] * 2  # per row: modes alternate first
+    out = capsys.readouterr().out
+    result = json.loads(out.strip().splitlines()[-1])
+    rates = result["0ms_all_fast_independent_samples_per_s_all"]
+    assert len(rates) == 2 and result["0ms_all_fast_independent_samples_per_s"] == pytest.approx(sum(rates) / 2, rel=1e-5)  # six digits
+    assert "medians of 2 pairs" in out and "(pairs " in out
+    with pytest.raises(stragglers.ConfigError, match="repeats"):  # the negative control: refused up front
+        stragglers.main(["repeats=0"])

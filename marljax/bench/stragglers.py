@@ -3,6 +3,7 @@ env-steps/s for each `async.host_stepping`.
 
     marljax bench stragglers [key=value ...]     # e.g. num_envs=8 num_steps=32
     marljax bench stragglers step_costs=0,0.0005,0.005 slow_factor=10
+    marljax bench stragglers step_costs=0 repeats=5   # 5 pairs per row, modes alternating first
 
 The env is `marljax.testing.host_straggler` (host_spread whose step sleeps `step_cost_s`; the
 numpy work itself is about 30 us); "straggler": 1 copy in 8 `slow_factor` times slower. The
@@ -12,11 +13,14 @@ run's collectors start on workers and probe which way to step (its one-off cost)
 the copies one after another, so its rate falls with the copies' summed cost; independent
 stepping (the default) steps cheap equal copies on the collector's thread when that is measured
 faster (marljax/pipeline/stepping.py) and the rest side by side on workers. Each row: the
-default's rate over the faster of the two. Prints a table, then one JSON line.
+default's rate over the faster of the two (with repeats=N, of the medians of N pairs, and the
+range of the pairs' own ratios: the two modes' rates move by about 10% from run to run on a
+shared 2-core machine). Prints a table, then one JSON line.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -24,7 +28,7 @@ from typing import Any
 
 from marljax.bench.measure import six_digits
 from marljax.bench.table import Row, report
-from marljax.config import Config, load_config, replace
+from marljax.config import Config, ConfigError, load_config, replace
 from marljax.pipeline.actor_learner import AsyncRun
 from marljax.train.wiring import make_adapter, make_trainer
 
@@ -49,31 +53,45 @@ def pipeline_rate(config: Config) -> tuple[float, dict, float]:
 
 
 def run_straggler_bench(config: Config, step_costs: tuple[float, ...] = STEP_COSTS, slow_factor: float = 10.0,
-                        log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+                        repeats: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+    """Each row: `repeats` pairs of runs, the two modes alternating which goes first (drift on a
+    shared machine then favours neither); the rates shown are the medians, and with repeats > 1
+    the range of the pairs' default/faster ratios."""
     kwargs = dict(config.env_kwargs)
     slow_every = kwargs.pop("slow_every", 8)
     log(f"marljax bench (host stepping): {config.num_envs} copies x {config.num_steps} steps; step costs "
-        f"{', '.join(f'{c * 1e3:g} ms' for c in step_costs)}; straggler: 1 copy in {slow_every} {slow_factor:g}x slower")  # fmt: skip
+        f"{', '.join(f'{c * 1e3:g} ms' for c in step_costs)}; straggler: 1 copy in {slow_every} {slow_factor:g}x slower"
+        + (f"; medians of {repeats} pairs" if repeats > 1 else ""))  # fmt: skip
     result: dict[str, Any] = {"env": ENV, "num_envs": config.num_envs, "num_steps": config.num_steps,
-                              "slow_every": slow_every, "slow_factor": slow_factor}  # fmt: skip
+                              "slow_every": slow_every, "slow_factor": slow_factor, "repeats": repeats}  # fmt: skip
     rows: list[Row] = []
+    modes = ("independent", "lockstep")
     for cost in step_costs:
         for label, every in (("all fast", 0), ("straggler", slow_every)):
-            rates, starts = {}, {}
-            for stepping in ("independent", "lockstep"):
-                env_kwargs = {**kwargs, "step_cost_s": cost, "slow_every": every, "slow_factor": slow_factor}
-                cfg = replace(config, env=ENV, env_kwargs=env_kwargs, **{"async": {"host_stepping": stepping}})
-                rates[stepping], health, starts[stepping] = pipeline_rate(cfg)
-                key = f"{cost * 1e3:g}ms_{label.replace(' ', '_')}_{stepping}"
-                result[f"{key}_samples_per_s"] = rates[stepping]
-                result[f"{key}_first_{START}_samples_per_s"] = starts[stepping]
-                result[f"{key}_env_steps_discarded"] = health["env_steps_discarded"]
-                result[f"{key}_env_steps_inline"] = health["env_steps_inline"]
+            runs: dict[str, list[tuple[float, float, dict]]] = {m: [] for m in modes}  # (rate, first START, health)
+            env_kwargs = {**kwargs, "step_cost_s": cost, "slow_every": every, "slow_factor": slow_factor}
+            for r in range(repeats):
+                for stepping in modes if r % 2 == 0 else modes[::-1]:
+                    cfg = replace(config, env=ENV, env_kwargs=env_kwargs, **{"async": {"host_stepping": stepping}})
+                    rate, health, first = pipeline_rate(cfg)
+                    runs[stepping].append((rate, first, health))
+            row = f"{cost * 1e3:g}ms_{label.replace(' ', '_')}"
+            rates = {m: statistics.median(x[0] for x in runs[m]) for m in modes}
+            starts = {m: statistics.median(x[1] for x in runs[m]) for m in modes}
+            pairs = [a[0] / max(a[0], b[0]) for a, b in zip(runs["independent"], runs["lockstep"])]
+            for m in modes:
+                result[f"{row}_{m}_samples_per_s"] = rates[m]
+                result[f"{row}_{m}_first_{START}_samples_per_s"] = starts[m]
+                result[f"{row}_{m}_env_steps_discarded"] = runs[m][-1][2]["env_steps_discarded"]
+                result[f"{row}_{m}_env_steps_inline"] = runs[m][-1][2]["env_steps_inline"]
+                if repeats > 1:
+                    result[f"{row}_{m}_samples_per_s_all"] = [x[0] for x in runs[m]]
             share = rates["independent"] / max(rates.values())
-            result[f"{cost * 1e3:g}ms_{label.replace(' ', '_')}_default_over_faster"] = share
+            result[f"{row}_default_over_faster"] = share
+            spread = f" (pairs {min(pairs):.2f}-{max(pairs):.2f})" if repeats > 1 else ""
             rows.append((f"{cost * 1e3:g} ms, {label}",
                          f"{rates['independent']:,.0f} | {rates['lockstep']:,.0f}",
-                         f"env-steps/s independent (default) | lockstep; default/faster {share:.2f}"))  # fmt: skip
+                         f"env-steps/s independent (default) | lockstep; default/faster {share:.2f}{spread}"))  # fmt: skip
             rows.append((f"  first {START} batches", f"{starts['independent']:,.0f} | {starts['lockstep']:,.0f}",
                          f"env-steps/s; default/faster {starts['independent'] / max(starts.values()):.2f}"))  # fmt: skip
         fast = result[f"{cost * 1e3:g}ms_all_fast_independent_samples_per_s"]
@@ -84,10 +102,13 @@ def run_straggler_bench(config: Config, step_costs: tuple[float, ...] = STEP_COS
 
 
 def main(argv: list[str]) -> int:
-    own = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in ("step_costs", "slow_factor"))
+    own = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in ("step_costs", "slow_factor", "repeats"))
     rest = [a for a in argv if a.split("=", 1)[0] not in own]
     costs = tuple(float(c) for c in own["step_costs"].split(",")) if "step_costs" in own else STEP_COSTS
-    run_straggler_bench(load_config(None, DEFAULTS + rest), costs, float(own.get("slow_factor", 10.0)))
+    repeats = int(own.get("repeats", 1))
+    if repeats < 1:
+        raise ConfigError("repeats", f"must be a whole number of at least 1, got {repeats}")
+    run_straggler_bench(load_config(None, DEFAULTS + rest), costs, float(own.get("slow_factor", 10.0)), repeats)
     return 0
 
 

@@ -112,6 +112,7 @@ class _Copy:
         self.segment_version = 0
         self.step_what = f"env.step of host env copy {index}"
         self.step_s: float | None = None  # moving average of its step time
+        self.last_s = 0.0  # its last step's time
         self.inline = False  # steps on the collector's thread (stepping.py), not its worker
         self.failures_in_a_row = 0
         self.stale_in_a_row = 0  # its unfinished segments discarded as stale since it last finished one
@@ -215,6 +216,7 @@ class IndependentHostCollector:
             return
         obs, reward, done, ep_done = ans.value
         copy.step_s = ans.seconds if copy.step_s is None else 0.8 * copy.step_s + 0.2 * ans.seconds
+        copy.last_s = ans.seconds
         copy.steps += 1
         self._steps_taken += 1
         if copy.pending is not None:  # None: a step of a segment discarded as stale while it was in flight
@@ -423,7 +425,9 @@ class IndependentHostCollector:
         copy.pending, copy.ready = version, False
         copy.busy_since, copy.busy_what = time.monotonic(), copy.step_what
         actions = {g.name: out[g.name][0][c] for g in self.groups}
-        copy.inline = copy.step_s is not None and copy.step_s <= self._inline_below
+        # a straggler: its average and its last step over the line (one step that waited for the
+        # GIL, say 5 ms of the learner's, does not send a 50 us copy to its worker)
+        copy.inline = copy.step_s is not None and min(copy.step_s, copy.last_s) <= self._inline_below
         if copy.inline:  # named to the watchdog first: a hung inline step stops the run after actor_timeout_s
             self.beat(
                 f"env.step of host env copy {c} (step {copy.steps} of the copy, stepped inline)", since=copy.busy_since
