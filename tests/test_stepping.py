@@ -183,7 +183,9 @@ def test_the_stragglers_bench_reports_medians_of_alternating_pairs(monkeypatch, 
     out = capsys.readouterr().out
     result = json.loads(out.strip().splitlines()[-1])
     rates = result["0ms_all_fast_independent_samples_per_s_all"]
-    assert len(rates) == 2 and result["0ms_all_fast_independent_samples_per_s"] == pytest.approx(sum(rates) / 2, rel=1e-5)  # six digits
+    assert len(rates) == 2 and result["0ms_all_fast_independent_samples_per_s"] == pytest.approx(
+        sum(rates) / 2, rel=1e-5
+    )  # six digits
     assert "medians of 2 pairs" in out and "(pairs " in out
     with pytest.raises(stragglers.ConfigError, match="repeats"):  # the negative control: refused up front
         stragglers.main(["repeats=0"])
