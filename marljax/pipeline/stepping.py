@@ -3,8 +3,8 @@
 A copy on a worker thread (env_workers.py) costs two thread hand-offs per step, and each waits
 for the GIL. For copies that cost tens of microseconds (a small numpy env) the hand-offs cost
 more than the step: with 8 such copies, independent stepping ran at 0.44x lockstep's env-steps/s.
-Stepped on the collector's thread ("inline") they run at 0.76-0.86x of it (the rest is per-copy
-bookkeeping; docs/performance.md, section 6). Copies that wait instead (sleep, I/O, a simulator
+Stepped on the collector's thread ("inline") they run at about lockstep's rate (0.96x, the
+median of 5 pairs; docs/performance.md, section 6). Copies that wait instead (sleep, I/O, a simulator
 that releases the GIL) step faster on workers, side by side. Neither the step time alone nor the
 GIL says which case a copy is in, so:
 
