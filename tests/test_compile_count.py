@@ -29,6 +29,7 @@ def test_the_counter_sees_a_fresh_jit_compile_again():  # the negative control
 def test_a_run_compiles_its_chunk_and_evaluation_programs_once(tmp_path):
     config = load_config(None, [*RUN, f"out_dir={tmp_path / 'run'}"])
     assert config.num_updates == 6 and config.updates_per_chunk == 2  # 3 chunks, 3 evaluations, 3 checkpoints
+    jax.clear_caches()  # the module-level jits (fingerprint, guard, eval keys) may have compiled in an earlier test
     with CompileLog(stack=False) as log:
         result = train(config, log=lambda _line: None)
     assert sum("eval_return" in r for r in result.rows) == 3 and len(result.checkpoints) == 3

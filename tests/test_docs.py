@@ -16,11 +16,16 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-MISSING = [
-    m
-    for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
-    if importlib.util.find_spec(m) is None
-]
+
+
+def _absent(module: str) -> bool:
+    try:  # a dotted name whose parent package is missing raises rather than answering None
+        return importlib.util.find_spec(module) is None
+    except ModuleNotFoundError:
+        return True
+
+
+MISSING = [m for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python") if _absent(m)]
 pytestmark = pytest.mark.skipif(
     bool(MISSING), reason=f'the docs extra is not installed (no {", ".join(MISSING)}): pip install ".[docs]"'
 )
