@@ -68,7 +68,7 @@ def _column_errors(traj, seed_copies: list[set[int]]) -> list[str]:
 
 
 def _seed_copies(collector) -> list[set[int]]:
-    return [{c.worker.env.env.copy for c in collector.copies[s * E : (s + 1) * E]} for s in range(S)]
+    return [{c.worker.env.env.copy for c in collector.seed_copies(s)} for s in range(S)]
 
 
 @pytest.mark.parametrize("workers", [False, True], ids=["inline", "workers"])

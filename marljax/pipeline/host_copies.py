@@ -73,14 +73,8 @@ from marljax.pipeline.stepping import CHEAP_SHARE, SteppingChoice
 from marljax.types import EpisodeStats, GroupBatch, Trajectory
 
 FIELDS = ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")
-ACTED = (
-    "obs",
-    "action",
-    "logp",
-    "value",
-    "reset",
-    "hidden",
-)  # written when a step is sent; reward, done when it answers
+# the fields written when a step is sent (reward and done are written when it answers)
+ACTED = ("obs", "action", "logp", "value", "reset", "hidden")
 WAIT_SLICE_S = 0.25  # the longest single wait for an answer: timeouts and heartbeats are checked between
 PARK_AFTER = 2  # a copy whose unfinished segments went stale this many times in a row is parked ...
 PARK_ITEMS = (4, 64)  # ... for this many items the first time, twice as many each time again, up to the second
@@ -192,9 +186,13 @@ class IndependentHostCollector:
         self.health.add("env_restarts")
         self._send_reset(copy)
 
+    def seed_copies(self, s: int) -> list[_Copy]:
+        """The E copies of seed s (copy c belongs to seed c // E)."""
+        return self.copies[s * self.E : (s + 1) * self.E]
+
     def _check_enough_copies(self) -> None:
         for s in range(self.S):
-            live = sum(not c.retired for c in self.copies[s * self.E : (s + 1) * self.E])
+            live = sum(not c.retired for c in self.seed_copies(s))
             if live < self.min_copies:
                 raise EnvCopiesExhausted(
                     f"actor thread {self.thread_index}: {live} of {self.E} host env copies of seed {s} are left, fewer than "
@@ -325,8 +323,7 @@ class IndependentHostCollector:
         """The copy's unfinished segment (or step in flight) was discarded as stale: park it after
         PARK_AFTER in a row, while at most (E - 1) // 2 copies of its seed are parked (module doc)."""
         copy.stale_in_a_row += 1
-        s = copy.index // self.E
-        parked = sum(c.parked_until > self.items for c in self.copies[s * self.E : (s + 1) * self.E])
+        parked = sum(c.parked_until > self.items for c in self.seed_copies(copy.index // self.E))
         if copy.stale_in_a_row >= PARK_AFTER and parked < (self.E - 1) // 2:
             copy.parked_until, copy.stale_in_a_row = self.items + copy.park_items, 0
             copy.park_items = min(2 * copy.park_items, PARK_ITEMS[1])

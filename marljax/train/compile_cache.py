@@ -13,6 +13,7 @@ another. A damaged entry costs one compile: JAX's warning about it becomes one l
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import platform
@@ -195,17 +196,12 @@ class CompileLog:
 
     def counts(self) -> dict[str, int]:
         """name -> how many times a program of that name was compiled (any shapes)."""
-        out: dict[str, int] = {}
-        for p in self.programs:
-            out[p.name] = out.get(p.name, 0) + 1
-        return out
+        return dict(collections.Counter(p.name for p in self.programs))
 
     def repeats(self) -> dict[tuple[str, str], int]:
         """(name, shapes) -> times compiled, for those compiled more than once."""
-        out: dict[tuple[str, str], int] = {}
-        for p in self.programs:
-            out[p.name, p.shapes] = out.get((p.name, p.shapes), 0) + 1
-        return {k: n for k, n in out.items() if n > 1}
+        counted = collections.Counter((p.name, p.shapes) for p in self.programs)
+        return {k: n for k, n in counted.items() if n > 1}
 
     def __enter__(self) -> CompileLog:
         import logging
