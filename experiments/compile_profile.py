@@ -124,7 +124,7 @@ def main(argv: list[str]) -> int:
             log=quiet,
             overwrite=True,
             progress=False,
-        ),  # fmt: skip
+        ),
     }
     rows, walls = [], {}
     for part, fn in parts.items():

@@ -296,7 +296,7 @@ BENCHES = (
         _bench_throughput,
         "Measure throughput, FLOPs, MFU, compile time and memory of the config's training; prints a JSON line last.",
         settings=True,
-    ),  # fmt: skip
+    ),
     Command(
         "target",
         "[CONFIG.yaml] [key=value ...] [target=R]",
@@ -309,7 +309,7 @@ BENCHES = (
         "curve, then a JSON line. total_timesteps is the budget.",
         settings=True,
         alias="bench-target",
-    ),  # fmt: skip
+    ),
     Command(
         "scale",
         "[CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]",
@@ -322,7 +322,7 @@ passes --max-envs per device (default 4096 on CPU, 65536 elsewhere). Prints env-
 peak memory and compile time per row, a JSON line per row, and last a JSON line with every row.
 key=value settings apply to every row (marljax train --help lists them).""",
         alias="bench-scale",
-    ),  # fmt: skip
+    ),
     Command(
         "agents",
         "[--agents 4,16,64] [--mesh-agent 1,2,4,8] [--device-memory-mib M] [key=value ...]",
@@ -340,7 +340,7 @@ and on each K: fitted through the measured bytes and checked against the state's
 markdown table, then one JSON line. Defaults: 8 envs x 16 steps (times compare rows; they are not
 absolute); key=value settings (marljax train --help) change every row.""",
         alias="bench-agents",
-    ),  # fmt: skip
+    ),
     Command(
         "checkpoint",
         "[CONFIG.yaml] [key=value ...]",
@@ -349,7 +349,7 @@ absolute); key=value settings (marljax train --help) change every row.""",
         "Training time with checkpoints every checkpoint_every updates vs only at the end.",
         settings=True,
         alias="bench-checkpoint",
-    ),  # fmt: skip
+    ),
     Command(
         "sweep",
         "[CONFIG.yaml] [key=value ...]",
@@ -358,7 +358,7 @@ absolute); key=value settings (marljax train --help) change every row.""",
         "4 learning rates x 8 seeds: one vmapped program vs the same runs one after another.",
         settings=True,
         alias="bench-sweep",
-    ),  # fmt: skip
+    ),
     Command(
         "stragglers",
         "[step_costs=0,0.0005,0.005] [slow_factor=10] [key=value ...]",
@@ -372,7 +372,7 @@ and with 1 copy in 8 slow_factor times slower, under async.host_stepping=indepen
 default) and lockstep: consumed env-steps/s after a warm-up run, and the default's rate over the
 faster of the two. Prints a table, then one JSON line. key=value settings change the run
 (defaults: mode=async, num_envs=8, num_steps=32, hidden_size=32).""",
-    ),  # fmt: skip
+    ),
     Command(
         "balance",
         "[ratio=3] [key=value ...]",
@@ -385,7 +385,7 @@ alone first; the learner is then padded with a host sleep so that the threads' g
 capacity is ratio (default 3) x consumption. Both settings run the same number of updates on the
 same runner (compiled once). Prints a table (drop share = stale drops / produced), then one JSON
 line. Figures, not assertions. key=value settings change the run.""",
-    ),  # fmt: skip
+    ),
 )
 
 COMMANDS = (
@@ -397,7 +397,7 @@ COMMANDS = (
         _train,
         "Train a team of agents; writes metrics.jsonl, checkpoints, config.yaml and returns.png to out_dir.",
         settings=True,
-    ),  # fmt: skip
+    ),
     Command(
         "sweep",
         "SWEEP.yaml [key=value ...]",
@@ -419,7 +419,7 @@ compile one program each. Rerunning the same command continues a killed sweep.
 A sweep file holds: name, base (a config mapping), axes (key -> list of values: the grid), zip
 (key -> list, varied together), seeds, traced (axis keys to vmap; default every traceable one),
 out_dir. See experiments/lr_sweep.yaml.""",
-    ),  # fmt: skip
+    ),
     Command(
         "report",
         "SWEEP_DIR",
@@ -429,7 +429,7 @@ out_dir. See experiments/lr_sweep.yaml.""",
 Summarise a finished (or partial) sweep: mean, median and IQM with bootstrap confidence
 intervals per cell, the absolute metric (and the win rate where the env has a win condition),
 plots and marl-eval JSON, written into SWEEP_DIR.""",
-    ),  # fmt: skip
+    ),
     Command(
         "compare",
         "RUN_DIR|SWEEP_DIR:CELL ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]",
@@ -452,7 +452,7 @@ between every pair of runs (Agarwal et al., 2021), with its bootstrap CI.
                   metric go (default runs/compare_<time>)
   --csv PATH      also every value in long format: run, seed, env_steps, metric, value
   --allow-mixed   compare runs of different envs (refused otherwise)""",
-    ),  # fmt: skip
+    ),
     Command(
         "bench",
         "[NAME] [CONFIG.yaml] [key=value ...]",
@@ -461,7 +461,7 @@ between every pair of runs (Agarwal et al., 2021), with its bootstrap CI.
         _bench,
         "Benchmarks; each prints its figures as a table, then, last, one JSON line.",
         subcommands=BENCHES,
-    ),  # fmt: skip
+    ),
     Command(
         "export",
         "RUN_DIR POLICY_DIR [seed_index=N]",
@@ -470,7 +470,7 @@ between every pair of runs (Agarwal et al., 2021), with its bootstrap CI.
         """\
 Write seed N's trained actors (from the newest good checkpoint of RUN_DIR) to POLICY_DIR;
 load them with `marljax.load_policy(POLICY_DIR)`.""",
-    ),  # fmt: skip
+    ),
     Command(
         "doctor",
         "[--expect cpu|gpu|tpu]",
@@ -481,7 +481,7 @@ Print the versions of marljax, jax, jaxlib, flax, optax, orbax, chex, jaxmarl, t
 backend; every device with its kind and memory; the process count; which accelerator build of jax
 is installed (cuda12, tpu, or the CPU build); then one JSON line. --expect gpu (or tpu) exits
 with code 1 and a line saying why when JAX sees no such device.""",
-    ),  # fmt: skip
+    ),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 # an old spelling -> the command path it runs: {"bench-target": ("bench", "target"), ...}

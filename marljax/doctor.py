@@ -83,7 +83,7 @@ def report() -> dict[str, Any]:
                 "kind": d.device_kind,
                 "process": d.process_index,
                 "memory_gib": _memory_gib(d),
-            }  # fmt: skip
+            }
             for d in devices
         ],
         "builds": installed_builds(),

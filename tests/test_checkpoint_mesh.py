@@ -38,7 +38,7 @@ def _run(out, devices, extra=(), max_chunks=None) -> tuple[dict, dict]:
             (1, []),
             id="8-to-1",
             marks=[pytest.mark.nightly, pytest.mark.optimized],
-        ),  # fmt: skip
+        ),
         pytest.param((1, []), (4, ["mesh.data=4"]), id="1-to-4"),  # CI: one direction
     ],
 )

@@ -153,7 +153,7 @@ def test_export_of_a_missing_run_creates_nothing(tmp_path):
         "deeply nested",
         "oversized",
         "a changed weight",
-    ],  # fmt: skip
+    ],
 )
 def test_a_damaged_policy_is_refused_naming_the_file(policy, damage, words):
     damage(policy)

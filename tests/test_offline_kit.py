@@ -96,7 +96,7 @@ def _write_fixture(out: Path, rcs: dict[str, int]) -> None:
                     "412 passed, 9 skipped in 301.2s",
                 ],
             )
-        ],  # fmt: skip
+        ],
         "bench_scale": [("python3 -m marljax.cli bench scale", [json.dumps({"stopped": "max-envs", "rows": [row]})])],
         "train": [("python3 -m marljax.cli train", ["return per agent -27.20 -> -22.03 (+5.17); 3.1M env-steps/s"])],
         "jaxmarl_own_config": [("python3 side.py --timesteps 2e6", [json.dumps(side)])],
@@ -104,7 +104,7 @@ def _write_fixture(out: Path, rcs: dict[str, int]) -> None:
         "dtype": [
             (f"python3 -m marljax.cli bench num_envs=4096 dtype={d}", [json.dumps(bench | {"peak_matmul_dtype": d})])
             for d in ("float32", "bfloat16")
-        ],  # fmt: skip
+        ],
         "async": [("python3 -m marljax.cli bench mode=async", [json.dumps(asynch)])],
     }
     for name, blocks in logs.items():

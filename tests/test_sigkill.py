@@ -29,7 +29,7 @@ from marljax.testing.faults import (
     run_to_end,
     start_train,
     unfinished_saves,
-)  # fmt: skip
+)
 from marljax.train.checkpoint import TEST_SAVE_DELAY
 
 # 40 updates of 8 envs x 16 steps, in chunks of 2, a checkpoint every 4 (the newest 3 kept)

@@ -309,7 +309,7 @@ class AsyncRun:
                 args=(i, buffer, store, budget, errors, heart, throttle),
                 name=f"actor{i}",
                 daemon=True,
-            )  # fmt: skip
+            )
             for i in range(n_threads)
         ]
         for t in threads:

@@ -460,7 +460,7 @@ class IndependentHostCollector:
                 mask=None,
                 world=None,
                 **({} if self.rnn else {"reset": None, "hidden": None}),
-            )  # fmt: skip
+            )
             for g in self.groups
         }
         last_value = {g.name: np.stack([np.stack([seg.last_value[g.name] for seg in segs]) for segs in used])

@@ -108,7 +108,7 @@ class HostCollector:
                 reset=stack(steps[g.name]["reset"]) if self.rnn else None,
                 hidden=stack(steps[g.name]["hidden"]) if self.rnn else None,
                 world=None,
-            )  # fmt: skip
+            )
             for g in groups
         }
         last_value = {g.name: np.asarray(last[g.name][2]) for g in groups}
