@@ -83,15 +83,18 @@ def jaxmarl_side(checkout: Path, num_envs: int, timesteps: float, seeds: int) ->
             "steps_per_update": config["NUM_ENVS"] * config["NUM_STEPS"]}  # fmt: skip
 
 
-def marljax_side(num_envs: int, timesteps: float, seeds: int) -> dict:
+def marljax_side(num_envs: int | None, timesteps: float, seeds: int) -> dict:
+    """marljax at JaxMARL's settings (experiments/jaxmarl_ippo_ff_mpe.yaml, `num_envs` envs), or with
+    num_envs=None at marljax's own defaults (`marljax train`'s run, `timesteps` steps per seed)."""
     from marljax.config import load_config
     from marljax.parallel.mesh import seed_keys, shard_trainer
     from marljax.train.wiring import prepare
 
     here = Path(__file__).resolve().parent
-    config = load_config(str(here / "jaxmarl_ippo_ff_mpe.yaml"),
-                         [f"num_envs={num_envs}", f"total_timesteps={timesteps}", f"num_seeds={seeds}", "num_chunks=1",
-                          "progress=false", "plot=false", "checkpoint_every=0", "eval_every=0"])  # fmt: skip
+    path = None if num_envs is None else str(here / "jaxmarl_ippo_ff_mpe.yaml")
+    config = load_config(path, [*([] if num_envs is None else [f"num_envs={num_envs}"]), f"total_timesteps={timesteps}",
+                                f"num_seeds={seeds}", "num_chunks=1", "progress=false", "plot=false",
+                                "checkpoint_every=0", "eval_every=0"])  # fmt: skip
     _, mesh, trainer = prepare(config)
     fns = shard_trainer(trainer, mesh)  # the program `marljax train` runs: one chunk of every update here
     state = fns.init(seed_keys(config.seed, config.num_seeds))
@@ -164,6 +167,21 @@ def time_to_target(side: dict, curve: np.ndarray, target: float, block_steps: fl
     }
 
 
+LABELS = {"jaxmarl": "JaxMARL's ippo_ff_mpe.py ({n} envs)", "marljax": "marljax at JaxMARL's settings ({n} envs)",
+          "marljax_defaults": "marljax train (its defaults)"}  # fmt: skip
+
+
+def _curve(name: str, side: dict, num_envs: int) -> dict:
+    """One side's return per update ([U], per agent, mean over seeds) against the seconds to the end of
+    that update: compile plus the run prorated (every update runs the same program)."""
+    curve = np.asarray(side["curve"], dtype=float)  # [U]
+    updates = np.arange(1, curve.size + 1)
+    time_s = side["compile_s"] + side["run_s"] * updates / curve.size
+    return {"label": LABELS[name].format(n=num_envs), "time_s": time_s.tolist(),
+            "env_steps": (updates * side["steps_per_update"]).tolist(),
+            "return": [None if np.isnan(x) else float(x) for x in curve]}  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jaxmarl", type=Path, required=True, help="a checkout of FLAIROx/JaxMARL")
@@ -177,11 +195,27 @@ def main(argv: list[str]) -> int:
         default=1e5,
         help="env steps per seed averaged per check (bench target's chunk at its defaults: 1e5)",
     )
+    parser.add_argument(
+        "--with-defaults",
+        action="store_true",
+        help="also run marljax at its own defaults (`marljax train`'s settings) for --defaults-timesteps",
+    )
+    parser.add_argument("--defaults-timesteps", type=float, default=5e6, help="the default run's budget: 5e6")
+    parser.add_argument(
+        "--curves",
+        type=Path,
+        default=None,
+        help="write each side's return per update against its wall-clock seconds to this JSON file",
+    )
     args = parser.parse_args(argv)
     if not (args.jaxmarl / "baselines" / "IPPO" / "ippo_ff_mpe.py").is_file():
         parser.error(f"--jaxmarl {args.jaxmarl}: no baselines/IPPO/ippo_ff_mpe.py there")
     sides = {"jaxmarl": jaxmarl_side(args.jaxmarl, args.num_envs, args.timesteps, args.seeds),
              "marljax": marljax_side(args.num_envs, args.timesteps, args.seeds)}  # fmt: skip
+    if args.with_defaults:
+        sides["marljax_defaults"] = marljax_side(None, min(args.defaults_timesteps, args.timesteps), args.seeds)
+    if args.curves:
+        args.curves.write_text(json.dumps({name: _curve(name, r, args.num_envs) for name, r in sides.items()}))
     alone = env_alone(args.num_envs, args.timesteps, args.seeds)
     for r in sides.values():
         curve = r.pop("curve")  # [U]: not in the JSON line

@@ -1,0 +1,257 @@
+"""The benchmark plots of the docs (docs/benchmarks/*.png) and the README's headline figure.
+
+    python experiments/benchmark_plots.py curves --jaxmarl PATH   # returns over wall-clock time beside JaxMARL's script
+    python experiments/benchmark_plots.py throughput              # train and env-only env-steps/s against num_envs
+    python experiments/benchmark_plots.py sweep                   # `marljax bench sweep`: vmapped vs one after another
+    python experiments/benchmark_plots.py async                   # `marljax bench mode=async`: generation, learning, overlap
+    python experiments/benchmark_plots.py headline                # README's figure: curves beside throughput
+    python experiments/benchmark_plots.py NAME --replot           # redraw NAME's PNG from its saved JSON
+    python experiments/benchmark_plots.py NAME --quick            # tiny budgets: checks the plumbing only
+
+Each measuring plot runs the public commands (`marljax bench ...`, `experiments/jaxmarl_side_by_side.py`)
+in subprocesses, keeps what they printed in docs/benchmarks/NAME.json (with the command lines, the
+machine and the date) and draws docs/benchmarks/NAME.png from that file, so a figure can be redrawn
+without measuring again and every number on it can be traced to a command. `headline` measures
+nothing: it draws curves.json and throughput.json side by side (docs/benchmarks/headline.png).
+`--quick` writes to a temporary directory, never over the committed figures.
+
+Figures from a shared CPU (this project's 2-core machines) say how the curves compare within one
+sitting; their absolute times mean little. Run them on a GPU node with `--out DIR` and put the
+card's name in the docs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "benchmarks"
+TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+NUM_ENVS = (16, 32, 64, 128, 256, 512, 1024)
+
+
+def _run(cmd: Sequence[str], env: dict[str, str] | None = None) -> str:
+    """Run a command from the repository root; its stdout (stderr passes through)."""
+    print("$", " ".join(cmd), flush=True)
+    done = subprocess.run(list(cmd), cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}")
+    return done.stdout
+
+
+def _last_json(stdout: str) -> dict:
+    return json.loads(next(line for line in reversed(stdout.splitlines()) if line.startswith("{")))
+
+
+def _bench(args: Sequence[str], env: dict[str, str] | None = None) -> tuple[str, dict]:
+    cmd = [sys.executable, "-m", "marljax.cli", "bench", *args]
+    return "marljax bench " + " ".join(args), _last_json(_run(cmd, env))
+
+
+def _machine() -> dict:
+    import jax
+
+    device = jax.devices()[0]
+    return {"platform": device.platform, "device_kind": device.device_kind, "cpu": platform.processor() or "?",
+            "cores": os.cpu_count(), "date": datetime.date.today().isoformat()}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# measuring: each returns the JSON-able record its plot is drawn from
+
+
+def measure_curves(quick: bool, jaxmarl: Path | None) -> dict:
+    if jaxmarl is None:
+        raise SystemExit("curves: --jaxmarl PATH (a checkout of FLAIROx/JaxMARL) is needed")
+    args = ["--jaxmarl", str(jaxmarl), "--seeds", "1" if quick else "4", "--timesteps", "2e4" if quick else "1e7"]
+    with tempfile.TemporaryDirectory() as tmp:
+        curves = Path(tmp) / "curves.json"
+        cmd = [sys.executable, "experiments/jaxmarl_side_by_side.py", *args, "--with-defaults", "--curves", str(curves)]
+        line = _last_json(_run(cmd))
+        sides = json.loads(curves.read_text())
+    command = "python " + " ".join(cmd[1:-2])
+    return {"command": command, "machine": _machine(), "summary": line, "sides": sides}
+
+
+def measure_throughput(quick: bool, jaxmarl: Path | None) -> dict:
+    rows = []
+    for n in NUM_ENVS[:2] if quick else NUM_ENVS:
+        command, r = _bench([f"num_envs={n}", *(["num_steps=8"] if quick else [])])
+        rows.append({"num_envs": n, "command": command, "train": r["train_env_steps_per_s"],
+                     "env_only": r["env_only_env_steps_per_s"], "compile_s": r["compile_s"]})  # fmt: skip
+    return {"command": "marljax bench num_envs=N", "machine": _machine(), "rows": rows}
+
+
+def measure_sweep(quick: bool, jaxmarl: Path | None) -> dict:
+    args = ["sweep", *(["total_timesteps=4096", "num_envs=8", "num_steps=16"] if quick else [])]
+    command, r = _bench(args)
+    return {"command": command, "machine": _machine(), "result": r}
+
+
+ASYNC_ROWS = (
+    ("MPE + 0.15 ms host cost per step", ["env=marljax.testing.host_bound:make_env", "env_kwargs.step_cost_s=0.00015"]),
+    ("PettingZoo copies, 0.5 ms per step", ["env=pettingzoo:marljax.testing.host_spread:parallel_env",
+                                            "env_kwargs.step_cost_s=0.0005", "async.num_actor_threads=2"]),
+)  # fmt: skip
+
+
+def measure_async(quick: bool, jaxmarl: Path | None) -> dict:
+    rows = []
+    for label, args in ASYNC_ROWS:
+        quick_args = ["num_envs=8", "num_steps=8"] if quick else []
+        command, r = _bench(["mode=async", "async.actor_devices=1", "async.learner_devices=1", *args, *quick_args],
+                            env=TWO_DEVICES)  # fmt: skip
+        rows.append({"label": label, "command": f"XLA_FLAGS=--xla_force_host_platform_device_count=2 {command}",
+                     **{k: r[k] for k in ("generation_samples_per_s", "learning_samples_per_s", "sync_samples_per_s",
+                                          "async_samples_per_s", "overlap_efficiency")}})  # fmt: skip
+    return {"command": "marljax bench mode=async ...", "machine": _machine(), "rows": rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# drawing: each takes the saved record and returns a figure
+
+
+def _where(record: dict) -> str:
+    m = record["machine"]
+    return f"{m['device_kind']} ({m['platform']}, {m['cores']} cores), {m['date']}"
+
+
+def _smooth(values: Sequence[float | None], points: int = 100) -> np.ndarray:
+    """Means over consecutive blocks of updates, about `points` of them (a per-update return is noisy)."""
+    x = np.asarray(values, dtype=float)  # [U]; None (no episode ended in that update) becomes nan
+    block = max(1, x.size // points)
+    return np.nanmean(x[: x.size // block * block].reshape(-1, block), axis=1)  # [U // block]
+
+
+def draw_curves_on(ax, record: dict) -> None:
+    for side in record["sides"].values():
+        ax.plot(_smooth(side["time_s"]), _smooth(side["return"]), label=side["label"])
+    ax.set_xlim(left=0)
+    ax.set_xlabel("wall-clock seconds (compile included)")
+    ax.set_ylabel("return per agent")
+    ax.set_title("IPPO on MPE simple_spread")
+    ax.legend(fontsize=8)
+
+
+def draw_throughput_on(ax, record: dict) -> None:
+    rows = record["rows"]
+    n = [r["num_envs"] for r in rows]
+    ax.plot(n, [r["train"] for r in rows], "o-", label="training (rollout + update)")
+    ax.plot(n, [r["env_only"] for r in rows], "s--", label="env alone (random actions)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("num_envs (one seed)")
+    ax.set_ylabel("env-steps/s")
+    ax.set_title("throughput against num_envs")
+    ax.legend(fontsize=8)
+
+
+def draw_curves(record: dict) -> Figure:
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    draw_curves_on(fig.add_subplot(), record)
+    fig.suptitle(_where(record), fontsize=8)
+    return fig
+
+
+def draw_throughput(record: dict) -> Figure:
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    draw_throughput_on(fig.add_subplot(), record)
+    fig.suptitle(_where(record), fontsize=8)
+    return fig
+
+
+def draw_sweep(record: dict) -> Figure:
+    r = record["result"]
+    fig = Figure(figsize=(6, 3.5), layout="constrained")
+    ax = fig.add_subplot()
+    labels = ["one vmapped program", "one run after another"]
+    compile_s = [r["vmapped_compile_s"], r["sequential_compile_s"]]
+    run_s = [r["vmapped_run_s"], r["sequential_run_s"]]
+    ax.barh(labels, compile_s, label="compile")
+    ax.barh(labels, run_s, left=compile_s, label="run")
+    ax.set_xlabel("seconds for the whole sweep")
+    ax.set_title(
+        f"a sweep's cells x seeds: {r['speedup_total']:.1f}x end to end, {r['speedup_run_only']:.1f}x run only"
+    )
+    ax.legend(fontsize=8)
+    fig.suptitle(_where(record), fontsize=8)
+    return fig
+
+
+def draw_async(record: dict) -> Figure:
+    rows = record["rows"]
+    fig = Figure(figsize=(7, 3.5), layout="constrained")
+    ax = fig.add_subplot()
+    keys = [("generation_samples_per_s", "actors alone"), ("learning_samples_per_s", "learner alone"),
+            ("sync_samples_per_s", "sync loop"), ("async_samples_per_s", "async")]  # fmt: skip
+    width = 0.8 / len(keys)
+    x = np.arange(len(rows))
+    for i, (key, label) in enumerate(keys):
+        ax.bar(x + i * width, [r[key] for r in rows], width, label=label)
+    ax.set_xticks(
+        x + width * (len(keys) - 1) / 2, [f"{r['label']}\noverlap {r['overlap_efficiency']:.2f}" for r in rows]
+    )
+    ax.set_ylabel("env-steps/s")
+    ax.set_title("async actor-learner: generation and learning overlapped")
+    ax.legend(fontsize=8)
+    fig.suptitle(_where(record), fontsize=8)
+    return fig
+
+
+def draw_headline(out: Path) -> Figure:
+    curves, throughput = (json.loads((out / f"{name}.json").read_text()) for name in ("curves", "throughput"))
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    draw_curves_on(left, curves)
+    draw_throughput_on(right, throughput)
+    fig.suptitle(_where(curves), fontsize=8)
+    return fig
+
+
+PLOTS: dict[str, tuple[Callable[[bool, Path | None], dict], Callable[[dict], Figure]]] = {
+    "curves": (measure_curves, draw_curves),
+    "throughput": (measure_throughput, draw_throughput),
+    "sweep": (measure_sweep, draw_sweep),
+    "async": (measure_async, draw_async),
+}
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("plot", choices=[*PLOTS, "headline"])
+    parser.add_argument("--jaxmarl", type=Path, help="a checkout of FLAIROx/JaxMARL (curves)")
+    parser.add_argument("--quick", action="store_true", help="tiny budgets, written to a temporary directory")
+    parser.add_argument("--replot", action="store_true", help="redraw from the saved JSON, measuring nothing")
+    parser.add_argument("--out", type=Path, default=None, help=f"where the JSON and PNG go (default {OUT})")
+    args = parser.parse_args(argv)
+    out = args.out or (Path(tempfile.mkdtemp(prefix="benchmark_plots_")) if args.quick else OUT)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.plot == "headline":
+        fig = draw_headline(out)
+    else:
+        measure, draw = PLOTS[args.plot]
+        data = out / f"{args.plot}.json"
+        if not args.replot:
+            record = measure(args.quick, args.jaxmarl)
+            data.write_text(json.dumps(record, indent=1) + "\n")
+        fig = draw(json.loads(data.read_text()))
+    png = out / f"{args.plot}.png"
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
