@@ -51,7 +51,8 @@ axes:
 seeds: 2
 """
 
-TIMING_KEYS = {"wall_s", "env_steps_per_s", "compile_s", "elapsed_s"}
+# rates per wall-clock second (the async pipeline's production and consumption)
+TIMING_KEYS = {"wall_s", "env_steps_per_s", "compile_s", "elapsed_s", "production_rate", "consumption_rate"}
 
 
 def _is_timing(key: str) -> bool:
