@@ -28,43 +28,40 @@ from typing import Any
 
 import marljax.parallel.settings  # noqa: F401  (registers mesh.*, distributed.*)
 import marljax.pipeline.settings  # noqa: F401  (registers async.*, a section of the algorithms that support it)
+import marljax.schema
 import marljax.train.settings  # noqa: F401  (registers the host loop, checkpoints, evaluation, log.*, ...)
 from marljax.parallel.settings import DistributedConfig, MeshConfig
 from marljax.pipeline.settings import AsyncConfig
-import marljax.schema
 from marljax.schema import (
     FILE_FORMATS,
     RENAMED,
     ConfigError,
     FileFormat,
     Part,
-    Settings,
     algorithm_schema,
     algorithms,
     build,
     check_field,
     check_fields,
     coerce,
+    config_walk,
     core_keys,
-    core_walk,
     divisors,
     dump_yaml,
     fields,
-    first_line,
-    hparams_values,
     homes,
-    listed,
+    hparams_values,
     merge,
     misplaced,
     one_of,
     parse_overrides,
     parse_scalar,
+    parts,
     read_yaml_mapping,
     register_file_format,
     register_part,
     register_schema,
     resumable_keys,
-    schemas,
     set_dotted,
     setting,
     to_flat,
@@ -107,7 +104,9 @@ class CoreConfig:
     algo: str = setting("ippo", "the algorithm (marljax train --help lists them)")
     env: str = setting("MPE_simple_spread_v3", "a JaxMARL env id, or module:callable returning an env "
                        "(imports and runs that code)", jaxmarl="ENV_NAME")  # fmt: skip
-    env_kwargs: dict = setting(factory=dict, mapping="shallow", help="keyword arguments of the env's constructor (env_kwargs.name=value)")
+    env_kwargs: dict = setting(
+        factory=dict, mapping="shallow", help="keyword arguments of the env's constructor (env_kwargs.name=value)"
+    )
 
     # rollout shape and budget
     total_timesteps: int = setting(5_000_000, "env steps of one seed over the whole run", minimum=1,
@@ -211,9 +210,61 @@ class AlgorithmSchema:
 # ----------------------------------------------------------------------------- the assembled config
 
 
-class Config(Settings):
-    """One training run: every layer's settings, plus the chosen algorithm's sections in `sections`
-    (reached as attributes: `config.ppo.clip_eps`; the `async` section as `config.async_`)."""
+class Config:
+    """One training run: every registered part (the core's and each layer's), then the chosen
+    algorithm's sections. A flat part's fields are attributes (`config.num_envs`), a nested part is
+    one (`config.mesh.seed`), and so is each section (`config.ppo.clip_eps`; the `async` section as
+    `config.async_`); `config.part("checkpoint")` is a part whole, what a layer's functions take."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None, sections: Mapping[str, Any] | None = None):
+        values, index = {p.key: p.cls() for p in parts()} if values is None else values, {}
+        for part in parts():
+            value = values[part.key]
+            index.update({name: getattr(value, name) for name in fields(part.cls)} if part.flat else {part.key: value})
+        self.__dict__.update(_parts=dict(values), _index=index, sections=dict(sections or {}))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __getattr__(self, name: str) -> Any:
+        index, sections = self.__dict__.get("_index"), self.__dict__.get("sections")
+        if index is None or sections is None or name.startswith("__"):
+            raise AttributeError(name)
+        if name in index:
+            return index[name]
+        key = name[:-1] if name.endswith("_") else name
+        if key in sections:
+            return sections[key]
+        raise AttributeError(f"algo={index.get('algo')} has no field or section {name!r} "
+                             f"(its sections: {', '.join(sections) or 'none'})")  # fmt: skip
+
+    def part(self, key: str) -> Any:
+        """The registered part `key` (a flat one too): what a layer's functions receive."""
+        return self.__dict__["_parts"][key]
+
+    def value(self, dotted: str) -> Any:
+        """The value of a dotted key: `lr`, `ppo.clip_eps`, `mesh.data`."""
+        node: Any = self
+        for name in dotted.split("."):
+            node = node.sections[name] if node is self and name in self.sections else getattr(node, name)
+        return node
+
+    def to_dict(self) -> dict:
+        """Every part's fields, then the algorithm's sections, as nested plain values (config.yaml)."""
+        out: dict[str, Any] = {}
+        for part in parts():
+            value = dataclasses.asdict(self.part(part.key))
+            out.update(value if part.flat else {part.key: value})
+        out.update({name: dataclasses.asdict(section) for name, section in self.sections.items()})
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self.to_dict() == other.to_dict()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]  # (values hold dicts, as the dataclass's did)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
 
     def group_network(self, group: str) -> tuple[int, int]:
         """(hidden_size, num_layers) of group's networks: `network.<group>.*` over the global fields."""
@@ -244,7 +295,7 @@ class Config(Settings):
 def schema_fields(algo: str) -> list[tuple[str, dataclasses.Field, Any]]:
     """(dotted key, field, default for this algorithm) of the core and of algo's sections."""
     defaults = to_flat(load_config(None, [f"algo={algo}"]).to_dict())
-    out = [(key, f, defaults[key]) for key, f in core_walk()]
+    out = [(key, f, defaults[key]) for key, f in config_walk()]
     for name, cls in algorithm_schema(algo).sections.items():
         out += [(key, f, defaults[key]) for key, f in walk(cls, f"{name}.")]
     return out
@@ -253,7 +304,7 @@ def schema_fields(algo: str) -> list[tuple[str, dataclasses.Field, Any]]:
 def _build_config(values: Mapping[str, Any]) -> Config:
     """The Config of a nested mapping: algo's defaults first, the mapping's values over them."""
     algo = coerce("algo", values.get("algo", fields(CoreConfig)["algo"].default), str)
-    return build(Config, values, algorithm_schema(algo))
+    return Config(*build(values, algorithm_schema(algo)))
 
 
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
@@ -284,6 +335,20 @@ def replace(config: Config, **changes: Any) -> Config:
 
 
 # ----------------------------------------------------------------------------- validation
+
+
+def listed(items: typing.Iterable[Any], first: int = 8) -> str:
+    """The first few items, comma-separated, and how many more (a message stays one short line
+    however many keys a file holds)."""
+    items = [str(x) for x in items]
+    more = f" and {len(items) - first} more" if len(items) > first else ""
+    return ", ".join(items[:first]) + more
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (at most 300 characters), or its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def validate(config: Config) -> Config:
@@ -328,7 +393,7 @@ def _check_supports(c: Config, schema: AlgorithmSchema) -> None:
     s = schema.supports
 
     def others(pred: Callable[[Supports], bool]) -> str:
-        names = [n for n, other in ((o.name, o) for o in schemas()) if pred(other.supports)]
+        names = [n for n in algorithms() if pred(algorithm_schema(n).supports)]
         return f"algo={', '.join(names)}" if names else "no algorithm"
 
     if c.mode == "async" and not s.async_mode:

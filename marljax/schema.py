@@ -1,20 +1,11 @@
-"""The settings engine: it knows no field. Each layer declares its settings beside its code and
-registers them here; `marljax.config` assembles them into the run's one frozen `Config`.
-
-A *part* is a frozen dataclass of `setting(...)` fields that a layer registers under a key
-(`register_part`): a flat part's fields are top-level keys (`num_envs=`, `out_dir=`), a nested
-one's sit under its key (`mesh.seed=`, `log.backends=`). Parts are laid out by their `order` (the
-keys of config.yaml and `--help` follow it), whoever imports first. An *optional* part is an
-algorithm section that every algorithm supporting it takes (`async.*`). Algorithms register their
-own sections with `register_schema`; file formats (JaxMARL's YAML) with `register_file_format`.
-
-Every field declares one line of help (`--help` is generated from it), its allowed values, and
-whether it is `traced` (a float hyperparameter carried in the learner state, which a sweep can
-vmap) or `resumable` (may change when a run is resumed); `jaxmarl=` names JaxMARL's UPPERCASE keys
-that mean it. Values come from YAML (a strict loader) and `key=value` overrides; they are coerced
-to the declared types and checked against the metadata here, before anything compiles, and every
-error names the field and what is allowed. This module imports no other marljax module.
-"""
+"""The settings engine; it knows no field. Layers declare their settings beside their code as
+*parts* (frozen dataclasses of `setting(...)` fields) and register them (`register_part`): a flat
+part's fields are top-level keys (`num_envs=`), a nested one's sit under its key (`mesh.seed=`),
+laid out by `order`; an optional part is a section of the algorithms whose supports ask for it
+(`async.*`). Algorithms register their sections, other projects' file formats their readers.
+Values from YAML (a strict loader) and `key=value` overrides are coerced to the declared types and
+checked against each field's metadata before anything compiles; every error names the field and
+what is allowed. It imports no other marljax module; `marljax.config` assembles the run."""
 
 from __future__ import annotations
 
@@ -37,28 +28,13 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {message}")
 
 
-def setting(
-    default: Any = dataclasses.MISSING,
-    help: str = "",
-    *,
-    factory: Callable[[], Any] | None = None,
-    choices: tuple = (),
-    minimum: float | None = None,
-    above: float | None = None,
-    maximum: float | None = None,
-    traced: bool = False,
-    resumable: bool = False,
-    jaxmarl: str | tuple[str, ...] = (),
-    mapping: str = "",
-) -> Any:
-    """A config field with its help line and constraints, checked by `check_field`.
-
-    `minimum`/`maximum`: inclusive bounds; `above`: exclusive lower bound. `traced`: a float
-    hyperparameter carried as a traced scalar (sweeps vmap it). `resumable`: may change on resume.
-    `jaxmarl`: JaxMARL's UPPERCASE config keys that mean this setting, in its units
-    (marljax/jaxmarl_config.py translates through them). `mapping`: a free-form mapping whose keys
-    are the user's, not the schema's; "deep" merges per key, "shallow" replaces each key's value.
-    """
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None,
+            choices: tuple = (), minimum: float | None = None, above: float | None = None, maximum: float | None = None,
+            traced: bool = False, resumable: bool = False, jaxmarl: str | tuple[str, ...] = (), mapping: str = "") -> Any:  # fmt: skip
+    """A config field with its help line and constraints. `minimum`/`maximum`: inclusive bounds;
+    `above`: exclusive. `traced`: a float hyperparameter carried as a traced scalar (sweeps vmap it).
+    `resumable`: may change on resume. `jaxmarl`: JaxMARL's UPPERCASE keys that mean it, in its units.
+    `mapping`: a free-form mapping ("deep": merged per key; "shallow": each key's value replaced)."""
     meta = {"help": help, "choices": tuple(choices), "minimum": minimum, "above": above, "maximum": maximum,
             "traced": traced, "resumable": resumable, "mapping": mapping,
             "jaxmarl": (jaxmarl,) if isinstance(jaxmarl, str) else tuple(jaxmarl)}  # fmt: skip
@@ -67,11 +43,8 @@ def setting(
     return dataclasses.field(default=default, metadata=meta)
 
 
-def fields(cls) -> dict[str, dataclasses.Field]:
+def fields(cls) -> dict[str, dataclasses.Field]:  # name -> field of a part or section class
     return {f.name: f for f in dataclasses.fields(cls)}
-
-
-# ----------------------------------------------------------------------------- registries
 
 
 class Part(typing.NamedTuple):
@@ -87,19 +60,17 @@ class Part(typing.NamedTuple):
 
 
 _PARTS: dict[str, Part] = {}
-_SCHEMAS: dict[str, Any] = {}  # algorithm name -> its schema (marljax.config.AlgorithmSchema)
+_SCHEMAS: dict[str, Any] = {}  # algorithm name -> its schema
 RENAMED: dict[str, tuple[str, ...]] = {}  # a key whose name changed -> the dotted keys it became
 
 
 def register_part(part: Part) -> None:
     """Make a layer's settings part of every run's config (`when`: of the algorithms that support it)."""
-    taken = {k for p in parts() if p.flat and p.key != part.key for k in fields(p.cls)}
-    taken |= {p.key for p in _PARTS.values() if p.key != part.key}
-    clash = (set(fields(part.cls)) if part.flat else {part.key}) & taken
-    if clash:
+    taken = {p.key for p in _PARTS.values() if p.key != part.key} | set(_owners(exclude=part.key))
+    if clash := (set(fields(part.cls)) if part.flat else {part.key}) & taken:
         raise ValueError(f"{part.key}: keys already registered by another part: {sorted(clash)}")
     _PARTS[part.key] = part
-    for name, schema in list(_SCHEMAS.items()):  # an optional part registered after an algorithm
+    for schema in list(_SCHEMAS.values()):  # an optional part registered after an algorithm
         register_schema(schema)
 
 
@@ -118,7 +89,7 @@ def register_schema(schema: Any) -> None:
     _SCHEMAS[schema.name] = dataclasses.replace(schema, sections=sections)
 
 
-def algorithm_schema(name: str) -> Any:
+def algorithm_schema(name: str) -> Any:  # (marljax.config.AlgorithmSchema)
     if name not in _SCHEMAS:
         one_of("algo", name, tuple(_SCHEMAS))
     return _SCHEMAS[name]
@@ -129,15 +100,9 @@ def algorithms() -> tuple[str, ...]:
     return tuple(_SCHEMAS)
 
 
-def schemas() -> tuple[Any, ...]:
-    return tuple(_SCHEMAS.values())
-
-
 class FileFormat(typing.NamedTuple):
-    """Another project's config files, read into marljax's keys: JaxMARL's UPPERCASE baseline YAML
-    (marljax/jaxmarl_config.py). A reader sits above the config (it asks envs/ whether the env can
-    be built here), so it registers itself here; the package's __init__ imports it, so it is
-    registered before any load_config runs."""
+    """Another project's config files read into marljax's keys (JaxMARL's: marljax/jaxmarl_config.py,
+    which sits above envs/ and so registers itself; the package's __init__ imports it)."""
 
     claims: Callable[[Mapping[str, Any]], bool]  # are these a file's values in this format?
     read: Callable[[Mapping[str, Any], Path, str | None], dict]  # (values, path, algo= override) -> marljax's mapping
@@ -151,75 +116,21 @@ def register_file_format(file_format: FileFormat) -> None:
         FILE_FORMATS.append(file_format)
 
 
-# ----------------------------------------------------------------------------- the assembled settings
-
-
-class Settings:
-    """A run's frozen settings: every part's values, then the algorithm's sections. A flat part's
-    fields are attributes (`config.num_envs`), a nested part is one (`config.mesh.seed`), and so
-    is each section (`config.ppo.clip_eps`; the `async` section as `config.async_`)."""
-
-    def __init__(self, values: Mapping[str, Any] | None = None, sections: Mapping[str, Any] | None = None):
-        values, index = {p.key: p.cls() for p in parts()} if values is None else values, {}
-        for part in parts():
-            value = values[part.key]
-            index.update({name: getattr(value, name) for name in fields(part.cls)} if part.flat else {part.key: value})
-        self.__dict__.update(_parts=dict(values), _index=index, sections=dict(sections or {}))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __getattr__(self, name: str) -> Any:
-        index, sections = self.__dict__.get("_index"), self.__dict__.get("sections")
-        if index is None or sections is None or name.startswith("__"):
-            raise AttributeError(name)
-        if name in index:
-            return index[name]
-        key = name[:-1] if name.endswith("_") else name
-        if key in sections:
-            return sections[key]
-        raise AttributeError(f"algo={index.get('algo')} has no field or section {name!r} "
-                             f"(its sections: {', '.join(sections) or 'none'})")  # fmt: skip
-
-    def part(self, key: str) -> Any:
-        """The registered part `key` (a flat one too): what a layer's functions receive."""
-        return self.__dict__["_parts"][key]
-
-    def value(self, dotted: str) -> Any:
-        """The value of a dotted key: `lr`, `ppo.clip_eps`, `mesh.data`."""
-        node: Any = self
-        for name in dotted.split("."):
-            node = node.sections[name] if node is self and name in self.sections else getattr(node, name)
-        return node
-
-    def to_dict(self) -> dict:
-        """Every part's fields, then the algorithm's sections, as nested plain values (config.yaml)."""
-        out: dict[str, Any] = {}
-        for part in parts():
-            value = dataclasses.asdict(self.part(part.key))
-            out.update(value if part.flat else {part.key: value})
-        out.update({name: dataclasses.asdict(section) for name, section in self.sections.items()})
-        return out
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self.to_dict() == other.to_dict()  # type: ignore[attr-defined]
-
-    __hash__ = None  # type: ignore[assignment]  # (values hold dicts, as the dataclass's did)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
+def _owners(exclude: str = "") -> dict[str, Part]:
+    """Every top-level key (a flat part's field, a nested part's key) -> its part, in order."""
+    return {k: p for p in parts() if p.key != exclude for k in (fields(p.cls) if p.flat else (p.key,))}
 
 
 def core_keys() -> tuple[str, ...]:
-    """The top-level keys every run has: flat parts' fields and nested parts' keys, in order."""
-    return tuple(k for p in parts() for k in (fields(p.cls) if p.flat else (p.key,)))
+    """The top-level keys every run has, in order."""
+    return tuple(_owners())
 
 
-def build(settings: type[Settings], values: Mapping[str, Any], schema: Any) -> Any:
-    """`settings` (a Settings class) of a nested mapping: the schema's defaults, the values over them."""
+def build(values: Mapping[str, Any], schema: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(every part, the algorithm's sections) of a nested mapping: schema's defaults, the values over them."""
     values = merge(dict(schema.defaults), values)
     by_part: dict[str, dict] = {p.key: {} for p in parts()}
-    owner = {k: p for p in parts() for k in (fields(p.cls) if p.flat else (p.key,))}
+    owner = _owners()
     sections: dict[str, Any] = {}
     for key, value in values.items():
         if key in schema.sections:
@@ -239,7 +150,7 @@ def build(settings: type[Settings], values: Mapping[str, Any], schema: Any) -> A
         else:
             raise misplaced(key, schema.name, schema.sections)
     built = {p.key: build_part(p.cls, by_part[p.key], "" if p.flat else f"{p.key}.") for p in parts()}
-    return settings(built, {n: build_part(c, sections.get(n, {}), f"{n}.") for n, c in schema.sections.items()})
+    return built, {n: build_part(c, sections.get(n, {}), f"{n}.") for n, c in schema.sections.items()}
 
 
 def build_part(cls, values: Mapping[str, Any], prefix: str = ""):
@@ -254,37 +165,29 @@ def build_part(cls, values: Mapping[str, Any], prefix: str = ""):
     return cls(**kwargs)
 
 
-# ----------------------------------------------------------------------------- walking
+def walk(cls, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:  # (dotted key, field)
+    return ((f"{prefix}{f.name}", f) for f in dataclasses.fields(cls))
 
 
-def walk(cls, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
-    """(dotted key, field) of every leaf field of a part or section class."""
-    for f in dataclasses.fields(cls):
-        yield f"{prefix}{f.name}", f
-
-
-def core_walk() -> Iterator[tuple[str, dataclasses.Field]]:
+def config_walk(config: Any = None) -> Iterator[tuple[str, dataclasses.Field]]:
+    """(dotted key, field) of every part's fields, then (given a config) of its sections'."""
     for p in parts():
         yield from walk(p.cls, "" if p.flat else f"{p.key}.")
-
-
-def config_walk(config: Settings) -> Iterator[tuple[str, dataclasses.Field]]:
-    yield from core_walk()
-    for name, section in config.sections.items():
+    for name, section in (config.sections if config is not None else {}).items():
         yield from walk(type(section), f"{name}.")
 
 
-def traced_keys(config: Settings) -> tuple[str, ...]:
+def traced_keys(config: Any) -> tuple[str, ...]:
     """Dotted keys of the traced hyperparameters of this config (core, then its sections)."""
     return tuple(key for key, f in config_walk(config) if f.metadata.get("traced"))
 
 
-def resumable_keys(config: Settings) -> frozenset[str]:
+def resumable_keys(config: Any) -> frozenset[str]:
     """Dotted keys that may change when this run is resumed."""
     return frozenset(key for key, f in config_walk(config) if f.metadata.get("resumable"))
 
 
-def hparams_values(config: Settings) -> dict[str, float]:
+def hparams_values(config: Any) -> dict[str, float]:
     """The traced hyperparameters' values, by dotted key."""
     return {key: float(config.value(key)) for key in traced_keys(config)}
 
@@ -299,10 +202,7 @@ def to_flat(tree: Mapping, prefix: str = "") -> dict[str, Any]:
     """{"mesh": {"data": 2}} -> {"mesh.data": 2}; free-form mappings (env_kwargs) stay one value."""
     out, whole = {}, _mappings()
     for k, v in tree.items():
-        if isinstance(v, Mapping) and k not in whole:
-            out.update(to_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
+        out.update(to_flat(v, f"{prefix}{k}.") if isinstance(v, Mapping) and k not in whole else {f"{prefix}{k}": v})
     return out
 
 
@@ -314,23 +214,6 @@ def merge(base: dict, over: Mapping) -> dict:
         else:
             out[k] = v
     return out
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def listed(items: typing.Iterable[Any], first: int = 8) -> str:
-    """The first few items, comma-separated, and how many more (a message stays one short line
-    however many keys a file holds)."""
-    items = [str(x) for x in items]
-    more = f" and {len(items) - first} more" if len(items) > first else ""
-    return ", ".join(items[:first]) + more
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (at most 300 characters), or its type's name."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def unknown_key(key: str, allowed: typing.Iterable[str], prefix: str = "") -> ConfigError:
@@ -416,16 +299,20 @@ def coerce(name: str, value: Any, annotation: Any) -> Any:
         annotation if isinstance(annotation, str) else getattr(annotation, "__name__", ""),
     )
     if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
+        if isinstance(value, bool) or (
+            isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no")
+        ):
+            return value if isinstance(value, bool) else value.lower() in ("true", "1", "yes")
         raise ConfigError(name, f"expected true or false, got {value!r}")
     if kind is int or kind is float:
         value = parse_scalar(value) if isinstance(value, str) else value
         if kind is int and isinstance(value, float) and value.is_integer():
             return int(value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and (kind is float or isinstance(value, int)):
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and (kind is float or isinstance(value, int))
+        ):
             return kind(value)
         raise ConfigError(name, f"expected {'an integer' if kind is int else 'a number'}, got {value!r}")
     if kind is str:
@@ -433,11 +320,9 @@ def coerce(name: str, value: Any, annotation: Any) -> Any:
             return str(value)
         hint = " (YAML reads yes/no/on/off/true/false as booleans: quote the word)" if isinstance(value, bool) else ""
         raise ConfigError(name, f"expected a string, got {value!r}{hint}")
-    if kind is dict:
-        if isinstance(value, Mapping):
-            return dict(value)
+    if kind is dict and not isinstance(value, Mapping):
         raise ConfigError(name, f"expected a mapping, got {value!r}")
-    return value
+    return dict(value) if kind is dict else value
 
 
 def parse_scalar(text: str) -> Any:
@@ -454,10 +339,8 @@ def set_dotted(tree: dict, dotted: str, value: Any) -> None:
     *heads, last = dotted.split(".")
     node = tree
     for part in heads:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
+        if not isinstance(node := node.setdefault(part, {}), dict):
             raise ConfigError(dotted, f"'{part}' is not a section")
-        node = child
     node[last] = value
 
 
@@ -472,9 +355,6 @@ def parse_overrides(args: typing.Sequence[str]) -> dict:
     return tree
 
 
-# ----------------------------------------------------------------------------- checking
-
-
 def check_field(key: str, value: Any, meta: Mapping) -> None:
     """The constraints a field declares in its metadata."""
     if meta.get("choices"):
@@ -484,6 +364,7 @@ def check_field(key: str, value: Any, meta: Mapping) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(key, f"must be a finite number, got {value}")
     low, above, high = meta.get("minimum"), meta.get("above"), meta.get("maximum")
+    _num = lambda x: str(int(x)) if float(x).is_integer() else str(x)  # noqa: E731  (one-line helper)
     if low is not None and high is not None and not low <= value <= high:
         raise ConfigError(key, f"must lie in [{_num(low)}, {_num(high)}], got {value}")
     if low is not None and value < low:
@@ -494,17 +375,12 @@ def check_field(key: str, value: Any, meta: Mapping) -> None:
         raise ConfigError(key, f"must be <= {_num(high)}, got {value}")
 
 
-def check_fields(config: Settings) -> None:
+def check_fields(config: Any) -> None:
     """Every field's own constraints, then each section's and part's `check(config)`, in order."""
     for key, f in config_walk(config):
         check_field(key, config.value(key), f.metadata)
     for value in list(config.sections.values()) + [config.part(p.key) for p in parts()]:
-        if hasattr(value, "check"):
-            value.check(config)
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
+        getattr(value, "check", lambda config: None)(config)
 
 
 def one_of(name: str, value: Any, allowed: tuple) -> None:
@@ -519,5 +395,5 @@ def divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
-def dump_yaml(config: Settings) -> str:
+def dump_yaml(config: Any) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False)
