@@ -205,6 +205,7 @@ class AlgorithmSchema:
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # nested overrides of field defaults
     supports: Supports = Supports()
     check: Callable[[Config], None] | None = None  # checks across core and section fields
+    jaxmarl_files: tuple[str, ...] = ()  # JaxMARL config-file stems it answers to besides its name (ql: ql_*.yaml)
 
 
 # ----------------------------------------------------------------------------- the assembled config
