@@ -260,7 +260,7 @@ class Config:
         return out
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self.to_dict() == other.to_dict()  # type: ignore[attr-defined]
+        return type(other) is type(self) and self.to_dict() == other.to_dict()
 
     __hash__ = None  # type: ignore[assignment]  # (values hold dicts, as the dataclass's did)
 
