@@ -2,8 +2,9 @@
 
 A YAML file whose keys are all UPPERCASE (`LR`, `NUM_ENVS`, `ENV_NAME`, `ENV_KWARGS`, ...) is read
 as a JaxMARL baseline config and translated into marljax's keys. The algorithm comes from an
-`algo=` override or from the file's name (`ippo_rnn_smax.yaml` -> ippo, `pqn_vdn_*` -> pqn_vdn;
-a `ql_*` file serves JaxMARL's iql, vdn and qmix scripts, so it needs `algo=`).
+`algo=` override or from the file's name, through the stems each algorithm's schema answers to
+(its name, and `jaxmarl_files`): `ippo_rnn_smax.yaml` -> ippo, `pqn_vdn_*` -> pqn_vdn; a stem that
+several answer to (`ql_*`, which serves JaxMARL's iql, vdn and qmix scripts) needs `algo=`.
 
 Each setting declares the JaxMARL keys that mean it (`setting(..., jaxmarl="LR")`, in config.py
 and in the algorithms' sections), so this module names no algorithm: a key maps through what the
@@ -35,9 +36,8 @@ IGNORED = {
     "TEST_NUM_STEPS",  # the evaluation's step budget: marljax's evaluation plays whole episodes
     "NORM_INPUTS", "LOSS_TYPE",  # read by no JaxMARL script (PQN reads NORM_INPUT): they change nothing there either
 }  # fmt: skip
-# JaxMARL algorithms marljax does not have yet, by the prefix of their config files
+# JaxMARL's own algorithms that no marljax algorithm answers to yet, by the prefix of their config files
 MISSING_ALGOS = {"shaq": "SHAQ", "transf_qmix": "TransfQMix"}
-SHARED_FILE = "ql_"  # JaxMARL's file for three scripts (iql, vdn, qmix), each reading the keys it needs
 
 
 def is_jaxmarl(values: Mapping[str, Any]) -> bool:
@@ -45,14 +45,21 @@ def is_jaxmarl(values: Mapping[str, Any]) -> bool:
     return bool(values) and all(isinstance(k, str) and k == k.upper() and re.search("[A-Z]", k) for k in values)
 
 
-def infer_algo(path: str | Path) -> str | None:
-    """The registered algorithm a JaxMARL config file's name starts with (`mappo_homogenous_rnn_mpe`
-    -> mappo); the longest match wins (`pqn_vdn_*` is pqn_vdn, not vdn)."""
+def answering(path: str | Path) -> tuple[str, ...]:
+    """The registered algorithms that answer to a JaxMARL config file's name: those whose name or
+    `jaxmarl_files` stem it starts with (`mappo_homogenous_rnn_mpe` -> mappo). The longest stem wins
+    (`pqn_vdn_*` is pqn_vdn, not vdn); several answer to a shared stem (`ql_*`: iql, vdn, qmix)."""
     name = Path(path).stem.lower()
-    for algo in sorted(algorithms(), key=len, reverse=True):
-        if name == algo or name.startswith(algo + "_"):
-            return algo
-    return None
+    claims = [(stem, a) for a in algorithms() for stem in (a, *algorithm_schema(a).jaxmarl_files)
+              if name == stem or name.startswith(stem + "_")]  # fmt: skip
+    longest = max((len(stem) for stem, _ in claims), default=0)
+    return tuple(a for stem, a in claims if len(stem) == longest)
+
+
+def infer_algo(path: str | Path) -> str | None:
+    """The one registered algorithm a JaxMARL config file's name says (see `answering`), or None."""
+    found = answering(path)
+    return found[0] if len(found) == 1 else None
 
 
 def _number(value: Any) -> Any:
@@ -226,8 +233,9 @@ def _refuse_algo(path: Path) -> ConfigError:
     missing = next((name for prefix, name in MISSING_ALGOS.items() if stem.startswith(prefix + "_")), None)
     if missing:
         return ConfigError("algo", f"{path} is a config of JaxMARL's {missing}, which marljax does not have yet")
-    if stem.startswith(SHARED_FILE):
-        return ConfigError("algo", f"{path} serves JaxMARL's iql, vdn and qmix scripts: pass algo=<iql|vdn|qmix>")
+    if len(shared := answering(path)) > 1:
+        names = f"{', '.join(shared[:-1])} and {shared[-1]}"
+        return ConfigError("algo", f"{path} serves JaxMARL's {names} scripts: pass algo=<{'|'.join(shared)}>")
     return ConfigError("algo", f"{path} is a JaxMARL config, which does not name its algorithm: pass "
                                f"algo=<{'|'.join(algorithms())}>")  # fmt: skip
 
@@ -252,7 +260,7 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
 
         check_env_name(values["ENV_NAME"])
     run = _Run({k: _number(v) for k, v in values.items()}, algo, path)
-    others = _siblings_keys(algo) if path.stem.startswith(SHARED_FILE) else set()
+    others = _siblings_keys(algo) if len(answering(path)) > 1 else set()
     for key, value in run.values.items():
         run.current = key
         if key in RULES:

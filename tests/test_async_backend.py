@@ -38,11 +38,11 @@ def test_actors_come_from_the_host_cpus_and_the_learner_from_the_accelerator(
 ):
     config = load_config(None, BASE + ["async.actor_backend=cpu", f"async.actor_devices={actors}",
                                        f"async.learner_devices={learners}"])  # fmt: skip
-    actor, learner = _split(config, GPUS, CPUS)
+    actor, learner = _split(config.async_, GPUS, CPUS)
     assert (actor, learner) == (want_actors, want_learners)
     # negative control: without the CPU pool the same counts share the accelerator's devices out
     if "[" not in actors and int(actors) + int(learners) <= len(GPUS):
-        assert _split(config, GPUS) == (GPUS[: int(actors)], GPUS[int(actors) : int(actors) + int(learners)])
+        assert _split(config.async_, GPUS) == (GPUS[: int(actors)], GPUS[int(actors) : int(actors) + int(learners)])
 
 
 def test_the_cpu_pool_is_used_only_when_asked_for_and_the_default_backend_is_not_the_cpu(monkeypatch):
@@ -53,10 +53,10 @@ def test_the_cpu_pool_is_used_only_when_asked_for_and_the_default_backend_is_not
     monkeypatch.setattr(jax, "local_devices", lambda backend=None: CPUS if backend == "cpu" else GPUS)
     cpu = load_config(None, BASE + ["async.actor_backend=cpu"])
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    assert async_mesh._host_cpu_devices(cpu) == CPUS
-    assert async_mesh._host_cpu_devices(load_config(None, BASE)) is None  # actor_backend=default
+    assert async_mesh._host_cpu_devices(cpu.async_) == CPUS
+    assert async_mesh._host_cpu_devices(load_config(None, BASE).async_) is None  # actor_backend=default
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
-    assert async_mesh._host_cpu_devices(cpu) is None  # a CPU-only machine: one pool
+    assert async_mesh._host_cpu_devices(cpu.async_) is None  # a CPU-only machine: one pool
 
 
 def test_too_many_devices_name_the_field_and_the_platform():
@@ -64,12 +64,12 @@ def test_too_many_devices_name_the_field_and_the_platform():
     with pytest.raises(
         ConfigError, match=r"async\.learner_devices: 3 devices asked for, but 2 gpu devices are visible"
     ):
-        _split(config, GPUS, CPUS)
+        _split(config.async_, GPUS, CPUS)
     config = load_config(
         None, BASE + ["async.actor_backend=cpu", "async.actor_devices=[7]", "async.learner_devices=[0]"]
     )
     with pytest.raises(ConfigError, match=r"async\.actor_devices: device indices \[7\] don't exist; 4 cpu devices"):
-        _split(config, GPUS, CPUS)
+        _split(config.async_, GPUS, CPUS)
 
 
 def test_overlapping_index_lists_are_allowed_only_across_two_platforms():
@@ -78,7 +78,7 @@ def test_overlapping_index_lists_are_allowed_only_across_two_platforms():
     with pytest.raises(ConfigError, match="disjoint"):
         load_config(None, BASE + both)  # one pool: the same device twice
     with pytest.raises(ConfigError, match="disjoint"):  # cpu on a CPU-only machine is one pool too
-        _split(load_config(None, BASE + ["async.actor_backend=cpu"] + both), CPUS)
+        _split(load_config(None, BASE + ["async.actor_backend=cpu"] + both).async_, CPUS)
 
 
 def test_on_a_cpu_only_machine_cpu_actors_change_nothing():

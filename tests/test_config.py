@@ -335,3 +335,46 @@ def test_every_train_config_in_experiments_loads():
     for path in runs:
         config = load_config(str(path), [])
         assert config.env and config.algo, path
+
+
+def test_the_engine_names_no_field():
+    """marljax/schema.py knows no setting: no string in it is a key of the core, of a layer's part
+    or of an algorithm's section ("algo" aside: the algorithm registry's own selector, in its error
+    message). Negative control: the same reader finds the keys in config.py, which declares them."""
+    import ast
+    from pathlib import Path
+
+    from marljax.config import algorithm_schema, algorithms, core_keys
+    from marljax.schema import fields
+
+    keys = set(core_keys()) | {s for a in algorithms() for s in algorithm_schema(a).sections}
+    keys |= {f for a in algorithms() for cls in algorithm_schema(a).sections.values() for f in fields(cls)}
+    keys -= {"algo"}
+    package = Path(__file__).resolve().parent.parent / "marljax"
+
+    def named(path: Path) -> set[str]:
+        strings = {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant)}
+        return keys & {s for s in strings if isinstance(s, str)}
+
+    assert named(package / "schema.py") == set()
+    assert {"env_kwargs", "network", "total_timesteps", "recurrent"} <= named(package / "config.py")
+
+
+def test_each_layer_declares_its_section_and_config_yaml_keeps_its_order():
+    """The layers' parts sit where config.yaml always had them; a part whose key is taken is refused."""
+    from marljax.parallel.settings import DistributedConfig
+    from marljax.pipeline.settings import AsyncConfig
+    from marljax.schema import Part, register_part
+    from marljax.train.settings import CheckpointConfig, LogConfig
+
+    config = load_config(None, ["mode=async"])
+    assert list(config.to_dict())[21:] == [
+        "param_sharing", "seed", "num_seeds", "mesh", "distributed", "log", "reward_shaping", "out_dir",
+        "overwrite", "num_chunks", "progress", "plot", "compile_cache", "checkpoint_every", "keep_checkpoints",
+        "resume", "nan_guard", "eval_every", "eval_episodes", "eval_greedy", "mode", "ppo", "async",
+    ]  # fmt: skip
+    assert type(config.mesh) is MeshConfig and type(config.distributed) is DistributedConfig
+    assert type(config.log) is LogConfig and type(config.async_) is AsyncConfig
+    assert config.part("checkpoint") == CheckpointConfig() and config.checkpoint_every == 100
+    with pytest.raises(ValueError, match=r"keys already registered by another part: \['num_envs'\]"):
+        register_part(Part("clash", dataclasses.make_dataclass("Clash", [("num_envs", int, 1)]), order=99, flat=True))

@@ -19,7 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # Read off the code (issue 40, item 4), and the shape docs/DESIGN's diagram draws:
 #   types, files, nn,  import nothing of marljax: named state pytrees, file reading, flax modules
 #   version            and pure math, the version string
-#   config             the settings' schema; algorithms register their sections into it
+#   schema             the settings engine: knows no field; layers and algorithms register into it
+#   layer settings     each layer's own settings, declared beside its code (parallel/settings.py:
+#                      mesh, distributed; pipeline/settings.py: async; train/settings.py: run,
+#                      log, checkpoints, evaluation): light modules that import only the engine
+#   config             the run's one Config, assembled from the core and the layers' settings
 #   envs, parallel     env construction and adapters; the mesh and every sharding (layouts
 #                      import nn.ops); neither imports the other
 #   jaxmarl_config     reads JaxMARL's baseline YAML into config's keys; asks envs whether the
@@ -40,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #                      anyway, so an import of it from inside would be a circle in disguise.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("marljax.types", "marljax.files", "marljax.nn", "marljax.version"),
+    ("marljax.schema",),
+    ("marljax.parallel.settings", "marljax.pipeline.settings", "marljax.train.settings"),
     ("marljax.config",),
     ("marljax.envs", "marljax.parallel"),
     ("marljax.jaxmarl_config",),

@@ -307,7 +307,7 @@ def _spec(name: str, summary: str, sections: dict | None = None, **defaults) -> 
     # shared by the replay family; each then tuned to learn on MPE_simple_spread_v3 in 1M steps
     base = {"total_timesteps": 1_000_000, "activation": "relu", "lr": 1e-3, "num_envs": 16, "num_steps": 32}
     return AlgorithmSpec(AlgorithmSchema(name, summary, {"q": QConfig, "replay": ReplayConfig, **(sections or {})},
-                                         defaults={**base, **defaults}, supports=Supports(agent_axis=True)),
+                                         defaults={**base, **defaults}, supports=Supports(agent_axis=True), jaxmarl_files=("ql",)),
                          make_train)  # fmt: skip
 
 

@@ -227,7 +227,7 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
 def _update_s(own: Config, sizes: dict[str, int], timed_own: dict[str, Any], config: Config) -> float:
     """Seconds per update of `config`: `own`'s timing when it places the groups (name -> count)
     the same way (the same program), else benched anew."""
-    if replicated_groups(config, sizes) == replicated_groups(own, sizes):
+    if replicated_groups(config.mesh, sizes) == replicated_groups(own.mesh, sizes):
         return timed_own["train_chunk_s_min"] / timed_own["updates_per_chunk"]
     _, mesh, trainer = prepare(config)
     timing = bench_train(config, mesh, trainer)

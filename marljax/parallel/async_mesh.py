@@ -23,7 +23,7 @@ import jax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from marljax.config import Config, ConfigError
+from marljax.config import AsyncConfig, Config, ConfigError
 from marljax.parallel.layouts import AGENT
 from marljax.parallel.mesh import DATA
 from marljax.parallel.placement import shardings
@@ -44,12 +44,12 @@ def async_placement(config: Config) -> AsyncPlacement:
     a process's actors run on its own actor devices, and the learner mesh joins every process's
     learner devices in process order (process p holds data shard p, with the environments its
     actors generate)."""
-    host_actors = _host_cpu_devices(config)
+    host_actors = _host_cpu_devices(config.async_)
     if jax.process_count() == 1:
-        actor, learner = _split(config, jax.devices(), host_actors)
+        actor, learner = _split(config.async_, jax.devices(), host_actors)
     else:
         mine = jax.process_index()
-        by_process = [_split(config, [d for d in jax.devices() if d.process_index == q], host_actors)
+        by_process = [_split(config.async_, [d for d in jax.devices() if d.process_index == q], host_actors)
                       for q in range(jax.process_count())]  # fmt: skip
         actor, learner = by_process[mine][0], [d for _, devices in by_process for d in devices]
     k = config.mesh.agent
@@ -78,10 +78,10 @@ def async_placement(config: Config) -> AsyncPlacement:
     return AsyncPlacement(tuple(actor), mesh)
 
 
-def _host_cpu_devices(config: Config) -> list | None:
+def _host_cpu_devices(a: AsyncConfig) -> list | None:
     """This process's host CPU devices when the actors should run there apart from an accelerator
     learner (`async.actor_backend=cpu` and a default backend other than the CPU); else None."""
-    if config.async_.actor_backend != "cpu" or jax.default_backend() == "cpu":
+    if a.actor_backend != "cpu" or jax.default_backend() == "cpu":
         return None  # on a CPU-only machine the CPU devices are the ones the learner shares out
     try:
         return jax.local_devices(backend="cpu")
@@ -106,12 +106,12 @@ def _pick(spec: int | list, devices: list, name: str) -> list:
     return devices[:spec]
 
 
-def _split(config: Config, devices: list, host_actors: list | None = None) -> tuple[list, list]:
+def _split(a: AsyncConfig, devices: list, host_actors: list | None = None) -> tuple[list, list]:
     """(actor devices, learner devices) of one process's `devices` as async.actor_devices/learner_devices say.
 
     With `host_actors` (the host CPU's devices, async.actor_backend=cpu on an accelerator) the
     actors are picked from those and the learner from `devices`: two pools, disjoint by platform."""
-    n_act, n_learn = config.async_.actor_devices, config.async_.learner_devices
+    n_act, n_learn = a.actor_devices, a.learner_devices
     if host_actors is not None:
         return _pick(n_act, host_actors, "async.actor_devices"), _pick(n_learn, devices, "async.learner_devices")
     if isinstance(n_act, (list, tuple)) or isinstance(n_learn, (list, tuple)):

@@ -24,15 +24,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from marljax.config import Config, ConfigError
+from marljax.config import Config, ConfigError, DistributedConfig
 
 
 class DistributedError(RuntimeError):
     """Joining the other processes failed; the message says which setting to check."""
 
 
-def enabled(config: Config) -> bool:
-    d = config.distributed
+def enabled(d: DistributedConfig) -> bool:
+    """Whether `distributed.*` asks for a multi-process run."""
     return d.auto or d.num_processes > 1
 
 
@@ -44,7 +44,7 @@ def _backends_started() -> bool:
 
 def initialize(config: Config) -> None:
     """Join the other processes (no-op for a single-process config, or when already joined)."""
-    if not enabled(config) or jax.distributed.is_initialized():
+    if not enabled(config.distributed) or jax.distributed.is_initialized():
         return
     d = config.distributed
     if _backends_started():

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from marljax.config import Config, ConfigError
+from marljax.config import Config, ConfigError, MeshConfig
 from marljax.parallel.agent_placement import REPLICATE, modes_for
 from marljax.parallel.layouts import AGENT, Layout
 from marljax.parallel.placement import shardings as named
@@ -85,12 +85,12 @@ def mesh_layout(mesh: Mesh, replicated: frozenset[str] = frozenset()) -> Layout:
     return Layout(DATA, mesh.shape[DATA], AGENT, mesh.shape[AGENT], replicated=replicated)
 
 
-def replicated_groups(config: Config, sizes: dict[str, int]) -> frozenset[str]:
+def replicated_groups(mesh: MeshConfig, sizes: dict[str, int]) -> frozenset[str]:
     """Groups (name -> agent count) that `mesh.placement` / `mesh.replicate` keep whole on every
     agent device instead of splitting them over `agent` (none unless mesh.agent > 1)."""
-    if config.mesh.agent == 1:
+    if mesh.agent == 1:
         return frozenset()
-    modes = modes_for(sizes, config.mesh.agent, config.mesh.placement, config.mesh.replicated)
+    modes = modes_for(sizes, mesh.agent, mesh.placement, mesh.replicated)
     return frozenset(g for g, m in modes.items() if m == REPLICATE)
 
 
@@ -153,7 +153,7 @@ def split_groups(trainer) -> frozenset[str]:
     if trainer.config.mesh.agent == 1:
         return frozenset()
     sizes = {g.name: g.size for g in trainer.env.groups}
-    return frozenset(sizes) - replicated_groups(trainer.config, sizes)
+    return frozenset(sizes) - replicated_groups(trainer.config.mesh, sizes)
 
 
 def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:

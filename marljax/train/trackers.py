@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from marljax.config import Config, to_flat
+from marljax.config import Config, LogConfig, to_flat
 from marljax.files import write_text_atomic
 
 
@@ -62,8 +62,8 @@ class TensorBoard:
 
     name = "tensorboard"
 
-    def __init__(self, config: Config, out_dir: Path, store: Path, run_name: str, group: str, record: dict,
-                 ids: dict):  # fmt: skip
+    def __init__(self, log: LogConfig, params: dict, out_dir: Path, store: Path, run_name: str, group: str,
+                 record: dict, ids: dict):  # fmt: skip
         from tensorboardX import SummaryWriter
 
         self.writer = SummaryWriter(logdir=str(out_dir / "tensorboard"))
@@ -88,17 +88,17 @@ class WandB:
 
     name = "wandb"
 
-    def __init__(self, config: Config, out_dir: Path, store: Path, run_name: str, group: str, record: dict,
-                 ids: dict):  # fmt: skip
+    def __init__(self, log: LogConfig, params: dict, out_dir: Path, store: Path, run_name: str, group: str,
+                 record: dict, ids: dict):  # fmt: skip
         import wandb
 
-        self.wandb, log = wandb, config.log
+        self.wandb = wandb
         ids.setdefault("wandb", uuid.uuid4().hex[:12])
         self.run = wandb.init(
             project=log.project, entity=log.entity or None, name=run_name, tags=list(log.tags) or None,
             group=group or None, dir=str(out_dir), mode="offline" if log.offline else "online",
             id=ids["wandb"], resume="allow", reinit="create_new",
-            config={**to_flat(config.to_dict()), **{f"record/{k}": v for k, v in record.items()}},
+            config={**params, **{f"record/{k}": v for k, v in record.items()}},
         )  # fmt: skip
         self.run.define_metric("env_steps")
         self.run.define_metric("*", step_metric="env_steps")
@@ -133,11 +133,10 @@ class Neptune:
 
     name = "neptune"
 
-    def __init__(self, config: Config, out_dir: Path, store: Path, run_name: str, group: str, record: dict,
-                 ids: dict):  # fmt: skip
+    def __init__(self, log: LogConfig, params: dict, out_dir: Path, store: Path, run_name: str, group: str,
+                 record: dict, ids: dict):  # fmt: skip
         import neptune
 
-        log = config.log
         ids.setdefault("neptune", uuid.uuid4().hex[:16])
         project = f"{log.entity}/{log.project}" if log.entity else None  # None: $NEPTUNE_PROJECT
         # the client reads its data directory from the environment when the run opens
@@ -148,7 +147,7 @@ class Neptune:
             )  # fmt: skip
         if group:
             self.run["sys/group_tags"].add([group])
-        self.run["config"] = {k.replace(".", "/"): str(v) for k, v in to_flat(config.to_dict()).items()}
+        self.run["config"] = {k.replace(".", "/"): str(v) for k, v in params.items()}
         self.run["record"] = dict(record)
 
     def row(self, row: dict, values: dict[str, float]) -> None:
@@ -170,13 +169,13 @@ class MLflow:
 
     name = "mlflow"
 
-    def __init__(self, config: Config, out_dir: Path, store: Path, run_name: str, group: str, record: dict,
-                 ids: dict):  # fmt: skip
+    def __init__(self, log: LogConfig, params: dict, out_dir: Path, store: Path, run_name: str, group: str,
+                 record: dict, ids: dict):  # fmt: skip
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        if config.log.mlflow_uri:
-            self.client = MlflowClient(tracking_uri=config.log.mlflow_uri)
+        if log.mlflow_uri:
+            self.client = MlflowClient(tracking_uri=log.mlflow_uri)
         else:  # MLflow 3 asks for this opt-in before it opens a local file store
             with _environ("MLFLOW_ALLOW_FILE_STORE", "true"):
                 self.client = MlflowClient(tracking_uri=(store.absolute() / "mlruns").as_uri())
@@ -185,13 +184,13 @@ class MLflow:
             self.run_id = ids["mlflow"]
             self.client.update_run(self.run_id, status="RUNNING")
             return
-        experiment = self.client.get_experiment_by_name(config.log.project)
-        exp_id = experiment.experiment_id if experiment else self.client.create_experiment(config.log.project)
-        tags = {"mlflow.runName": run_name, **{t: "" for t in config.log.tags}}
+        experiment = self.client.get_experiment_by_name(log.project)
+        exp_id = experiment.experiment_id if experiment else self.client.create_experiment(log.project)
+        tags = {"mlflow.runName": run_name, **{t: "" for t in log.tags}}
         if group:
             tags["group"] = group
         self.run_id = ids["mlflow"] = self.client.create_run(exp_id, tags=tags).info.run_id
-        params = {**to_flat(config.to_dict()), **{f"record.{k}": v for k, v in record.items()}}
+        params = {**params, **{f"record.{k}": v for k, v in record.items()}}
         items = [Param(key, str(value)[:6000]) for key, value in params.items()]
         for i in range(0, len(items), 100):  # log_batch takes at most 100 params
             self.client.log_batch(self.run_id, params=items[i : i + 100])
@@ -234,11 +233,11 @@ class Trackers:
         ids_path = self.out_dir / "trackers.json"
         ids = json.loads(ids_path.read_text()) if ids_path.exists() else {}
         name = config.log.run_name or name or self.out_dir.name
-        record = run_record()
+        record, params = run_record(), to_flat(config.to_dict())  # a backend gets log.* and the flat settings
         try:
             for b in chosen:
-                backend = BACKENDS[b](config, self.out_dir, Path(store or out_dir), name, config.log.group or group,
-                                      record, ids)  # fmt: skip
+                backend = BACKENDS[b](config.log, params, self.out_dir, Path(store or out_dir), name,
+                                      config.log.group or group, record, ids)  # fmt: skip
                 self.backends.append(backend)
         except Exception:
             self.finish(None, "", failed=True)  # close the ones already open

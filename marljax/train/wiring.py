@@ -62,7 +62,7 @@ def check_agent_axis(config: Config, env: EnvAdapter) -> frozenset[str]:
         raise ConfigError("mesh.replicate", f"{config.env} has no group {unknown[0]!r} with "
                           f"param_sharing={config.param_sharing}; its groups: {', '.join(names)}")  # fmt: skip
     k = config.mesh.agent
-    replicated = replicated_groups(config, {g.name: g.size for g in env.groups})
+    replicated = replicated_groups(config.mesh, {g.name: g.size for g in env.groups})
     split = [g for g in env.groups if g.name not in replicated]
     bad = [f"{g.name} ({g.size})" for g in split if g.size % k]
     if bad:

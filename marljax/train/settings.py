@@ -1,0 +1,143 @@
+"""The train layer's settings: the run's directory and host loop, checkpoints, evaluation
+(flat keys: `out_dir=`, `checkpoint_every=`, `eval_every=`), the trackers (`log.*`,
+marljax/train/trackers.py), reward shaping (`reward_shaping.*`) and the compile cache
+(marljax/train/compile_cache.py). Light on purpose: it imports only the settings engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from typing import Any
+
+from marljax.schema import ConfigError, Part, register_part, setting
+
+TRACKERS = ("tensorboard", "wandb", "neptune", "mlflow")  # besides jsonl, which is always on
+TRACKER_MODULES = {"tensorboard": "tensorboardX", "wandb": "wandb", "neptune": "neptune", "mlflow": "mlflow"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    """`log.*`: experiment trackers that mirror every metrics row (marljax/train/trackers.py).
+    metrics.jsonl is always written; each tracker is an optional extra, imported only when chosen."""
+
+    backends: Any = setting(help="trackers besides metrics.jsonl: a list of tensorboard, wandb, neptune, mlflow",
+                            factory=list, resumable=True)  # fmt: skip
+    project: str = setting("marljax", "the tracker's project (wandb, neptune) or experiment (mlflow)", resumable=True,
+                           jaxmarl="PROJECT")  # fmt: skip
+    entity: str = setting("", "wandb entity / neptune workspace; empty: the account's default", resumable=True,
+                          jaxmarl="ENTITY")  # fmt: skip
+    run_name: str = setting("", "the run's name in the tracker; empty: the out_dir's name", resumable=True)
+    tags: Any = setting(help="tags of the tracker's run (a list of strings)", factory=list, resumable=True)
+    group: str = setting("", "group the tracker's runs under this name (a sweep groups its cells by default)",
+                         resumable=True)  # fmt: skip
+    offline: bool = setting(True, "wandb, neptune: write under out_dir and sync later (false: stream to the server)",
+                            resumable=True)  # fmt: skip
+    mlflow_uri: str = setting("", "MLflow tracking URI (a server, sqlite:///...); empty: a file store in <out_dir>/mlruns",
+                              resumable=True)  # fmt: skip
+
+    def check(self, config: Any) -> None:
+        for name in ("backends", "tags"):
+            v = getattr(self, name)
+            if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+                raise ConfigError(
+                    f"log.{name}", f"must be a list of names, e.g. [{', '.join(TRACKERS[:2])}], got {v!r}"
+                )
+        for b in self.backends:
+            if b == "jsonl":
+                continue  # always on
+            if b not in TRACKERS:
+                raise ConfigError("log.backends", f"unknown tracker {b!r}; allowed: jsonl, {', '.join(TRACKERS)}")
+            if importlib.util.find_spec(TRACKER_MODULES[b]) is None:
+                raise ConfigError("log.backends", f'{b} is not installed: pip install "marljax[{b}]"')
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardShapingConfig:
+    """`reward_shaping.*`: a dense reward the env reports in its step `info` (agent -> scalar), added
+    to the training reward scaled by a factor that falls linearly from 1 to 0 over `horizon` env
+    steps (JaxMARL's Overcooked pays `info["shaped_reward"]` for onions placed, dishes taken and
+    soups picked up). Logged returns stay the env's own reward."""
+
+    info_key: str = setting("", "the env step's info key holding a per-agent dense reward (overcooked: "
+                            "shaped_reward); empty: no shaping")  # fmt: skip
+    horizon: int = setting(0, "env steps (of one seed) over which the shaping factor falls linearly from 1 to 0; "
+                           "0: constant 1", minimum=0)  # fmt: skip
+
+    def check(self, config: Any) -> None:
+        if self.info_key and config.mode == "async":
+            raise ConfigError("reward_shaping.info_key", "the shaping factor follows the learner's updates on device; "
+                              "allowed with mode=anakin (or leave it empty)")  # fmt: skip
+
+
+# compile_cache's values (marljax/train/compile_cache.py uses the directory they mean)
+COMPILE_CACHE_OFF = (False, "false", "off", "no", "0")
+COMPILE_CACHE_AUTO = (True, "auto", "true", "on", "yes")
+
+
+def compile_cache_problem(value: Any) -> str | None:
+    """Why `compile_cache=value` is not allowed, or None."""
+    if value in COMPILE_CACHE_OFF or value in COMPILE_CACHE_AUTO:
+        return None
+    if isinstance(value, str) and value.strip():
+        return None
+    return f"must be auto, false or a directory, got {value!r}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """The host loop (flat keys)."""
+
+    out_dir: str = setting("", "the run's directory; empty: runs/<algo>_<env>_<timestamp>", resumable=True)
+    overwrite: bool = setting(False, "allow replacing a run already in out_dir", resumable=True)
+    num_chunks: int = setting(
+        50, "jitted chunks the run is split into (one metrics row each)", minimum=1, resumable=True
+    )
+    progress: bool = setting(True, "show a progress bar", resumable=True)
+    plot: bool = setting(True, "write returns.png at the end", resumable=True)
+    compile_cache: Any = setting(
+        "auto", "JAX's persistent compilation cache, kept across runs: auto (~/.cache/marljax/jax-compile/<machine>; "
+        "JAX_COMPILATION_CACHE_DIR wins when set) | false | a directory", resumable=True)  # fmt: skip
+
+    def check(self, config: Any) -> None:
+        if (why := compile_cache_problem(self.compile_cache)) is not None:
+            raise ConfigError("compile_cache", why)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpoints (<out_dir>/checkpoints, flat keys): the whole training state, saved asynchronously."""
+
+    checkpoint_every: int = setting(100, "updates between checkpoints (at chunk ends); 0: only at the end",
+                                    minimum=0, resumable=True)  # fmt: skip
+    keep_checkpoints: int = setting(3, "the newest this many checkpoints are kept", minimum=1, resumable=True)
+    resume: bool = setting(False, "continue from the newest good checkpoint in out_dir", resumable=True)
+    nan_guard: bool = setting(True, "stop on a non-finite loss or parameter, before it is checkpointed", resumable=True)
+
+    def check(self, config: Any) -> None:
+        if self.resume and not config.out_dir:
+            raise ConfigError("out_dir", "resume=true needs the out_dir of the run to continue")
+        if self.resume and config.overwrite:
+            raise ConfigError(
+                "resume", "resume=true continues the run in out_dir; overwrite=true would delete it. Pick one"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationConfig:
+    """Evaluation apart from the training rollouts (marljax.train.evaluate; flat keys)."""
+
+    eval_every: int = setting(
+        0, "updates between greedy evaluations (at chunk ends); 0: never", minimum=0, resumable=True
+    )
+    eval_episodes: int = setting(32, "fresh episodes each seed plays per evaluation", minimum=1, resumable=True,
+                                 jaxmarl=("NUM_TEST_EPISODES", "TEST_NUM_ENVS", "NUM_TEST_ENVS"))  # fmt: skip
+    eval_greedy: bool = setting(True, "evaluate the policy's most likely action (false: sample it)", resumable=True)
+
+
+register_part(Part("log", LogConfig, order=40,
+                   help="experiment trackers: log.backends=[tensorboard,wandb,neptune,mlflow]"))  # fmt: skip
+register_part(Part("reward_shaping", RewardShapingConfig, order=50, help="a dense reward from the env's info, "
+                   "annealed: reward_shaping.info_key, reward_shaping.horizon"))  # fmt: skip
+register_part(Part("run", RunConfig, order=60, flat=True))
+register_part(Part("checkpoint", CheckpointConfig, order=70, flat=True))
+register_part(Part("evaluation", EvaluationConfig, order=80, flat=True))
