@@ -152,8 +152,9 @@ def test_every_discrete_algorithm_trains_on_it(name, algo):
     trainer = make_trainer(config, make_adapter(config))
     state, metrics = jax.jit(trainer.train, compiler_options=SMOKE_COMPILE)(jax.random.PRNGKey(0))
     assert config.num_updates == 2
-    for key, value in metrics.items():
-        assert np.all(np.isfinite(np.asarray(value, np.float64))), (algo, name, key)
+    for path, value in jax.tree_util.tree_leaves_with_path(metrics):
+        if jnp.issubdtype(value.dtype, jnp.floating):
+            assert np.all(np.isfinite(np.asarray(value))), (algo, name, jax.tree_util.keystr(path))
     for leaf in jax.tree.leaves(state.learner.params):
         assert np.all(np.isfinite(np.asarray(leaf)))
 
@@ -170,3 +171,20 @@ def test_without_jumanji_the_run_is_refused_in_one_line_naming_the_extra(monkeyp
     monkeypatch.setitem(sys.modules, "jumanji", None)  # `import jumanji` now raises ImportError
     with pytest.raises(ConfigError, match=r"needs jumanji, which is not installed: pip install 'marljax\[jumanji\]'"):
         load_config(None, ["env=jumanji:RobotWarehouse-v0"]) and make_env("jumanji:RobotWarehouse-v0")
+
+
+LBF_SMALL = ["env=jumanji:LevelBasedForaging-v0", "env_kwargs.grid_size=6", "env_kwargs.fov=6", "env_kwargs.time_limit=30"]
+
+
+@needs_jumanji
+@pytest.mark.slow
+@pytest.mark.optimized
+def test_ippo_learns_level_based_foraging(tmp_path):
+    """The learning yardstick (tests/_learning.py) on a 6x6 LevelBasedForaging (2 agents, 2 food,
+    cooperative loading as Jumanji's default: food needs both agents' levels). measured (seed 0, 64
+    episodes, this 2-core CPU, 100 s under load): learned 0.320, no-op 0.000, random 0.012 per agent
+    at 3e5 steps; the margin is about half the gap."""
+    from tests._learning import learned_vs_baselines
+
+    s = learned_vs_baselines([*LBF_SMALL, "total_timesteps=3e5"], tmp_path)
+    assert s.learned >= s.best_baseline + 0.15, s
