@@ -167,13 +167,24 @@ def test_unknown_id_and_kwargs_are_refused_in_one_line():
         make_env("jumanji:LevelBasedForaging-v0", {"grid_sise": 5})
 
 
-def test_without_jumanji_the_run_is_refused_in_one_line_naming_the_extra(monkeypatch):
+def test_without_jumanji_the_run_is_refused_in_one_line_naming_the_extra(monkeypatch, capsys, tmp_path):
+    from marljax.cli import main
+
     monkeypatch.setitem(sys.modules, "jumanji", None)  # `import jumanji` now raises ImportError
     with pytest.raises(ConfigError, match=r"needs jumanji, which is not installed: pip install 'marljax\[jumanji\]'"):
-        load_config(None, ["env=jumanji:RobotWarehouse-v0"]) and make_env("jumanji:RobotWarehouse-v0")
+        make_env("jumanji:RobotWarehouse-v0")
+    assert main(["train", "env=jumanji:RobotWarehouse-v0", f"out_dir={tmp_path / 'run'}", "progress=false"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "pip install 'marljax[jumanji]'" in err, err
+    assert not (tmp_path / "run").exists()
 
 
-LBF_SMALL = ["env=jumanji:LevelBasedForaging-v0", "env_kwargs.grid_size=6", "env_kwargs.fov=6", "env_kwargs.time_limit=30"]
+LBF_SMALL = [
+    "env=jumanji:LevelBasedForaging-v0",
+    "env_kwargs.grid_size=6",
+    "env_kwargs.fov=6",
+    "env_kwargs.time_limit=30",
+]
 
 
 @needs_jumanji

@@ -57,9 +57,15 @@ SPECS = {
     "RobotWarehouse-v0": _Spec(
         "jumanji.environments:RobotWarehouse",
         f"{_ROUTING}.robot_warehouse.generator:RandomGenerator",
-        {"column_height": 8, "shelf_rows": 2, "shelf_columns": 3, "num_agents": 4, "sensor_range": 1,
-         "request_queue_size": 8},
-    ),  # fmt: skip
+        {
+            "column_height": 8,
+            "shelf_rows": 2,
+            "shelf_columns": 3,
+            "num_agents": 4,
+            "sensor_range": 1,
+            "request_queue_size": 8,
+        },
+    ),
     "LevelBasedForaging-v0": _Spec(
         "jumanji.environments:LevelBasedForaging",
         f"{_ROUTING}.lbf.generator:RandomGenerator",
