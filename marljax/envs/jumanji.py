@@ -197,7 +197,7 @@ class JumanjiEnv:
         owner, kind = (grid - 1) // 3, (grid - 1) % 3
         kinds = jnp.stack([(grid > 0) & (kind == k) for k in range(3)], -1)  # [G, G, 3]
         mask = jnp.asarray(obs.action_mask, jnp.float32)
-        out = []
+        out: list[tuple[Array, ...]] = []
         for i in range(self.num_agents):
             own = kinds & (owner == i)[..., None]
             channels = jnp.concatenate([own, kinds & ~own], -1).astype(jnp.float32)  # [G, G, 6]
