@@ -181,6 +181,8 @@ def test_unknown_id_and_kwargs_are_refused_in_one_line():
         make_env("jumanji:RobotWarehous-v0")
     with pytest.raises(ConfigError, match=r"env_kwargs\.grid_sise.*it takes: .*grid_size"):
         make_env("jumanji:LevelBasedForaging-v0", {"grid_sise": 5})
+    with pytest.raises(ConfigError, match=r"LevelBasedForaging-v0\(grid_size=5, fov=8, .*Field of view"):
+        make_env("jumanji:LevelBasedForaging-v0", {"grid_size": 5})  # the generator's own check, in one line
 
 
 def test_without_jumanji_the_run_is_refused_in_one_line_naming_the_extra(monkeypatch, capsys, tmp_path):

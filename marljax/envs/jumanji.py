@@ -135,7 +135,8 @@ def make_jumanji(name: str, env_kwargs: Mapping[str, Any] | None = None) -> Juma
     try:
         env = env_cls(generator=gen_cls(**generator), **own)
     except Exception as exc:  # noqa: BLE001 - e.g. a grid too small for its agents
-        raise ConfigError("env_kwargs", f"building the env failed: {name}({listed({**generator, **own})}) raised "
+        given = ", ".join(f"{k}={v!r}" for k, v in {**generator, **own}.items())
+        raise ConfigError("env_kwargs", f"building the env failed: {name}({given}) raised "
                                         f"{type(exc).__name__}: {first_line(exc)}; check env_kwargs") from exc  # fmt: skip
     return JumanjiEnv(env, name)
 
