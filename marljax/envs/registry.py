@@ -14,6 +14,8 @@ from typing import Any
 
 from marljax.config import ConfigError, first_line, listed
 from marljax.envs.factory import build_env, module_now
+from marljax.envs.jumanji import check_id as check_jumanji_id
+from marljax.envs.jumanji import is_jumanji, make_jumanji
 
 # Ids that import from the PyPI package but need something it does not install.
 _NEEDS = {
@@ -102,6 +104,9 @@ def _from_import_path(spec: str, kwargs: Mapping[str, Any]):
 
 def check_env_name(name: str) -> None:
     """Raise ConfigError (before any compile) when `name` cannot be built here."""
+    if is_jumanji(name):
+        check_jumanji_id(name)
+        return
     if ":" in name:
         return
     ids = registered_env_ids()
@@ -113,7 +118,7 @@ def check_env_name(name: str) -> None:
         raise ConfigError(
             "env",
             f"unknown environment {name!r}{hint}; allowed: a JaxMARL id ({', '.join(ids)}) "
-            "or an import path module:callable",
+            "a Jumanji id (jumanji:RobotWarehouse-v0, ...) or an import path module:callable",
         )
     if name in _NEEDS:
         try:
@@ -126,9 +131,11 @@ def check_env_name(name: str) -> None:
 
 
 def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
-    """Build the raw JaxMARL-API environment named by `name`."""
+    """Build the raw JaxMARL-API environment named by `name` (`jumanji:<id>`: a Jumanji env behind that API)."""
     kwargs = dict(env_kwargs or {})
     check_env_name(name)
+    if is_jumanji(name):
+        return make_jumanji(name, kwargs)
     if ":" in name:
         return _from_import_path(name, kwargs)
     import jaxmarl
