@@ -61,3 +61,14 @@ def test_write_is_atomic_json_and_none_without_evaluations(tmp_path):
     assert write_run_marl_eval(_rows()[:1], config, tmp_path / "none") is None
     assert not (tmp_path / "none").exists()
     assert "NaN" not in path.read_text()  # strict JSON: marl-eval's reader refuses NaN
+
+
+def test_jumanji_ids_are_named_and_not_import_paths():
+    """A Jumanji id is an env family and task, and rebuilding it runs no user code (no trust_code
+    needed to load its policy); an import path, the PettingZoo form included, does run code."""
+    from marljax.envs.registry import is_import_path
+
+    assert env_task("jumanji:RobotWarehouse-v0") == ("Jumanji", "RobotWarehouse-v0")
+    assert not is_import_path("jumanji:RobotWarehouse-v0")
+    assert not is_import_path("MPE_simple_spread_v3")
+    assert is_import_path("my_pkg.envs:make_env") and is_import_path("pettingzoo:my_pkg:parallel_env")

@@ -102,6 +102,12 @@ def _from_import_path(spec: str, kwargs: Mapping[str, Any]):
         raise
 
 
+def is_import_path(name: str) -> bool:
+    """Whether `env=name` imports and runs code to build the env (`module:callable`,
+    `pettingzoo:module:callable`), as a JaxMARL id and a Jumanji id (`jumanji:<id>`) do not."""
+    return ":" in name and not is_jumanji(name)
+
+
 def check_env_name(name: str) -> None:
     """Raise ConfigError (before any compile) when `name` cannot be built here."""
     if is_jumanji(name):

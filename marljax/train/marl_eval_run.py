@@ -30,7 +30,10 @@ from marljax.files import write_text_atomic
 
 
 def env_task(env_id: str) -> tuple[str, str]:
-    """("MPE", "simple_spread_v3") from "MPE_simple_spread_v3"; ("custom", id) for a `module:callable`."""
+    """("MPE", "simple_spread_v3") from "MPE_simple_spread_v3"; ("Jumanji", "RobotWarehouse-v0") from
+    "jumanji:RobotWarehouse-v0"; ("custom", id) for a `module:callable`."""
+    if env_id.startswith("jumanji:"):  # marljax.envs.jumanji.PREFIX, spelled out: this module imports no JAX
+        return "Jumanji", env_id.split(":", 1)[1]
     if ":" in env_id:
         return "custom", env_id
     if "_" in env_id:

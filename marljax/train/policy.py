@@ -27,6 +27,7 @@ import orbax.checkpoint as ocp
 
 from marljax.config import Config, ConfigError, from_dict
 from marljax.envs.adapter import EnvAdapter
+from marljax.envs.registry import is_import_path
 from marljax.files import DamagedFile, read_json, write_text_atomic
 from marljax.parallel.mesh import first_device_sharding
 from marljax.train import library_log
@@ -56,7 +57,7 @@ def _rebuild(config: Config, trust_code: bool, where: Path):
     """The env adapter and trainer of a saved config. An env given as an import path
     (`module:callable`) is imported and called, which runs that module's code: from a saved
     file, only when the caller says it trusts the file."""
-    if ":" in config.env and not trust_code:
+    if is_import_path(config.env) and not trust_code:
         raise PolicyError(
             f"{where} names env {config.env!r}, an import path: rebuilding it would import and run that code. "
             "If you trust this file, pass trust_code=True (marljax export ... trust_code=true)"
