@@ -45,7 +45,7 @@ def test_train_in_both_modes_steps_through_the_driver(tmp_path, steps, mode):
     )
     # one driver step per metrics row (a source writing rows itself would leave `steps` empty)
     assert len(steps) == len(result.rows) == 2
-    assert sum(n for n, _ in steps) == result.rows[-1]["update"] == 4
+    assert sum(n for n, _ in steps) == result.rows[-1]["update"] == 8  # 1024 steps of 8 x 16
     assert {rows for _, rows in steps} == {2}  # the run's seeds
 
 
