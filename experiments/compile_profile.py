@@ -40,15 +40,15 @@ PHASES = (
     ("ckpt_save", "checkpoint.save"),
     ("ckpt_restore", "checkpoint.restore_latest"),
     ("ckpt_restore", "checkpoint.newest_meta"),
-    ("guard", "loop._guard"),
+    ("guard", "driver.nan_guard"),
     ("init", "mesh.seed_keys"),
-    ("init", "loop._initial_state"),
+    ("init", "driver.resume"),
     ("init", "runner.fresh"),
     ("init", "wiring.prepare"),
     ("init", "runner._prepare"),
     ("init", "envs"),
 )
-EVAL_NAMES = ("jit(one_row)", "jit(keep_best)")  # the sweep calls its evaluator from runner.on_chunk
+EVAL_NAMES = ("jit(one_row)", "jit(keep_best)")  # the sweep calls its evaluator from driver.step
 
 
 def phase(p: Compiled) -> str:

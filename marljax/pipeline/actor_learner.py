@@ -42,7 +42,7 @@ Concurrency traps, and what is done about them:
 * an actor that hangs (a host env whose `step` never returns) is named by the watchdog
   (watchdog.py): the learner waits in one-second slices and fails the run (`ActorStuck`)
   once an actor has been on one piece of work for `async.actor_timeout_s`;
-* a stop request (SIGINT/SIGTERM, `stop()`) is honoured after the update in progress: the
+* a stop request (SIGINT/SIGTERM, `stop(chunk_end)`) is honoured after the update in progress: the
   updates so far are handed to `on_chunk` as a last, shorter chunk (which saves), and the
   pipeline stops;
 * JAX dispatch is thread-safe; each actor thread only touches its own environments and
@@ -63,7 +63,7 @@ import numpy as np
 
 from marljax.config import Config
 from marljax.parallel.async_mesh import async_placement, learner_on_mesh, shard_learn, trajectory_shardings
-from marljax.parallel.distributed import any_process, host_values
+from marljax.parallel.distributed import host_values
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import learner_specs, mesh_layout, seed_keys, split_groups
 from marljax.parallel.placement import copy_to_devices, local_replica, place, place_process_local
@@ -142,7 +142,6 @@ class AsyncRun:
         self.learn = shard_learn(learn_local, mesh, learner_spec, per_device)  # donates the learner state
         self.samples_per_batch = config.num_steps * config.num_envs * S  # one update's
         self.health = EnvHealth()  # host env copies' failures, restarts, retirements (a new one every run)
-        self.stopping = False  # several processes: the stop they agreed on at the last chunk end
 
     def to_learner_mesh(self, traj: Trajectory) -> Trajectory:
         """A batch from the host buffer placed on the learner mesh, as `learn` takes it (several
@@ -242,14 +241,6 @@ class AsyncRun:
             heart.idle(i)
 
     # ------------------------------------------------------------------- driver
-    def _stopping(self, stop: Callable[[], bool] | None, chunk_ends: bool) -> bool:
-        """Whether to stop after this update. Several processes must agree (each update is a
-        collective): they decide together, at chunk ends only (processes.py)."""
-        if self.processes == 1:
-            return stop is not None and stop()
-        self.stopping = chunk_ends and any_process(stop is not None and stop())
-        return self.stopping
-
     def _next_batch(self, buffer: TrajectoryBuffer, heart: Heartbeats) -> Stamped:
         """buffer.get(), failing the run when an actor hangs (see watchdog.py)."""
         limit = self.config.async_.actor_timeout_s
@@ -281,10 +272,12 @@ class AsyncRun:
                 if (stuck and i in {j for j, _, _ in stuck}) or (time.monotonic() > deadline and not raise_stuck):
                     break
 
-    def run(self, updates: int, on_chunk: Callable, chunk: int, stop: Callable[[], bool] | None = None) -> Any:
+    def run(self, updates: int, on_chunk: Callable, chunk: int, stop: Callable[[bool], bool] | None = None) -> Any:
         """Run `updates` learner updates; every `chunk` of them call
         on_chunk(stacked metrics [S, n], wall seconds, async fields of the row, learner state).
-        When `stop()` turns true, the updates since the last chunk are handed over and the run ends."""
+        After every update `stop(chunk_end)` (train.driver.StopControl: several processes agree,
+        at chunk ends only, since each update is a collective) says whether to stop: the updates
+        since the last chunk are then handed over and the run ends."""
         config = self.config
         buffer = TrajectoryBuffer(config.async_.buffer_capacity, config.async_.max_staleness, config.async_.staleness_policy,
                                   self.micro_batches)  # fmt: skip
@@ -320,7 +313,7 @@ class AsyncRun:
 
             recorder = TrajectoryRecorder(processes.dataset_dir(config.async_.record_trajectories, self.process,
                                                                 self.processes))  # fmt: skip
-        clean = False
+        clean = stopped = False
         pending: list[dict] = []
         staleness: list[int] = []  # per consumed item (slice) in this chunk
         slices: list[list[tuple[int, int]]] = []  # micro-batches: per update, each slice's (version, staleness)
@@ -356,8 +349,9 @@ class AsyncRun:
                                                              end - t_update)))  # fmt: skip
                     dropped_before, t_update = dropped, end
                 pending.append(metrics)
-                stopping = self._stopping(stop, chunk_ends=len(pending) == chunk or u == updates - 1)
-                if len(pending) == chunk or u == updates - 1 or stopping:
+                chunk_end = len(pending) == chunk or u == updates - 1
+                stopping = stop is not None and stop(chunk_end)
+                if chunk_end or stopping:
                     stacked = jax.tree.map(lambda *xs: np.stack(xs, axis=1), *host_values(pending))
                     now, wall = buffer.stats(), time.perf_counter() - t_chunk
                     row = async_row(now, last, staleness, wall, self.samples_per_batch // self.micro_batches,
@@ -374,8 +368,9 @@ class AsyncRun:
                     on_chunk(stacked, wall, row, self.learner)
                     pending, staleness, slices, last, t_chunk = [], [], [], now, time.perf_counter()
                 if stopping:
+                    stopped = True
                     break
-            clean = not (stop is not None and stop())
+            clean = not stopped
         except BaseException as exc:
             buffer.close(exc)
             raise

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import json
-import operator
 import shutil
 import time
 from collections.abc import Callable
@@ -52,10 +51,11 @@ from marljax.sweeps.results import METRICS, ResultsStore, load
 from marljax.sweeps.spec import Program, Sweep, located
 from marljax.train import compile_cache
 from marljax.train.checkpoint import Checkpointer, abstract_like
-from marljax.train.chunks import ChunkBudget, checkpoint_due, chunk_sizes, run_chunks
-from marljax.train.evaluate import ABSOLUTE_FACTOR, eval_fields, eval_keys, keep_best, make_evaluator
+from marljax.train.chunks import ChunkBudget, chunk_sizes, run_chunks
+from marljax.train.driver import Checkpoints, Chunk, Driver, Progress, RowSink, rows_kept
+from marljax.train.evaluate import ABSOLUTE_FACTOR, Evaluation, eval_keys, keep_best, make_evaluator
 from marljax.train.memory import MemoryEstimate
-from marljax.train.metrics import JsonlWriter, chunk_row, plot_returns, read_jsonl, read_rows_kept, write_jsonl_atomic
+from marljax.train.metrics import plot_returns, read_jsonl
 from marljax.train.records import config_yaml
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import check_run, sync_estimate
@@ -191,7 +191,7 @@ def run_sweep(
     log(sweep.describe())
     store = ResultsStore(sweep.out_dir / "results", _coords(sweep)) if primary else None
     done = _done(sweep.out_dir)
-    bar = _bar(
+    bar = Progress(  # in rows (cells x seeds) finished
         progress,
         len(sweep.cells) * sweep.seeds,
         sum(len(p.cells) * sweep.seeds for p in sweep.programs if p.name in done),
@@ -208,11 +208,9 @@ def run_sweep(
                 return SweepResult(sweep.out_dir, ran, skipped, {})
             if primary:
                 _mark_done(sweep.out_dir, program.name)
-            if bar is not None:
-                bar.update(len(program.cells) * sweep.seeds)
+            bar.advance(len(program.cells) * sweep.seeds)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     if skipped:
         log(f"already finished, not rerun: {', '.join(skipped)}")
     return SweepResult(sweep.out_dir, ran, skipped, finish(sweep.out_dir, log) if primary else {})
@@ -278,8 +276,7 @@ def _run_program(
                 start = int(meta["update"])
                 log(f"program {program.name}: resumed at update {start} of {config.num_updates}")
         run = fresh() if run is None else run
-        writers, trackers = _cell_writers(sweep, program, start)
-        evaluate = make_evaluator(trainer, config.eval_episodes, config.eval_greedy)
+        sinks = _cell_sinks(sweep, program, start)
         done_chunks = len(chunk_sizes(start, every)) if start else 0
         todo = schedule[done_chunks:]
         t0 = time.perf_counter()
@@ -289,41 +286,48 @@ def _run_program(
             f"= {program.rows} rows, {config.num_updates} updates, evaluation every {every}; compiled in "
             f"{time.perf_counter() - t0:.1f}s"
         )
-        bar = _bar(progress, config.num_updates, start, leave=False, desc=program.name[:40])
-        update, saved, k = start, start, done_chunks
+        k = done_chunks  # the evaluation's index in the results store
 
-        def on_chunk(state, metrics: dict, n: int, wall: float) -> None:
-            nonlocal update, saved, k, run
-            update += n
-            result = evaluate(state.learner.params, eval_keys(config.seed, seed_index, update))
+        def keep(state, result) -> dict:
+            """Each row's best parameters so far (by evaluation return): with the state, what a checkpoint saves."""
+            nonlocal run
             score = jnp.mean(result.returns, axis=1)  # [R]
             best_params, best_score = keep_best(run["best_params"], run["best_score"], state.learner.params, score)
             run = {"state": state, "best_params": best_params, "best_score": best_score}
-            result = host_values(result)  # a collective on a multi-host run: every process gathers
-            if store is not None:
-                _record(sweep, program, store, writers, trackers, metrics, result, k, update, n, wall, env)
+            return run
+
+        def record(rows: list[dict], result, update: int) -> None:
+            """Evaluation k of every cell in the results store (process 0)."""
+            nonlocal k
+            for ci, cell in enumerate(program.cells if store is not None else ()):
+                cell_rows = slice(ci * S, (ci + 1) * S)
+                store.write_eval(cell.index, k, update * config.run_steps_per_update,
+                                 _eval_metrics(result, cell_rows, env.has_win), result.returns[cell_rows])  # fmt: skip
             k += 1
-            if checkpoint_due(config, update, saved):
-                checkpointer.save(update, run, {"config": config.to_dict(), "program": program.name})
-                saved = update
-            if bar is not None:
-                bar.update(n)
+
+        meta = {"config": config.to_dict(), "program": program.name}
+        driver = Driver(
+            config, env, start=start, groups=[slice(ci * S, (ci + 1) * S) for ci in range(len(program.cells))],
+            sinks=sinks, checkpoints=Checkpoints(checkpointer, config, lambda update: meta, start),
+            progress=Progress(progress, config.num_updates, start, leave=False, desc=program.name[:40]),
+            evaluation=Evaluation(trainer, seed_index, every, config.num_updates), on_eval=keep, on_rows=record,
+        )  # fmt: skip
+
+        def step(state, metrics: dict, n: int, wall: float) -> None:
+            driver.step(Chunk(state, metrics, n, wall, state.learner.params))
 
         ok = finished = False
         try:
-            _, finished = run_chunks(compiled, run["state"], todo, on_chunk, budget)
+            _, finished = run_chunks(compiled, run["state"], todo, step, budget)
             checkpointer.wait()
             ok = True
             if not finished:
                 return False
         finally:
-            for w in writers or ():
-                w.close()
-            if bar is not None:
-                bar.close()
-            if not finished:  # failed, or stopped to continue later (the trackers' runs continue then)
-                for cell, tracker in zip(program.cells, trackers or ()):
-                    tracker.finish(None, config_yaml(cell.config), failed=not ok)
+            driver.close(failed=not ok)
+            if ok and not finished:  # stopped to continue later: the trackers' runs continue then
+                for sink in sinks:
+                    sink.finish(None)
         absolute = make_evaluator(trainer, config.eval_episodes * ABSOLUTE_FACTOR, config.eval_greedy)
         result = host_values(absolute(run["best_params"], eval_keys(config.seed, seed_index, _ABSOLUTE_EVALUATION)))
         for ci, cell in enumerate(program.cells if store is not None else ()):  # process 0 writes
@@ -333,7 +337,7 @@ def _run_program(
             plot = cell_dir / "returns.png" if config.plot else None
             if plot is not None:
                 plot_returns(read_jsonl(cell_dir / "metrics.jsonl"), plot, f"{cell.name}, {S} seed(s)")
-            trackers[ci].finish(plot, config_yaml(cell.config))
+            sinks[ci].finish(plot)
         return True
     finally:
         checkpointer.close()
@@ -346,51 +350,19 @@ def _eval_metrics(result, rows: slice, wins: bool) -> np.ndarray:
     return np.stack([result.returns[rows].mean(axis=1), result.lengths[rows].mean(axis=1), won], axis=1)
 
 
-def _cell_writers(
-    sweep: Sweep, program: Program, start: int
-) -> tuple[list[JsonlWriter], list[Trackers]] | tuple[None, None]:
+def _cell_sinks(sweep: Sweep, program: Program, start: int) -> list[RowSink]:
     """Each cell's directory like a `marljax train` run's (metrics rows after `start` are dropped),
-    and its trackers: one tracker run per cell, grouped under the sweep's name (`log.group`
-    overrides). None on processes other than 0."""
+    and its row sink: metrics.jsonl and one tracker run per cell, grouped under the sweep's name
+    (`log.group` overrides). None on processes other than 0."""
     if not distributed.is_primary():
-        return None, None
-    writers, trackers = [], []
+        return []
+    sinks = []
     for cell in program.cells:
         cell_dir = sweep.out_dir / "cells" / cell.dirname
         cell_dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(cell_dir / "config.yaml", config_yaml(cell.config))
         path = cell_dir / "metrics.jsonl"
-        rows = read_rows_kept(path, start, print) if start else []
-        write_jsonl_atomic(path, rows)
-        writers.append(JsonlWriter(path))
-        trackers.append(Trackers(cell.config, cell_dir, name=cell.name, group=sweep.out_dir.name, store=sweep.out_dir))
-    return writers, trackers
-
-
-def _record(sweep, program, store, writers, trackers, metrics, result, k: int, update: int, n: int, wall: float,
-            env) -> None:  # fmt: skip
-    """One metrics.jsonl row per cell and evaluation k of every cell in the results store."""
-    config, S = program.config, sweep.seeds
-    steps_per_update = config.num_steps * config.num_envs  # one run's
-    groups = tuple((g.name, g.size) for g in env.groups)
-    for ci, (cell, writer) in enumerate(zip(program.cells, writers)):
-        rows = slice(ci * S, (ci + 1) * S)
-        row = chunk_row(
-            jax.tree.map(operator.itemgetter(rows), metrics), update=update, env_steps=update * steps_per_update,  # per run
-            wall_s=wall, chunk_env_steps=n * steps_per_update * S, num_agents=env.num_agents, groups=groups,
-            wins=env.has_win,
-        )  # fmt: skip
-        row.update(eval_fields(result.returns[rows], result.lengths[rows], result.won[rows] if env.has_win else None))
-        writer.write(row)
-        trackers[ci].row(row)
-        store.write_eval(
-            cell.index, k, update * steps_per_update, _eval_metrics(result, rows, env.has_win), result.returns[rows]
-        )
-
-
-def _bar(enabled: bool, total: int, initial: int = 0, **kwargs):
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, **kwargs)
+        rows_kept(path, start, print)
+        trackers = Trackers(cell.config, cell_dir, name=cell.name, group=sweep.out_dir.name, store=sweep.out_dir)
+        sinks.append(RowSink(path, trackers, config_yaml(cell.config)))
+    return sinks

@@ -26,8 +26,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.parallel.distributed import host_values
-
 Array = jax.Array
 
 ABSOLUTE_FACTOR = 10  # the absolute metric uses this many times the evaluation episodes
@@ -173,17 +171,19 @@ def eval_fields(returns, lengths, won=None) -> dict:
     return fields
 
 
-class PeriodicEval:
-    """`marljax train`'s evaluation at chunk ends: fields for the metrics row."""
+class Evaluation:
+    """Evaluation at chunk ends (`train.driver`): every `every` updates and at update `last`, each
+    row of the parameters with its seed index's keys of that update (a run: its seeds; a sweep:
+    cells x seeds, so that every cell meets the same episodes)."""
 
-    def __init__(self, trainer, num_rows: int):
+    def __init__(self, trainer, seed_index: Array, every: int, last: int):
         config = trainer.config
-        self.config, self.wins = config, trainer.env.has_win
+        self.seed, self.every, self.last, self.seed_index = config.seed, every, last, seed_index
         self.evaluate = make_evaluator(trainer, config.eval_episodes, config.eval_greedy)
-        self.seed_index = jnp.arange(num_rows)
 
-    def __call__(self, params, update: int) -> dict:
-        """Evaluate `params` (leaves [S, ...]) with keys of `update`; per-seed means and the pooled mean."""
-        keys = eval_keys(self.config.seed, self.seed_index, update)
-        result = host_values(self.evaluate(params, keys))
-        return eval_fields(result.returns, result.lengths, result.won if self.wins else None)
+    def due(self, update: int, previous: int) -> bool:
+        return eval_due(update, previous, self.every, self.last)
+
+    def __call__(self, params, update: int) -> EvalResult:
+        """Evaluate `params` (leaves [R, ...]) with the keys of `update`; on the device."""
+        return self.evaluate(params, eval_keys(self.seed, self.seed_index, update))

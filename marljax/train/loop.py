@@ -1,8 +1,10 @@
-"""The host loop: compile a chunk of updates once, run it until the budget is spent.
+"""`marljax train`: claim out_dir, build the run's source of chunks, and let the driver run it.
 
-Between chunks (never inside jit): progress bar, one metrics.jsonl row, a
-non-finite-loss stop. At the start the resolved config goes to
-`<out_dir>/config.yaml`; at the end the returns plot to `<out_dir>/returns.png`.
+The source is the on-device chunk program (`_train_sync`: compiled once, run chunk by chunk) or
+the async pipeline (`_train_async`, pipeline/actor_learner.py); what happens between chunks
+(metrics rows, evaluation, NaN guard, checkpoints, progress, stop signals) is `train.driver`'s.
+At the start the resolved config goes to `<out_dir>/config.yaml`; at the end the returns plot to
+`<out_dir>/returns.png`.
 """
 
 from __future__ import annotations
@@ -22,32 +24,32 @@ from marljax.config import Config, ConfigError, replace
 from marljax.files import DirectoryLock, check_writable_dir, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.async_mesh import async_placement
-from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.processes import dataset_dir
 from marljax.train import compile_cache
-from marljax.train.checkpoint import Checkpointer, CheckpointError, abstract_like, check_resumable, not_a_checkpoint_dir
-from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, chunk_sizes, run_chunks
-from marljax.train.evaluate import PeriodicEval, eval_due
-from marljax.train.marl_eval_run import write_run_marl_eval
-from marljax.train.metrics import (
-    JsonlWriter,
-    chunk_row,
-    first_non_finite,
-    plot_returns,
-    read_rows_kept,
-    write_jsonl_atomic,
+from marljax.train.checkpoint import Checkpointer, CheckpointError, abstract_like, not_a_checkpoint_dir
+from marljax.train.chunks import ChunkBudget, chunk_sizes, run_chunks
+from marljax.train.driver import (
+    Checkpoints,
+    Chunk,
+    Driver,
+    Progress,
+    RowSink,
+    StopControl,
+    TrainingDiverged,
+    resume,
 )
+from marljax.train.evaluate import Evaluation
+from marljax.train.marl_eval_run import write_run_marl_eval
+from marljax.train.metrics import plot_returns
 from marljax.train.records import config_yaml
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import async_estimate, check_run, sync_estimate
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare, warn_slow_dtype
 from marljax.types import TrainState
 
-
-class TrainingDiverged(RuntimeError):
-    """A loss became NaN or infinite; the message names the update and the metric."""
+__all__ = ["RunResult", "TrainingDiverged", "default_out_dir", "set_aside_runs", "summary", "train"]
 
 
 class RunResult(NamedTuple):
@@ -184,7 +186,8 @@ def _put_back(aside: Path, out_dir: Path, log) -> None:
 
 
 def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_row=None, on_compiled=None) -> RunResult:
-    """The on-device mode: the sharded chunk of updates, compiled once, run chunk by chunk."""
+    """The on-device mode: the sharded chunk of updates, compiled once, run chunk by chunk (the
+    source of chunks `train.driver.Driver` steps through)."""
     metrics_path, ckpt_dir = out_dir / "metrics.jsonl", out_dir / "checkpoints"
     env, mesh, trainer = prepare(config)
     log(f"marljax {config.algo} on {env.describe()}")
@@ -202,14 +205,52 @@ def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_r
     try:
         target = abstract_like(fns.shapes, fns.shardings)
         fresh = lambda: fns.init(seed_keys(config.seed, config.num_seeds))  # noqa: E731
-        state, start, rows, _ = _initial_state(config, target, fresh, checkpointer, metrics_path, log)
+        state, start, rows, _ = resume(config, target, fresh, checkpointer, metrics_path, log)
         if distributed.is_primary():
             write_text_atomic(out_dir / "config.yaml", config_yaml(config))
-        evaluator = PeriodicEval(trainer, config.num_seeds) if config.eval_every else None
-        return _run_chunks(config, env, fns, checkpointer, state, start, rows, log, max_chunks, evaluator, on_row,
-                           on_compiled)  # fmt: skip
+        schedule = chunk_sizes(config.num_updates - start, config.updates_per_chunk)
+        t0 = time.perf_counter()
+        compiled = compile_chunks(fns, state, schedule)
+        compile_s = time.perf_counter() - t0
+        log(f"compiled in {compile_s:.1f}s")
+        if on_compiled is not None:
+            on_compiled(compile_s)
+        driver = _driver(config, env, trainer, checkpointer, start, rows, on_row)
+        ok = False
+        try:
+            with StopControl() as stop:
+
+                def step(state, metrics: dict, n: int, wall: float) -> None:
+                    driver.step(Chunk(state, metrics, n, wall, state.learner.params), save=stop())
+
+                state, _ = run_chunks(compiled, state, schedule, step, ChunkBudget(max_chunks), lambda: stop.stopping)
+                checkpointer.wait()
+            stop.raise_if_stopped(driver.update, config.num_updates, checkpointer.directory)
+            ok = True
+        finally:
+            driver.close(failed=not ok)
+        return _finish(config, RunResult(state, rows, out_dir, compile_s, driver.checkpoints.saved_at), log, driver)
     finally:
         checkpointer.close()
+
+
+def _driver(config: Config, env, trainer, checkpointer: Checkpointer, start: int, rows: list[dict], on_row) -> Driver:
+    """`marljax train`'s parts (both modes): one metrics.jsonl and its trackers, evaluation every
+    `eval_every` updates, the NaN guard, checkpoints, the progress bar in env steps."""
+    primary, out_dir = distributed.is_primary(), Path(config.out_dir)
+    sink = RowSink(out_dir / "metrics.jsonl" if primary else None, Trackers(config, out_dir), config_yaml(config),
+                   rows, on_row if primary else None)  # fmt: skip
+    evaluation = None
+    if config.eval_every:
+        evaluation = Evaluation(trainer, jnp.arange(config.num_seeds), config.eval_every, config.num_updates)
+    meta = {"config": config.to_dict()}
+    checkpoints = Checkpoints(
+        checkpointer, config, lambda update: {**meta, "env_steps": update * config.run_steps_per_update}, start
+    )
+    progress = Progress(config.progress, config.num_updates, start, config.env_steps_per_update, show_row=True,
+                        unit="step", unit_scale=True, leave=True)  # fmt: skip
+    return Driver(config, env, start=start, groups=[slice(0, config.num_seeds)], sinks=[sink], checkpoints=checkpoints,
+                  progress=progress, evaluation=evaluation, guard=config.nan_guard)  # fmt: skip
 
 
 def primary_only(config: Config, log: Callable[[str], None]) -> tuple[Config, Callable[[str], None]]:
@@ -223,158 +264,6 @@ def _ready(ckpt_dir: Path) -> None:
     """The run's directory exists (process 0 makes it), then every process may go on."""
     ckpt_dir.parent.mkdir(parents=True, exist_ok=True)
     distributed.barrier("marljax_out_dir")
-
-
-def _initial_state(config: Config, target, fresh: Callable, checkpointer: Checkpointer, metrics_path: Path, log):
-    """(state, first update, metrics rows kept, the checkpoint's meta or {}): a restored
-    checkpoint, or `fresh()`.
-
-    target: ShapeDtypeStructs with the shardings to restore into.
-    """
-    found = checkpointer.newest_meta() if config.resume and checkpointer.steps() else None
-    if found is None and config.resume and checkpointer.steps():  # every checkpoint there is unreadable
-        raise CheckpointError(
-            f"no checkpoint in {checkpointer.directory} could be read (see the warnings above); "
-            "nothing was changed: move it aside, or start over with overwrite=true"
-        )
-    if found is not None:
-        check_resumable(found[1]["config"], config, checkpointer.directory)
-        restored = checkpointer.restore_latest(target)
-        if restored is None:
-            raise CheckpointError(f"no checkpoint in {checkpointer.directory} could be read; see the warnings above")
-        state, meta = restored
-        start = int(meta["update"])
-        if start > config.num_updates:
-            raise ConfigError(
-                "total_timesteps",
-                f"the run in {checkpointer.directory.parent} is already at update {start}, past this config's "
-                f"{config.num_updates} updates; raise total_timesteps to continue it",
-            )
-        checkpointer.set_aside_newer(start)
-        rows = read_rows_kept(metrics_path, start, log) if distributed.is_primary() else []
-        if distributed.is_primary():
-            write_jsonl_atomic(metrics_path, rows)  # rows after the checkpoint are replaced, not duplicated
-        log(f"resumed from {checkpointer.directory / str(start)} (update {start} of {config.num_updates})")
-        return state, start, rows, meta
-    if config.resume:
-        log(f"{_why_no_checkpoint(checkpointer.directory)}; starting from scratch")
-    if metrics_path.exists() and distributed.is_primary():
-        if config.resume and metrics_path.stat().st_size:  # rows of a run that saved no checkpoint: kept
-            kept = metrics_path.with_name(
-                f"{metrics_path.name}.no-checkpoint-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-            )
-            metrics_path.replace(kept)
-            log(
-                f"the rows of the earlier run in {metrics_path.parent}, which saved no checkpoint, are kept in {kept.name}"
-            )
-        else:
-            metrics_path.unlink()
-    return fresh(), 0, [], {}
-
-
-def _why_no_checkpoint(directory: Path) -> str:
-    """`resume=true` found nothing to resume from: why, in words."""
-    unfinished = sorted(p.name for p in directory.iterdir() if "tmp" in p.name) if directory.is_dir() else []
-    if unfinished:
-        return (f"no finished checkpoint in {directory} (only {', '.join(unfinished[:3])}: a save that did not "
-                "complete)")  # fmt: skip
-    return f"no checkpoint in {directory} (none was saved there)"
-
-
-def _run_chunks(config, env, fns, checkpointer, state, start: int, rows: list[dict], log, max_chunks, evaluator=None,
-                on_row=None, on_compiled=None):  # fmt: skip
-    schedule = chunk_sizes(config.num_updates - start, config.updates_per_chunk)
-    t0 = time.perf_counter()
-    compiled = compile_chunks(fns, state, schedule)
-    compile_s = time.perf_counter() - t0
-    log(f"compiled in {compile_s:.1f}s")
-    if on_compiled is not None:
-        on_compiled(compile_s)
-
-    out_dir = Path(config.out_dir)
-    chunks = _ChunkLog(config, env, checkpointer, rows, start, out_dir / "metrics.jsonl", evaluator, on_row)
-    ok = False
-    try:
-        with StopSignals() as stop:
-            saved_on_signal = []  # the chunk that saw the signal saves, then the loop stops after it
-
-            def record(state, metrics, n, wall):
-                if stop.signum is not None:
-                    saved_on_signal.append(chunks.update + n)
-                chunks.record(metrics, n, wall, state, state.learner.params, save=bool(saved_on_signal))
-
-            state, _ = run_chunks(
-                compiled, state, schedule, record, ChunkBudget(max_chunks), lambda: bool(saved_on_signal)
-            )
-            checkpointer.wait()
-        if stop.signum is not None and chunks.update < config.num_updates:
-            raise Stopped(stop.signum, chunks.update, str(checkpointer.directory / str(chunks.update)))
-        ok = True
-    finally:
-        chunks.close(failed=not ok)
-    return _finish(config, RunResult(state, rows, out_dir, compile_s, chunks.saved_at), log, chunks.trackers)
-
-
-class _ChunkLog:
-    """What the host does after every chunk, in both modes: one metrics.jsonl row (with an
-    evaluation when one is due), the NaN guard, a checkpoint when one is due, the progress bar."""
-
-    def __init__(
-        self, config: Config, env, checkpointer: Checkpointer, rows: list[dict], start: int, path: Path,
-        evaluator: PeriodicEval | None = None, on_row: Callable[[dict], None] | None = None,
-    ):  # fmt: skip
-        self.config, self.env, self.checkpointer, self.rows = config, env, checkpointer, rows
-        self.evaluator = evaluator
-        self.on_row = on_row if distributed.is_primary() else None
-        self.trackers = Trackers(config, path.parent)  # none on processes other than 0
-        self.writer = JsonlWriter(path) if distributed.is_primary() else None
-        self.bar = _progress(config, start)
-        self.update = self.saved = start
-        self.saved_at: list[int] = []
-        self.meta = {"config": config.to_dict()}
-
-    def record(self, metrics: dict, n: int, wall: float, state, params: dict, extra=None, extra_meta=None,
-               save: bool = False) -> None:  # fmt: skip
-        """metrics: host copies [S, n] of the chunk's n updates; `state` is what a checkpoint saves
-        (now if `save`, else when one is due)."""
-        config, steps = self.config, self.config.env_steps_per_update
-        previous, self.update = self.update, self.update + n
-        row = chunk_row(  # env_steps per run (seed); throughput over every seed
-            metrics, update=self.update, env_steps=self.update * config.run_steps_per_update, wall_s=wall,
-            chunk_env_steps=n * steps,
-            num_agents=self.env.num_agents, groups=tuple((g.name, g.size) for g in self.env.groups), wins=self.env.has_win,
-        )  # fmt: skip
-        row.update(extra or {})
-        if self.evaluator is not None and eval_due(self.update, previous, config.eval_every, config.num_updates):
-            row.update(self.evaluator(params, self.update))
-        if self.writer is not None:
-            self.writer.write(row)
-        self.rows.append(row)
-        self.trackers.row(row)
-        if self.on_row is not None:
-            self.on_row(dict(row))  # a copy: the callback cannot change what is kept
-        if config.nan_guard:
-            _guard(row, params, self.update, self.checkpointer)
-        if save or checkpoint_due(config, self.update, self.saved):
-            meta = {**self.meta, "env_steps": self.update * config.run_steps_per_update, **(extra_meta or {})}
-            self.checkpointer.save(self.update, state, meta)
-            self.saved = self.update
-            self.saved_at.append(self.update)
-        if self.bar is not None:
-            self.bar.update(n * steps)
-            ret = row["return_mean"]
-            self.bar.set_postfix_str(f"return {ret:.2f}" if ret is not None else "return -", refresh=False)
-            self.bar.set_description_str(f"{row['env_steps_per_s'] / 1e3:.0f}k steps/s")
-
-    def close(self, failed: bool = False) -> None:
-        """Close the files; on a failure also end the trackers' runs (on success `_finish` does,
-        after the plot)."""
-        if self.writer is not None:
-            self.writer.close()
-        if self.bar is not None:
-            self.bar.close()
-        if failed:
-            self.trackers.finish(None, config_yaml(self.config), failed=True)
 
 
 def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = None, on_row=None) -> RunResult:
@@ -406,47 +295,41 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
         target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), runner.learner)
-        learner, start, rows, meta = _initial_state(
-            config, target, lambda: runner.learner, checkpointer, metrics_path, log
-        )
+        learner, start, rows, meta = resume(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
         runner.learner = learner
         before = meta.get("async_counters", {})  # the counters of the sessions before a resume
         if distributed.is_primary():
             write_text_atomic(out_dir / "config.yaml", config_yaml(config))
-        evaluator = PeriodicEval(runner.actor_trainer, config.num_seeds) if config.eval_every else None
-        chunks = _ChunkLog(config, env, checkpointer, rows, start, metrics_path, evaluator, on_row)
+        driver = _driver(config, env, runner.actor_trainer, checkpointer, start, rows, on_row)
 
         def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
             counters = _add_counters(before, {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason",
                                                                      "by_process", *EnvHealth.KEYS) if k in extra})  # fmt: skip
-            # several processes save together: on the stop they agreed on, not on their own signal
-            save = stop.signum is not None if runner.processes == 1 else runner.stopping
-            chunks.record(
-                metrics, int(np.shape(metrics["lr"])[1]), wall, learner, runner.acting_params(learner.params),
+            chunk = Chunk(
+                learner, metrics, int(np.shape(metrics["lr"])[1]), wall, runner.acting_params(learner.params),
                 extra={**extra, **counters, "policy_version": start + extra["policy_version"]},
-                extra_meta={"async_counters": counters}, save=save,
+                extra_meta={"async_counters": counters},
             )  # fmt: skip
+            driver.step(chunk, save=stop.stopping)  # several processes: the stop they agreed on
 
         ok = False
         try:
-            with StopSignals() as stop:
-                final = runner.run(config.num_updates - start, on_chunk, config.updates_per_chunk,
-                                   stop=lambda: stop.signum is not None)  # fmt: skip
+            with StopControl(runner.processes) as stop:
+                final = runner.run(config.num_updates - start, on_chunk, config.updates_per_chunk, stop=stop)
                 checkpointer.wait()
             log(
                 f"async counters: produced {final.produced}, consumed {final.consumed}, "
                 f"dropped {sum(final.dropped.values())}, {final.dropped}; staleness {final.staleness_hist}"
                 + (" (this session; metrics.jsonl counts from the start)" if start else "")
             )
-            if stop.signum is not None and chunks.update < config.num_updates:
-                raise Stopped(stop.signum, chunks.update, str(checkpointer.directory / str(chunks.update)))
+            stop.raise_if_stopped(driver.update, config.num_updates, checkpointer.directory)
             ok = True
         finally:
-            chunks.close(failed=not ok)
+            driver.close(failed=not ok)
     finally:
         checkpointer.close()
-    return _finish(config, RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, chunks.saved_at), log,
-                   chunks.trackers)  # fmt: skip
+    result = RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, driver.checkpoints.saved_at)
+    return _finish(config, result, log, driver)
 
 
 def _add_counters(before: dict, now: dict) -> dict:
@@ -464,7 +347,7 @@ def _add_counters(before: dict, now: dict) -> dict:
     return {**out, "dropped_by_reason": reasons}
 
 
-def _finish(config: Config, result: RunResult, log, trackers: Trackers | None = None) -> RunResult:
+def _finish(config: Config, result: RunResult, log, driver: Driver | None = None) -> RunResult:
     """The end of every run: the returns plot (if asked for), the trackers' last records, and the
     one-line summary."""
     plot = result.out_dir / "returns.png" if config.plot else None
@@ -474,31 +357,10 @@ def _finish(config: Config, result: RunResult, log, trackers: Trackers | None = 
         plot_returns(result.rows, plot, title)
     if distributed.is_primary():  # marl-eval's layout of the run's evaluations, beside metrics.jsonl
         write_run_marl_eval(result.rows, config, result.out_dir)
-    if trackers is not None:
-        trackers.finish(plot, config_yaml(config))
+    for sink in driver.sinks if driver is not None else ():
+        sink.finish(plot)
     log(summary(result.rows))
     return result
-
-
-@jax.jit
-def _finite_by_group(params: dict) -> dict:
-    """Top-level parameter key (group, or the central critic) -> every leaf finite."""
-    return {k: jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(v)])) for k, v in params.items()}
-
-
-def _guard(row: dict, params: dict, update: int, checkpointer: Checkpointer) -> None:
-    """Stop before a non-finite loss or parameter is checkpointed; name what went bad."""
-    bad = first_non_finite(row)
-    what = f"{bad} is {row[bad]}" if bad is not None else None
-    if what is None:
-        finite = host_values(_finite_by_group(params))
-        broken = [k for k, ok in finite.items() if not ok]
-        what = f"parameters of {', '.join(broken)} are" if broken else None
-    if what is not None:
-        checkpointer.wait()
-        steps = checkpointer.steps()
-        kept = f"last good checkpoint: update {steps[-1]} in {checkpointer.directory}" if steps else "no checkpoint yet"
-        raise TrainingDiverged(f"update {update}: {what} (non-finite); run stopped, {kept}")
 
 
 def summary(rows: list[dict]) -> str:
@@ -510,12 +372,3 @@ def summary(rows: list[dict]) -> str:
     steps = sum(r["env_steps_per_s"] * r["wall_s"] for r in rows if r.get("env_steps_per_s"))  # every seed's
     sps = steps / max(sum(r["wall_s"] for r in rows), 1e-9)
     return f"return per agent {first:.2f} -> {last:.2f} ({last - first:+.2f}); {sps / 1e3:.0f}k env-steps/s"
-
-
-def _progress(config: Config, start: int = 0):
-    if not config.progress:
-        return None
-    from tqdm import tqdm
-
-    steps = config.env_steps_per_update
-    return tqdm(total=config.num_updates * steps, initial=start * steps, unit="step", unit_scale=True, leave=True)
