@@ -57,7 +57,7 @@ class Collect(Protocol):
     depends on it (the reward-shaping factor, a Q-learner's epsilon; None: update 0)."""
 
     def __call__(
-        self, params: Params, actors: ActorState, key: Key, update: Array | None = None
+        self, params: Params, actors: ActorState, key: Key, update: Array | None = None, /
     ) -> tuple[ActorState, Batch]: ...
 
 
@@ -66,7 +66,7 @@ class Learn(Protocol):
     on (its `update` counter included; its key is already the next update's) and the extra state."""
 
     def __call__(
-        self, learner: LearnerState, extra: Extra, batch: Batch, key: Key
+        self, learner: LearnerState, extra: Extra, batch: Batch, key: Key, /
     ) -> tuple[LearnerState, Extra, Metrics]: ...
 
 
@@ -75,7 +75,7 @@ class Act(Protocol):
     evaluation and policy export: -> (group -> actions [B, A_g(, d)], group -> hidden' [B, A_g, H])."""
 
     def __call__(
-        self, params: Params, obs: GroupArrays, reset: GroupArrays, hidden: GroupArrays, mask: GroupArrays, key: Key,
+        self, params: Params, obs: GroupArrays, reset: GroupArrays, hidden: GroupArrays, mask: GroupArrays, key: Key, /,
         greedy: bool = False,
     ) -> tuple[GroupArrays, GroupArrays]: ...  # fmt: skip
 
@@ -84,7 +84,9 @@ class PolicyStep(Protocol):
     """One acting step for host (Python) envs, E copies: obs group -> [E, A_g, ...] -> group ->
     (action [E, A_g(, d)], logp [E, A_g], value [E, A_g], hidden [E, A_g, H] | None)."""
 
-    def __call__(self, params: Params, obs: GroupArrays, reset: GroupArrays, hidden: GroupArrays, key: Key) -> dict: ...
+    def __call__(
+        self, params: Params, obs: GroupArrays, reset: GroupArrays, hidden: GroupArrays, key: Key, /
+    ) -> dict: ...
 
 
 InitLearner = Callable[[Key], LearnerState]  # the seed's key -> the learner (no env touched)

@@ -132,6 +132,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     def learn(learner: LearnerState, extra: None, batch: QRollout, k_epochs: Array) -> tuple[LearnerState, None, dict]:
         """Q(lambda) targets from the bootstrap values, then epochs of minibatches on 0.5 (Q_tot - G)^2."""
         traj, next_q, stats = batch.traj, batch.bootstrap, batch.stats
+        assert next_q is not None  # collect above always sets it
         eps = q.epsilon(learner.update)
         team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_act]: the sum matches Q_tot = sum_i Q_i
         target = ops.q_lambda_returns(team_reward, traj["done"], next_q, learner.hparams["gamma"], config.q.td_lambda)

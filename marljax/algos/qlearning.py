@@ -38,7 +38,7 @@ on every device: QMIX's mixer is replicated, its gradient the same everywhere.
 from __future__ import annotations
 
 import dataclasses
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -101,6 +101,10 @@ class QExtra:
     # world [capacity, T + 1, W] (whole on every agent device); `extra_layout` places them
     buffer: replay.ReplayState
 
+    if TYPE_CHECKING:  # added by flax.struct.dataclass; declared for the type checker
+
+        def replace(self, **changes: Any) -> QExtra: ...
+
 
 def extra_layout(groups, world: bool, recurrent: bool) -> QExtra:
     """How QExtra lies on the mesh (`api.Placed`, after the seed axis):
@@ -120,7 +124,8 @@ def extra_layout(groups, world: bool, recurrent: bool) -> QExtra:
     if recurrent:
         data["hidden"] = {g.name: Placed((ENVS, AGENTS), g.name) for g in groups}
     target = {g.name: Placed((AGENTS,), g.name) for g in groups} | ({MIXER: REPLICATED} if world else {})
-    return QExtra(target, replay.ReplayState(data, Placed((ENVS,)), REPLICATED))
+    # the same tree as the state's, with Placed leaves
+    return QExtra(target, replay.ReplayState(data, Placed((ENVS,)), REPLICATED))  # type: ignore[arg-type]
 
 
 def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
