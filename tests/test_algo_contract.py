@@ -23,11 +23,13 @@ def test_make_train_fills_the_contract_and_its_cost_pieces_compile(algo):
     trainer = make_trainer(config, make_adapter(config))
 
     assert isinstance(trainer, api.AsyncTrainer if schema.supports.async_mode else api.Trainer)
-    empty = [f.name for f in dataclasses.fields(trainer) if getattr(trainer, f.name) is None and f.name != "extra"]
+    empty = [
+        f.name for f in dataclasses.fields(trainer) if getattr(trainer, f.name) is None and f.name != "extra_layout"
+    ]
     assert not empty, f"{algo}: fields left None: {empty}"
 
     state = jax.eval_shape(trainer.init, jax.random.PRNGKey(0))
-    assert (trainer.extra is None) == (state.extra is None), algo
+    assert (trainer.extra_layout is None) == (state.extra is None), algo
     if state.extra is not None:
         trainer.extra_places(state.extra)  # the declaration fits the state (raises otherwise)
     _, metrics = jax.eval_shape(trainer.update, state)

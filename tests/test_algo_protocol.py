@@ -50,7 +50,7 @@ def test_the_replay_family_declares_its_extra_layout_and_the_mesh_reads_only_tha
     assert placed_spec(data["obs"]["agents"], frozenset()) == P(SEED, DATA)
     # renaming a field changes nothing outside algos/: the declaration follows the state's tree
     renamed = {"memory": shape.buffer}
-    declared = {"memory": trainer.extra.buffer}
+    declared = {"memory": trainer.extra_layout.buffer}
     assert api.placed_leaves(declared, renamed, {"agents": 3})["memory"].data["obs"] == data["obs"]
 
 
@@ -85,7 +85,7 @@ def test_an_extra_layout_that_does_not_fit_is_refused_in_one_line(wrong, message
     trainer = _trainer("vdn")
     shape = _extra_shape(trainer)
     trainer.extra_places(shape)  # control: the algorithm's own declaration fits
-    bad = dataclasses.replace(trainer, extra=wrong(trainer.extra))
+    bad = dataclasses.replace(trainer, extra_layout=wrong(trainer.extra_layout))
     with pytest.raises(ValueError, match=message) as info:
         bad.extra_places(shape)
     assert "\n" not in str(info.value)
@@ -94,9 +94,9 @@ def test_an_extra_layout_that_does_not_fit_is_refused_in_one_line(wrong, message
 def test_sharding_refuses_a_wrong_declaration_and_a_missing_one():
     trainer = _trainer("iql")
     mesh = build_mesh(trainer.config)
-    wrong = trainer.extra.replace(target={"agents": api.Placed((api.AGENTS, api.AGENTS), "agents")})
+    wrong = trainer.extra_layout.replace(target={"agents": api.Placed((api.AGENTS, api.AGENTS), "agents")})
     with pytest.raises(ValueError, match=r"extra\.target\['agents'\].* axis 1 is declared the 3 agents"):
-        shard_trainer(dataclasses.replace(trainer, extra=wrong), mesh)
+        shard_trainer(dataclasses.replace(trainer, extra_layout=wrong), mesh)
     state = jax.eval_shape(jax.vmap(trainer.init), jax.ShapeDtypeStruct((2, 2), jnp.uint32))
     with pytest.raises(ValueError, match="no declared layout"):
         state_specs(state, frozenset())  # extra leaves, no declaration

@@ -5,7 +5,7 @@ An algorithm is a module under `marljax/algos/` with
 * `build(config, env, *, layout=Layout(), correction="none") -> Algorithm`: its pure pieces
   (`Algorithm` below: `init_learner`, `init_actors`, `collect`, `learn`, `act`, `cost_pieces`,
   its `networks`, and `policy_step` where it serves host envs), each typed by the aliases below;
-* its declarations: `Algorithm.extra` (what it keeps beside the learner, `init_extra`, and how
+* its declarations: `Algorithm.extra_layout` (what it keeps beside the learner, `init_extra`, and how
   each part lies on the mesh, a pytree of `Placed`) and `AlgorithmSpec.losses` (which of its
   metrics the NaN guard watches);
 * an `AlgorithmSpec(schema, build, losses)`, registered by one line in `marljax/algos/__init__.py`.
@@ -47,7 +47,7 @@ Key = Array  # [2] uint32 PRNG key
 Params = dict  # group (or an algorithm's own entry, e.g. a central critic) -> flax params, leaves [1 or A_g, ...]
 GroupArrays = dict  # group -> [B, A_g, ...]: observations, reset flags, hidden states, masks, actions
 Metrics = dict  # name -> [] float32 of one update, and "episodes": EpisodeStats
-Extra = Any  # what an algorithm keeps beside the learner (None, or a pytree `Algorithm.extra` lays out)
+Extra = Any  # what an algorithm keeps beside the learner (None, or a pytree `Algorithm.extra_layout` lays out)
 Batch = Any  # what `collect` hands to `learn` (the PPO family: types.Trajectory; the async pipeline carries it)
 
 
@@ -180,7 +180,7 @@ class Algorithm:
     act: Act
     cost_pieces: CostPieces  # one update's unscanned pieces; run it on an unsharded build
     init_extra: InitExtra | None = None  # None: the algorithm keeps nothing beside the learner
-    extra: ExtraLayout = None  # how each part of init_extra's state lies on the mesh: a pytree prefix of Placed
+    extra_layout: ExtraLayout = None  # how each part of init_extra's state lies on the mesh: a pytree prefix of Placed
     policy_step: PolicyStep | None = None  # host envs and mode=async: acting on the host's copies
 
 
@@ -215,11 +215,11 @@ class Trainer:
     init_actors: InitActors
     collect: Collect
     losses: tuple[str, ...]  # the metrics the NaN guard watches (AlgorithmSpec.losses)
-    extra: ExtraLayout  # the extra state's declared layout (None: no extra state)
+    extra_layout: ExtraLayout  # the extra state's declared layout (None: no extra state)
 
     def extra_places(self, extra_shape: Any, lead: int = 0) -> Any:
         """`placed_leaves` of this trainer's declaration on `extra_shape` (checked)."""
-        return placed_leaves(self.extra, extra_shape, {g.name: g.size for g in self.env.groups}, lead)
+        return placed_leaves(self.extra_layout, extra_shape, {g.name: g.size for g in self.env.groups}, lead)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +237,7 @@ def derive(config: Config, env: Any, layout: Layout, algo: Algorithm, losses: tu
     `update`: the learner's key split in three (the next update's, collect's, learn's); the
     parameters gathered to the acting layout (`Layout.to_acting` over `split_groups`); `collect`
     with them and the learner's update counter; `learn` on what it collected."""
-    if algo.init_extra is None and algo.extra is not None:
+    if algo.init_extra is None and algo.extra_layout is not None:
         raise ValueError("an algorithm that declares an extra-state layout needs init_extra")
     split = split_groups(env.groups, layout)
 
@@ -266,7 +266,7 @@ def derive(config: Config, env: Any, layout: Layout, algo: Algorithm, losses: tu
     common = dict(
         config=config, env=env, networks=algo.networks, init=init, init_learner=algo.init_learner, update=update,
         run_updates=run_updates, train=train, act=algo.act, cost_pieces=algo.cost_pieces,
-        init_actors=algo.init_actors, collect=algo.collect, losses=tuple(losses), extra=algo.extra,
+        init_actors=algo.init_actors, collect=algo.collect, losses=tuple(losses), extra_layout=algo.extra_layout,
     )  # fmt: skip
     if algo.policy_step is None or algo.init_extra is not None:
         return Trainer(**common)

@@ -344,7 +344,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
     return Algorithm(
         networks=q.nets, init_learner=learner_init, init_actors=init_actors, collect=q.collect, learn=learn, act=q.act,
-        cost_pieces=cost_pieces, init_extra=init_extra, extra=extra_layout(groups, algo == "qmix", config.recurrent),
+        cost_pieces=cost_pieces, init_extra=init_extra, extra_layout=extra_layout(groups, algo == "qmix", config.recurrent),
     )  # fmt: skip
 
 
