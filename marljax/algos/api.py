@@ -114,6 +114,17 @@ class CostPiece(NamedTuple):
 # learner splits the environments), AGENTS (the agents of `group`: split over `agent` where its
 # sets are) or None (whole); the vocabulary is the mesh's (marljax.parallel.mesh), which maps it.
 REPLICATED = Placed()
+
+
+class ExtraPart(NamedTuple):
+    """A part of the extra state that the memory estimate reports on its own line, with the
+    settings that size it (what a message tells a user to lower)."""
+
+    name: str  # as the estimate names it, e.g. "replay buffer"
+    keys: tuple[str, ...]  # the settings that size it, e.g. ("replay.buffer_size",)
+    of: Callable[[Any], Any]  # the extra state (arrays or shapes) -> that part
+
+
 ExtraLayout = Any  # a pytree prefix of the extra state whose leaves are `Placed`
 
 
@@ -182,6 +193,7 @@ class Algorithm:
     init_extra: InitExtra | None = None  # None: the algorithm keeps nothing beside the learner
     extra_layout: ExtraLayout = None  # how each part of init_extra's state lies on the mesh: a pytree prefix of Placed
     policy_step: PolicyStep | None = None  # host envs and mode=async: acting on the host's copies
+    extra_parts: tuple[ExtraPart, ...] = ()  # parts of the extra state the memory estimate names apart
 
 
 class MakeAlgorithm(Protocol):
@@ -216,6 +228,7 @@ class Trainer:
     collect: Collect
     losses: tuple[str, ...]  # the metrics the NaN guard watches (AlgorithmSpec.losses)
     extra_layout: ExtraLayout  # the extra state's declared layout (None: no extra state)
+    extra_parts: tuple[ExtraPart, ...]  # what the memory estimate reports of it apart
 
     def extra_places(self, extra_shape: Any, lead: int = 0) -> Any:
         """`placed_leaves` of this trainer's declaration on `extra_shape` (checked)."""
@@ -267,6 +280,7 @@ def derive(config: Config, env: Any, layout: Layout, algo: Algorithm, losses: tu
         config=config, env=env, networks=algo.networks, init=init, init_learner=algo.init_learner, update=update,
         run_updates=run_updates, train=train, act=algo.act, cost_pieces=algo.cost_pieces,
         init_actors=algo.init_actors, collect=algo.collect, losses=tuple(losses), extra_layout=algo.extra_layout,
+        extra_parts=algo.extra_parts,
     )  # fmt: skip
     if algo.policy_step is None or algo.init_extra is not None:
         return Trainer(**common)

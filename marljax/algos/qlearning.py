@@ -52,6 +52,7 @@ from marljax.algos.api import (
     Algorithm,
     AlgorithmSpec,
     CostPiece,
+    ExtraPart,
     Placed,
     hparams_from_config,
     split_groups,
@@ -345,6 +346,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     return Algorithm(
         networks=q.nets, init_learner=learner_init, init_actors=init_actors, collect=q.collect, learn=learn, act=q.act,
         cost_pieces=cost_pieces, init_extra=init_extra, extra_layout=extra_layout(groups, algo == "qmix", config.recurrent),
+        extra_parts=(ExtraPart("replay buffer", ("replay.buffer_size",), lambda extra: extra.buffer),),
     )  # fmt: skip
 
 
