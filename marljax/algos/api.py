@@ -250,8 +250,8 @@ def derive(config: Config, env: Any, layout: Layout, algo: Algorithm, losses: tu
     `update`: the learner's key split in three (the next update's, collect's, learn's); the
     parameters gathered to the acting layout (`Layout.to_acting` over `split_groups`); `collect`
     with them and the learner's update counter; `learn` on what it collected."""
-    if algo.init_extra is None and algo.extra_layout is not None:
-        raise ValueError("an algorithm that declares an extra-state layout needs init_extra")
+    if (algo.init_extra is None) != (algo.extra_layout is None):
+        raise ValueError("an algorithm's init_extra and its extra_layout (how that state lies on the mesh) go together")
     split = split_groups(env.groups, layout)
 
     def init(key: Key) -> TrainState:
