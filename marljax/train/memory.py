@@ -38,8 +38,8 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 class MemoryEstimate(NamedTuple):
     """Bytes a run holds, by part (every seed together), and the config keys that size each part."""
 
-    parts: dict[str, int]  # e.g. {"replay buffer": ..., "rollout": ..., "training state": ...}
-    keys: dict[str, tuple[str, ...]]  # part -> the keys that size it, e.g. ("replay.buffer_size",)
+    parts: dict[str, int]  # e.g. {"rollout": ..., "training state": ..., and an algorithm's ExtraParts}
+    keys: dict[str, tuple[str, ...]]  # part -> the keys that size it, e.g. ("num_envs", "num_steps")
     values: dict[str, Any]  # key -> its value in this run, for the message
     state: tuple[str, ...] = ("training state",)  # the parts that are the training state (a checkpoint's)
 
