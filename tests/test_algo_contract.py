@@ -1,6 +1,7 @@
-"""Every registered algorithm implements the contract of `marljax.algos.api`: `make_train` returns a
-`Trainer` (an `AsyncTrainer` where the algorithm supports mode=async) with every field filled, and
-its cost pieces compile alone, each with FLOPs and trips, rollout before learning."""
+"""Every registered algorithm implements the protocol of `marljax.algos.api`: its pieces derive a
+`Trainer` (an `AsyncTrainer` where the algorithm supports mode=async) with every field filled, its
+extra state (if any) has a declared layout that fits it, its declared losses are among its
+metrics, and its cost pieces compile alone, each with FLOPs and trips, rollout before learning."""
 
 from __future__ import annotations
 
@@ -22,10 +23,17 @@ def test_make_train_fills_the_contract_and_its_cost_pieces_compile(algo):
     trainer = make_trainer(config, make_adapter(config))
 
     assert isinstance(trainer, api.AsyncTrainer if schema.supports.async_mode else api.Trainer)
-    empty = [f.name for f in dataclasses.fields(trainer) if getattr(trainer, f.name) is None]
+    empty = [
+        f.name for f in dataclasses.fields(trainer) if getattr(trainer, f.name) is None and f.name != "extra_layout"
+    ]
     assert not empty, f"{algo}: fields left None: {empty}"
 
     state = jax.eval_shape(trainer.init, jax.random.PRNGKey(0))
+    assert (trainer.extra_layout is None) == (state.extra is None), algo
+    if state.extra is not None:
+        trainer.extra_places(state.extra)  # the declaration fits the state (raises otherwise)
+    _, metrics = jax.eval_shape(trainer.update, state)
+    assert trainer.losses and set(trainer.losses) <= set(metrics), (algo, trainer.losses, sorted(metrics))
     pieces = trainer.cost_pieces(state)
     assert [p.part for p in pieces][0] == "rollout" and {p.part for p in pieces} == {"rollout", "learn"}
     for piece in pieces:

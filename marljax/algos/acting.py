@@ -196,6 +196,12 @@ class VecEnv:
     layout: Layout
     shaping: Callable[[Array], Array] | None = None  # update -> reward-shaping factor (`shaping_schedule`)
 
+    @classmethod
+    def of(cls, config: Config, env: EnvAdapter, layout: Layout) -> VecEnv:
+        """`num_envs` copies of `env` under `layout`, with the run's reward shaping (`reward_shaping.*`):
+        an algorithm's rollouts get it without reading those settings."""
+        return cls(env, config.num_envs, layout, shaping_schedule(config))
+
     @property
     def local(self) -> int:
         """Environments this device steps (E_local; a micro-batch slice's share when the layout has one)."""

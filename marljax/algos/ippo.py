@@ -1,9 +1,10 @@
 """IPPO (independent PPO), feed-forward or recurrent: PPO's loss, advantages and update.
 
-`make_train(config, env)` returns an `api.AsyncTrainer` (see `marljax.algos.api`): one update is
-`collect` (a rollout of `num_steps` on every environment, `marljax.algos.acting`) with the
-learner's parameters, then `learn` (GAE, then `ppo.update_epochs` x `ppo.num_minibatches`
-gradient steps, `marljax.algos.learning`).
+`build(config, env)` returns its pieces, an `api.Algorithm` (see `marljax.algos.api`), from which
+the framework derives the `AsyncTrainer` (`make_train`): one update is `collect` (a rollout of
+`num_steps` on every environment, `marljax.algos.acting`) with the learner's parameters, then
+`learn` (GAE, then `ppo.update_epochs` x `ppo.num_minibatches` gradient steps,
+`marljax.algos.learning`). It keeps nothing beside the learner.
 
 Device-independence. `layout` (see `marljax.parallel.layouts`) says which mesh axes split the
 environments and, with `param_sharing=independent`, the agents. Every random draw that concerns
@@ -25,9 +26,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, group_keys, shaping_schedule, uses_cnn
-from marljax.algos.api import AlgorithmSpec, AsyncTrainer, CostPiece, EpochSchedule, hparams_from_config
-from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate, loop
+from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, group_keys, uses_cnn
+from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, EpochSchedule, hparams_from_config, split_groups
+from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate
 from marljax.config import AlgorithmSchema, Config, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
@@ -73,14 +74,14 @@ def make_network(config: Config, group: AgentGroup, critic: bool = True) -> nn.M
     )
 
 
-def make_train(
+def build(
     config: Config,
     env: EnvAdapter,
     *,
     layout: Layout = Layout(),
     critic: CentralCritic | None = None,
     correction: str = "none",
-) -> AsyncTrainer:
+) -> Algorithm:
     """Build IPPO's pure pieces for `env`; `layout` names the mesh axes it runs under (none: one device).
 
     With `critic`, every group's value comes from that central critic on the global state
@@ -98,13 +99,13 @@ def make_train(
     groups = env.groups
     nets = GroupNetworks.of(config, {g.name: make_network(config, g, critic=critic is None) for g in groups})
     rnn = config.recurrent
-    vec = VecEnv(env, config.num_envs, layout, shaping_schedule(config))
+    vec = VecEnv.of(config, env, layout)
     batches = Minibatches.of(config, config.ppo, layout)
     T, E_act = config.num_steps, vec.local  # E_act: environments per device while acting
     # swapped: groups that learn agent-major (all but those the layout keeps whole on every agent
     # device); split: those whose sets are split over `agent` (the swapped ones, agent-parallel)
     swapped = [g for g in groups if g.name not in layout.replicated]
-    split = frozenset(g.name for g in swapped) if layout.agent_parallel else frozenset()
+    split = split_groups(groups, layout)
     if split and not nets.independent:
         raise ValueError("an agent-parallel layout needs param_sharing=independent")
     # a replicated group learns in the acting layout: minibatches of this device's E_act envs
@@ -182,9 +183,6 @@ def make_train(
 
     def init_actors(key: Array) -> ActorState:
         return vec.init_actors(init_keys(key).env, nets.gru_size)
-
-    def init(key: Array) -> TrainState:
-        return TrainState(learner_init(key), init_actors(key))
 
     # ----------------------------------------------------------------- rollout
     def step_policy(params):
@@ -303,7 +301,7 @@ def make_train(
         kept = {g.name: data[g.name] for g in groups if g.name in layout.replicated}
         return {**out, **acting_batches.shuffle(kept, key, runs=rnn)} if kept else out
 
-    def learn(learner: LearnerState, traj: Trajectory, k_epochs: Array) -> tuple[LearnerState, dict]:
+    def learn(learner: LearnerState, extra: None, traj: Trajectory, k_epochs: Array) -> tuple[LearnerState, None, dict]:
         """One PPO update on `traj` (acting layout): swap to agent-major, advantages, epochs of minibatches."""
         hp = learner.hparams
         # environment-major -> agent-major (the world state, shared by all groups, travels once);
@@ -343,16 +341,7 @@ def make_train(
             "lr": lr,
             "episodes": stats,
         }
-        return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), metrics
-
-    def update(state: TrainState) -> tuple[TrainState, dict]:
-        """collect with the learner's parameters gathered to the acting layout, then learn."""
-        key, k_roll, k_epochs = jax.random.split(state.learner.key, 3)
-        acting = layout.to_acting(state.learner.params, split)  # every agent's parameters, beside every env
-        assert state.actors is not None  # only an async run's result leaves them out
-        actors, traj = collect(acting, state.actors, k_roll, state.learner.update)
-        learner, metrics = learn(state.learner.replace(key=key), traj, k_epochs)
-        return TrainState(learner, actors), metrics
+        return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), extra, metrics
 
     # ------------------------------------------------------------------- FLOPs
     def cost_pieces(state: TrainState) -> list[CostPiece]:
@@ -379,13 +368,14 @@ def make_train(
                       batches.epochs * batches.num_minibatches, transitions=batches.steps * batches.num_envs),
         ]  # fmt: skip
 
-    run = loop(config, layout, init, update)
-    return AsyncTrainer(
-        config=config, env=env, networks=nets.nets, init=init, init_learner=learner_init, update=update,
-        run_updates=run.run_updates, train=run.train, act=act, cost_pieces=cost_pieces,
-        init_actors=init_actors, collect=collect, learn=learn, policy_step=policy_step,
+    return Algorithm(
+        networks=nets.nets, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn, act=act,
+        cost_pieces=cost_pieces, policy_step=policy_step,
     )  # fmt: skip
 
+
+# the metrics the NaN guard watches: the loss, its parts and what the step is made of
+LOSSES = ("loss_total", "loss_actor", "loss_value", "entropy", "approx_kl", "clip_frac", "grad_norm", "lr")
 
 SPEC = AlgorithmSpec(
     AlgorithmSchema(
@@ -396,5 +386,7 @@ SPEC = AlgorithmSpec(
             actions=("discrete", "continuous"), agent_axis=True, agent_replicate=True, async_mode=True, host_envs=True
         ),
     ),
-    make_train,
+    build,
+    LOSSES,
 )
+make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

@@ -1,7 +1,7 @@
-"""Learning, as every algorithm's loop does it: the learner's first state, one gradient step's
-descent, epochs of per-environment minibatches, and the chunked loop of updates.
+"""Learning, as every algorithm does it: the learner's first state, one gradient step's descent
+and epochs of per-environment minibatches.
 
-The pieces are the loop's skeleton; the algorithm supplies its loss, its update and its data.
+The algorithm supplies its loss and its data; the update loop itself is derived (`api.derive`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from marljax.algos.api import EpochSchedule, hparams_from_config
 from marljax.config import Config
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
-from marljax.types import HParams, LearnerState, TrainState
+from marljax.types import HParams, LearnerState
 
 Array = jax.Array
 
@@ -114,22 +114,3 @@ class Minibatches:
             return jax.lax.scan(step, carry, data)
 
         return jax.lax.scan(epoch, carry, jax.random.split(key, self.epochs))
-
-
-class Loop(NamedTuple):
-    run_updates: Callable[[TrainState, int], tuple[TrainState, dict]]  # n updates in one lax.scan
-    train: Callable[[Array], tuple[TrainState, dict]]  # key -> init plus every update
-
-
-def loop(config: Config, layout: Layout, init: Callable[[Array], TrainState], update: Callable) -> Loop:
-    """The chunked loop of `update(state) -> (state, metrics)`, and PureJaxRL's `train(key)`."""
-
-    def run_updates(state: TrainState, n: int) -> tuple[TrainState, dict]:
-        return jax.lax.scan(lambda s, _: update(s), state, None, length=n)
-
-    def train(key: Array) -> tuple[TrainState, dict]:
-        if layout.num_env_shards != 1:
-            raise ValueError("train(key) runs unsharded; use marljax.train.loop for a device mesh")
-        return run_updates(init(key), config.num_updates)
-
-    return Loop(run_updates, train)

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos import ippo
-from marljax.algos.api import AlgorithmSpec, AsyncTrainer
+from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn.networks import Critic
@@ -56,9 +56,9 @@ def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:
     return ippo.CentralCritic(init, value)
 
 
-def make_train(config: Config, env: EnvAdapter, **kwargs) -> AsyncTrainer:
-    """MAPPO's pure pieces: IPPO's `make_train` with the central critic plugged in."""
-    return ippo.make_train(config, env, critic=central_critic(config, env), **kwargs)
+def build(config: Config, env: EnvAdapter, **kwargs) -> Algorithm:
+    """MAPPO's pure pieces: IPPO's with the central critic plugged in."""
+    return ippo.build(config, env, critic=central_critic(config, env), **kwargs)
 
 
 SPEC = AlgorithmSpec(
@@ -68,5 +68,7 @@ SPEC = AlgorithmSpec(
         {"ppo": ippo.PPOConfig},
         supports=Supports(actions=("discrete", "continuous"), agent_axis=True, agent_replicate=True, async_mode=True),
     ),
-    make_train,
+    build,
+    ippo.LOSSES,
 )
+make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

@@ -6,8 +6,10 @@ Q(lambda) targets for the team value Q_tot = sum_i Q_i(o_i, a_i) from the curren
 then `update_epochs` x `num_minibatches` gradient steps on 0.5 (Q_tot - G)^2. The team
 reward is the sum of the agents' rewards, so that it matches the sum of their values.
 
-`make_train` returns an `api.Trainer`; acting is `marljax.algos.q_acting`'s, the loop's pieces
-are `marljax.algos.learning`'s. Minibatches take `num_steps/num_minibatches` time steps of every
+`build` returns its pieces (`api.Algorithm`; the framework derives the `Trainer`): `collect` is
+`marljax.algos.q_acting`'s rollout plus the bootstrap values of every next observation, taken
+with the acting parameters; `learn` the targets and the minibatches (`marljax.algos.learning`).
+It keeps nothing beside the learner. Minibatches take `num_steps/num_minibatches` time steps of every
 environment (feed-forward: a per-environment shuffle keyed by global env index; recurrent:
 consecutive runs replayed from the GRU state recorded at their start, as IPPO's recurrent
 minibatches), so the numbers do not depend on `mesh.data`.
@@ -28,14 +30,14 @@ from typing import cast
 import jax
 import jax.numpy as jnp
 
-from marljax.algos.api import AlgorithmSpec, CostPiece, EpochSchedule, Trainer, hparams_from_config
+from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, EpochSchedule, hparams_from_config, split_groups
 from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate
-from marljax.algos.q_acting import QConfig, make_q_acting, q_trainer, through_final
+from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
-from marljax.types import HParams, LearnerState, TrainState
+from marljax.types import ActorState, HParams, LearnerState, TrainState
 
 Array = jax.Array
 
@@ -45,7 +47,7 @@ class PQNConfig(EpochSchedule):
     """`pqn.*`: each rollout is learned in update_epochs x num_minibatches gradient steps."""
 
 
-def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Trainer:
+def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
     del correction  # on-policy rollouts on device only
     groups = env.groups
     q = make_q_acting(config, env, layout)
@@ -53,13 +55,13 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     batches = Minibatches.of(config, config.pqn, layout)
     M, L = batches.num_minibatches, batches.steps
     K = layout.num_agent
-    split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
+    split = split_groups(groups, layout)
 
     def learner_init(key: Array) -> LearnerState:
         return init_learner(config, key, q.init_params)
 
-    def init(key: Array) -> TrainState:
-        return TrainState(learner_init(key), q.init_actors(init_keys(key).env))
+    def init_actors(key: Array) -> ActorState:
+        return q.init_actors(init_keys(key).env)
 
     def group_q(params, g, batch) -> Array:
         """Group g's values on time-major data [L, B, A_g, ...] -> [L, B, A_g, n]."""
@@ -109,12 +111,11 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             return jax.tree.map(lambda x: x[order], (batch, target))
         return batches.shuffle(data, key)
 
-    def update(state: TrainState):
-        learner = state.learner
-        key, k_roll, k_epochs = jax.random.split(learner.key, 3)
-        eps = q.epsilon(learner.update)
-        acting = layout.to_acting(learner.params, split)  # every agent's parameters, beside every env
-        actors, stats, traj, final = q.rollout(acting, eps, state.actors, k_roll, learner.update)
+    def collect(params, actors: ActorState, key: Array, update: Array | None = None) -> tuple[ActorState, QRollout]:
+        """q_acting's rollout with `params` (acting layout: every agent's network, beside every env),
+        and the bootstrap of the targets: the team's max value of each step's next observation."""
+        actors, batch = q.collect(params, actors, key, update)
+        traj, final = batch.traj, batch.final
         # targets from the network as it is now: Q(s_{t+1}) for every step, the last from the final
         # obs; recurrent: one pass over all T + 1 steps from the rollout's first GRU state
         whole = through_final(traj, final)  # obs, mask, reset: [T + 1, E_act, ...]
@@ -126,7 +127,13 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             "reset": whole["reset"] if rnn else {},
         }
         # (in the acting layout, where every agent of an environment is at hand)
-        next_q = team_max(acting, everything)[1:]  # [T, E_act]
+        return actors, batch._replace(bootstrap=team_max(params, everything)[1:])  # [T, E_act]
+
+    def learn(learner: LearnerState, extra: None, batch: QRollout, k_epochs: Array) -> tuple[LearnerState, None, dict]:
+        """Q(lambda) targets from the bootstrap values, then epochs of minibatches on 0.5 (Q_tot - G)^2."""
+        traj, next_q, stats = batch.traj, batch.bootstrap, batch.stats
+        assert next_q is not None  # collect above always sets it
+        eps = q.epsilon(learner.update)
         team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_act]: the sum matches Q_tot = sum_i Q_i
         target = ops.q_lambda_returns(team_reward, traj["done"], next_q, learner.hparams["gamma"], config.q.td_lambda)
         # environment-major -> agent-major (identity unless mesh.agent > 1): [T, E_learn, A_g/K, ...]
@@ -143,8 +150,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
         (loss, q_mean), stats = ops.psum_tree(((jnp.mean(loss) / n, jnp.mean(q_mean) / n), stats), layout.env_axes)
         metrics = {"loss_total": loss, "q_mean": q_mean, "grad_norm": jnp.mean(grad_norm), "lr": lr, "epsilon": eps,
                    "episodes": stats}  # fmt: skip
-        learner = learner.replace(params=params, opt_state=opt_state, key=key, update=learner.update + 1)
-        return TrainState(learner, actors), metrics
+        return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), extra, metrics
 
     def cost_pieces(state: TrainState) -> list[CostPiece]:
         """(a) one rollout step (masks, every group's Q-values, epsilon-greedy choice, env.step,
@@ -184,7 +190,10 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
                       batches.epochs * M, transitions=L * batches.num_envs),
         ]  # fmt: skip
 
-    return q_trainer(config, env, layout, q, init, learner_init, update, cost_pieces)
+    return Algorithm(
+        networks=q.nets, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn, act=q.act,
+        cost_pieces=cost_pieces,
+    )  # fmt: skip
 
 
 SPEC = AlgorithmSpec(
@@ -204,5 +213,7 @@ SPEC = AlgorithmSpec(
             "q": {"eps_decay_steps": 250_000},
         },
     ),
-    make_train,
+    build,
+    ("loss_total", "grad_norm", "lr", "q_mean"),  # the NaN guard's: the loss, the step, the values
 )
+make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

@@ -1,6 +1,6 @@
 """The Q-learning family's acting: Q-networks per group, epsilon-greedy choice, the rollout.
 
-`make_q_acting(config, env, layout)` returns the pieces that PQN-VDN (algos/pqn_vdn.py) and
+`make_q_acting(config, env, layout)` returns the pieces (a `collect` among them) that PQN-VDN (algos/pqn_vdn.py) and
 the replay-based IQL / VDN / QMIX (algos/qlearning.py) build on, from `marljax.algos.acting`.
 Discrete actions only; action masks are honoured both when acting and in every max over actions.
 
@@ -22,9 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, shaping_schedule, uses_cnn
-from marljax.algos.api import Trainer
-from marljax.algos.learning import loop
+from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, uses_cnn
 from marljax.config import Config, ConfigError, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn.networks import QNetwork, RecurrentQNetwork
@@ -59,6 +57,15 @@ class QConfig:
             raise ConfigError("q.eps_finish", f"must be <= q.eps_start={self.eps_start}, got {self.eps_finish}")
 
 
+class QRollout(NamedTuple):
+    """What the Q family's `collect` hands to `learn`: one rollout in the acting layout."""
+
+    traj: dict  # leaves [T, E_act, ...], see `QActing.rollout`
+    final: dict  # what follows the last step: obs, mask, reset (, world)
+    stats: EpisodeStats  # of the episodes that ended during the rollout
+    bootstrap: Array | None = None  # PQN: the team's max value of each step's next observation [T, E_act]
+
+
 class QActing(NamedTuple):
     nets: Mapping[str, nn.Module]  # group -> QNetwork | RecurrentQNetwork
     # (params, group, obs [B, A_g, ...], hidden [B, A_g, H] | None, reset [B, A_g] | None)
@@ -74,6 +81,7 @@ class QActing(NamedTuple):
     init_actors: Callable  # key -> ActorState of num_envs environments
     rollout: Callable  # (params, eps, actors, key) -> (actors, EpisodeStats, traj [T, E_local, ...], final)
     rollout_step: Callable  # (params, eps, actors, key) -> ((actors, stats), one step of traj): a cost piece
+    collect: Callable  # api.Collect: (params, actors, key, update) -> (actors, QRollout), epsilon from update
 
 
 def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool = False) -> QActing:
@@ -94,7 +102,7 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
     if layout.agent_parallel and not nets.independent:
         raise ConfigError("mesh.agent", "splits per-agent Q-networks: it needs param_sharing=independent")
     T = config.num_steps
-    vec = VecEnv(env, config.num_envs, layout, shaping_schedule(config))
+    vec = VecEnv.of(config, env, layout)
     decay_updates = max(config.q.eps_decay_steps / (T * config.num_envs), 1e-9)  # epsilon falls over this many updates
 
     def q_values(params, g: AgentGroup, obs: Array, hidden: Array | None = None, reset: Array | None = None):
@@ -190,18 +198,13 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
             final["world"] = jax.vmap(env.world_state)(actors.env_state, actors.obs)
         return actors, stats, traj, final
 
-    return QActing(nets.nets, q_values, unroll, epsilon, act, init_params, init_actors, rollout, rollout_step)
+    def collect(params, actors: ActorState, key: Array, update: Array | None = None) -> tuple[ActorState, QRollout]:
+        """One rollout with epsilon at the learner's update counter `update` (None: 0)."""
+        eps = epsilon(jnp.int32(0) if update is None else update)
+        actors, stats, traj, final = rollout(params, eps, actors, key, update)
+        return actors, QRollout(traj, final, stats)
 
-
-def q_trainer(
-    config: Config, env: EnvAdapter, layout: Layout, q: QActing, init, init_learner, update, cost_pieces
-) -> Trainer:
-    """The Q family's Trainer: its own init / update / cost pieces, the shared chunked loop, Q acting."""
-    run = loop(config, layout, init, update)
-    return Trainer(
-        config=config, env=env, networks=q.nets, init=init, init_learner=init_learner, update=update,
-        run_updates=run.run_updates, train=run.train, act=q.act, cost_pieces=cost_pieces,
-    )  # fmt: skip
+    return QActing(nets.nets, q_values, unroll, epsilon, act, init_params, init_actors, rollout, rollout_step, collect)
 
 
 def through_final(traj: dict, final: dict) -> dict:

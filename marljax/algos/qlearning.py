@@ -19,8 +19,10 @@ step (as acting computed it) and the per-step reset flags; learning replays the 
 from that stored state, for the online and the target network alike (R2D2's "stored state",
 without burn-in). A stored state is as old as its sequence, which is what the replay holds.
 
-The replay buffer and the target network live in `TrainState.extra`, so checkpoints hold
-them: a resumed run continues with the same replay contents.
+The replay buffer and the target network are what these algorithms keep beside the learner
+(`QExtra`, `TrainState.extra`), so checkpoints hold them: a resumed run continues with the same
+replay contents. `build` declares how each part lies on the mesh (`extra_layout`): the framework
+shards them from that declaration alone.
 
 With `param_sharing=independent` and `mesh.agent` = K, each device learns the Q-networks (and
 keeps the target networks) of A_g/K agents of every group, as PQN-VDN does
@@ -36,22 +38,33 @@ on every device: QMIX's mixer is replicated, its gradient the same everywhere.
 from __future__ import annotations
 
 import dataclasses
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from marljax.algos import replay
-from marljax.algos.api import AlgorithmSpec, CostPiece, Trainer, hparams_from_config
+from marljax.algos.api import (
+    AGENTS,
+    ENVS,
+    REPLICATED,
+    Algorithm,
+    AlgorithmSpec,
+    CostPiece,
+    ExtraPart,
+    Placed,
+    hparams_from_config,
+    split_groups,
+)
 from marljax.algos.learning import descend, init_keys, init_learner, learning_rate
 from marljax.algos.mixers import MixerConfig, QMixer
-from marljax.algos.q_acting import QConfig, make_q_acting, q_trainer, through_final
+from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
-from marljax.types import HParams, LearnerState, TrainState
+from marljax.types import ActorState, HParams, LearnerState, TrainState
 
 Array = jax.Array
 MIXER = "__mixer__"  # params[MIXER]: QMIX's mixer
@@ -85,12 +98,38 @@ class ReplayConfig:
 class QExtra:
     target: dict  # the target network's parameters (same tree as the learner's, split the same way)
     # sequences [capacity, T(+1), ...]: per group obs/mask/reset/action [capacity, T(+1), A_g, ...] and
-    # hidden [capacity, A_g, H] (split over `agent` on A_g, see parallel/mesh.py), reward [capacity, T, N],
-    # done [capacity, T], world [capacity, T + 1, W] (whole on every agent device)
+    # hidden [capacity, A_g, H] (split over `agent` on A_g), reward [capacity, T, N], done [capacity, T],
+    # world [capacity, T + 1, W] (whole on every agent device); `extra_layout` places them
     buffer: replay.ReplayState
 
+    if TYPE_CHECKING:  # added by flax.struct.dataclass; declared for the type checker
 
-def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Trainer:
+        def replace(self, **changes: Any) -> QExtra: ...
+
+
+def extra_layout(groups, world: bool, recurrent: bool) -> QExtra:
+    """How QExtra lies on the mesh (`api.Placed`, after the seed axis):
+
+    * the target network like the learner: a group's sets [A_g, ...] over `agent` where they are split;
+      QMIX's mixer whole;
+    * the buffer's slots [capacity, ...] over `data` (each data shard keeps the sequences of its own
+      environments), its per-agent fields also over `agent` on A_g ([capacity, T(+1), A_g, ...];
+      the stored GRU states [capacity, A_g, H]); the per-environment fields (reward, done, world)
+      whole on every agent device, so an agent column samples the same slots without communicating;
+      the ring position whole (every shard writes as many sequences per update, so they agree)."""
+    per_agent = {g.name: Placed((ENVS, None, AGENTS), g.name) for g in groups}
+    data = {"obs": per_agent, "mask": per_agent, "reset": per_agent, "action": per_agent,
+            "reward": Placed((ENVS,)), "done": Placed((ENVS,))}  # fmt: skip
+    if world:
+        data["world"] = Placed((ENVS,))
+    if recurrent:
+        data["hidden"] = {g.name: Placed((ENVS, AGENTS), g.name) for g in groups}
+    target = {g.name: Placed((AGENTS,), g.name) for g in groups} | ({MIXER: REPLICATED} if world else {})
+    # the same tree as the state's, with Placed leaves
+    return QExtra(target, replay.ReplayState(data, Placed((ENVS,)), REPLICATED))  # type: ignore[arg-type]
+
+
+def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
     del correction
     algo = config.algo
     D = layout.num_data  # data shards: each keeps buffer_size/D slots of its own environments' sequences
@@ -104,7 +143,7 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
              if algo == "qmix" else None)  # fmt: skip
     T, E, N = config.num_steps, config.num_envs, env.num_agents
     K = layout.num_agent  # agent devices: each learns A_g/K agents of every group
-    split = frozenset(g.name for g in groups) if layout.agent_parallel else frozenset()
+    split = split_groups(groups, layout)
     start_update = config.replay.learning_starts // (T * E)  # the first update that learns
     swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731 - batch-major [B, T, ...] <-> time-major [T, B, ...]
 
@@ -137,11 +176,13 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
     def learner_init(key: Array) -> LearnerState:
         return init_learner(config, key, init_params)
 
-    def init(key: Array) -> TrainState:
-        k_env = init_keys(key).env
-        learner = learner_init(key)
-        buffer = replay.init(config.replay.buffer_size, example_sequence(k_env))
-        return TrainState(learner, q.init_actors(k_env), QExtra(learner.params, buffer))
+    def init_actors(key: Array) -> ActorState:
+        return q.init_actors(init_keys(key).env)
+
+    def init_extra(key: Array, learner: LearnerState) -> QExtra:
+        """The target network (the learner's first parameters) and an empty buffer."""
+        buffer = replay.init(config.replay.buffer_size, example_sequence(init_keys(key).env))
+        return QExtra(learner.params, buffer)
 
     def chosen_and_next(params, target, seq, full: bool = False) -> tuple[Array, Array]:
         """Per agent, over a batch of sequences: Q(o_t, a_t) [B, T, N] and the double-Q value of
@@ -244,23 +285,25 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             sequences["hidden"] = jax.tree.map(lambda h: h[:, 0], sequences["hidden"])  # [E/D, A_g/K, H]
         return sequences
 
-    def update(state: TrainState):
-        learner, extra = state.learner, state.extra
-        key, k_roll, k_learn = jax.random.split(learner.key, 3)
-        eps = q.epsilon(learner.update)
-        acting = layout.to_acting(learner.params, split)  # every agent's network, beside every env
-        actors, stats, traj, final = q.rollout(acting, eps, state.actors, k_roll, learner.update)
-        extra = extra.replace(buffer=replay.add(extra.buffer, to_sequences(traj, final)))
+    def learn(
+        learner: LearnerState, extra: QExtra, batch: QRollout, k_learn: Array
+    ) -> tuple[LearnerState, QExtra, dict]:
+        """The rollout into the buffer; once `learning_starts` has passed, `gradient_steps` on
+        samples of it; the target network copied or averaged."""
+        stats, eps = batch.stats, q.epsilon(learner.update)
+        extra = extra.replace(buffer=replay.add(extra.buffer, to_sequences(batch.traj, batch.final)))
 
         lr = learning_rate(config, learner)
 
-        def learn(_):
+        def learning(_):
             return gradient_steps(learner, extra, k_learn, lr)
 
         def wait(_):
             return learner.params, learner.opt_state, (jnp.float32(0), jnp.float32(0), jnp.float32(0))
 
-        params, opt_state, (loss, q_mean, grad_norm) = jax.lax.cond(learner.update >= start_update, learn, wait, None)
+        params, opt_state, (loss, q_mean, grad_norm) = jax.lax.cond(
+            learner.update >= start_update, learning, wait, None
+        )
         n_done = learner.update + 1
         if config.replay.target_update_interval:
             copy = n_done % config.replay.target_update_interval == 0
@@ -276,8 +319,8 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
             stats = ops.psum_tree(stats, layout.agent_axis)
         metrics = {"loss_total": loss, "q_mean": q_mean, "grad_norm": grad_norm, "lr": lr, "epsilon": eps,
                    "replay_size": replay_size, "episodes": stats}  # fmt: skip
-        learner = learner.replace(params=params, opt_state=opt_state, key=key, update=n_done)
-        return TrainState(learner, actors, extra.replace(target=target)), metrics
+        learner = learner.replace(params=params, opt_state=opt_state, update=n_done)
+        return learner, extra.replace(target=target), metrics
 
     def cost_pieces(state: TrainState) -> list[CostPiece]:
         """(a) one rollout step (masks, every group's Q-values, epsilon-greedy choice, env.step,
@@ -300,15 +343,20 @@ def make_train(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), co
                       config.replay.gradient_steps, transitions=config.replay.batch_size * T),
         ]  # fmt: skip
 
-    return q_trainer(config, env, layout, q, init, learner_init, update, cost_pieces)
+    return Algorithm(
+        networks=q.nets, init_learner=learner_init, init_actors=init_actors, collect=q.collect, learn=learn, act=q.act,
+        cost_pieces=cost_pieces, init_extra=init_extra, extra_layout=extra_layout(groups, algo == "qmix", config.recurrent),
+        extra_parts=(ExtraPart("replay buffer", ("replay.buffer_size",), lambda extra: extra.buffer),),
+    )  # fmt: skip
 
 
 def _spec(name: str, summary: str, sections: dict | None = None, **defaults) -> AlgorithmSpec:
     # shared by the replay family; each then tuned to learn on MPE_simple_spread_v3 in 1M steps
     base = {"total_timesteps": 1_000_000, "activation": "relu", "lr": 1e-3, "num_envs": 16, "num_steps": 32}
     return AlgorithmSpec(AlgorithmSchema(name, summary, {"q": QConfig, "replay": ReplayConfig, **(sections or {})},
-                                         defaults={**base, **defaults}, supports=Supports(agent_axis=True), jaxmarl_files=("ql",)),
-                         make_train)  # fmt: skip
+                                         defaults={**base, **defaults}, supports=Supports(agent_axis=True),
+                                         jaxmarl_files=("ql",)),
+                         build, ("loss_total", "grad_norm", "lr", "q_mean"))  # fmt: skip
 
 
 # greedy returns per agent after 1M steps, 2 seeds (no-op: about -25.3): iql -20.8, -22.0; vdn -19.4, -21.4;

@@ -1,4 +1,5 @@
-"""The algorithm registry: name -> its config schema (sections, defaults, supports) and `make_train`.
+"""The algorithm registry: name -> its config schema (sections, defaults, supports), its pieces'
+builder and its declared losses (`AlgorithmSpec`; `spec.make_train` derives its `Trainer`).
 
 Every part of marljax that needs an algorithm (the CLI's help, config validation, the host loop,
 sweeps, benchmarks, policy export) looks it up here instead of testing `algo == ...`. Adding an
@@ -27,3 +28,8 @@ def get(name: str) -> AlgorithmSpec:
 
 def names() -> tuple[str, ...]:
     return tuple(_SPECS)
+
+
+def losses() -> tuple[str, ...]:
+    """Every metric some registered algorithm declares a loss (the NaN guard's default), in order."""
+    return tuple(dict.fromkeys(key for spec in _SPECS.values() for key in spec.losses))

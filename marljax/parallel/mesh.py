@@ -19,7 +19,7 @@ per-agent leaves also over `agent`, and replicated over `data`; the actor state
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -105,38 +105,44 @@ def learner_specs(learner_shape, split: frozenset[str], seed_axis: str | None):
     return jax.tree_util.tree_map_with_path(spec, learner_shape)
 
 
-def state_specs(state_shape: TrainState, split: frozenset[str]) -> TrainState:
+ENVS = "envs"  # an axis over the environments' data: split over `data`, as the learner splits the environments
+AGENTS = "agents"  # an axis over the agents of `Placed.group`: split over `agent` where that group's sets are
+
+
+class Placed(NamedTuple):
+    """How one part of an algorithm's extra state lies on the mesh (its declaration, see
+    `marljax.algos.api`), by what its leading axes after the seed axis count: `ENVS`, `AGENTS` of
+    `group` (one entry per agent, or one set shared by them all), or None (whole). Axes past those
+    named are whole; `Placed()` is whole on every device of a seed."""
+
+    axes: tuple[str | None, ...] = ()
+    group: str | None = None  # the group whose agents an AGENTS axis counts
+
+
+def state_specs(state_shape: TrainState, split: frozenset[str], extra: Any = None) -> TrainState:
     """PartitionSpecs for a TrainState with a leading [S] seed axis (shapes from `jax.eval_shape`).
 
     Learner leaves under a group in `split` (per-agent parameter sets and their Adam moments)
     are [S, A_g, ...] and split over `agent` too; the rest of the learner is split over `seed`.
-    The extra state: see `_extra_spec`.
+    The extra state is laid out as the algorithm declared it: `extra` is a pytree like it of
+    `Placed` (the trainer's `extra_places`); none for a state without extra leaves.
     """
 
     learner = learner_specs(state_shape.learner, split, SEED)
     actors = jax.tree.map(lambda _: ACTING, state_shape.actors)
-    extra = jax.tree_util.tree_map_with_path(lambda path, _: _extra_spec(path, split), state_shape.extra)
-    return TrainState(learner=learner, actors=actors, extra=extra)
+    if extra is None and jax.tree.leaves(state_shape.extra):
+        raise ValueError("the state has extra leaves but no declared layout for them")
+    specs = jax.tree.map(lambda place: placed_spec(place, split), extra, is_leaf=lambda x: isinstance(x, Placed))
+    return TrainState(learner=learner, actors=actors, extra=specs)
 
 
-def _extra_spec(path, split: frozenset[str]) -> P:
-    """An algorithm's extra state is split over seeds, and:
-
-    * a replay buffer's slots (`extra.buffer`, leaves [S, capacity, ...]) over `data` too: each
-      data shard keeps the sequences of its own environments. The ring position stays whole
-      (every shard writes the same number of sequences per update, so the positions agree);
-    * under a group in `split`, its agents over `agent`, like the learner's: a target network
-      [S, A_g, ...], a buffer's per-agent fields [S, capacity, T, A_g, ...] and its stored GRU
-      states `hidden` [S, capacity, A_g, H]. The buffer's other fields (per environment) are whole
-      on every agent device, so an agent column samples the same slots without communicating.
-    """
-    names = [getattr(k, "name", getattr(k, "key", None)) for k in path]
-    per_agent = any(n in split for n in names)
-    if not names or names[0] != "buffer" or names[-1] == "position":
-        return P(SEED, AGENT) if per_agent else P(SEED)
-    if not per_agent:
-        return P(SEED, DATA)
-    return P(SEED, DATA, AGENT) if "hidden" in names else P(SEED, DATA, None, AGENT)
+def placed_spec(place: Placed, split: frozenset[str]) -> P:
+    """The PartitionSpec of a part of the extra state placed as `place`, after the seed axis:
+    ENVS over `data`; AGENTS over `agent` when its group's sets are split (`split`), else whole."""
+    axes = [DATA if a == ENVS else AGENT if a == AGENTS and place.group in split else None for a in place.axes]
+    while axes and axes[-1] is None:
+        axes.pop()
+    return P(SEED, *axes)
 
 
 class ShardedFns(NamedTuple):
@@ -165,7 +171,7 @@ def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
     environments; the trainer's collectives use the axes of `mesh_layout(mesh)`.
     """
     shape = jax.eval_shape(jax.vmap(trainer.init), jax.ShapeDtypeStruct((trainer.config.num_seeds, 2), jnp.uint32))
-    specs = state_specs(shape, split_groups(trainer))
+    specs = state_specs(shape, split_groups(trainer), trainer.extra_places(shape.extra, lead=1))
     shardings = named(mesh, specs)
     init = jax.jit(jax.vmap(trainer.init), out_shardings=shardings)
 

@@ -38,9 +38,10 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 class MemoryEstimate(NamedTuple):
     """Bytes a run holds, by part (every seed together), and the config keys that size each part."""
 
-    parts: dict[str, int]  # e.g. {"replay buffer": ..., "rollout": ..., "training state": ...}
-    keys: dict[str, tuple[str, ...]]  # part -> the keys that size it, e.g. ("replay.buffer_size",)
+    parts: dict[str, int]  # e.g. {"rollout": ..., "training state": ..., and an algorithm's ExtraParts}
+    keys: dict[str, tuple[str, ...]]  # part -> the keys that size it, e.g. ("num_envs", "num_steps")
     values: dict[str, Any]  # key -> its value in this run, for the message
+    state: tuple[str, ...] = ("training state",)  # the parts that are the training state (a checkpoint's)
 
     @property
     def total(self) -> int:
@@ -165,16 +166,19 @@ def estimate(
     [S, ...] (S = num_seeds; a sweep program's cells x seeds); `extra`: more parts, name ->
     (bytes, field), e.g. a sweep's copy of the best parameters."""
     extra_state = getattr(state_shapes, "extra", None)
-    buffer = tree_bytes(getattr(extra_state, "buffer", None) or [])
+    # the parts of the algorithm's extra state it names apart (`extra_parts`: a replay buffer, ...)
+    apart = [] if extra_state is None else getattr(trainer, "extra_parts", ())
+    parts = {p.name: tree_bytes(p.of(extra_state)) for p in apart}
+    keys = {p.name: tuple(p.keys) for p in apart}
     update = update_bytes(trainer.update, per_seed(state_shapes))
     S = config.num_seeds
-    parts = {"replay buffer": buffer, "rollout": update.rollout * S, "working buffers": update.working * S,
-             "training state": tree_bytes(state_shapes) - buffer}  # fmt: skip
-    keys = {"replay buffer": ("replay.buffer_size",), "rollout": ("num_envs", "num_steps"),
-            "working buffers": ("num_envs", "num_steps", "hidden_size"), "training state": ("num_envs", "hidden_size")}  # fmt: skip
+    parts |= {"rollout": update.rollout * S, "working buffers": update.working * S,
+              "training state": tree_bytes(state_shapes) - sum(parts.values())}  # fmt: skip
+    keys |= {"rollout": ("num_envs", "num_steps"), "working buffers": ("num_envs", "num_steps", "hidden_size"),
+             "training state": ("num_envs", "hidden_size")}  # fmt: skip
     for name, (n, key) in (extra or {}).items():
         parts[name], keys[name] = n, (key,)
-    return estimate_of(config, parts, keys)
+    return estimate_of(config, parts, keys)._replace(state=(*(p.name for p in apart), "training state"))
 
 
 def parse_limit(text: str) -> int | None:

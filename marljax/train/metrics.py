@@ -10,15 +10,13 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from marljax.files import write_text_atomic
-
-LOSS_KEYS = ("loss_total", "loss_actor", "loss_value", "entropy", "approx_kl", "clip_frac", "grad_norm", "lr")
 
 
 def chunk_row(
@@ -63,18 +61,22 @@ def chunk_row(
             part = float(np.sum(ep.return_sum[..., start : start + size]))
             row[f"return_{name}"] = part / (count * size) if count else None
             start += size
-    for key in LOSS_KEYS:  # the PPO family's; other algorithms report what applies to them
-        if key in metrics:
-            row[key] = float(np.mean(metrics[key]))
-    for key, value in metrics.items():  # and any further scalar metric of theirs (q_mean, epsilon, ...)
+    for key, value in metrics.items():  # the algorithm's own scalar metrics, whatever it names them
         if key not in row and key != "episodes":
             row[key] = float(np.mean(value))
     return row
 
 
-def first_non_finite(row: Mapping[str, Any]) -> str | None:
-    """Name of the first loss metric in `row` that is NaN or infinite, else None."""
-    for key in (*LOSS_KEYS, *(k for k in row if k.startswith(("loss", "q_")))):
+def first_non_finite(row: Mapping[str, Any], losses: Iterable[str] | None = None) -> str | None:
+    """Name of the first of `losses` in `row` that is NaN or infinite, else None.
+
+    `losses`: what the run's algorithm declares (`Trainer.losses`, `AlgorithmSpec.losses`); None
+    (a caller that does not say which algorithm ran): what any registered algorithm declares."""
+    if losses is None:
+        from marljax.algos import registry  # the algorithms' declarations, read only when asked
+
+        losses = registry.losses()
+    for key in losses:
         value = row.get(key)
         if value is not None and not math.isfinite(value):
             return key

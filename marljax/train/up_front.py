@@ -59,7 +59,7 @@ def with_checkpoint_copy(estimate: MemoryEstimate) -> MemoryEstimate:
     """On CPU, where device memory is the host's: a checkpoint's save copies the state to the host
     before writing it in the background, so the state is held twice while it is written (a qmix run
     with a 15 GiB replay buffer, 73% of the 20.6 GiB available, was killed for memory)."""
-    state = {k: estimate.parts[k] for k in ("replay buffer", "training state") if k in estimate.parts}
+    state = {k: estimate.parts[k] for k in estimate.state if k in estimate.parts}
     keys = estimate.keys[max(state, key=state.get)]
     return estimate._replace(parts={**estimate.parts, "checkpoint copy": sum(state.values())},
                              keys={**estimate.keys, "checkpoint copy": keys})  # fmt: skip
