@@ -115,7 +115,7 @@ def test_rows_are_one_per_group_of_rows_each_from_its_own_slice():
 
 def test_the_nan_guard_stops_before_the_checkpoint_is_saved():
     saved = _Checkpointer()
-    guarded = _driver([slice(0, 2)], saved, guard=True)
+    guarded = _driver([slice(0, 2)], saved, guard=("loss_total",))
     guarded.step(_chunk(0.5), save=True)
     with pytest.raises(TrainingDiverged, match=r"update 4: loss_total is nan .*last good checkpoint: update 2"):
         guarded.step(_chunk(math.nan), save=True)
@@ -125,6 +125,11 @@ def test_the_nan_guard_stops_before_the_checkpoint_is_saved():
     plain.step(_chunk(0.5), save=True)
     plain.step(_chunk(math.nan))
     assert unguarded.saved == [2, 4]
+    other = _Checkpointer()  # control: a guard on another algorithm's losses lets this NaN through
+    elsewhere = _driver([slice(0, 2)], other, guard=("q_mean",))
+    elsewhere.step(_chunk(0.5), save=True)
+    elsewhere.step(_chunk(math.nan), save=True)
+    assert other.saved == [2, 4]
 
 
 def test_several_processes_agree_to_stop_at_chunk_ends_only(monkeypatch):

@@ -23,7 +23,7 @@ Around the loop: `resume` (the newest good checkpoint, or a fresh start), `StopC
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -168,9 +168,12 @@ def _finite_by_group(params: dict) -> dict:
     return {k: jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(v)])) for k, v in params.items()}
 
 
-def nan_guard(row: dict, params: dict, update: int, checkpointer: Checkpointer) -> None:
-    """Stop before a non-finite loss or parameter is checkpointed; name what went bad."""
-    bad = first_non_finite(row)
+def nan_guard(
+    row: dict, params: dict, update: int, checkpointer: Checkpointer, losses: Iterable[str] | None = None
+) -> None:
+    """Stop before a non-finite loss (of `losses`: the algorithm's declared ones) or parameter is
+    checkpointed; name what went bad."""
+    bad = first_non_finite(row, losses)
     what = f"{bad} is {row[bad]}" if bad is not None else None
     if what is None:
         finite = host_values(_finite_by_group(params))
@@ -254,7 +257,7 @@ class Driver:
 
     def __init__(
         self, config: Config, env, *, start: int, groups: list[slice], sinks: list[RowSink], checkpoints: Checkpoints,
-        progress: Progress, evaluation: Evaluation | None = None, guard: bool = False,
+        progress: Progress, evaluation: Evaluation | None = None, guard: Iterable[str] | None = None,
         on_eval: Callable | None = None, on_rows: Callable | None = None,
     ):  # fmt: skip
         self.config, self.env, self.groups, self.sinks = config, env, groups, sinks
@@ -295,8 +298,8 @@ class Driver:
             sink.write(row)
         if self.on_rows is not None:
             self.on_rows(rows, result, self.update)
-        if self.guard:
-            nan_guard(rows[0], chunk.params, self.update, self.checkpoints.checkpointer)
+        if self.guard is not None:
+            nan_guard(rows[0], chunk.params, self.update, self.checkpoints.checkpointer, self.guard)
         self.checkpoints.after_chunk(self.update, state, save, chunk.extra_meta)
         self.progress.advance(chunk.n, rows[0])
 

@@ -250,7 +250,8 @@ def _driver(config: Config, env, trainer, checkpointer: Checkpointer, start: int
     progress = Progress(config.progress, config.num_updates, start, config.env_steps_per_update, show_row=True,
                         unit="step", unit_scale=True, leave=True)  # fmt: skip
     return Driver(config, env, start=start, groups=[slice(0, config.num_seeds)], sinks=[sink], checkpoints=checkpoints,
-                  progress=progress, evaluation=evaluation, guard=config.nan_guard)  # fmt: skip
+                  progress=progress, evaluation=evaluation,
+                  guard=trainer.losses if config.nan_guard else None)  # fmt: skip
 
 
 def primary_only(config: Config, log: Callable[[str], None]) -> tuple[Config, Callable[[str], None]]:
