@@ -75,7 +75,7 @@ def _machine() -> dict:
 def measure_curves(quick: bool, jaxmarl: Path | None) -> dict:
     if jaxmarl is None:
         raise SystemExit("curves: --jaxmarl PATH (a checkout of FLAIROx/JaxMARL) is needed")
-    args = ["--jaxmarl", str(jaxmarl), "--seeds", "1" if quick else "4", "--timesteps", "2e4" if quick else "1e7"]
+    args = ["--jaxmarl", str(jaxmarl), "--seeds", "1" if quick else "2", "--timesteps", "2e4" if quick else "1e7"]
     with tempfile.TemporaryDirectory() as tmp:
         curves = Path(tmp) / "curves.json"
         cmd = [sys.executable, "experiments/jaxmarl_side_by_side.py", *args, "--with-defaults", "--curves", str(curves)]
