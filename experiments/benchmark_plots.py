@@ -32,6 +32,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -158,24 +159,28 @@ def draw_throughput_on(ax, record: dict) -> None:
     ax.legend(fontsize=8)
 
 
-def draw_curves(record: dict) -> Figure:
-    fig = Figure(figsize=(6, 4), layout="constrained")
-    draw_curves_on(fig.add_subplot(), record)
+def _figure(record: dict, size: tuple[float, float]) -> tuple[Figure, Any]:
+    """A figure of one plot, titled with the machine and date the record was measured on."""
+    fig = Figure(figsize=size, layout="constrained")
     fig.suptitle(_where(record), fontsize=8)
+    return fig, fig.add_subplot()
+
+
+def draw_curves(record: dict) -> Figure:
+    fig, ax = _figure(record, (6, 4))
+    draw_curves_on(ax, record)
     return fig
 
 
 def draw_throughput(record: dict) -> Figure:
-    fig = Figure(figsize=(6, 4), layout="constrained")
-    draw_throughput_on(fig.add_subplot(), record)
-    fig.suptitle(_where(record), fontsize=8)
+    fig, ax = _figure(record, (6, 4))
+    draw_throughput_on(ax, record)
     return fig
 
 
 def draw_sweep(record: dict) -> Figure:
     r = record["result"]
-    fig = Figure(figsize=(6, 3.5), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = _figure(record, (6, 3.5))
     labels = ["one vmapped program", "one run after another"]
     compile_s = [r["vmapped_compile_s"], r["sequential_compile_s"]]
     run_s = [r["vmapped_run_s"], r["sequential_run_s"]]
@@ -186,14 +191,12 @@ def draw_sweep(record: dict) -> Figure:
         f"a sweep's cells x seeds: {r['speedup_total']:.1f}x end to end, {r['speedup_run_only']:.1f}x run only"
     )
     ax.legend(fontsize=8)
-    fig.suptitle(_where(record), fontsize=8)
     return fig
 
 
 def draw_async(record: dict) -> Figure:
     rows = record["rows"]
-    fig = Figure(figsize=(7, 3.5), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = _figure(record, (7, 3.5))
     keys = [("generation_samples_per_s", "actors alone"), ("learning_samples_per_s", "learner alone"),
             ("sync_samples_per_s", "sync loop"), ("async_samples_per_s", "async")]  # fmt: skip
     width = 0.8 / len(keys)
@@ -206,7 +209,6 @@ def draw_async(record: dict) -> Figure:
     ax.set_ylabel("env-steps/s")
     ax.set_title("async actor-learner: generation and learning overlapped")
     ax.legend(fontsize=8)
-    fig.suptitle(_where(record), fontsize=8)
     return fig
 
 
