@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from marljax import schema
 from marljax.algos import api, ippo, registry
 from marljax.algos.qlearning import MIXER
 from marljax.config import AlgorithmSchema, Supports, load_config, setting
@@ -154,9 +155,12 @@ PROBE = api.AlgorithmSpec(
 )
 
 
-def test_an_algorithm_added_by_one_registration_runs_and_its_declared_losses_guard_it(tmp_path):
-    if "probe_nan" not in registry.names():
-        registry.register(PROBE)  # the one line: nothing else in marljax learns of it
+def test_an_algorithm_added_by_one_registration_runs_and_its_declared_losses_guard_it(tmp_path, monkeypatch):
+    # the registries as they are, restored after the test: the probe must not reach the tests that list
+    # every algorithm (an xdist worker runs them after this one in the same process)
+    monkeypatch.setattr(registry, "_SPECS", dict(registry._SPECS))
+    monkeypatch.setattr(schema, "_SCHEMAS", dict(schema._SCHEMAS))
+    registry.register(PROBE)  # the one line: nothing else in marljax learns of it
     base = ["algo=probe_nan", *TINY[:3], "num_chunks=2", "progress=false", "plot=false", "eval_every=0"]
     result = train(load_config(None, [*base, "probe.poison=surprise", f"out_dir={tmp_path / 'a'}"]), log=lambda s: None)
     assert result.rows[-1]["update"] == 2 and result.rows[-1]["surprise"] != result.rows[-1]["surprise"]  # NaN, kept
