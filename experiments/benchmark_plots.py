@@ -30,35 +30,23 @@ import platform
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from readme_figures import ASYNC_COMMON, ASYNC_ROWS, TWO_DEVICES, last_json, marljax  # experiments/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "benchmarks"
-TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 NUM_ENVS = (16, 32, 64, 128, 256, 512, 1024)
 
 
-def _run(cmd: Sequence[str], env: dict[str, str] | None = None) -> str:
-    """Run a command from the repository root; its stdout (stderr passes through)."""
-    print("$", " ".join(cmd), flush=True)
-    done = subprocess.run(list(cmd), cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, text=True)
-    if done.returncode:
-        raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}")
-    return done.stdout
-
-
-def _last_json(stdout: str) -> dict:
-    return json.loads(next(line for line in reversed(stdout.splitlines()) if line.startswith("{")))
-
-
 def _bench(args: Sequence[str], env: dict[str, str] | None = None) -> tuple[str, dict]:
-    cmd = [sys.executable, "-m", "marljax.cli", "bench", *args]
-    return "marljax bench " + " ".join(args), _last_json(_run(cmd, env))
+    """`marljax bench ARGS` (readme_figures' runner): the command as a user types it, and its JSON line."""
+    return "marljax bench " + " ".join(args), last_json(marljax(["bench", *args], env))
 
 
 def _machine() -> dict:
@@ -80,7 +68,8 @@ def measure_curves(quick: bool, jaxmarl: Path | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         curves = Path(tmp) / "curves.json"
         cmd = [sys.executable, "experiments/jaxmarl_side_by_side.py", *args, "--with-defaults", "--curves", str(curves)]
-        line = _last_json(_run(cmd))
+        print("$", " ".join(cmd[1:]), file=sys.stderr, flush=True)
+        line = last_json(subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
         sides = json.loads(curves.read_text())
     command = "python " + " ".join(cmd[1:-2])
     return {"command": command, "machine": _machine(), "summary": line, "sides": sides}
@@ -101,20 +90,13 @@ def measure_sweep(quick: bool, jaxmarl: Path | None) -> dict:
     return {"command": command, "machine": _machine(), "result": r}
 
 
-ASYNC_ROWS = (
-    ("MPE + 0.15 ms host cost per step", ["env=marljax.testing.host_bound:make_env", "env_kwargs.step_cost_s=0.00015"]),
-    ("PettingZoo copies, 0.5 ms per step", ["env=pettingzoo:marljax.testing.host_spread:parallel_env",
-                                            "env_kwargs.step_cost_s=0.0005", "async.num_actor_threads=2"]),
-)  # fmt: skip
-
-
 def measure_async(quick: bool, jaxmarl: Path | None) -> dict:
     rows = []
     for label, args in ASYNC_ROWS:
         quick_args = ["num_envs=8", "num_steps=8"] if quick else []
-        command, r = _bench(["mode=async", "async.actor_devices=1", "async.learner_devices=1", *args, *quick_args],
+        command, r = _bench([*ASYNC_COMMON, *args, *quick_args],
                             env=TWO_DEVICES)  # fmt: skip
-        rows.append({"label": label, "command": f"XLA_FLAGS=--xla_force_host_platform_device_count=2 {command}",
+        rows.append({"label": label, "command": f"XLA_FLAGS={TWO_DEVICES['XLA_FLAGS']} {command}",
                      **{k: r[k] for k in ("generation_samples_per_s", "learning_samples_per_s", "sync_samples_per_s",
                                           "async_samples_per_s", "overlap_efficiency")}})  # fmt: skip
     return {"command": "marljax bench mode=async ...", "machine": _machine(), "rows": rows}
@@ -204,7 +186,8 @@ def draw_async(record: dict) -> Figure:
     for i, (key, label) in enumerate(keys):
         ax.bar(x + i * width, [r[key] for r in rows], width, label=label)
     ax.set_xticks(
-        x + width * (len(keys) - 1) / 2, [f"{r['label']}\noverlap {r['overlap_efficiency']:.2f}" for r in rows]
+        x + width * (len(keys) - 1) / 2,
+        [f"{textwrap.fill(r['label'].replace('`', ''), 32)}\noverlap {r['overlap_efficiency']:.2f}" for r in rows],
     )
     ax.set_ylabel("env-steps/s")
     ax.set_title("async actor-learner: generation and learning overlapped")
