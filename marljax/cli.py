@@ -526,13 +526,14 @@ def usage() -> str:
     return "\n".join([*lines, "", "examples:", EXAMPLES])
 
 
-def command_usage(path: tuple[Command, ...], algo: str | None = None) -> str:
+def command_usage(path: tuple[Command, ...], algo: str | None = None, env: str | None = None) -> str:
     """`marljax bench target --help` and the like: the usage line and the command's help; for a
-    command that trains, every setting of algo's schema; for one with subcommands, their list."""
+    command that trains, every setting of algo's schema (its defaults for env's family); for one
+    with subcommands, their list."""
     command = path[-1]
     name = " ".join(c.name for c in path)
     if command.settings:
-        return config_help(name, command.args, command.help, algo or "ippo")
+        return config_help(name, command.args, command.help, algo or "ippo", env)
     lines = [f"usage: marljax {name} {command.args}", "", command.help]
     if command.subcommands:
         lines += ["", f"marljax {name} NAME [ARGS ...], where NAME is:"]
@@ -545,23 +546,30 @@ def command_usage(path: tuple[Command, ...], algo: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def config_help(name: str, args: str, description: str, algo: str) -> str:
+def config_help(name: str, args: str, description: str, algo: str, env: str | None = None) -> str:
     """`marljax COMMAND --help` for a command that trains: every setting of the core schema and of
-    algo's sections, with its default for that algorithm and its help line, generated from the
-    config's dataclasses."""
-    from marljax.config import algorithm_schema, algorithms, schema_fields
+    algo's sections, with its default for that algorithm on env (its family's defaults marked) and
+    its help line, generated from the config's dataclasses."""
+    from marljax.config import algorithm_schema, algorithms, family_defaults, load_config, schema_fields, to_flat
+    from marljax.families import family_of
 
     schema = algorithm_schema(algo)
+    chosen = load_config(None, [f"algo={algo}", *([f"env={env}"] if env else [])])
+    family, kept = family_defaults(chosen)
+    declared = "; ".join(f"{f}: " + ", ".join(f"{k}={v}" for k, v in to_flat(dict(o)).items())
+                         for f, o in sorted(schema.family_defaults.items()))  # fmt: skip
     lines = [
         f"usage: marljax {name} {args}",
         "",
         description,
-        f"Settings of algo={algo} ({schema.summary}), with its defaults; `algo=NAME --help` shows another's.",
+        f"Settings of algo={algo} ({schema.summary}), with its defaults on env={chosen.env} "
+        f"(family {family or family_of(chosen.env)}); `algo=NAME --help` and `env=ID --help` show others'.",
         f"algorithms: {', '.join(algorithms())}",
+        f"Defaults per env family (family_defaults=auto; * below: this env's): {declared or 'none declared'}.",
         "Nested keys take dots (mesh.data=4, ppo.clip_eps=0.1, env_kwargs.scenario=3m).",
     ]
     heading = None
-    for key, field, default in schema_fields(algo):
+    for key, field, default in schema_fields(algo, env):
         section = key.split(".")[0] if key.split(".")[0] in schema.sections else "core"
         if section != heading:
             heading = section
@@ -572,6 +580,7 @@ def config_help(name: str, args: str, description: str, algo: str) -> str:
             )
             lines += ["", f"{section}: {re.sub(r'^`[a-z_]+[.][*]`: ', '', doc)}"]
         shown = "''" if default == "" else str(default).lower() if isinstance(default, bool) else str(default)
+        shown += " *" if key in kept else ""
         lines.append(f"  {key:<30} {shown:<21} {field.metadata.get('help', '')}")
     return "\n".join(lines)
 
@@ -591,13 +600,14 @@ def resolve(argv: Sequence[str]) -> tuple[tuple[Command, ...], list[str]]:
     return ((command, sub), rest[1:]) if sub else ((command,), rest)
 
 
-def _help_algo(path: str | None, overrides: list[str]) -> str:
-    """The algorithm a help request is about: algo=NAME, else the config file's, else the default."""
+def _help_choice(path: str | None, overrides: list[str]) -> tuple[str, str | None]:
+    """(the algorithm, the env) a help request is about: algo=NAME / env=ID, else the config file's,
+    else the default (None for the env)."""
     from marljax.config import parse_overrides, read_yaml_mapping
 
     values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
-    algo = parse_overrides([a for a in overrides if a.startswith("algo=")]).get("algo", values.get("algo", "ippo"))
-    return str(algo)
+    given = {**values, **parse_overrides([a for a in overrides if a.startswith(("algo=", "env="))])}
+    return str(given.get("algo", "ippo")), None if given.get("env") is None else str(given["env"])
 
 
 def _split_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -663,7 +673,7 @@ def _command_help(argv: list[str]) -> int:
             return path[-1].run(rest)  # an unknown bench: refused as running it would be
         path = (*path, path[-1].subcommands[0])
     try:
-        print(command_usage(path, _help_algo(*_split_args(rest)) if path[-1].settings else None))
+        print(command_usage(path, *_help_choice(*_split_args(rest))) if path[-1].settings else command_usage(path))
     except ConfigError as exc:
         print(f"marljax: config error: {exc}", file=sys.stderr)
         return 2

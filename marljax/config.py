@@ -30,6 +30,7 @@ import marljax.parallel.settings  # noqa: F401  (registers mesh.*, distributed.*
 import marljax.pipeline.settings  # noqa: F401  (registers async.*, a section of the algorithms that support it)
 import marljax.schema
 import marljax.train.settings  # noqa: F401  (registers the host loop, checkpoints, evaluation, log.*, ...)
+from marljax.families import FAMILY_NAMES, family_of
 from marljax.parallel.settings import DistributedConfig, MeshConfig
 from marljax.pipeline.settings import AsyncConfig
 from marljax.schema import (
@@ -104,6 +105,9 @@ class CoreConfig:
     algo: str = setting("ippo", "the algorithm (marljax train --help lists them)")
     env: str = setting("MPE_simple_spread_v3", "a JaxMARL env id, or module:callable returning an env "
                        "(imports and runs that code)", jaxmarl="ENV_NAME")  # fmt: skip
+    family_defaults: str = setting("auto", "whose defaults the algorithm starts from: auto (those it declares for "
+                                   "the env's family, e.g. mpe), none (its own), or a family's name",
+                                   choices=("auto", "none", *FAMILY_NAMES))  # fmt: skip
     env_kwargs: dict = setting(
         factory=dict, mapping="shallow", help="keyword arguments of the env's constructor (env_kwargs.name=value)"
     )
@@ -206,6 +210,8 @@ class AlgorithmSchema:
     supports: Supports = Supports()
     check: Callable[[Config], None] | None = None  # checks across core and section fields
     jaxmarl_files: tuple[str, ...] = ()  # JaxMARL config-file stems it answers to besides its name (ql: ql_*.yaml)
+    # env family (marljax.families) -> nested overrides of `defaults` for it; a setting given explicitly wins
+    family_defaults: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- the assembled config
@@ -293,19 +299,45 @@ class Config:
         return self.num_steps * self.num_envs
 
 
-def schema_fields(algo: str) -> list[tuple[str, dataclasses.Field, Any]]:
-    """(dotted key, field, default for this algorithm) of the core and of algo's sections."""
-    defaults = to_flat(load_config(None, [f"algo={algo}"]).to_dict())
+def schema_fields(algo: str, env: str | None = None) -> list[tuple[str, dataclasses.Field, Any]]:
+    """(dotted key, field, default for this algorithm on env: its family's where it declares them)
+    of the core and of algo's sections."""
+    defaults = to_flat(load_config(None, [f"algo={algo}", *([f"env={env}"] if env else [])]).to_dict())
     out = [(key, f, defaults[key]) for key, f in config_walk()]
     for name, cls in algorithm_schema(algo).sections.items():
         out += [(key, f, defaults[key]) for key, f in walk(cls, f"{name}.")]
     return out
 
 
+def _family(values: Mapping[str, Any]) -> str | None:
+    """The env family whose defaults a mapping's run starts from (`family_defaults`), or None."""
+    choice = coerce("family_defaults", values.get("family_defaults", "auto"), str)
+    one_of("family_defaults", choice, fields(CoreConfig)["family_defaults"].metadata["choices"])
+    if choice == "none":
+        return None
+    return (
+        family_of(coerce("env", values.get("env", fields(CoreConfig)["env"].default), str))
+        if choice == "auto"
+        else choice
+    )
+
+
+def family_defaults(config: Config) -> tuple[str | None, dict[str, Any]]:
+    """(the env family whose defaults apply, {dotted key: value} of those the run kept): what
+    config.yaml's header and `--help` report. A key set explicitly to another value is left out."""
+    family = _family({"env": config.env, "family_defaults": config.family_defaults})
+    declared = to_flat(dict(algorithm_schema(config.algo).family_defaults.get(family or "", {})))
+    return family, {key: value for key, value in declared.items() if config.value(key) == value}
+
+
 def _build_config(values: Mapping[str, Any]) -> Config:
-    """The Config of a nested mapping: algo's defaults first, the mapping's values over them."""
+    """The Config of a nested mapping: algo's defaults, those for the env's family over them, then
+    the mapping's values over both."""
     algo = coerce("algo", values.get("algo", fields(CoreConfig)["algo"].default), str)
-    return Config(*build(values, algorithm_schema(algo)))
+    schema = algorithm_schema(algo)
+    family = _family(values)
+    over = schema.family_defaults.get(family, {}) if family is not None else {}
+    return Config(*build(values, schema, merge(dict(schema.defaults), over)))
 
 
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
@@ -454,7 +486,7 @@ def check_key(dotted: str, algo: str) -> None:
 __all__ = [
     "Config", "CoreConfig", "ExecutionConfig", "MeshConfig", "DistributedConfig", "LogConfig", "AsyncConfig",
     "RewardShapingConfig", "RunConfig", "CheckpointConfig", "EvaluationConfig", "ConfigError", "Supports",
-    "AlgorithmSchema", "FileFormat", "load_config", "from_dict", "replace", "validate", "parse_overrides", "dump_yaml",
+    "AlgorithmSchema", "FileFormat", "load_config", "family_defaults", "from_dict", "replace", "validate", "parse_overrides", "dump_yaml",
     "read_yaml_mapping", "register_schema", "register_file_format", "algorithm_schema", "algorithms", "setting",
     "traced_keys", "resumable_keys", "hparams_values", "schema_fields", "to_flat", "divisors", "check_key",
     "core_keys", "first_line", "listed", "merge", "parse_scalar", "set_dotted", "unknown_key", "check_field",

@@ -126,9 +126,9 @@ def core_keys() -> tuple[str, ...]:
     return tuple(_owners())
 
 
-def build(values: Mapping[str, Any], schema: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(every part, the algorithm's sections) of a nested mapping: schema's defaults, the values over them."""
-    values = merge(dict(schema.defaults), values)
+def build(values: Mapping[str, Any], schema: Any, defaults: Mapping | None = None) -> tuple[dict, dict]:
+    """(every part, the algorithm's sections) of a nested mapping: `defaults` (schema's), the values over them."""
+    values = merge(dict(schema.defaults if defaults is None else defaults), values)
     by_part: dict[str, dict] = {p.key: {} for p in parts()}
     owner = _owners()
     sections: dict[str, Any] = {}

@@ -195,7 +195,7 @@ def test_a_very_long_run_gets_one_line_with_its_updates():
     """Before: total_timesteps=1e12 compiled and ran 50 chunks of 2,441,407 updates without a word;
     a SIGTERM waited for the chunk to end (it was still running 20 minutes later)."""
     assert long_run_warning(load_config(None, [])) is None
-    config = load_config(None, ["total_timesteps=1e12"])
+    config = load_config(None, ["total_timesteps=1e12", "num_steps=128"])  # 64 envs x 128 steps per update
     line = long_run_warning(config, config.updates_per_chunk)
     assert line == ("warning: total_timesteps=1,000,000,000,000 is 122,070,312 updates of 8,192 env steps each, a very "
                     "long run; metrics rows, checkpoints and a Ctrl-C/SIGTERM stop come only between chunks of "

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from marljax.algos.api import AlgorithmSpec
 from marljax.config import register_schema
+from marljax.families import FAMILY_NAMES
 
 _SPECS: dict[str, AlgorithmSpec] = {}
 
 
 def register(spec: AlgorithmSpec) -> None:
     """Make `algo=spec.name` available to every command (its config schema included)."""
+    unknown = set(spec.schema.family_defaults) - set(FAMILY_NAMES)
+    if unknown:  # a typo here would silently apply nothing
+        raise ValueError(f"algo={spec.name} declares defaults for unknown env families {sorted(unknown)}; "
+                         f"the families: {', '.join(FAMILY_NAMES)}")  # fmt: skip
     register_schema(spec.schema)
     _SPECS[spec.name] = spec
 

@@ -43,7 +43,7 @@ from marljax.train.driver import (
 from marljax.train.evaluate import Evaluation
 from marljax.train.marl_eval_run import write_run_marl_eval
 from marljax.train.metrics import plot_returns
-from marljax.train.records import config_yaml
+from marljax.train.records import config_yaml, family_note
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import async_estimate, check_run, sync_estimate
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare, warn_slow_dtype
@@ -191,6 +191,8 @@ def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_r
     metrics_path, ckpt_dir = out_dir / "metrics.jsonl", out_dir / "checkpoints"
     env, mesh, trainer = prepare(config)
     log(f"marljax {config.algo} on {env.describe()}")
+    if note := family_note(config):
+        log(note)
     log(
         f"mesh {dict(mesh.shape)} on {mesh.devices.size} {mesh.devices.flat[0].platform} device(s); "
         f"{config.num_seeds} seed(s) x {config.num_envs} envs; {config.num_updates} updates "
@@ -284,6 +286,8 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
     check_run(config, lambda: async_estimate(config, make_trainer(config, env), getattr(env, "host", False)),
               {*placement.actor_devices, *placement.learner_mesh.devices.flat}, log)  # fmt: skip
     log(f"marljax {config.algo} (async) on {env.describe()}")
+    if note := family_note(config):
+        log(note)
     runner = AsyncRun(config, env, make_trainer, log)
     log(
         f"actors: {config.async_.num_actor_threads} thread(s) on {len(runner.placement.actor_devices)} "

@@ -11,7 +11,7 @@ import functools
 import subprocess
 from pathlib import Path
 
-from marljax.config import Config, dump_yaml
+from marljax.config import Config, dump_yaml, family_defaults
 from marljax.train.checkpoint import versions
 
 
@@ -39,12 +39,24 @@ def run_record() -> dict[str, str]:
     return {"marljax": found.pop("marljax"), "git_commit": git_commit(), **found}
 
 
+def family_note(config: Config) -> str | None:
+    """'defaults for env family mpe: lr=0.004, num_steps=64 (...)' where the algorithm declares
+    defaults for the env's family and the run kept some of them, else None."""
+    family, kept = family_defaults(config)
+    if not kept:
+        return None
+    settings = ", ".join(f"{key}={value}" for key, value in kept.items())
+    return f"defaults for env family {family}: {settings} (algo={config.algo}'s for it; family_defaults=none leaves them out)"
+
+
 def config_yaml(config: Config) -> str:
-    """The resolved config as YAML, after comment lines recording what produced it."""
-    record = run_record()
+    """The resolved config as YAML, after comment lines recording what produced it (and which
+    env family's defaults it kept)."""
+    record, note = run_record(), family_note(config)
     header = [
         f"# written by marljax {record['marljax']} (git {record['git_commit']})",
         "# with " + ", ".join(f"{k} {v}" for k, v in record.items() if k not in ("marljax", "git_commit")),
+        *([f"# {note}"] if note else []),
         "# every setting as resolved; `marljax train <this file>` runs it again",
     ]
     return "\n".join(header) + "\n" + dump_yaml(config)
@@ -61,6 +73,9 @@ def read_record(path: str | Path) -> dict[str, str]:
         if text.startswith("written by marljax "):
             version, _, rest = text.removeprefix("written by marljax ").partition(" (git ")
             out["marljax"], out["git_commit"] = version, rest.rstrip(")")
+        elif text.startswith("defaults for env family "):
+            out["family"], _, rest = text.removeprefix("defaults for env family ").partition(": ")
+            out["family_defaults"] = rest.partition(" (")[0]
         elif text.startswith("with "):
             for part in text.removeprefix("with ").split(", "):
                 name, _, version = part.partition(" ")
@@ -68,4 +83,4 @@ def read_record(path: str | Path) -> dict[str, str]:
     return out
 
 
-__all__ = ["git_commit", "run_record", "config_yaml", "read_record"]
+__all__ = ["git_commit", "run_record", "family_note", "config_yaml", "read_record"]
