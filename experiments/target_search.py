@@ -5,9 +5,11 @@ of candidates, one fresh process each, one after the other, then a table sorted 
 
 A CANDIDATE is a quoted set of overrides ("lr=4e-3", "num_envs=128 ppo.num_minibatches=8"); ""
 is the base config itself. Without candidates it runs the default search of docs/performance.md
-section 3: IPPO's defaults, then one setting changed at a time (learning rate, num_envs,
-num_steps, update epochs, minibatches). Each process compiles from scratch (marljax keeps no
-persistent compilation cache), so every time includes its own compilation, as a user's run does.
+section 3: IPPO's own defaults (the base has `family_defaults=none`, so no env family's defaults
+are in it), then one setting changed at a time (learning rate, num_envs, num_steps, update epochs,
+minibatches). Each process compiles from scratch (`compile_cache=false`: a candidate run after
+another of the same shapes would otherwise find its programs in the persistent cache), so every
+time includes its own compilation, as a first run's does.
 Run it on a quiet machine: the candidates are timed one after another, not side by side.
 Prints a table, then one JSON line.
 """
@@ -50,8 +52,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("candidates", nargs="*", help='quoted overrides per candidate; "" is the base config')
     parser.add_argument(
         "--base",
-        default="num_seeds=2 num_chunks=100",
-        help="overrides every candidate starts from (default: 2 seeds, a check every 50k env steps)",
+        default="num_seeds=2 num_chunks=100 family_defaults=none",
+        help="overrides every candidate starts from (default: 2 seeds, a check every 50k env steps, the "
+        "algorithm's own defaults)",
     )
     parser.add_argument("--target", type=float, default=None, help="the return to reach (default: the env's)")
     parser.add_argument(
@@ -59,6 +62,8 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     base = shlex.split(args.base) + ([f"target={args.target}"] if args.target is not None else [])
+    if not any(arg.startswith("compile_cache=") for arg in base):
+        base.append("compile_cache=false")  # every candidate compiles cold
     rows = []
     for candidate in args.candidates or DEFAULT_CANDIDATES:
         result = bench_target(base + shlex.split(candidate), args.timeout)
