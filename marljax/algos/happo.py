@@ -114,8 +114,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             _, dist = jax.lax.scan(rnn_step, b.hidden[0], (b.obs, b.reset, b.mask))  # leaves [L, E, A_g, ...]
             dist = jax.tree.map(lambda v: flat(v, 3), dist)
         else:
-            merge = lambda x: None if x is None else flat(x, 2)  # noqa: E731  [L, E, ...] -> [L*E, ...]
-            (dist, _), _ = nets.apply(actor_params[g.name], g, merge(b.obs), None, None, merge(b.mask))
+            mask = None if b.mask is None else flat(b.mask, 2)  # [L*E, A_g, n]
+            (dist, _), _ = nets.apply(actor_params[g.name], g, flat(b.obs, 2), None, None, mask)  # on [L*E, A_g, ...]
             dist = jax.tree.map(lambda v: flat(v, 2), dist)
         return dist.log_prob(flat(b.action, 3)), dist.entropy()
 
