@@ -99,6 +99,8 @@ def test_sequential_update_by_hand_in_fixed_order():
     after, _, metrics = algo.learn(learner, None, traj, jax.random.PRNGKey(2))
     actual = after.params[g.name]
     expected = by_hand(cfg, env, algo, learner, traj, (0, 1, 2))
+    # every agent moved by exactly its own step. Stop-gradient: agents 0 and 1 enter the later agents'
+    # losses through M, yet keep the step of their own loss (M carried no gradient back to them)
     assert max_diff(actual, expected) < ATOL
     # the first agent's M is 1: the computation without any factor gives it the same step...
     no_factor = by_hand(cfg, env, algo, learner, traj, (0, 1, 2), use_factor=False)
