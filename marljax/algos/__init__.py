@@ -1,10 +1,11 @@
 """The algorithms. Each registers here, in one line; `marljax.algos.registry` looks them up."""
 
-from marljax.algos import ippo, mappo, pqn_vdn, qlearning
+from marljax.algos import happo, ippo, mappo, pqn_vdn, qlearning
 from marljax.algos.registry import register
 
 register(ippo.SPEC)
 register(mappo.SPEC)
+register(happo.SPEC)
 register(pqn_vdn.SPEC)
 register(qlearning.IQL)
 register(qlearning.VDN)
