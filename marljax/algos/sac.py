@@ -44,9 +44,17 @@ import jax.numpy as jnp
 from flax import struct
 
 from marljax.algos import replay
-from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, group_keys, uses_cnn
-from marljax.algos.api import ENVS, REPLICATED, Algorithm, AlgorithmSpec, CostPiece, ExtraPart, Placed
-from marljax.algos.api import hparams_from_config
+from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, uses_cnn
+from marljax.algos.api import (
+    ENVS,
+    REPLICATED,
+    Algorithm,
+    AlgorithmSpec,
+    CostPiece,
+    ExtraPart,
+    Placed,
+    hparams_from_config,
+)
 from marljax.algos.learning import ADAM, init_keys
 from marljax.algos.q_acting import through_final
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
@@ -238,7 +246,6 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         for g in groups
     })  # fmt: skip
     central_q = TwinQ(hidden, layers, config.activation, False, config.dtype)
-    offsets = [sum(h.size for h in groups[:i]) for i in range(len(groups))]  # each group's first agent, concat order
     target_entropy = jnp.concatenate([jnp.full((g.size,), float(g.action_dim)) for g in groups])  # [N] times the scale
     swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731 - time-major [T, E, ...] <-> env-major [E, T, ...]
 
@@ -352,8 +359,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         """`batch_size` transitions drawn uniformly from the valid sequences and their T steps:
         obs/world at t and t + 1, action, reward [B, N], done [B]."""
         k_slot, k_step = jax.random.split(key)
-        logits = jnp.where(buffer.valid, 0.0, -jnp.inf)  # only written slots (learning starts after the first)
-        slot = jax.random.categorical(k_slot, logits, shape=(batch_size,))  # [B]
+        # the ring fills slots 0, 1, ... in order, so the valid ones are the first size(buffer)
+        # (uniform draws over them, without the [B, slots] noise a categorical draw would take)
+        slot = jax.random.randint(k_slot, (batch_size,), 0, jnp.maximum(replay.size(buffer), 1))  # [B]
         t = jax.random.randint(k_step, (batch_size,), 0, T)
         at = lambda x, dt=0: x[slot, t + dt]  # noqa: E731
         data = buffer.data
@@ -419,7 +427,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     def step_policy(params, explore: Array | bool) -> Callable:
         def step(actors_: ActorState, masks: dict, keys: Array):
             chosen = choose(params, actors_.obs, keys, explore)
-            before = {"obs": actors_.obs, "action": chosen}
+            before: dict[str, Any] = {"obs": actors_.obs, "action": chosen}
             if central:
                 before["world"] = jax.vmap(env.world_state)(actors_.env_state, actors_.obs)  # [E, W]
             return {g.name: to_env(chosen[g.name], g) for g in groups}, {}, before
