@@ -16,6 +16,7 @@ import pytest
 from marljax.algos import sac
 from marljax.config import ConfigError, load_config
 from marljax.train.evaluate import baseline_act, eval_keys, make_evaluator
+from marljax.train.loop import train
 from marljax.train.wiring import make_adapter, make_trainer
 from tests._learning import learned_vs_baselines
 from tests._subprocess import run_with_devices
@@ -116,7 +117,9 @@ def test_fixed_temperature_stays():
     state = trainer.init(jax.random.PRNGKey(0))
     state, m = jax.jit(trainer.update)(state)
     np.testing.assert_allclose(float(m["alpha"]), 0.3, rtol=1e-6)
-    assert _leaves_equal(state.learner.params[sac.LOG_ALPHA], trainer.init(jax.random.PRNGKey(0)).learner.params[sac.LOG_ALPHA])
+    assert _leaves_equal(
+        state.learner.params[sac.LOG_ALPHA], trainer.init(jax.random.PRNGKey(0)).learner.params[sac.LOG_ALPHA]
+    )
 
 
 def test_masac_critic_sees_every_agent():
@@ -184,14 +187,18 @@ def test_mesh_data_two_against_one_device(tmp_path):
     one, two = run(1, 10**6, "one"), run(2, 10**6, "two")
     assert one["rows"] == two["rows"]
     learn = run(2, 0, "learn")
-    assert learn["replicas_agree"] and all(np.isfinite(r["loss_critic"]) and r["loss_critic"] > 0 for r in learn["rows"])
+    assert learn["replicas_agree"] and all(
+        np.isfinite(r["loss_critic"]) and r["loss_critic"] > 0 for r in learn["rows"]
+    )
 
 
 # ------------------------------------------------------------------ learning
-# CI: ISAC on continuous spread at 2e5 steps. measured (seed 0, 64 episodes, this 2-core CPU): see LEARNS below
 MARGIN = 2.0  # per agent, over the better of no-op and random, on the same episodes
+# nightly (about 5 minutes each on this shared 2-core CPU): python -m pytest -m nightly tests/test_sac.py -s
+# measured at 2e5 steps, seed 0, 64 episodes: isac learned -19.98, no-op -27.13, random -27.54 (282 s);
+# masac: see MASAC_2E5 in the report of the branch that added it
 LEARNS = [
-    pytest.param("isac", "2e5", id="isac"),
+    pytest.param("isac", "2e5", id="isac", marks=pytest.mark.nightly),
     pytest.param("masac", "2e5", id="masac", marks=pytest.mark.nightly),
 ]
 
@@ -204,6 +211,21 @@ def test_learns_above_no_op_and_random(algo, steps, tmp_path):
     assert s.learned >= s.best_baseline + MARGIN, (
         f"{algo}: learned {s.learned:.3f} per agent, no-op {s.noop:.3f}, random {s.random:.3f}; needs +{MARGIN}"
     )
+
+
+@pytest.mark.parametrize("algo", ["isac", "masac"])
+def test_smoke_a_short_run_through_the_host_loop(algo, tmp_path):
+    """CI's share of the learning case: the host loop runs 40 updates (learning from the 5th), every
+    loss stays finite, the replay holds what was collected, and the temperature falls from its
+    start (the squashed policy begins far above the target entropy of -5)."""
+    config = load_config(None, [*TINY, f"algo={algo}", "total_timesteps=1280", "sac.learning_starts=128",
+                                "num_chunks=4", "eval_every=40", "eval_episodes=4", "checkpoint_every=0",
+                                "progress=false", "plot=false", f"out_dir={tmp_path}"])  # fmt: skip
+    rows = train(config, log=lambda line: None).rows
+    last = rows[-1]
+    assert all(np.isfinite(last[k]) for k in sac.LOSSES) and np.isfinite(last["eval_return"])
+    assert last["replay_size"] == 320  # the buffer's 320 transitions, full
+    assert 0 < last["alpha"] < 0.1 and last["entropy"] > -5.0  # still above the target, so alpha is still falling
 
 
 def test_negative_control_the_untrained_policy_does_not_pass():
