@@ -209,29 +209,31 @@ def test_mesh_data_two_against_one_device(tmp_path):
 
 
 # ------------------------------------------------------------------ learning
-MARGIN = 2.0  # per agent, over the better of no-op and random, on the same episodes
-# nightly (about 5 minutes each on this shared 2-core CPU): python -m pytest -m nightly tests/test_sac.py -s
-# measured at 2e5 steps, seed 0, 64 episodes: isac learned -19.98, no-op -27.13, random -27.54 (282 s);
-# masac learned -22.86 on the same episodes (346 s)
+MARGIN = 1.8  # per agent, over the better of no-op and random on the same episodes: the smallest below
+# (id, steps, margin: about half the measured gap). Measured with seed 0, 64 episodes, on this shared 2-core CPU:
+# isac 1e5: learned -23.75, no-op -27.43, random -28.80 (84 s; CI); isac 2e5: learned -19.98, no-op -27.13,
+# random -27.54 (282 s); masac 2e5: learned -22.86 on the same episodes (346 s). Nightly:
+# python -m pytest -m nightly tests/test_sac.py -s
 LEARNS = [
-    pytest.param("isac", "2e5", id="isac", marks=pytest.mark.nightly),
-    pytest.param("masac", "2e5", id="masac", marks=pytest.mark.nightly),
+    pytest.param("isac", "1e5", 1.8, id="isac-1e5"),
+    pytest.param("isac", "2e5", 3.5, id="isac-2e5", marks=pytest.mark.nightly),
+    pytest.param("masac", "2e5", 2.0, id="masac-2e5", marks=pytest.mark.nightly),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.optimized
-@pytest.mark.parametrize("algo, steps", LEARNS)
-def test_learns_above_no_op_and_random(algo, steps, tmp_path):
+@pytest.mark.parametrize("algo, steps, margin", LEARNS)
+def test_learns_above_no_op_and_random(algo, steps, margin, tmp_path):
     s = learned_vs_baselines([f"algo={algo}", *CONTINUOUS, f"total_timesteps={steps}"], tmp_path / "run")
-    assert s.learned >= s.best_baseline + MARGIN, (
-        f"{algo}: learned {s.learned:.3f} per agent, no-op {s.noop:.3f}, random {s.random:.3f}; needs +{MARGIN}"
+    assert s.learned >= s.best_baseline + margin, (
+        f"{algo}: learned {s.learned:.3f} per agent, no-op {s.noop:.3f}, random {s.random:.3f}; needs +{margin}"
     )
 
 
 @pytest.mark.parametrize("algo", ["isac", "masac"])
 def test_smoke_a_short_run_through_the_host_loop(algo, tmp_path):
-    """CI's share of the learning case: the host loop runs 40 updates (learning from the 5th), every
+    """Both algorithms through the host loop: 40 updates (learning from the 5th), every
     loss stays finite, the replay holds what was collected, and the temperature falls from its
     start (the squashed policy begins far above the target entropy of -5)."""
     config = load_config(None, [*TINY, f"algo={algo}", "total_timesteps=1280", "sac.learning_starts=128",
