@@ -19,7 +19,9 @@ from marljax.train.wiring import make_adapter, make_trainer
 def test_make_train_fills_the_contract_and_its_cost_pieces_compile(algo):
     schema = registry.get(algo).schema
     replay = ["replay.buffer_size=8", "replay.batch_size=2"] if "replay" in schema.sections else []
-    config = load_config(None, [f"algo={algo}", "num_envs=4", "num_steps=4", "total_timesteps=64", *replay])
+    # the default env (MPE spread) with Box actions for an algorithm that takes no Discrete ones
+    box = [] if "discrete" in schema.supports.actions else ["env_kwargs.action_type=Continuous"]
+    config = load_config(None, [f"algo={algo}", "num_envs=4", "num_steps=4", "total_timesteps=64", *replay, *box])
     trainer = make_trainer(config, make_adapter(config))
 
     assert isinstance(trainer, api.AsyncTrainer if schema.supports.async_mode else api.Trainer)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marljax.config import algorithms, load_config
+from marljax.config import algorithm_schema, algorithms, load_config
 from marljax.envs.adapter import AgentGroup
 from marljax.train.evaluate import baseline_act, eval_keys, make_evaluator
 from marljax.train.wiring import make_adapter, make_trainer
@@ -47,6 +47,8 @@ CASES = [
 @pytest.mark.parametrize("algo, recurrent, steps", CASES)
 def test_the_defaults_learn(algo, recurrent, steps, tmp_path):
     overrides = [f"algo={algo}", f"total_timesteps={steps}", *(["recurrent=true"] if recurrent else [])]
+    if "discrete" not in algorithm_schema(algo).supports.actions:  # the default env with Box actions (isac, masac)
+        overrides.append("env_kwargs.action_type=Continuous")
     # the README's table of defaults quotes the printed lines: python -m pytest tests/test_defaults_learn.py -s
     scores = learned_vs_baselines(overrides, tmp_path / "run", EPISODES)
     learned, standing_still = scores.learned, scores.noop

@@ -163,7 +163,7 @@ def test_unknown_keys_are_refused_all_listed(tmp_path):
 def test_the_algorithm_comes_from_algo_or_the_file_name(tmp_path):
     path = _write(tmp_path, "my_spread.yaml", IPPO_FF_MPE)
     with pytest.raises(ConfigError, match=r"^algo: .*my_spread.yaml is a JaxMARL config, which does not name its "
-                                          r"algorithm: pass algo=<ippo\|mappo\|pqn_vdn\|iql\|vdn\|qmix>$"):  # fmt: skip
+                                          r"algorithm: pass algo=<ippo\|mappo\|pqn_vdn\|iql\|vdn\|qmix\|isac\|masac>$"):  # fmt: skip
         load_config(path)
     assert load_config(path, ["algo=mappo"]).algo == "mappo"
     assert load_config(path, ["algo=mappo", "lr=1e-3"]).lr == 1e-3  # overrides win over the file

@@ -1,6 +1,6 @@
 """The algorithms. Each registers here, in one line; `marljax.algos.registry` looks them up."""
 
-from marljax.algos import happo, ippo, mappo, pqn_vdn, qlearning
+from marljax.algos import happo, ippo, mappo, pqn_vdn, qlearning, sac
 from marljax.algos.registry import register
 
 register(ippo.SPEC)
@@ -10,3 +10,5 @@ register(pqn_vdn.SPEC)
 register(qlearning.IQL)
 register(qlearning.VDN)
 register(qlearning.QMIX)
+register(sac.ISAC)
+register(sac.MASAC)
