@@ -105,7 +105,8 @@ DEFAULTS_ROWS = [  # algo, its defaults column (as in the README), seeds
     ),
     ("vdn", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps", 2),
     ("qmix", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps", 1),
-]
+    ("happo", "`param_sharing=independent`; `ppo.*` as ippo; a fresh random update order each update", 2),
+]  # isac and masac train on Box actions (env_kwargs.action_type=Continuous): their row is measured by tests/test_sac.py
 
 
 def defaults(o: Options) -> str:
