@@ -91,7 +91,12 @@ def kilo(x: float) -> str:
 # defaults: the table of per-algorithm defaults
 
 DEFAULTS_ROWS = [  # algo, its defaults column (as in the README), seeds
-    ("ippo", "`ppo.*`: 4 epochs x 4 minibatches, clip 0.2, entropy 0.01", 2),
+    (
+        "ippo",
+        "`ppo.*`: 4 epochs x 4 minibatches, clip 0.2, entropy 0.01; on the MPE family (this env) 64-step rollouts "
+        "and lr 4e-3 (`family_defaults`)",
+        2,
+    ),
     ("mappo", "as ippo", 2),
     (
         "pqn_vdn",
