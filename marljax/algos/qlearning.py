@@ -49,6 +49,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from marljax.algos import replay
+from marljax.algos.acting import GroupNetworks
 from marljax.algos.api import (
     AGENTS,
     ENVS,
@@ -88,6 +89,9 @@ class TeamValue(NamedTuple):
     # (key, q [1, N], world [1, W] | None) -> its parameters; None: it has none
     init: Callable[..., Any] | None = None
     lr: float | None = None  # its parameters' base learning rate (on lr's schedule); None: lr itself
+    # value and target also take the (recurrent) agents' hidden states after each step [B, T, N, H], last:
+    # value's of the online network at t, target's of the target network at t + 1; init takes hs [1, N, H]
+    states: bool = False
 
 
 def default_team(config: Config, num_agents: int) -> TeamValue | None:
@@ -116,7 +120,7 @@ class ReplayConfig:
                                minimum=1, jaxmarl="BUFFER_SIZE")  # fmt: skip
     batch_size: int = setting(32, "sequences per gradient step", minimum=1, jaxmarl="BUFFER_BATCH_SIZE")
     gradient_steps: int = setting(
-        4, "gradient steps per update, each on a fresh sample", minimum=1, jaxmarl="NUM_EPOCHS"
+        4, "gradient steps per update, each on a fresh sample", minimum=1, jaxmarl=("NUM_EPOCHS", "N_MINI_UPDATES")
     )
     learning_starts: int = setting(10_000, "env steps of one seed before the first gradient step", minimum=0,
                                    jaxmarl="LEARNING_STARTS")  # fmt: skip
@@ -170,8 +174,9 @@ def extra_layout(groups, world: bool, recurrent: bool, mixer: bool | None = None
 
 
 def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none",
-          team: TeamValue | None = None) -> Algorithm:  # fmt: skip
-    """IQL, VDN or QMIX as `config.algo` says; `team`: another method's team value (SHAQ's)."""
+          team: TeamValue | None = None, agents: GroupNetworks | None = None) -> Algorithm:  # fmt: skip
+    """IQL, VDN or QMIX as `config.algo` says; `team`: another method's team value (SHAQ's);
+    `agents`: other Q-networks than config's (TransfQMix's transformers)."""
     del correction
     team = team or default_team(config, env.num_agents)
     world = team is not None and team.world  # the replay keeps the world state
@@ -181,7 +186,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             raise ConfigError(f"replay.{name}", f"must divide over mesh.data={D} (each data shard keeps and samples its "
                                               f"share); got {getattr(config.replay, name)}")  # fmt: skip
     groups = env.groups
-    q = make_q_acting(config, env, layout, world=world)
+    q = make_q_acting(config, env, layout, world=world, nets=agents)
+    H = agents.gru_size if agents is not None and agents.gru_size else config.gru_hidden_size  # recurrent state width
     T, E, N = config.num_steps, config.num_envs, env.num_agents
     K = layout.num_agent  # agent devices: each learns A_g/K agents of every group
     split = split_groups(groups, layout)
@@ -203,15 +209,16 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         if world:
             seq["world"] = jnp.zeros((T + 1,) + env.world_state(state, obs).shape)
         if config.recurrent:
-            seq["hidden"] = {g.name: jnp.zeros((g.size, config.gru_hidden_size)) for g in groups}
+            seq["hidden"] = {g.name: jnp.zeros((g.size, H)) for g in groups}
         return seq
 
     def init_params(key: Array) -> dict:
         params = q.init_params(key)
         if team is not None and team.init is not None:
             state = example_sequence(key).get("world")
+            hs = (jnp.zeros((1, N, H)),) if team.states else ()
             params[MIXER] = team.init(jax.random.fold_in(key, len(groups)), jnp.zeros((1, N)),
-                                      None if state is None else state[:1])  # fmt: skip
+                                      None if state is None else state[:1], *hs)  # fmt: skip
         return params
 
     def learner_init(key: Array) -> LearnerState:
@@ -225,24 +232,32 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         buffer = replay.init(config.replay.buffer_size, example_sequence(init_keys(key).env))
         return QExtra(learner.params, buffer)
 
-    def chosen_and_next(params, target, seq, full: bool = False) -> tuple[Array, Array, Array]:
+    def chosen_and_next(params, target, seq, full: bool = False) -> tuple[Array, Array, Array, tuple]:
         """Per agent, over a batch of sequences: Q(o_t, a_t) [B, T, N], the double-Q value of
-        o_{t+1} [B, T, N] (online argmax among available actions, target network's value) and
-        whether a_t is the greedy action among the available ones [B, T, N] (float 0/1).
-        `full`: the GRU's scans unrolled (for XLA's cost analysis)."""
-        taken, nxt, greedy = [], [], []
+        o_{t+1} [B, T, N] (online argmax among available actions, target network's value),
+        whether a_t is the greedy action among the available ones [B, T, N] (float 0/1) and, for a
+        team value on `states`, the online hidden states at t and the target's at t + 1 ([B, T, N, H]
+        each; else ()). `full`: the GRU's scans unrolled (for XLA's cost analysis)."""
+        taken, nxt, greedy, hs_now, hs_next = [], [], [], [], []
+        states = team is not None and team.states
         for g in groups:
             obs, mask, reset = seq["obs"][g.name], seq["mask"][g.name], seq["reset"][g.name]  # [B, T+1, A, ...]
             hidden0 = seq["hidden"][g.name] if config.recurrent else None  # [B, A, H]
-            online = swap(q.unroll(params, g, swap(obs), swap(reset), hidden0, full))  # [B, T+1, A, n]
-            tgt = swap(q.unroll(target, g, swap(obs), swap(reset), hidden0, full))
+            online = q.unroll(params, g, swap(obs), swap(reset), hidden0, full, states)  # [T+1, B, A, n]
+            tgt = q.unroll(target, g, swap(obs), swap(reset), hidden0, full, states)
+            if states:  # (q, hidden states [T+1, B, A, H])
+                (online, h_online), (tgt, h_tgt) = online, tgt
+                hs_now.append(swap(h_online)[:, :-1])
+                hs_next.append(jax.lax.stop_gradient(swap(h_tgt)[:, 1:]))
+            online, tgt = swap(online), swap(tgt)  # [B, T+1, A, n]
             action = seq["action"][g.name]  # [B, T, A]
             taken.append(jnp.take_along_axis(online[:, :-1], action[..., None], axis=-1)[..., 0])
             nxt.append(ops.double_q_value(online[:, 1:], tgt[:, 1:], mask[:, 1:]))
             best = jnp.argmax(jnp.where(mask[:, :-1], online[:, :-1], -jnp.inf), axis=-1)  # [B, T, A]
             greedy.append((best == action).astype(jnp.float32))
         nxt_all = jax.lax.stop_gradient(jnp.concatenate(nxt, axis=-1))
-        return jnp.concatenate(taken, axis=-1), nxt_all, jnp.concatenate(greedy, axis=-1)
+        hs = (jnp.concatenate(hs_now, axis=-2), jnp.concatenate(hs_next, axis=-2)) if states else ()
+        return jnp.concatenate(taken, axis=-1), nxt_all, jnp.concatenate(greedy, axis=-1), hs
 
     def every_agent(local: Array) -> Array:
         """[..., N/K] this device's agents' values, group after group -> [..., N] every agent's, in
@@ -260,7 +275,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return jnp.concatenate(parts, axis=-1)
 
     def loss_fn(params, target, seq, hp: HParams, key: Array, full: bool = False):
-        taken, nxt, greedy = chosen_and_next(params, target, seq, full)  # [B, T, N/K]: this device's agents
+        taken, nxt, greedy, hs = chosen_and_next(params, target, seq, full)  # [B, T, N/K]: this device's agents
         if split:  # every agent's values, in one collective
             taken, nxt, greedy = every_agent(jnp.stack([taken, nxt, greedy]))  # [B, T, N] each
         done = seq["done"]  # [B, T]
@@ -268,8 +283,12 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             reward, q_now, q_next, done = seq["reward"], taken, nxt, jnp.broadcast_to(done[..., None], taken.shape)
         else:
             world = seq.get("world")
-            q_now = team.value(params.get(MIXER), taken, None if world is None else world[:, :-1], greedy > 0, key)
-            q_next = jax.lax.stop_gradient(team.target(target.get(MIXER), nxt, None if world is None else world[:, 1:]))
+            now, later = ((hs[0],), (hs[1],)) if hs else ((), ())  # (team values on the agents' hidden states)
+            q_now = team.value(params.get(MIXER), taken, None if world is None else world[:, :-1], greedy > 0, key,
+                               *now)  # fmt: skip
+            q_next = jax.lax.stop_gradient(
+                team.target(target.get(MIXER), nxt, None if world is None else world[:, 1:], *later)
+            )
             reward = jnp.sum(seq["reward"], axis=-1)  # the team's reward, summed like the values
         returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp["gamma"], config.q.td_lambda))
         return 0.5 * jnp.mean((q_now - jax.lax.stop_gradient(returns)) ** 2), jnp.mean(q_now)
