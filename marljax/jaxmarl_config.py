@@ -37,7 +37,7 @@ IGNORED = {
     "NORM_INPUTS", "LOSS_TYPE",  # read by no JaxMARL script (PQN reads NORM_INPUT): they change nothing there either
 }  # fmt: skip
 # JaxMARL's own algorithms that no marljax algorithm answers to yet, by the prefix of their config files
-MISSING_ALGOS = {"transf_qmix": "TransfQMix"}
+MISSING_ALGOS: dict[str, str] = {}
 
 
 def is_jaxmarl(values: Mapping[str, Any]) -> bool:
