@@ -1,7 +1,7 @@
 """TransfQMix: the entity views checked against the envs' own states, the transformer mixer's
 monotonicity (and, as a control, that it is no plain sum), the agents' invariance to the order of
 the entities they see and their hidden-state token, the envs it refuses in one line, JaxMARL's
-keys, and a short run. That it learns: tests/test_learns.py (nightly)."""
+keys, and a short run (CI smoke). That it learns: tests/test_learns.py (nightly)."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_agents_ignore_the_order_of_what_they_see_and_carry_their_hidden_token()
     assert float(jnp.max(jnp.abs(q_zero - q1))) > 1e-4
 
 
-def test_a_short_run_learns_on_spread():
+def test_a_short_run_trains_on_spread():
     config = load_config(None, ["algo=transf_qmix", "num_envs=4", "num_steps=8", "total_timesteps=320",
                                 "replay.buffer_size=8", "replay.batch_size=4", "replay.learning_starts=0",
                                 "hidden_size=16", "transf.agent_heads=4", "transf.mixer_heads=4"])  # fmt: skip

@@ -9,12 +9,13 @@ Multi-Agent Reinforcement Learning Problems"), built on the replay-based Q-learn
   width and the hidden state's). Entities an agent cannot see (SMAX: all-zero rows) are masked.
 * Mixer: a transformer over a learned token, the world state's entities [n_s, F_s] and the N
   agents' hidden states h_t. The agents' outputs give the mixing weights W1 = |.| [N, H], the
-  token's output z gives b1 = z, w2 = |z| and b2 = Dense(relu(z)):
+  token's output z gives b1 = z, w2 = |z| / H and b2 = Dense(relu(z)):
   Q_tot = w2 . elu(q W1 + b1) + b2, monotonic in every agent's value as QMIX's.
 
 Differences from JaxMARL's transf_qmix.py: LayerNorm after the entity embedding where it uses
 batch norm (no running statistics are carried in marljax's state), softmax attention (not its
-Performer "fast attention"), the mixer's token is learned and not carried over time, and the
+Performer "fast attention"), w2 is scaled by 1/H (the mixer starts near the agents' sum rather than
+H times it), the mixer's token is learned and not carried over time, and the
 agents' Q-values all come from h_t (its SMAX agent values attacks from the enemies' embeddings).
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
@@ -146,7 +147,9 @@ class TransformerMixer(nn.Module):
         z, w1 = x[:, 0], jnp.abs(x[:, -N:])  # [B, H], [B, N, H]
         hidden = nn.elu(jnp.einsum("bn,bnh->bh", q, w1) + z)  # b1 = z
         b2 = dense(1, self.dtype, kernel_init=orthogonal(self.init_scale), bias_init=nn.initializers.zeros)(nn.relu(z))
-        return jnp.einsum("bh,bh->b", hidden, jnp.abs(z)) + b2[:, 0]  # w2 = |z|
+        # w2 = |z| / H: the weights' entries are O(1) (post-norm outputs), so without the 1/H the team value
+        # would start at ~H times the sum of the agents' values, and their gradients H times larger
+        return jnp.einsum("bh,bh->b", hidden, jnp.abs(z)) / self.width + b2[:, 0]
 
 
 def transformer_team(config: Config, view: EntityView) -> TeamValue:
@@ -168,7 +171,7 @@ def transformer_team(config: Config, view: EntityView) -> TeamValue:
     def target(params, nxt: Array, world: Array | None, hs: Array) -> Array:
         return mixed(params, nxt, cast(Array, world), hs)
 
-    def init(key: Array, q: Array, world: Array, hs: Array) -> dict:
+    def init(key: Array, q: Array, world: Array, hs: Array) -> Any:
         return mixer.init(key, q, hs, world)
 
     return TeamValue(True, value, target, init, states=True)
