@@ -13,6 +13,7 @@ import pytest
 from marljax.algos import transf_qmix
 from marljax.config import ConfigError, load_config
 from marljax.envs.entities import entity_view
+from marljax.train.evaluate import eval_keys, make_evaluator
 from marljax.train.wiring import make_adapter, make_trainer
 
 SMAX_3M = ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"]
@@ -72,7 +73,8 @@ def test_envs_without_an_entity_view_are_refused_in_one_line():
 
 
 @pytest.mark.parametrize("overrides, field", [(["recurrent=false"], "recurrent"),
-                                              (["hidden_size=30"], "transf.agent_heads")])  # fmt: skip
+                                              (["hidden_size=30"], "transf.agent_heads"),
+                                              (["hidden_size=16"], "gru_hidden_size")])  # fmt: skip
 def test_settings_it_cannot_run_are_refused(overrides, field):
     with pytest.raises(ConfigError) as err:
         load_config(None, ["algo=transf_qmix", *overrides])
@@ -132,7 +134,8 @@ def test_agents_ignore_the_order_of_what_they_see_and_carry_their_hidden_token()
 def test_a_short_run_trains_on_spread():
     config = load_config(None, ["algo=transf_qmix", "num_envs=4", "num_steps=8", "total_timesteps=320",
                                 "replay.buffer_size=8", "replay.batch_size=4", "replay.learning_starts=0",
-                                "hidden_size=16", "transf.agent_heads=4", "transf.mixer_heads=4"])  # fmt: skip
+                                "hidden_size=16", "gru_hidden_size=16", "transf.agent_heads=4",
+                                "transf.mixer_heads=4"])  # fmt: skip
     trainer = make_trainer(config, make_adapter(config))
     start = trainer.init(jax.random.PRNGKey(0))
     state, metrics = jax.jit(lambda s: trainer.run_updates(s, 2))(start)
@@ -143,6 +146,10 @@ def test_a_short_run_trains_on_spread():
     moved = [float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(state.learner.params),
                                                             jax.tree.leaves(start.learner.params))]  # fmt: skip
     assert max(moved) > 0
+    # the greedy evaluation (and export) steps the agents with a hidden state of gru_hidden_size
+    params = jax.tree.map(lambda x: x[None], state.learner.params)  # [1 seed, ...]
+    result = make_evaluator(trainer, 2)(params, eval_keys(0, jnp.arange(1), 2))
+    assert np.isfinite(np.asarray(result.returns)).all()
 
 
 TRANSF_QMIX_MPE = """"NUM_ENVS": 8

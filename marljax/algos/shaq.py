@@ -23,7 +23,7 @@ and the hypernetworks run once per state rather than once per sampled coalition 
 from __future__ import annotations
 
 import dataclasses
-from typing import cast
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
@@ -123,7 +123,7 @@ def shapley_team(config: Config) -> TeamValue:
     if shaq.manual_alpha > 0:  # no alpha network: neither its parameters nor the world state
         return TeamValue(False, value, target)
 
-    def init(key: Array, q: Array, world: Array) -> dict:
+    def init(key: Array, q: Array, world: Array) -> Any:
         return net.init(key, coalition_inputs(q, key, S), world)
 
     return TeamValue(True, value, target, init, shaq.lr_alpha)

@@ -68,6 +68,9 @@ class TransfConfig:
             if config.hidden_size % getattr(self, key):
                 raise ConfigError(f"transf.{key}", f"must divide hidden_size={config.hidden_size} (the transformer's "
                                                    f"width); got {getattr(self, key)}")  # fmt: skip
+        if config.gru_hidden_size != config.hidden_size:  # evaluation and export size the recurrent state by it
+            raise ConfigError("gru_hidden_size", f"transf_qmix's hidden state is a token of the transformer: set it "
+                              f"to hidden_size={config.hidden_size}, got {config.gru_hidden_size}")  # fmt: skip
 
 
 class Encoder(nn.Module):
@@ -210,6 +213,7 @@ SPEC = AlgorithmSpec(
             "q": {"eps_decay_steps": 200_000},
             "recurrent": True,
             "hidden_size": 32,
+            "gru_hidden_size": 32,
             "agent_id": False,
         },  # fmt: skip
         supports=Supports(),
