@@ -18,7 +18,6 @@ SMAX_3M = ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"]
 TRANSF_SMALL = ["hidden_size=16", "gru_hidden_size=16", "transf.agent_heads=4", "transf.mixer_heads=4",
                 "transf.agent_ff=64", "transf.mixer_ff=64", "replay.batch_size=16", "replay.gradient_steps=1",
                 "replay.learning_starts=5000"]  # fmt: skip
-MARGIN_TRANSF_SMAX = 0.3
 
 # (id, overrides, return margin over the better of no-op and random, win-rate floor or None)
 CASES = [
@@ -92,14 +91,14 @@ CASES = [
         id="shaq-smax-3m",
         marks=pytest.mark.nightly,
     ),
-    # TransfQMix on SMAX 3m at the same CPU-sized setting as on spread. Not yet measured to the end: a run cut
-    # off at 98k steps (by the suite's 900 s timeout, now 3600) was learning: training return 0.80, wins 0.11
+    # TransfQMix on SMAX 3m at the same CPU-sized setting as on spread. measured: learned 1.166 (wins 0.34),
+    # no-op 0.000 (0.00), random 0.186 (0.00) at 3e5 steps; 4 min on an idle CPU here, 20+ when it is shared
     pytest.param(
         [*SMAX_3M, "algo=transf_qmix", *TRANSF_SMALL, "gamma=0.99", "q.eps_decay_steps=1e5", "total_timesteps=3e5"],
-        MARGIN_TRANSF_SMAX,
-        None,
+        0.5,
+        0.15,
         id="transf-qmix-smax-3m",
-        marks=[pytest.mark.nightly, pytest.mark.timeout(3600)],  # about 20 min on this 2-core CPU
+        marks=[pytest.mark.nightly, pytest.mark.timeout(3600)],
     ),
     # TransfQMix on MPE spread at a CPU-sized setting (width 16, one gradient step of 16 sequences per update).
     # Does not learn yet: the training return fell from -27 to -45 per agent by 160k steps (epsilon 0.05 from
