@@ -37,7 +37,7 @@ IGNORED = {
     "NORM_INPUTS", "LOSS_TYPE",  # read by no JaxMARL script (PQN reads NORM_INPUT): they change nothing there either
 }  # fmt: skip
 # JaxMARL's own algorithms that no marljax algorithm answers to yet, by the prefix of their config files
-MISSING_ALGOS = {"shaq": "SHAQ", "transf_qmix": "TransfQMix"}
+MISSING_ALGOS: dict[str, str] = {}
 
 
 def is_jaxmarl(values: Mapping[str, Any]) -> bool:
@@ -207,6 +207,11 @@ def _lr_warmup(run: _Run, value: Any) -> None:
     run.flat["lr_decay"] = "cosine"  # JaxMARL's one script that reads LR_WARMUP joins it to a cosine decay
 
 
+def _manual_alpha(run: _Run, value: Any) -> None:  # null: alpha learned, the setting's default (0)
+    if value is not None:
+        run.set("MANUAL_ALPHA_ESTIMATES", value)
+
+
 def _hidden_size(run: _Run, value: Any) -> None:
     run.set("HIDDEN_SIZE", value)
     if run.recurrent and "GRU_HIDDEN_DIM" not in run.values:  # JaxMARL's recurrent scripts size the GRU by it too
@@ -218,6 +223,7 @@ RULES: dict[str, Callable[[_Run, Any], None]] = {
     "TAU": _tau, "TD_LAMBDA_LOSS": _td_lambda_loss, "TEST_DURING_TRAINING": _test_during_training,
     "TEST_INTERVAL": _test_interval, "EPS_DECAY": _eps_decay, "REW_SHAPING_HORIZON": _shaping,
     "NORM_TYPE": _norm_type, "LR_WARMUP": _lr_warmup, "HIDDEN_SIZE": _hidden_size,
+    "MANUAL_ALPHA_ESTIMATES": _manual_alpha,
 }  # fmt: skip
 # keys accepted at the one value that is what marljax computes; another value is refused, saying why
 ONLY: dict[str, tuple[Any, str]] = {

@@ -288,7 +288,8 @@ def test_a_flat_key_of_old_names_its_section():
     err = _error(["algo=qmix", "num_minibatches=1"])  # the replay algorithms have none
     assert "ppo.num_minibatches of algo=ippo, mappo, happo" in str(err) and "algo=qmix takes q.*, replay.*" in str(err)
     err = _error(["eps_start=0.5"])
-    assert "q.eps_start of algo=pqn_vdn, iql, vdn, qmix" in str(err) and "algo=ippo takes ppo.*, async.*" in str(err)
+    assert "q.eps_start of algo=pqn_vdn, iql, vdn, qmix, shaq, transf_qmix" in str(err)
+    assert "algo=ippo takes ppo.*, async.*" in str(err)
 
 
 def test_a_section_of_another_algorithm_is_refused():

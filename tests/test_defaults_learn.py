@@ -32,8 +32,18 @@ EPISODES = 64
 # CI runs the headline (ippo's defaults; recurrent nets run in CI on every env, test_every_env.py); the rest are nightly
 # (about 2-4 CPU-minutes each here): python -m pytest -m nightly tests/test_defaults_learn.py -s
 IN_CI = {("ippo", False)}
+# measured not to learn yet (tests/test_learns.py, transf-qmix-spread: -44.0 against no-op -25.0 at 3e5 steps)
+NOT_YET = {"transf_qmix": pytest.mark.xfail(reason="TransfQMix does not learn spread yet (issue 41)", strict=False)}
+
+
+def _marks(algo: str, recurrent: bool) -> list:
+    if (algo, recurrent) in IN_CI:
+        return []
+    return [pytest.mark.nightly, *([NOT_YET[algo]] if algo in NOT_YET else [])]
+
+
 CASES = [
-    pytest.param(algo, recurrent, steps, marks=() if (algo, recurrent) in IN_CI else pytest.mark.nightly)
+    pytest.param(algo, recurrent, steps, marks=_marks(algo, recurrent))
     for algo, recurrent, steps in [
         *[(algo, False, "1e6") for algo in algorithms()],
         ("ippo", True, "5e5"),

@@ -71,9 +71,10 @@ class QActing(NamedTuple):
     # (params, group, obs [B, A_g, ...], hidden [B, A_g, H] | None, reset [B, A_g] | None)
     #   -> (q [B, A_g, n_actions], hidden' | None): one time step
     q_values: Callable
-    # (params, group, obs [T, B, A_g, ...], reset [T, B, A_g], hidden0 [B, A_g, H] | None, full=False)
+    # (params, group, obs [T, B, A_g, ...], reset [T, B, A_g], hidden0 [B, A_g, H] | None, full=False, states=False)
     #   -> q [T, B, A_g, n_actions]: whole sequences, time-major (the GRU starts from hidden0;
-    #   full: its scan unrolled, so that XLA's cost analysis counts every step)
+    #   full: its scan unrolled, so that XLA's cost analysis counts every step; states: recurrent
+    #   only, (q, the hidden states after each step [T, B, A_g, H]))
     unroll: Callable
     epsilon: Callable  # update [] -> epsilon []
     act: Callable  # evaluation: (params, obs, reset, hidden, mask, key, greedy) -> (actions, hidden)
@@ -84,8 +85,12 @@ class QActing(NamedTuple):
     collect: Callable  # api.Collect: (params, actors, key, update) -> (actors, QRollout), epsilon from update
 
 
-def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool = False) -> QActing:
-    """`world`: also record the env's world state (QMIX's mixer conditions on it)."""
+def make_q_acting(
+    config: Config, env: EnvAdapter, layout: Layout, world: bool = False, nets: GroupNetworks | None = None
+) -> QActing:
+    """`world`: also record the env's world state (QMIX's mixer conditions on it). `nets`: other
+    Q-networks than config's (TransfQMix's transformers), with the network signature of
+    `marljax.algos.acting` and `q` as their output."""
     groups = env.groups
     bad = [g.name for g in groups if not g.discrete]
     if bad:
@@ -93,7 +98,7 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
     rnn, H = config.recurrent, config.gru_hidden_size
     size = config.group_network  # group -> (hidden_size, num_layers), network.<group>.* over the global sizes
     head = dict(norm=config.q.norm, dueling=config.q.dueling)
-    nets = GroupNetworks.of(config, {
+    nets = nets or GroupNetworks.of(config, {
         g.name: RecurrentQNetwork(g.action_dim, size(g.name)[0], H, config.activation, uses_cnn(config, g), config.dtype,
                                   **head)
         if rnn else QNetwork(g.action_dim, *size(g.name), config.activation, uses_cnn(config, g), config.dtype, **head)
@@ -108,15 +113,17 @@ def make_q_acting(config: Config, env: EnvAdapter, layout: Layout, world: bool =
     def q_values(params, g: AgentGroup, obs: Array, hidden: Array | None = None, reset: Array | None = None):
         return nets.apply(params[g.name], g, obs, hidden, reset)
 
-    def unroll(params, g: AgentGroup, obs: Array, reset: Array | None, hidden0: Array | None, full: bool = False):
-        """Time-major sequences: obs [T, B, A_g, ...], reset [T, B, A_g] -> q [T, B, A_g, n]."""
+    def unroll(params, g: AgentGroup, obs: Array, reset: Array | None, hidden0: Array | None, full: bool = False,
+               states: bool = False):  # fmt: skip
+        """Time-major sequences: obs [T, B, A_g, ...], reset [T, B, A_g] -> q [T, B, A_g, n]
+        (`states`: and the hidden states after each step [T, B, A_g, H])."""
         if not rnn:  # every step on its own: one flat batch
             q, _ = q_values(params, g, flat(obs, 2))
             return q.reshape(obs.shape[:3] + q.shape[2:])
 
         def step(h, x):
             q, h = q_values(params, g, x[0], h, x[1])
-            return h, q
+            return h, (q, h) if states else q
 
         return jax.lax.scan(step, hidden0, (obs, reset), unroll=True if full else 1)[1]
 

@@ -14,6 +14,9 @@ copied every `target_update_interval` updates, or Polyak-averaged with `tau` whe
 * `vdn`: Q_tot = sum_i Q_i against the summed team reward.
 * `qmix`: Q_tot = QMixer(Q_1..Q_N | world state) (monotonic, see `marljax.algos.mixers`).
 
+Other value-decomposition methods build on these pieces by handing `build` their own `TeamValue`
+(how the team's value is made of the agents' values, and its parameters): SHAQ (`algos/shaq.py`).
+
 With `recurrent=true` each stored sequence also holds the GRU's hidden state at its first
 step (as acting computed it) and the per-step reset flags; learning replays the sequence
 from that stored state, for the online and the target network alike (R2D2's "stored state",
@@ -38,13 +41,15 @@ on every device: QMIX's mixer is replicated, its gradient the same everywhere.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from marljax.algos import replay
+from marljax.algos.acting import GroupNetworks
 from marljax.algos.api import (
     AGENTS,
     ENVS,
@@ -67,7 +72,44 @@ from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, HParams, LearnerState, TrainState
 
 Array = jax.Array
-MIXER = "__mixer__"  # params[MIXER]: QMIX's mixer
+MIXER = "__mixer__"  # params[MIXER]: the team value's own parameters (QMIX's mixer, SHAQ's alpha network)
+
+
+class TeamValue(NamedTuple):
+    """How a value-decomposition method makes the team's value Q_tot [B, T] of the agents' values
+    [B, T, N] (N: every agent, group after group in the env's order). Its parameters, if any, are
+    params[MIXER] (learned with the agents' networks, copied into the target network with them)."""
+
+    world: bool  # it conditions on the world state: the replay keeps it, [T + 1, W] per sequence
+    # (params, taken [B, T, N], world [B, T, W] | None, greedy [B, T, N] bool, key) -> Q_tot of the taken
+    # actions [B, T]; greedy: the taken action is the agent's greedy one among the available ones
+    value: Callable[..., Array]
+    # (target params, next values [B, T, N] (double-Q), world [B, T, W] | None) -> the bootstrap Q_tot [B, T]
+    target: Callable[..., Array]
+    # (key, q [1, N], world [1, W] | None) -> its parameters; None: it has none
+    init: Callable[..., Any] | None = None
+    lr: float | None = None  # its parameters' base learning rate (on lr's schedule); None: lr itself
+    # value and target also take the (recurrent) agents' hidden states after each step [B, T, N, H], last:
+    # value's of the online network at t, target's of the target network at t + 1; init takes hs [1, N, H]
+    states: bool = False
+
+
+def default_team(config: Config, num_agents: int) -> TeamValue | None:
+    """`algo`'s team value: None for iql (every agent its own), VDN's sum, QMIX's mixer."""
+    if config.algo == "vdn":
+        total = lambda params, values, world, *_: jnp.sum(values, axis=-1)  # noqa: E731
+        return TeamValue(False, total, total)
+    if config.algo != "qmix":
+        return None
+    mixer = QMixer(config.mixer.embed_dim, config.mixer.hyper_hidden, config.dtype, config.mixer.init_scale)
+
+    def mixed(params, values: Array, world: Array, *_) -> Array:
+        """QMIX's mixer on [B, T, N] and the world state [B, T, W] -> [B, T]."""
+        B, T, N = values.shape
+        out = cast(Array, mixer.apply(params, values.reshape(B * T, N), world.reshape((B * T,) + world.shape[2:])))
+        return out.reshape(B, T)
+
+    return TeamValue(True, mixed, mixed, lambda key, q, world: mixer.init(key, q, world))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +120,7 @@ class ReplayConfig:
                                minimum=1, jaxmarl="BUFFER_SIZE")  # fmt: skip
     batch_size: int = setting(32, "sequences per gradient step", minimum=1, jaxmarl="BUFFER_BATCH_SIZE")
     gradient_steps: int = setting(
-        4, "gradient steps per update, each on a fresh sample", minimum=1, jaxmarl="NUM_EPOCHS"
+        4, "gradient steps per update, each on a fresh sample", minimum=1, jaxmarl=("NUM_EPOCHS", "N_MINI_UPDATES")
     )
     learning_starts: int = setting(10_000, "env steps of one seed before the first gradient step", minimum=0,
                                    jaxmarl="LEARNING_STARTS")  # fmt: skip
@@ -107,7 +149,7 @@ class QExtra:
         def replace(self, **changes: Any) -> QExtra: ...
 
 
-def extra_layout(groups, world: bool, recurrent: bool) -> QExtra:
+def extra_layout(groups, world: bool, recurrent: bool, mixer: bool | None = None) -> QExtra:
     """How QExtra lies on the mesh (`api.Placed`, after the seed axis):
 
     * the target network like the learner: a group's sets [A_g, ...] over `agent` where they are split;
@@ -116,7 +158,8 @@ def extra_layout(groups, world: bool, recurrent: bool) -> QExtra:
       environments), its per-agent fields also over `agent` on A_g ([capacity, T(+1), A_g, ...];
       the stored GRU states [capacity, A_g, H]); the per-environment fields (reward, done, world)
       whole on every agent device, so an agent column samples the same slots without communicating;
-      the ring position whole (every shard writes as many sequences per update, so they agree)."""
+      the ring position whole (every shard writes as many sequences per update, so they agree).
+    `mixer`: the parameters hold params[MIXER] (None: as `world` says, QMIX's case)."""
     per_agent = {g.name: Placed((ENVS, None, AGENTS), g.name) for g in groups}
     data = {"obs": per_agent, "mask": per_agent, "reset": per_agent, "action": per_agent,
             "reward": Placed((ENVS,)), "done": Placed((ENVS,))}  # fmt: skip
@@ -124,23 +167,27 @@ def extra_layout(groups, world: bool, recurrent: bool) -> QExtra:
         data["world"] = Placed((ENVS,))
     if recurrent:
         data["hidden"] = {g.name: Placed((ENVS, AGENTS), g.name) for g in groups}
-    target = {g.name: Placed((AGENTS,), g.name) for g in groups} | ({MIXER: REPLICATED} if world else {})
+    mixer = world if mixer is None else mixer
+    target = {g.name: Placed((AGENTS,), g.name) for g in groups} | ({MIXER: REPLICATED} if mixer else {})
     # the same tree as the state's, with Placed leaves
     return QExtra(target, replay.ReplayState(data, Placed((ENVS,)), REPLICATED))  # type: ignore[arg-type]
 
 
-def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
+def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none",
+          team: TeamValue | None = None, agents: GroupNetworks | None = None) -> Algorithm:  # fmt: skip
+    """IQL, VDN or QMIX as `config.algo` says; `team`: another method's team value (SHAQ's);
+    `agents`: other Q-networks than config's (TransfQMix's transformers)."""
     del correction
-    algo = config.algo
+    team = team or default_team(config, env.num_agents)
+    world = team is not None and team.world  # the replay keeps the world state
     D = layout.num_data  # data shards: each keeps buffer_size/D slots of its own environments' sequences
     for name in ("buffer_size", "batch_size"):
         if getattr(config.replay, name) % D:
             raise ConfigError(f"replay.{name}", f"must divide over mesh.data={D} (each data shard keeps and samples its "
                                               f"share); got {getattr(config.replay, name)}")  # fmt: skip
     groups = env.groups
-    q = make_q_acting(config, env, layout, world=algo == "qmix")
-    mixer = (QMixer(config.mixer.embed_dim, config.mixer.hyper_hidden, config.dtype, config.mixer.init_scale)
-             if algo == "qmix" else None)  # fmt: skip
+    q = make_q_acting(config, env, layout, world=world, nets=agents)
+    H = agents.gru_size if agents is not None and agents.gru_size else config.gru_hidden_size  # recurrent state width
     T, E, N = config.num_steps, config.num_envs, env.num_agents
     K = layout.num_agent  # agent devices: each learns A_g/K agents of every group
     split = split_groups(groups, layout)
@@ -159,18 +206,19 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             "reward": jnp.zeros((T, N)),
             "done": jnp.zeros((T,), bool),
         }
-        if algo == "qmix":
+        if world:
             seq["world"] = jnp.zeros((T + 1,) + env.world_state(state, obs).shape)
         if config.recurrent:
-            seq["hidden"] = {g.name: jnp.zeros((g.size, config.gru_hidden_size)) for g in groups}
+            seq["hidden"] = {g.name: jnp.zeros((g.size, H)) for g in groups}
         return seq
 
     def init_params(key: Array) -> dict:
         params = q.init_params(key)
-        if algo == "qmix":
-            assert mixer is not None
-            world = example_sequence(key)["world"][:1]
-            params[MIXER] = mixer.init(jax.random.fold_in(key, len(groups)), jnp.zeros((1, N)), world)
+        if team is not None and team.init is not None:
+            state = example_sequence(key).get("world")
+            hs = (jnp.zeros((1, N, H)),) if team.states else ()
+            params[MIXER] = team.init(jax.random.fold_in(key, len(groups)), jnp.zeros((1, N)),
+                                      None if state is None else state[:1], *hs)  # fmt: skip
         return params
 
     def learner_init(key: Array) -> LearnerState:
@@ -184,20 +232,32 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         buffer = replay.init(config.replay.buffer_size, example_sequence(init_keys(key).env))
         return QExtra(learner.params, buffer)
 
-    def chosen_and_next(params, target, seq, full: bool = False) -> tuple[Array, Array]:
-        """Per agent, over a batch of sequences: Q(o_t, a_t) [B, T, N] and the double-Q value of
-        o_{t+1} [B, T, N] (online argmax among available actions, target network's value).
-        `full`: the GRU's scans unrolled (for XLA's cost analysis)."""
-        taken, nxt = [], []
+    def chosen_and_next(params, target, seq, full: bool = False) -> tuple[Array, Array, Array, tuple]:
+        """Per agent, over a batch of sequences: Q(o_t, a_t) [B, T, N], the double-Q value of
+        o_{t+1} [B, T, N] (online argmax among available actions, target network's value),
+        whether a_t is the greedy action among the available ones [B, T, N] (float 0/1) and, for a
+        team value on `states`, the online hidden states at t and the target's at t + 1 ([B, T, N, H]
+        each; else ()). `full`: the GRU's scans unrolled (for XLA's cost analysis)."""
+        taken, nxt, greedy, hs_now, hs_next = [], [], [], [], []
+        states = team is not None and team.states
         for g in groups:
             obs, mask, reset = seq["obs"][g.name], seq["mask"][g.name], seq["reset"][g.name]  # [B, T+1, A, ...]
             hidden0 = seq["hidden"][g.name] if config.recurrent else None  # [B, A, H]
-            online = swap(q.unroll(params, g, swap(obs), swap(reset), hidden0, full))  # [B, T+1, A, n]
-            tgt = swap(q.unroll(target, g, swap(obs), swap(reset), hidden0, full))
+            online = q.unroll(params, g, swap(obs), swap(reset), hidden0, full, states)  # [T+1, B, A, n]
+            tgt = q.unroll(target, g, swap(obs), swap(reset), hidden0, full, states)
+            if states:  # (q, hidden states [T+1, B, A, H])
+                (online, h_online), (tgt, h_tgt) = online, tgt
+                hs_now.append(swap(h_online)[:, :-1])
+                hs_next.append(jax.lax.stop_gradient(swap(h_tgt)[:, 1:]))
+            online, tgt = swap(online), swap(tgt)  # [B, T+1, A, n]
             action = seq["action"][g.name]  # [B, T, A]
             taken.append(jnp.take_along_axis(online[:, :-1], action[..., None], axis=-1)[..., 0])
             nxt.append(ops.double_q_value(online[:, 1:], tgt[:, 1:], mask[:, 1:]))
-        return jnp.concatenate(taken, axis=-1), jax.lax.stop_gradient(jnp.concatenate(nxt, axis=-1))
+            best = jnp.argmax(jnp.where(mask[:, :-1], online[:, :-1], -jnp.inf), axis=-1)  # [B, T, A]
+            greedy.append((best == action).astype(jnp.float32))
+        nxt_all = jax.lax.stop_gradient(jnp.concatenate(nxt, axis=-1))
+        hs = (jnp.concatenate(hs_now, axis=-2), jnp.concatenate(hs_next, axis=-2)) if states else ()
+        return jnp.concatenate(taken, axis=-1), nxt_all, jnp.concatenate(greedy, axis=-1), hs
 
     def every_agent(local: Array) -> Array:
         """[..., N/K] this device's agents' values, group after group -> [..., N] every agent's, in
@@ -214,28 +274,21 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             start += n
         return jnp.concatenate(parts, axis=-1)
 
-    def team(params_mixer, values: Array, world: Array | None) -> Array:
-        """[B, T, N] -> [B, T]: VDN's sum or QMIX's mixer on the world state [B, T, W]."""
-        if algo == "vdn":
-            return jnp.sum(values, axis=-1)
-        assert mixer is not None and world is not None  # QMIX has both
-        B = values.shape[0]
-        out = cast(
-            Array, mixer.apply(params_mixer, values.reshape(B * T, N), world.reshape((B * T,) + world.shape[2:]))
-        )
-        return out.reshape(B, T)
-
-    def loss_fn(params, target, seq, hp: HParams, full: bool = False):
-        taken, nxt = chosen_and_next(params, target, seq, full)  # [B, T, N/K]: this device's agents
+    def loss_fn(params, target, seq, hp: HParams, key: Array, full: bool = False):
+        taken, nxt, greedy, hs = chosen_and_next(params, target, seq, full)  # [B, T, N/K]: this device's agents
         if split:  # every agent's values, in one collective
-            taken, nxt = every_agent(jnp.stack([taken, nxt]))  # [B, T, N] each
+            taken, nxt, greedy = every_agent(jnp.stack([taken, nxt, greedy]))  # [B, T, N] each
         done = seq["done"]  # [B, T]
-        if algo == "iql":
+        if team is None:  # iql: every agent its own values and reward
             reward, q_now, q_next, done = seq["reward"], taken, nxt, jnp.broadcast_to(done[..., None], taken.shape)
         else:
             world = seq.get("world")
-            q_now = team(params.get(MIXER), taken, None if world is None else world[:, :-1])
-            q_next = jax.lax.stop_gradient(team(target.get(MIXER), nxt, None if world is None else world[:, 1:]))
+            now, later = ((hs[0],), (hs[1],)) if hs else ((), ())  # (team values on the agents' hidden states)
+            q_now = team.value(params.get(MIXER), taken, None if world is None else world[:, :-1], greedy > 0, key,
+                               *now)  # fmt: skip
+            q_next = jax.lax.stop_gradient(
+                team.target(target.get(MIXER), nxt, None if world is None else world[:, 1:], *later)
+            )
             reward = jnp.sum(seq["reward"], axis=-1)  # the team's reward, summed like the values
         returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp["gamma"], config.q.td_lambda))
         return 0.5 * jnp.mean((q_now - jax.lax.stop_gradient(returns)) ** 2), jnp.mean(q_now)
@@ -247,13 +300,16 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         """One gradient step on batch_size/D sequences sampled from `buffer`
         -> (params, opt_state, (loss, q_mean, grad_norm))."""
         seq, _ = replay.sample(buffer, key, config.replay.batch_size // D)
-        (loss, q_mean), grads = grad_fn(params, target, seq, hp, full=full)
+        (loss, q_mean), grads = grad_fn(params, target, seq, hp, jax.random.fold_in(key, 1), full=full)
         # the loss is whole on every agent device, its gradient exact for the device's own agents;
         # reduce_grads divides split sets by K (it expects per-agent means), so scale them up first
         # (not the mixer's: replicated, averaged over `agent` as it is)
         grads = {k: jax.tree.map(lambda x: x * K, v) if k in split else v for k, v in grads.items()}
-        params, opt_state, grad_norm = descend(layout, split, params, opt_state, grads, lr, hp)
-        return params, opt_state, (loss, q_mean, grad_norm)
+        new, opt_state, grad_norm = descend(layout, split, params, opt_state, grads, lr, hp)
+        if team is not None and team.lr is not None:  # its own base rate: its step scaled by lr_team / lr
+            scale = team.lr / hp["lr"]
+            new[MIXER] = jax.tree.map(lambda p, n: p + scale * (n - p), params[MIXER], new[MIXER])
+        return new, opt_state, (loss, q_mean, grad_norm)
 
     def gradient_steps(learner: LearnerState, extra: QExtra, key: Array, lr: Array):
         if D > 1:  # each shard samples its own slots; the gradient is averaged over shards
@@ -345,7 +401,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
     return Algorithm(
         networks=q.nets, init_learner=learner_init, init_actors=init_actors, collect=q.collect, learn=learn, act=q.act,
-        cost_pieces=cost_pieces, init_extra=init_extra, extra_layout=extra_layout(groups, algo == "qmix", config.recurrent),
+        cost_pieces=cost_pieces, init_extra=init_extra,
+        extra_layout=extra_layout(groups, world, config.recurrent, team is not None and team.init is not None),
         extra_parts=(ExtraPart("replay buffer", ("replay.buffer_size",), lambda extra: extra.buffer),),
     )  # fmt: skip
 

@@ -1,0 +1,224 @@
+"""TransfQMix (Gallici et al. 2023, "TransfQMix: Transformers for Leveraging the Graph Structure of
+Multi-Agent Reinforcement Learning Problems"), built on the replay-based Q-learners' pieces
+(`algos/qlearning.py`: replay buffer, target network, double-Q and Q(lambda) targets).
+
+* Agents: a transformer over the entities an agent observes (`marljax.envs.entities`: its flat
+  observation as [n_e, F]) and one more token, its hidden state h_{t-1} (zeros where an episode
+  starts); the token's output is h_t, the recurrent state, and Q(o_t, .) = Dense(h_t). So the
+  agents are recurrent by construction (`recurrent=true`; `hidden_size` is the transformer's
+  width and the hidden state's). Entities an agent cannot see (SMAX: all-zero rows) are masked.
+* Mixer: a transformer over a learned token, the world state's entities [n_s, F_s] and the N
+  agents' hidden states h_t. The agents' outputs give the mixing weights W1 = |.| [N, H], the
+  token's output z gives b1 = z, w2 = |z| / H and b2 = Dense(relu(z)):
+  Q_tot = w2 . elu(q W1 + b1) + b2, monotonic in every agent's value as QMIX's.
+
+Differences from JaxMARL's transf_qmix.py: LayerNorm after the entity embedding where it uses
+batch norm (no running statistics are carried in marljax's state), softmax attention (not its
+Performer "fast attention"), w2 is scaled by 1/H (the mixer starts near the agents' sum rather than
+H times it), the mixer's token is learned and not carried over time, and the
+agents' Q-values all come from h_t (its SMAX agent values attacks from the enemies' embeddings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, cast
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from marljax.algos import qlearning
+from marljax.algos.acting import GroupNetworks
+from marljax.algos.api import Algorithm, AlgorithmSpec
+from marljax.algos.q_acting import QConfig
+from marljax.algos.qlearning import ReplayConfig, TeamValue
+from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.envs.adapter import EnvAdapter
+from marljax.envs.entities import EntityView, entity_view
+from marljax.nn.networks import dense, orthogonal
+from marljax.parallel.layouts import Layout
+
+Array = jax.Array
+XAVIER = nn.initializers.xavier_uniform()
+
+
+@dataclasses.dataclass(frozen=True)
+class TransfConfig:
+    """`transf.*`: TransfQMix's transformers (`hidden_size` is their width)."""
+
+    agent_layers: int = setting(2, "transformer layers of an agent", minimum=1, jaxmarl="AGENT_TRANSF_NUM_LAYERS")
+    agent_heads: int = setting(8, "attention heads of an agent (must divide hidden_size)", minimum=1,
+                               jaxmarl="AGENT_TRANSF_NUM_HEADS")  # fmt: skip
+    agent_ff: int = setting(128, "feed-forward width of an agent's layers", minimum=1, jaxmarl="AGENT_TRANSF_DIM_FF")
+    mixer_layers: int = setting(2, "transformer layers of the mixer", minimum=1, jaxmarl="MIXER_TRANSF_NUM_LAYERS")
+    mixer_heads: int = setting(8, "attention heads of the mixer (must divide hidden_size)", minimum=1,
+                               jaxmarl="MIXER_TRANSF_NUM_HEADS")  # fmt: skip
+    mixer_ff: int = setting(128, "feed-forward width of the mixer's layers", minimum=1, jaxmarl="MIXER_TRANSF_DIM_FF")
+    relu_embed: bool = setting(True, "relu on the entity embeddings", jaxmarl="EMBEDDER_USE_RELU")
+    mixer_init_scale: float = setting(1.0, "orthogonal scale of the mixer's embedding and its b2 layer", above=0.0,
+                                      jaxmarl="MIXER_INIT_SCALE")  # fmt: skip
+
+    def check(self, config: Config) -> None:
+        if not config.recurrent:
+            raise ConfigError("recurrent", "transf_qmix's agents are recurrent (their hidden state is a token of the "
+                                           "transformer); allowed: true")  # fmt: skip
+        for key in ("agent_heads", "mixer_heads"):
+            if config.hidden_size % getattr(self, key):
+                raise ConfigError(f"transf.{key}", f"must divide hidden_size={config.hidden_size} (the transformer's "
+                                                   f"width); got {getattr(self, key)}")  # fmt: skip
+        if config.gru_hidden_size != config.hidden_size:  # evaluation and export size the recurrent state by it
+            raise ConfigError("gru_hidden_size", f"transf_qmix's hidden state is a token of the transformer: set it "
+                              f"to hidden_size={config.hidden_size}, got {config.gru_hidden_size}")  # fmt: skip
+
+
+class Encoder(nn.Module):
+    """A transformer encoder layer (post-norm): x + attention, LayerNorm, x + MLP, LayerNorm."""
+
+    heads: int
+    ff: int
+    dtype: str = "float32"
+
+    @nn.compact
+    def __call__(self, x: Array, valid: Array | None = None) -> Array:
+        """x [B, L, H], valid [B, L] (the keys attended to; None: all) -> [B, L, H]."""
+        mask = None if valid is None else valid[:, None, None, :]  # [B, 1 head, 1 query, L keys]
+        att = nn.MultiHeadDotProductAttention(num_heads=self.heads, use_bias=False, kernel_init=XAVIER)(x, x, mask=mask)
+        x = nn.LayerNorm()(x + att)
+        mlp = dense(x.shape[-1], self.dtype, kernel_init=XAVIER)(
+            nn.relu(dense(self.ff, self.dtype, kernel_init=XAVIER)(x))
+        )
+        return nn.LayerNorm()(x + mlp)
+
+
+def _embed(x: Array, width: int, relu: bool, dtype: str, scale: float = 1.0) -> Array:
+    """Entities [B, n, F] -> [B, n, H]: Dense, relu (optional), LayerNorm."""
+    x = dense(width, dtype, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)(x)
+    return nn.LayerNorm()(nn.relu(x) if relu else x)
+
+
+class TransformerQNetwork(nn.Module):
+    """One agent's step, recurrent signature (marljax.algos.acting): (h [B, H], obs [B, D], reset [B],
+    one-hot id [B, A] | None) -> (h' [B, H], q [B, action_dim])."""
+
+    action_dim: int
+    width: int
+    layers: int
+    heads: int
+    ff: int
+    relu_embed: bool
+    view: Callable[[Array], Array]  # obs [B, D] -> entities [B, n_e, F]
+    dtype: str = "float32"
+
+    @nn.compact
+    def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None) -> tuple[Array, Array]:
+        ents = self.view(obs)  # [B, n_e, F]
+        seen = jnp.any(ents != 0, axis=-1)  # [B, n_e]: SMAX zeroes the units an agent cannot see
+        tokens = [jnp.where(reset[:, None], 0.0, h)[:, None]]  # the hidden state, zeros at an episode's start
+        if agent_id is not None:  # shared parameters told apart by an id token
+            tokens.append(dense(self.width, self.dtype)(agent_id)[:, None])
+        x = jnp.concatenate([*tokens, _embed(ents, self.width, self.relu_embed, self.dtype)], axis=1)  # [B, L, H]
+        valid = jnp.concatenate([jnp.ones((obs.shape[0], len(tokens)), bool), seen], axis=1)
+        for _ in range(self.layers):
+            x = Encoder(self.heads, self.ff, self.dtype)(x, valid)
+        h = x[:, 0]
+        q = dense(self.action_dim, self.dtype, kernel_init=orthogonal(1.0), bias_init=nn.initializers.zeros)(h)
+        return h, q
+
+
+class TransformerMixer(nn.Module):
+    """q [B, N], the agents' hidden states [B, N, H], world [B, W] -> Q_tot [B], monotonic in q."""
+
+    width: int
+    layers: int
+    heads: int
+    ff: int
+    relu_embed: bool
+    view: Callable[[Array], Array]  # world [B, W] -> entities [B, n_s, F_s]
+    init_scale: float = 1.0
+    dtype: str = "float32"
+
+    @nn.compact
+    def __call__(self, q: Array, hs: Array, world: Array) -> Array:
+        B, N = q.shape
+        state = _embed(self.view(world), self.width, self.relu_embed, self.dtype, self.init_scale)  # [B, n_s, H]
+        token = jnp.broadcast_to(self.param("token", nn.initializers.zeros, (self.width,)), (B, 1, self.width))
+        x = jnp.concatenate([token, state, hs], axis=1)  # [B, 1 + n_s + N, H]
+        for _ in range(self.layers):
+            x = Encoder(self.heads, self.ff, self.dtype)(x)
+        z, w1 = x[:, 0], jnp.abs(x[:, -N:])  # [B, H], [B, N, H]
+        hidden = nn.elu(jnp.einsum("bn,bnh->bh", q, w1) + z)  # b1 = z
+        b2 = dense(1, self.dtype, kernel_init=orthogonal(self.init_scale), bias_init=nn.initializers.zeros)(nn.relu(z))
+        # w2 = |z| / H: the weights' entries are O(1) (post-norm outputs), so without the 1/H the team value
+        # would start at ~H times the sum of the agents' values, and their gradients H times larger
+        return jnp.einsum("bh,bh->b", hidden, jnp.abs(z)) / self.width + b2[:, 0]
+
+
+def transformer_team(config: Config, view: EntityView) -> TeamValue:
+    """TransfQMix's team value for `qlearning.build`: the transformer mixer on the agents' values,
+    their hidden states and the world state's entities (the target network's at t + 1 for the bootstrap)."""
+    c = config.transf
+    mixer = TransformerMixer(config.hidden_size, c.mixer_layers, c.mixer_heads, c.mixer_ff, c.relu_embed, view.world,
+                             c.mixer_init_scale, config.dtype)  # fmt: skip
+
+    def mixed(params, values: Array, world: Array, hs: Array) -> Array:
+        """values [B, T, N], world [B, T, W], hs [B, T, N, H] -> [B, T]."""
+        B, T, N = values.shape
+        out = mixer.apply(params, values.reshape(B * T, N), hs.reshape(B * T, N, -1), world.reshape(B * T, -1))
+        return cast(Array, out).reshape(B, T)
+
+    def value(params, taken: Array, world: Array | None, greedy: Array, key: Array, hs: Array) -> Array:
+        return mixed(params, taken, cast(Array, world), hs)
+
+    def target(params, nxt: Array, world: Array | None, hs: Array) -> Array:
+        return mixed(params, nxt, cast(Array, world), hs)
+
+    def init(key: Array, q: Array, world: Array, hs: Array) -> Any:
+        return mixer.init(key, q, hs, world)
+
+    return TeamValue(True, value, target, init, states=True)
+
+
+def agent_networks(config: Config, env: EnvAdapter, view: EntityView) -> GroupNetworks:
+    """Every group's transformer Q-network; the recurrent state is the transformer's width."""
+    c = config.transf
+    nets = {g.name: TransformerQNetwork(g.action_dim, config.hidden_size, c.agent_layers, c.agent_heads, c.agent_ff,
+                                        c.relu_embed, view.obs, config.dtype) for g in env.groups}  # fmt: skip
+    return GroupNetworks(nets, config.param_sharing == "independent", config.agent_id, config.hidden_size)
+
+
+def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
+    """qlearning's pieces (replay, target network) with transformer agents and mixer."""
+    view = entity_view(env)
+    if view is None:
+        raise ConfigError("env", f"transf_qmix attends over entities, and marljax splits into entities the "
+                                 f"observations of MPE simple_spread and SMAX (unit_list) only, not {env.name}'s")  # fmt: skip
+    return qlearning.build(config, env, layout=layout, correction=correction, team=transformer_team(config, view),
+                           agents=agent_networks(config, env, view))  # fmt: skip
+
+
+SPEC = AlgorithmSpec(
+    AlgorithmSchema(
+        "transf_qmix",
+        "TransfQMix: transformer agents over observed entities and a transformer mixer (replay, target network)",
+        {"q": QConfig, "replay": ReplayConfig, "transf": TransfConfig},
+        defaults={
+            "total_timesteps": 1_000_000,
+            "activation": "relu",
+            "lr": 1e-3,
+            "num_envs": 16,
+            "num_steps": 32,
+            "gamma": 0.9,
+            "q": {"eps_decay_steps": 200_000},
+            "recurrent": True,
+            "hidden_size": 32,
+            "gru_hidden_size": 32,
+            "agent_id": False,
+        },  # fmt: skip
+        supports=Supports(),
+    ),
+    build,
+    ("loss_total", "grad_norm", "lr", "q_mean"),
+)
+make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it
