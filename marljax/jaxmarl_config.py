@@ -36,8 +36,6 @@ IGNORED = {
     "TEST_NUM_STEPS",  # the evaluation's step budget: marljax's evaluation plays whole episodes
     "NORM_INPUTS", "LOSS_TYPE",  # read by no JaxMARL script (PQN reads NORM_INPUT): they change nothing there either
 }  # fmt: skip
-# JaxMARL's own algorithms that no marljax algorithm answers to yet, by the prefix of their config files
-MISSING_ALGOS: dict[str, str] = {}
 
 
 def is_jaxmarl(values: Mapping[str, Any]) -> bool:
@@ -235,10 +233,6 @@ ONLY: dict[str, tuple[Any, str]] = {
 
 
 def _refuse_algo(path: Path) -> ConfigError:
-    stem = path.stem.lower()
-    missing = next((name for prefix, name in MISSING_ALGOS.items() if stem.startswith(prefix + "_")), None)
-    if missing:
-        return ConfigError("algo", f"{path} is a config of JaxMARL's {missing}, which marljax does not have yet")
     if len(shared := answering(path)) > 1:
         names = f"{', '.join(shared[:-1])} and {shared[-1]}"
         return ConfigError("algo", f"{path} serves JaxMARL's {names} scripts: pass algo=<{'|'.join(shared)}>")
