@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Read off the code (issue 40, item 4), and the shape docs/DESIGN's diagram draws:
 #   types, files, nn,  import nothing of marljax: named state pytrees, file reading, flax modules
 #   version            and pure math, the version string
+#   families           an env id's family, from the id alone (the per-family defaults)
 #   schema             the settings engine: knows no field; layers and algorithms register into it
 #   layer settings     each layer's own settings, declared beside its code (parallel/settings.py:
 #                      mesh, distributed; pipeline/settings.py: async; train/settings.py: run,
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #                      Nothing inside the package imports it; every submodule import runs it
 #                      anyway, so an import of it from inside would be a circle in disguise.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("marljax.types", "marljax.files", "marljax.nn", "marljax.version"),
+    ("marljax.types", "marljax.files", "marljax.nn", "marljax.version", "marljax.families"),
     ("marljax.schema",),
     ("marljax.parallel.settings", "marljax.pipeline.settings", "marljax.train.settings"),
     ("marljax.config",),

@@ -19,7 +19,8 @@ PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md", ROOT / "docs"
 # tables of what exists (no measured figures in them), exempt from needing a command
 EXEMPT = ("| section | algorithms | keys |", "| environment (JaxMARL id) | runs | learns (test) | notes |", "| feature | status |",
           "| tracker | where it writes (by default) | its settings |", "| Python | jax, jaxlib | how | where |",
-          "| algorithm | `algo=` | sections |", "| family (JaxMARL ids) | runs | learns (test) |")  # fmt: skip
+          "| algorithm | `algo=` | sections |", "| family (JaxMARL ids) | runs | learns (test) |",
+          "| algo | family | defaults there (its own) |")  # fmt: skip
 WITHIN = 6  # lines after a table's last row in which its command must appear
 FIGURE_WITHIN = 12  # lines before or after an image in which a command that made it must appear
 COMMAND = re.compile(r"`(marljax [a-z-]+|python [\w/.-]+\.py|python -m [\w.]+)[^`]*`")
