@@ -33,7 +33,7 @@ from marljax.algos import qlearning
 from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.algos.mixers import MixerConfig
 from marljax.algos.q_acting import QConfig
-from marljax.algos.qlearning import ReplayConfig, TeamValue
+from marljax.algos.qlearning import REPLAY_DEFAULTS, ReplayConfig, TeamValue
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn.networks import dense, einsum, orthogonal
@@ -141,11 +141,7 @@ SPEC = AlgorithmSpec(
         {"q": QConfig, "replay": ReplayConfig, "mixer": MixerConfig, "shaq": ShaqConfig},
         # the replay family's defaults (qlearning._spec), which learn on MPE_simple_spread_v3 in 1M steps
         defaults={
-            "total_timesteps": 1_000_000,
-            "activation": "relu",
-            "lr": 1e-3,
-            "num_envs": 16,
-            "num_steps": 32,
+            **REPLAY_DEFAULTS,
             "gamma": 0.9,
             "q": {"eps_decay_steps": 200_000},
         },  # fmt: skip

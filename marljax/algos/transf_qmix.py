@@ -33,7 +33,7 @@ from marljax.algos import qlearning
 from marljax.algos.acting import GroupNetworks
 from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.algos.q_acting import QConfig
-from marljax.algos.qlearning import ReplayConfig, TeamValue
+from marljax.algos.qlearning import REPLAY_DEFAULTS, ReplayConfig, TeamValue
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.entities import EntityView, entity_view
@@ -204,11 +204,7 @@ SPEC = AlgorithmSpec(
         "TransfQMix: transformer agents over observed entities and a transformer mixer (replay, target network)",
         {"q": QConfig, "replay": ReplayConfig, "transf": TransfConfig},
         defaults={
-            "total_timesteps": 1_000_000,
-            "activation": "relu",
-            "lr": 1e-3,
-            "num_envs": 16,
-            "num_steps": 32,
+            **REPLAY_DEFAULTS,
             "gamma": 0.9,
             "q": {"eps_decay_steps": 200_000},
             "recurrent": True,
