@@ -2,6 +2,9 @@
 
     python experiments/benchmark_plots.py curves --jaxmarl PATH   # returns over wall-clock time beside JaxMARL's script
     python experiments/benchmark_plots.py throughput              # train and env-only env-steps/s against num_envs
+    python experiments/benchmark_plots.py scale                   # the same from `marljax bench scale` (64 .. 64k envs)
+    python experiments/benchmark_plots.py scale --from-log LOG --device-kind NAME --date D
+                                                                  # ... from a GPU protocol's bench_scale.log
     python experiments/benchmark_plots.py sweep                   # `marljax bench sweep`: vmapped vs one after another
     python experiments/benchmark_plots.py async                   # `marljax bench mode=async`: generation, learning, overlap
     python experiments/benchmark_plots.py headline                # README's figure: curves beside throughput
@@ -12,7 +15,10 @@ Each measuring plot runs the public commands (`marljax bench ...`, `experiments/
 in subprocesses, keeps what they printed in docs/benchmarks/NAME.json (with the command lines, the
 machine and the date) and draws docs/benchmarks/NAME.png from that file, so a figure can be redrawn
 without measuring again and every number on it can be traced to a command. `headline` measures
-nothing: it draws curves.json and throughput.json side by side (docs/benchmarks/headline.png).
+nothing: it draws curves.json and throughput.json side by side (docs/benchmarks/headline.png), with
+scale.json's rows beside the CPU's throughput where that file exists. `scale --from-log` reads the
+rows that `marljax bench scale` printed into an offline GPU protocol's OUT/bench_scale.log
+(experiments/gpu_protocol.sh), measuring nothing: a node with no network brings back its log.
 `--quick` writes to a temporary directory, never over the committed figures.
 
 Figures from a shared CPU (this project's 2-core machines) say how the curves compare within one
@@ -84,6 +90,34 @@ def measure_throughput(quick: bool, jaxmarl: Path | None) -> dict:
     return {"command": "marljax bench num_envs=N", "machine": _machine(), "rows": rows}
 
 
+def scale_rows(text: str) -> list[dict]:
+    """The rows of `marljax bench scale`'s output: one JSON line per num_envs (not its last line, the summary)."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("{") and '"env_only_env_steps_per_s"' in line:
+            r = json.loads(line)
+            rows.append({"num_envs": r["num_envs"], "train": r["train_env_steps_per_s"], "platform": r["platform"],
+                         "env_only": r["env_only_env_steps_per_s"], "compile_s": r["compile_s"], "mfu": r["mfu"],
+                         "peak_device_mb": r.get("peak_device_mb")})  # fmt: skip
+    if not rows:
+        raise SystemExit("scale: no `marljax bench scale` rows (JSON lines with env_only_env_steps_per_s) found")
+    return rows
+
+
+def measure_scale(quick: bool, jaxmarl: Path | None) -> dict:
+    args = ["bench", "scale", *(["num_steps=8", "--max-envs", "256"] if quick else ["--timeout", "100"])]
+    return {"command": "marljax " + " ".join(args), "machine": _machine(), "rows": scale_rows(marljax(args))}
+
+
+def scale_from_log(log: Path, device_kind: str, date: str) -> dict:
+    """scale's record from a protocol's bench_scale.log: its first line is the command after `$ `."""
+    text = log.read_text()
+    command = text.splitlines()[0].removeprefix("$ ").replace("python3 -m marljax.cli", "marljax")
+    rows = scale_rows(text)
+    machine = {"platform": rows[0]["platform"], "device_kind": device_kind, "cpu": "?", "cores": None, "date": date}
+    return {"command": command, "machine": machine, "rows": rows, "log": log.name}
+
+
 def measure_sweep(quick: bool, jaxmarl: Path | None) -> dict:
     args = ["sweep", *(["total_timesteps=4096", "num_envs=8", "num_steps=16"] if quick else [])]
     command, r = _bench(args)
@@ -108,7 +142,8 @@ def measure_async(quick: bool, jaxmarl: Path | None) -> dict:
 
 def _where(record: dict) -> str:
     m = record["machine"]
-    return f"{m['device_kind']} ({m['platform']}, {m['cores']} cores), {m['date']}"
+    cores = f", {m['cores']} cores" if m.get("cores") else ""
+    return f"{m['device_kind']} ({m['platform']}{cores}), {m['date']}"
 
 
 def _smooth(values: Sequence[float | None], points: int = 100) -> np.ndarray:
@@ -128,11 +163,12 @@ def draw_curves_on(ax, record: dict) -> None:
     ax.legend(fontsize=8)
 
 
-def draw_throughput_on(ax, record: dict) -> None:
+def draw_throughput_on(ax, record: dict, machine: str = "") -> None:
     rows = record["rows"]
     n = [r["num_envs"] for r in rows]
-    ax.plot(n, [r["train"] for r in rows], "o-", label="training (rollout + update)")
-    ax.plot(n, [r["env_only"] for r in rows], "s--", label="env alone (random actions)")
+    on = f", {machine}" if machine else ""
+    ax.plot(n, [r["train"] for r in rows], "o-", label=f"training (rollout + update){on}")
+    ax.plot(n, [r["env_only"] for r in rows], "s--", label=f"env alone (random actions){on}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("num_envs (one seed)")
@@ -200,14 +236,22 @@ def draw_headline(out: Path) -> Figure:
     fig = Figure(figsize=(11, 4), layout="constrained")
     left, right = fig.subplots(1, 2)
     draw_curves_on(left, curves)
-    draw_throughput_on(right, throughput)
-    fig.suptitle(_where(curves), fontsize=8)
+    scale = out / "scale.json"
+    if scale.exists():  # the accelerator's rows beside the CPU's: each series names its machine
+        draw_throughput_on(right, throughput, "2-core CPU")
+        draw_throughput_on(
+            right, json.loads(scale.read_text()), json.loads(scale.read_text())["machine"]["device_kind"]
+        )
+    else:
+        draw_throughput_on(right, throughput)
+    fig.suptitle(f"left and CPU rows: {_where(curves)}", fontsize=8)
     return fig
 
 
 PLOTS: dict[str, tuple[Callable[[bool, Path | None], dict], Callable[[dict], Figure]]] = {
     "curves": (measure_curves, draw_curves),
     "throughput": (measure_throughput, draw_throughput),
+    "scale": (measure_scale, draw_throughput),
     "sweep": (measure_sweep, draw_sweep),
     "async": (measure_async, draw_async),
 }
@@ -219,6 +263,9 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--jaxmarl", type=Path, help="a checkout of FLAIROx/JaxMARL (curves)")
     parser.add_argument("--quick", action="store_true", help="tiny budgets, written to a temporary directory")
     parser.add_argument("--replot", action="store_true", help="redraw from the saved JSON, measuring nothing")
+    parser.add_argument("--from-log", type=Path, help="scale: a GPU protocol's bench_scale.log, measuring nothing")
+    parser.add_argument("--device-kind", default="?", help="with --from-log: the card's name (the log has none)")
+    parser.add_argument("--date", default=datetime.date.today().isoformat(), help="with --from-log: when it ran")
     parser.add_argument("--out", type=Path, default=None, help=f"where the JSON and PNG go (default {OUT})")
     args = parser.parse_args(argv)
     out = args.out or (Path(tempfile.mkdtemp(prefix="benchmark_plots_")) if args.quick else OUT)
@@ -228,7 +275,11 @@ def main(argv: Sequence[str]) -> int:
     else:
         measure, draw = PLOTS[args.plot]
         data = out / f"{args.plot}.json"
-        if not args.replot:
+        if args.from_log and args.plot != "scale":
+            raise SystemExit("--from-log: only the scale plot reads a log")
+        if args.from_log:
+            data.write_text(json.dumps(scale_from_log(args.from_log, args.device_kind, args.date), indent=1) + "\n")
+        elif not args.replot:
             record = measure(args.quick, args.jaxmarl)
             data.write_text(json.dumps(record, indent=1) + "\n")
         fig = draw(json.loads(data.read_text()))
