@@ -68,9 +68,10 @@ def test_the_family_defaults_apply_on_its_envs_only():
     smax = load_config(None, ["env=HeuristicEnemySMAX"])
     assert family_defaults(smax) == ("smax", {})
     assert without_choice(smax) == without_choice(load_config(None, ["env=HeuristicEnemySMAX", "family_defaults=none"]))
-    # an algorithm that declares none keeps its defaults on MPE
-    assert without_choice(load_config(None, ["algo=mappo"])) == without_choice(
-        load_config(None, ["algo=mappo", "family_defaults=none"])
+    # mappo declares the same for MPE; an algorithm that declares none keeps its defaults there
+    assert family_defaults(load_config(None, ["algo=mappo"])) == ("mpe", IPPO_MPE)
+    assert without_choice(load_config(None, ["algo=iql"])) == without_choice(
+        load_config(None, ["algo=iql", "family_defaults=none"])
     )
     # a family named explicitly applies on any env
     forced = load_config(None, ["env=hanabi", "family_defaults=mpe"])
