@@ -11,7 +11,7 @@ import jax
 import pytest
 
 from marljax.algos import api, registry
-from marljax.config import load_config
+from marljax.config import ConfigError, load_config
 from marljax.train.wiring import make_adapter, make_trainer
 
 
@@ -44,3 +44,25 @@ def test_make_train_fills_the_contract_and_its_cost_pieces_compile(algo):
         assert cost["flops"] > 0 and piece.trips >= 1, (algo, piece.name)
     rollout = next(p for p in pieces if p.part == "rollout")
     assert rollout.trips == config.num_steps
+
+
+@pytest.mark.parametrize("algo", registry.names())
+@pytest.mark.parametrize("kind", ["discrete", "continuous"])
+def test_an_action_space_the_algorithm_does_not_declare_is_refused_in_one_line(algo, kind):
+    """`Supports.actions` is checked for every algorithm when the env is made (before any build or
+    compile): MPE spread with Discrete(5) or Box(5) actions. The declared kind builds (the control)."""
+    schema = registry.get(algo).schema
+    box = ["env_kwargs.action_type=Continuous"] if kind == "continuous" else []
+    sharing = ["param_sharing=independent"] if "shared" not in schema.supports.param_sharing else []
+    config = load_config(None, [f"algo={algo}", *box, *sharing])
+    if kind in schema.supports.actions:
+        assert make_adapter(config).groups[0].discrete == (kind == "discrete")
+        return
+    with pytest.raises(ConfigError) as info:
+        make_adapter(config)
+    message = str(info.value)
+    space = "Discrete" if kind == "discrete" else "Box"
+    assert info.value.field == "algo" and "\n" not in message
+    assert f"algo={algo} takes" in message and f"{space} actions in group(s) agents" in message
+    takers = [n for n in registry.names() if kind in registry.get(n).schema.supports.actions]
+    assert f"algo={', '.join(takers)} take them" in message

@@ -217,10 +217,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     algo, sac = config.algo, config.sac
     central = algo == "masac"
     groups = env.groups
-    bad = [g.name for g in groups if g.discrete]
-    if bad:
-        raise ConfigError("algo", f"{algo} needs continuous (Box) actions; groups with Discrete actions: "
-                          f"{', '.join(bad)} (MPE: env_kwargs.action_type=Continuous)")  # fmt: skip
+    # Box actions only: make_adapter refuses Discrete groups from SUPPORTS.actions (train/wiring.py)
     if layout.agent_parallel:
         raise ConfigError("mesh.agent", f"algo={algo} has no agent-parallel learner; allowed: 1")
     T, E, N = config.num_steps, config.num_envs, env.num_agents

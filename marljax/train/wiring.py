@@ -32,13 +32,30 @@ def make_adapter(config: Config) -> EnvAdapter:
             raise ConfigError("eval_every", "evaluation runs on device; host (PettingZoo) envs have none (set 0)")
         env = HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env)
         check_group_networks(config, env)
+        check_action_kinds(config, env)
         return env
     group_by = "roles" if config.param_sharing == "per_role" else "spaces"
     env = EnvAdapter(
         make_env(config.env, config.env_kwargs), config.env, group_by=group_by, bonus_key=config.reward_shaping.info_key
     )
     check_group_networks(config, env)
+    check_action_kinds(config, env)
     return env
+
+
+def check_action_kinds(config: Config, env: EnvAdapter | HostEnvAdapter) -> None:
+    """Every group's action space must be a kind the algorithm declares (`Supports.actions`):
+    refused here, in one line naming the groups and the algorithms that take them, before a build
+    fails deeper (or a Box is read as a count of discrete actions)."""
+    takes = algorithm_schema(config.algo).supports.actions
+    for kind in ("discrete", "continuous"):
+        groups = [g.name for g in env.groups if g.discrete == (kind == "discrete") and kind not in takes]
+        if groups:
+            space = "Discrete" if kind == "discrete" else "Box"
+            others = [n for n in registry.names() if kind in algorithm_schema(n).supports.actions]
+            hint = " (MPE: env_kwargs.action_type=Continuous gives Box actions)" if kind == "discrete" else ""
+            raise ConfigError("algo", f"algo={config.algo} takes {' and '.join(takes)} actions; {config.env} has "
+                              f"{space} actions in group(s) {', '.join(groups)}: algo={', '.join(others)} take them{hint}")  # fmt: skip
 
 
 def check_group_networks(config: Config, env: EnvAdapter | HostEnvAdapter) -> None:
