@@ -36,7 +36,7 @@ def test_bad_q_learning_settings_name_the_field(change, field):
 
 def test_box_actions_are_refused_before_compiling():
     config = load_config(None, [*SETTINGS, "env=MPE_simple_world_comm_v3"])
-    with pytest.raises(ConfigError, match="needs discrete actions"):
+    with pytest.raises(ConfigError, match="algo=pqn_vdn takes discrete actions; MPE_simple_world_comm_v3 has Box"):
         make_trainer(config, make_adapter(config))
 
 

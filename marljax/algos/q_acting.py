@@ -91,10 +91,7 @@ def make_q_acting(
     """`world`: also record the env's world state (QMIX's mixer conditions on it). `nets`: other
     Q-networks than config's (TransfQMix's transformers), with the network signature of
     `marljax.algos.acting` and `q` as their output."""
-    groups = env.groups
-    bad = [g.name for g in groups if not g.discrete]
-    if bad:
-        raise ConfigError("algo", f"{config.algo} needs discrete actions; groups with Box actions: {', '.join(bad)}")
+    groups = env.groups  # Discrete only: make_adapter refuses Box groups from Supports.actions (train/wiring.py)
     rnn, H = config.recurrent, config.gru_hidden_size
     size = config.group_network  # group -> (hidden_size, num_layers), network.<group>.* over the global sizes
     head = dict(norm=config.q.norm, dueling=config.q.dueling)
