@@ -33,8 +33,3 @@ def get(name: str) -> AlgorithmSpec:
 
 def names() -> tuple[str, ...]:
     return tuple(_SPECS)
-
-
-def losses() -> tuple[str, ...]:
-    """Every metric some registered algorithm declares a loss (the NaN guard's default), in order."""
-    return tuple(dict.fromkeys(key for spec in _SPECS.values() for key in spec.losses))

@@ -168,9 +168,7 @@ def _finite_by_group(params: dict) -> dict:
     return {k: jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(v)])) for k, v in params.items()}
 
 
-def nan_guard(
-    row: dict, params: dict, update: int, checkpointer: Checkpointer, losses: Iterable[str] | None = None
-) -> None:
+def nan_guard(row: dict, params: dict, update: int, checkpointer: Checkpointer, losses: Iterable[str]) -> None:
     """Stop before a non-finite loss (of `losses`: the algorithm's declared ones) or parameter is
     checkpointed; name what went bad."""
     bad = first_non_finite(row, losses)

@@ -67,15 +67,11 @@ def chunk_row(
     return row
 
 
-def first_non_finite(row: Mapping[str, Any], losses: Iterable[str] | None = None) -> str | None:
+def first_non_finite(row: Mapping[str, Any], losses: Iterable[str]) -> str | None:
     """Name of the first of `losses` in `row` that is NaN or infinite, else None.
 
-    `losses`: what the run's algorithm declares (`Trainer.losses`, `AlgorithmSpec.losses`); None
-    (a caller that does not say which algorithm ran): what any registered algorithm declares."""
-    if losses is None:
-        from marljax.algos import registry  # the algorithms' declarations, read only when asked
-
-        losses = registry.losses()
+    `losses`: what the run's algorithm declares (`Trainer.losses`, `AlgorithmSpec.losses`); the
+    caller says which, so this module needs no registry (it sits below the algorithms)."""
     for key in losses:
         value = row.get(key)
         if value is not None and not math.isfinite(value):
