@@ -187,12 +187,16 @@ def _sweep(args: list[str]) -> int:
         from marljax.parallel.distributed import DistributedError
         from marljax.sweeps.runner import run_sweep
         from marljax.sweeps.spec import load_sweep
+        from marljax.train.chunks import Stopped
 
         try:
             run_sweep(load_sweep(args[0], rest), **options)
         except (DistributedError, DamagedFile) as exc:
             print(f"marljax: {exc}", file=sys.stderr)
             return 1
+        except Stopped as exc:
+            print(f"marljax: {exc}", file=sys.stderr)
+            return exc.exit_code
     except ConfigError as exc:
         print(f"marljax: config error: {exc}", file=sys.stderr)
         return 2

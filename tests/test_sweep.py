@@ -388,3 +388,41 @@ def test_a_damaged_sweep_file_is_named_with_the_way_out(tmp_path, finished, caps
         (out / name).unlink()
     run_sweep(expand(_spec(out)), log=lambda s: None, progress=False)
     _assert_same_results(ref, out)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_sweep_at_a_chunk_end_with_a_checkpoint_and_a_rerun_resumes_there(tmp_path):
+    """As `marljax train`: the first SIGTERM lets the chunk finish, saves, exits 143 naming how to
+    continue (the same command); the rerun resumes the program at that update, not from scratch."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "sweep"
+    long = {"num_envs": 4, "num_steps": 8, "total_timesteps": 128000, "eval_every": 4, "eval_episodes": 2,
+            "checkpoint_every": 0, "hidden_size": 16, "plot": False}  # 4000 updates, a chunk (and evaluation) every 4  # fmt: skip
+    path = tmp_path / "long.yaml"
+    path.write_text(json.dumps({"base": long, "axes": {"lr": [1e-3, 3e-3]}, "seeds": 1, "out_dir": str(out)}))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "marljax.cli", "sweep", str(path), "progress=false"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    for line in proc.stdout:
+        if "compiled in" in line:
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err[-2000:]
+    assert "stopped by SIGTERM at update" in err and "the same `marljax sweep` command" in err, err[-2000:]
+    assert "Traceback" not in err
+    update = int(err.split("stopped by SIGTERM at update ")[1].split(";")[0])
+    assert 0 < update < 4000 and update % 4 == 0
+    assert (out / "programs" / "0" / "checkpoints" / str(update)).is_dir()
+    for cell in (out / "cells").iterdir():  # every cell's rows reach the stop, none beyond
+        assert json.loads((cell / "metrics.jsonl").read_text().splitlines()[-1])["update"] == update
+    logs: list[str] = []
+    partial = run_sweep(load_sweep(path, []), log=logs.append, progress=False, max_chunks=1)
+    assert len(partial.ran) == 1 and partial.report == {}  # one program (lr is traced), stopped by the budget
+    assert any(f"resumed at update {update} of 4000" in line for line in logs), logs

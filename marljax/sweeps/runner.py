@@ -52,7 +52,7 @@ from marljax.sweeps.spec import Program, Sweep, located
 from marljax.train import compile_cache
 from marljax.train.checkpoint import Checkpointer, abstract_like
 from marljax.train.chunks import ChunkBudget, chunk_sizes, run_chunks
-from marljax.train.driver import Checkpoints, Chunk, Driver, Progress, RowSink, rows_kept
+from marljax.train.driver import Checkpoints, Chunk, Driver, Progress, RowSink, StopControl, rows_kept
 from marljax.train.evaluate import ABSOLUTE_FACTOR, Evaluation, eval_keys, keep_best, make_evaluator
 from marljax.train.memory import MemoryEstimate
 from marljax.train.metrics import plot_returns, read_jsonl
@@ -313,13 +313,17 @@ def _run_program(
             evaluation=Evaluation(trainer, seed_index, every, config.num_updates), on_eval=keep, on_rows=record,
         )  # fmt: skip
 
-        def step(state, metrics: dict, n: int, wall: float) -> None:
-            driver.step(Chunk(state, metrics, n, wall, state.learner.params))
-
         ok = finished = False
         try:
-            _, finished = run_chunks(compiled, run["state"], todo, step, budget)
-            checkpointer.wait()
+            with StopControl() as stop:  # SIGINT/SIGTERM: a checkpoint at the chunk's end, then Stopped
+
+                def step(state, metrics: dict, n: int, wall: float) -> None:
+                    driver.step(Chunk(state, metrics, n, wall, state.learner.params), save=stop())
+
+                _, finished = run_chunks(compiled, run["state"], todo, step, budget, lambda: stop.stopping)
+                checkpointer.wait()
+            stop.raise_if_stopped(driver.update, config.num_updates, checkpointer.directory,
+                                  "the same `marljax sweep` command (it resumes every unfinished program)")  # fmt: skip
             ok = True
             if not finished:
                 return False

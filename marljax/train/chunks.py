@@ -51,12 +51,10 @@ class ChunkBudget:
 class Stopped(Exception):
     """The run stopped at a chunk boundary on SIGINT or SIGTERM, after saving a checkpoint."""
 
-    def __init__(self, signum: int, update: int, where: str):
+    def __init__(self, signum: int, update: int, where: str, again: str = "resume=true"):
         self.signum, self.update = signum, update
         name = signal.Signals(signum).name
-        super().__init__(
-            f"stopped by {name} at update {update}; its checkpoint is in {where}: continue with resume=true"
-        )
+        super().__init__(f"stopped by {name} at update {update}; its checkpoint is in {where}: continue with {again}")
 
     @property
     def exit_code(self) -> int:

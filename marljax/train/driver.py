@@ -237,10 +237,11 @@ class StopControl:
         self.stopping = seen if self.processes == 1 else chunk_end and any_process(seen)
         return self.stopping
 
-    def raise_if_stopped(self, update: int, last: int, where: Path) -> None:
-        """Stopped (with the checkpoint's path) when a signal ended the run before its last update."""
+    def raise_if_stopped(self, update: int, last: int, where: Path, again: str = "resume=true") -> None:
+        """Stopped (with the checkpoint's path and how to continue) when a signal ended the run
+        before its last update."""
         if self.signum is not None and update < last:
-            raise Stopped(self.signum, update, str(where / str(update)))
+            raise Stopped(self.signum, update, str(where / str(update)), again)
 
 
 # ---------------------------------------------------------------------------------- the loop
