@@ -65,6 +65,8 @@ def test_the_family_defaults_apply_on_its_envs_only():
     # everything else is the same run: only the declared keys differ
     differ = {k for k, v in to_flat(without_choice(mpe)).items() if to_flat(without_choice(generic))[k] != v}
     assert differ == set(IPPO_MPE)
+    storm = load_config(None, ["env=storm_2p"])  # ippo declares the same two for STORM
+    assert family_defaults(storm) == ("storm", IPPO_MPE) and (storm.num_steps, storm.lr) == (64, 4e-3)
     smax = load_config(None, ["env=HeuristicEnemySMAX"])
     assert family_defaults(smax) == ("smax", {})
     assert without_choice(smax) == without_choice(load_config(None, ["env=HeuristicEnemySMAX", "family_defaults=none"]))
