@@ -51,8 +51,8 @@ from marljax.sweeps.results import METRICS, ResultsStore, load
 from marljax.sweeps.spec import Program, Sweep, located
 from marljax.train import compile_cache
 from marljax.train.checkpoint import Checkpointer, abstract_like
-from marljax.train.chunks import ChunkBudget, chunk_sizes, run_chunks
-from marljax.train.driver import Checkpoints, Chunk, Driver, Progress, RowSink, StopControl, rows_kept
+from marljax.train.chunks import ChunkBudget, chunk_sizes
+from marljax.train.driver import Checkpoints, Driver, Progress, RowSink, rows_kept
 from marljax.train.evaluate import ABSOLUTE_FACTOR, Evaluation, eval_keys, keep_best, make_evaluator
 from marljax.train.memory import MemoryEstimate
 from marljax.train.metrics import plot_returns, read_jsonl
@@ -315,15 +315,8 @@ def _run_program(
 
         ok = finished = False
         try:
-            with StopControl() as stop:  # SIGINT/SIGTERM: a checkpoint at the chunk's end, then Stopped
-
-                def step(state, metrics: dict, n: int, wall: float) -> None:
-                    driver.step(Chunk(state, metrics, n, wall, state.learner.params), save=stop())
-
-                _, finished = run_chunks(compiled, run["state"], todo, step, budget, lambda: stop.stopping)
-                checkpointer.wait()
-            stop.raise_if_stopped(driver.update, config.num_updates, checkpointer.directory,
-                                  "the same `marljax sweep` command (it resumes every unfinished program)")  # fmt: skip
+            _, finished = driver.run_chunks(compiled, run["state"], todo, budget,
+                                            "the same `marljax sweep` command (it resumes every unfinished program)")  # fmt: skip
             ok = True
             if not finished:
                 return False

@@ -35,7 +35,7 @@ from marljax.config import Config, ConfigError
 from marljax.parallel import distributed
 from marljax.parallel.distributed import any_process, host_values
 from marljax.train.checkpoint import Checkpointer, CheckpointError, check_resumable
-from marljax.train.chunks import Stopped, StopSignals, checkpoint_due
+from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, run_chunks
 from marljax.train.evaluate import Evaluation, eval_fields
 from marljax.train.metrics import JsonlWriter, chunk_row, first_non_finite, read_rows_kept, write_jsonl_atomic
 from marljax.train.trackers import Trackers
@@ -301,6 +301,27 @@ class Driver:
             nan_guard(rows[0], chunk.params, self.update, self.checkpoints.checkpointer, self.guard)
         self.checkpoints.after_chunk(self.update, state, save, chunk.extra_meta)
         self.progress.advance(chunk.n, rows[0])
+
+    def run_chunks(
+        self,
+        compiled: dict[int, Callable],
+        state,
+        schedule: list[int],
+        budget: ChunkBudget | None,
+        again: str = "resume=true",
+    ) -> tuple[Any, bool]:
+        """The on-device chunk programs, each chunk through `step`, until the schedule or the budget
+        ends: (state, finished). SIGINT/SIGTERM: the chunk in progress ends with a checkpoint, then
+        `Stopped`, which says to continue with `again`."""
+        with StopControl() as stop:
+
+            def step(state, metrics: dict, n: int, wall: float) -> None:
+                self.step(Chunk(state, metrics, n, wall, state.learner.params), save=stop())
+
+            state, finished = run_chunks(compiled, state, schedule, step, budget, lambda: stop.stopping)
+            self.checkpoints.checkpointer.wait()
+        stop.raise_if_stopped(self.update, self.config.num_updates, self.checkpoints.checkpointer.directory, again)
+        return state, finished
 
     def close(self, failed: bool = False) -> None:
         """Close the files and the bar; on a failure also end the trackers' runs as failed (on

@@ -29,7 +29,7 @@ from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.processes import dataset_dir
 from marljax.train import compile_cache
 from marljax.train.checkpoint import Checkpointer, CheckpointError, abstract_like, not_a_checkpoint_dir
-from marljax.train.chunks import ChunkBudget, chunk_sizes, run_chunks
+from marljax.train.chunks import ChunkBudget, chunk_sizes
 from marljax.train.driver import (
     Checkpoints,
     Chunk,
@@ -220,14 +220,7 @@ def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_r
         driver = _driver(config, env, trainer, checkpointer, start, rows, on_row)
         ok = False
         try:
-            with StopControl() as stop:
-
-                def step(state, metrics: dict, n: int, wall: float) -> None:
-                    driver.step(Chunk(state, metrics, n, wall, state.learner.params), save=stop())
-
-                state, _ = run_chunks(compiled, state, schedule, step, ChunkBudget(max_chunks), lambda: stop.stopping)
-                checkpointer.wait()
-            stop.raise_if_stopped(driver.update, config.num_updates, checkpointer.directory)
+            state, _ = driver.run_chunks(compiled, state, schedule, ChunkBudget(max_chunks))
             ok = True
         finally:
             driver.close(failed=not ok)
