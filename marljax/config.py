@@ -421,26 +421,30 @@ def _check_network(c: Config) -> None:
                 raise ConfigError(f"network.{group}.{key}", f"must be a positive integer, got {value!r}")
 
 
+def algorithms_that(pred: Callable[[Supports], bool]) -> str:
+    """`algo=a, b` for the registered algorithms whose `Supports` satisfy `pred` ("no algorithm" if none):
+    what a refusal names as the way out."""
+    names = [n for n in algorithms() if pred(algorithm_schema(n).supports)]
+    return f"algo={', '.join(names)}" if names else "no algorithm"
+
+
 def _check_supports(c: Config, schema: AlgorithmSchema) -> None:
     """Refuse what the algorithm does not support, naming the algorithms that do."""
     s = schema.supports
 
-    def others(pred: Callable[[Supports], bool]) -> str:
-        names = [n for n in algorithms() if pred(algorithm_schema(n).supports)]
-        return f"algo={', '.join(names)}" if names else "no algorithm"
-
     if c.mode == "async" and not s.async_mode:
         raise ConfigError(
-            "mode", f"algo={c.algo} runs on device; allowed: anakin (mode=async: {others(lambda o: o.async_mode)})"
+            "mode",
+            f"algo={c.algo} runs on device; allowed: anakin (mode=async: {algorithms_that(lambda o: o.async_mode)})",
         )
     if c.mesh.agent > 1 and not s.agent_axis:
         raise ConfigError("mesh.agent", f"algo={c.algo} has no agent-parallel learner yet; allowed: 1 (mesh.data and mesh.seed "
-                                        f"add devices; mesh.agent: {others(lambda o: o.agent_axis)})")  # fmt: skip
+                                        f"add devices; mesh.agent: {algorithms_that(lambda o: o.agent_axis)})")  # fmt: skip
     if (c.mesh.placement != "split" or c.mesh.replicated) and c.mesh.agent > 1:
         field = "mesh.replicate" if c.mesh.replicated else "mesh.placement"
         if not s.agent_replicate:
             raise ConfigError(field, f"algo={c.algo} splits every group over mesh.agent; replicating a group "
-                              f"there needs {others(lambda o: o.agent_replicate)} (allowed here: mesh.placement=split, "
+                              f"there needs {algorithms_that(lambda o: o.agent_replicate)} (allowed here: mesh.placement=split, "
                               "mesh.replicate empty)")  # fmt: skip
         if c.mode == "async":
             raise ConfigError(field, "mode=async splits every group over mesh.agent; allowed: mesh.placement=split, "
@@ -487,7 +491,7 @@ __all__ = [
     "Config", "CoreConfig", "ExecutionConfig", "MeshConfig", "DistributedConfig", "LogConfig", "AsyncConfig",
     "RewardShapingConfig", "RunConfig", "CheckpointConfig", "EvaluationConfig", "ConfigError", "Supports",
     "AlgorithmSchema", "FileFormat", "load_config", "family_defaults", "from_dict", "replace", "validate", "parse_overrides", "dump_yaml",
-    "read_yaml_mapping", "register_schema", "register_file_format", "algorithm_schema", "algorithms", "setting",
+    "read_yaml_mapping", "register_schema", "register_file_format", "algorithm_schema", "algorithms", "algorithms_that", "setting",
     "traced_keys", "resumable_keys", "hparams_values", "schema_fields", "to_flat", "divisors", "check_key",
     "core_keys", "first_line", "listed", "merge", "parse_scalar", "set_dotted", "unknown_key", "check_field",
     "MAX_UPDATES", "TRACKERS", "TRACKER_MODULES", "COMPILE_CACHE_AUTO", "COMPILE_CACHE_OFF", "compile_cache_problem",

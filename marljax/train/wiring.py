@@ -10,7 +10,7 @@ from jax.sharding import Mesh
 
 from marljax.algos import registry
 from marljax.algos.api import Trainer
-from marljax.config import Config, ConfigError, algorithm_schema
+from marljax.config import Config, ConfigError, algorithm_schema, algorithms_that
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
 from marljax.envs.registry import make_env
@@ -52,10 +52,10 @@ def check_action_kinds(config: Config, env: EnvAdapter | HostEnvAdapter) -> None
         groups = [g.name for g in env.groups if g.discrete == (kind == "discrete") and kind not in takes]
         if groups:
             space = "Discrete" if kind == "discrete" else "Box"
-            others = [n for n in registry.names() if kind in algorithm_schema(n).supports.actions]
+            others = algorithms_that(lambda s, kind=kind: kind in s.actions)
             hint = " (MPE: env_kwargs.action_type=Continuous gives Box actions)" if kind == "discrete" else ""
             raise ConfigError("algo", f"algo={config.algo} takes {' and '.join(takes)} actions; {config.env} has "
-                              f"{space} actions in group(s) {', '.join(groups)}: algo={', '.join(others)} take them{hint}")  # fmt: skip
+                              f"{space} actions in group(s) {', '.join(groups)}: {others} take them{hint}")  # fmt: skip
 
 
 def check_group_networks(config: Config, env: EnvAdapter | HostEnvAdapter) -> None:
