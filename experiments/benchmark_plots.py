@@ -241,10 +241,9 @@ def draw_headline(out: Path) -> Figure:
     draw_curves_on(left, curves)
     scale = out / "scale.json"
     if scale.exists():  # the accelerator's rows beside the CPU's: each series names its machine
+        accelerator = json.loads(scale.read_text())
         draw_throughput_on(right, throughput, "2-core CPU")
-        draw_throughput_on(
-            right, json.loads(scale.read_text()), json.loads(scale.read_text())["machine"]["device_kind"]
-        )
+        draw_throughput_on(right, accelerator, accelerator["machine"]["device_kind"])
     else:
         draw_throughput_on(right, throughput)
     fig.suptitle(f"left and CPU rows: {_where(curves)}", fontsize=8)

@@ -377,6 +377,10 @@ def build(
 # the metrics the NaN guard watches: the loss, its parts and what the step is made of
 LOSSES = ("loss_total", "loss_actor", "loss_value", "entropy", "approx_kl", "clip_frac", "grad_norm", "lr")
 
+# the spread winner of `marljax bench target` (docs/performance.md section 3): shorter rollouts and a
+# higher lr, declared per env family where a search found them faster (read-only: config copies it)
+SHORT_ROLLOUTS = {"num_steps": 64, "lr": 4e-3}
+
 SPEC = AlgorithmSpec(
     AlgorithmSchema(
         "ippo",
@@ -388,7 +392,7 @@ SPEC = AlgorithmSpec(
         # searched with `marljax bench target` (docs/performance.md section 3): on MPE spread these reach
         # -20.3 per agent 1.6x sooner and end 2.0 better after 5M steps; on SMAX 3m they are 2.4x slower;
         # on STORM's storm_2p they alone reach 12 per agent within 1M steps (the defaults: best 9.7)
-        family_defaults={"mpe": {"num_steps": 64, "lr": 4e-3}, "storm": {"num_steps": 64, "lr": 4e-3}},
+        family_defaults={"mpe": SHORT_ROLLOUTS, "storm": SHORT_ROLLOUTS},
     ),
     build,
     LOSSES,

@@ -69,7 +69,7 @@ SPEC = AlgorithmSpec(
         supports=Supports(actions=("discrete", "continuous"), agent_axis=True, agent_replicate=True, async_mode=True),
         # IPPO's spread winner, searched for MAPPO too (docs/performance.md section 3): on MPE spread it
         # reaches -20.3 per agent on 1.8x fewer env steps; on SMAX 3m it is worse, which SMAX never sees
-        family_defaults={"mpe": {"num_steps": 64, "lr": 4e-3}},
+        family_defaults={"mpe": ippo.SHORT_ROLLOUTS},
     ),
     build,
     ippo.LOSSES,
