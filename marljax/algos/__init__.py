@@ -1,6 +1,6 @@
 """The algorithms. Each registers here, in one line; `marljax.algos.registry` looks them up."""
 
-from marljax.algos import happo, ippo, mappo, pqn_vdn, qlearning, sac, shaq, transf_qmix
+from marljax.algos import happo, ippo, mappo, pqn_vdn, qlearning, sable, sac, shaq, transf_qmix
 from marljax.algos.registry import register
 
 register(ippo.SPEC)
@@ -14,3 +14,4 @@ register(sac.ISAC)
 register(sac.MASAC)
 register(shaq.SPEC)
 register(transf_qmix.SPEC)
+register(sable.SPEC)

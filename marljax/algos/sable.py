@@ -1,0 +1,257 @@
+"""Sable, feed-forward (Mahjoub et al. 2024): one sequence model acts for the whole team.
+
+Each step the encoder reads every agent's observation (full retention over the agents) and gives
+each agent a value; the decoder then chooses the agents' actions one after another, each
+conditioned on the actions already chosen (causal retention over them) and on the encoded
+observations (`marljax.nn.sable`). Retention's state makes acting linear in the number of agents
+N, and training is chunked over them (`sable.chunk_size` agents at a time), so memory grows
+linearly in N: the reason this is Sable and not MAT, whose attention is quadratic in N.
+
+Learning is PPO on that joint policy, per agent as MAT and Sable do it: agent i's ratio is of
+pi(a_i | o, a_<i), its advantage is GAE on its own value and reward, and the losses (clipped
+surrogate, clipped value loss, entropy bonus) are IPPO's (`ops.ppo_loss`), in epochs of
+minibatches of L = T/M steps of every environment (`learning.Minibatches`).
+
+What this version leaves out: Sable's memory across time steps (the recurrent Sable: retention
+over time as well, reset at episode ends; `recurrent=true` is refused), continuous actions, the
+agent mesh axis (one network serves every agent: nothing to split per agent), mode=async and
+host envs. The agents' order is fixed (groups as the env lists them, then agents).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import cast
+
+import jax
+import jax.numpy as jnp
+
+from marljax.algos import ippo
+from marljax.algos.acting import VecEnv, flat, group_keys
+from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, hparams_from_config
+from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate
+from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.envs.adapter import AgentGroup, EnvAdapter
+from marljax.nn import ops
+from marljax.nn.networks import Categorical
+from marljax.nn.sable import GroupShape, SableNetwork
+from marljax.parallel.layouts import Layout
+from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
+
+Array = jax.Array
+NETWORK = "sable"  # params[NETWORK]: the one network of the team
+
+
+@dataclasses.dataclass(frozen=True)
+class SableConfig:
+    """`sable.*`: the sequence model's size (PPO's own settings are `ppo.*`)."""
+
+    embed_dim: int = setting(64, "width of every token (agent) in the encoder and decoder", minimum=1)
+    num_blocks: int = setting(1, "retention blocks in the encoder and in the decoder", minimum=1)
+    num_heads: int = setting(1, "retention heads (each with its own decay); must divide embed_dim", minimum=1)
+    chunk_size: int = setting(16, "agents per chunk when the decoder learns on all agents at once: memory grows "
+                              "with N x chunk_size, not N^2", minimum=1)  # fmt: skip
+
+    def check(self, config: Config) -> None:
+        if self.embed_dim % self.num_heads:
+            allowed = [h for h in range(1, self.embed_dim + 1) if self.embed_dim % h == 0]
+            raise ConfigError("sable.num_heads", f"must divide sable.embed_dim={self.embed_dim}; allowed: {allowed}")
+
+
+def network(config: Config, env: EnvAdapter) -> SableNetwork:
+    s = config.sable
+    shapes = tuple(GroupShape(g.name, g.size, _obs_dim(g), g.action_dim) for g in env.groups)
+    return SableNetwork(shapes, s.embed_dim, s.num_blocks, s.num_heads, s.chunk_size, config.dtype)
+
+
+def _obs_dim(g: AgentGroup) -> int:
+    out = 1
+    for d in g.obs_shape:
+        out *= d
+    return out
+
+
+def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
+    """Sable's pure pieces: the joint network's rollout, acting and PPO learning."""
+    if correction != "none":
+        raise ValueError("sable learns on-policy only (no mode=async); correction must be 'none'")
+    if layout.agent_parallel:
+        raise ValueError("sable has no agent-parallel learner (mesh.agent=1)")
+    groups = env.groups
+    net = network(config, env)
+    vec = VecEnv.of(config, env, layout)
+    T, E = config.num_steps, vec.local
+    # no agent axis: the learner's environments are the acting ones
+    batches = dataclasses.replace(Minibatches.of(config, config.ppo, layout), local_envs=E, data_axis=layout.env_axes)
+
+    def observations(obs: dict) -> tuple[Array, ...]:
+        """group -> [B, A_g, *obs] -> per group [B, A_g, O_g] (flattened)."""
+        return tuple(obs[g.name].reshape(obs[g.name].shape[:2] + (-1,)) for g in groups)
+
+    # ------------------------------------------------------------------ acting, one agent at a time
+    def act_joint(params, obs: dict, masks: dict, keys: Array, greedy: bool = False):
+        """The team's actions on B environments, agent after agent: keys [B, 2] one per environment.
+        -> group -> (actions [B, A_g], logp [B, A_g], value [B, A_g])."""
+        p = params[NETWORK]
+        values, rep = cast(tuple, net.apply(p, observations(obs), method=SableNetwork.encode))  # rep [B, N, D]
+        B = rep.shape[0]
+        state = net.apply(p, B, method=SableNetwork.zero_state)
+        x = net.apply(p, B, method=SableNetwork.start_token)  # [B, D]
+        out, first = {}, 0
+        for gi, g in enumerate(groups):
+            mask = masks.get(g.name) if g.has_mask else None  # [B, A_g, n]
+            env_keys = group_keys(keys, gi)  # [B, 2]
+            agent_keys = jax.vmap(lambda a, k=env_keys: group_keys(k, a))(jnp.arange(g.size))  # [A_g, B, 2]
+
+            def one_agent(carry, xs, gi=gi):
+                state, x = carry
+                rep_i, mask_i, key_i = xs  # [B, D], [B, n] | None, [B, 2]
+                state, logits = net.apply(p, state, x, rep_i, gi, method=SableNetwork.decode_step)
+                dist = Categorical.masked(logits, mask_i)
+                action = dist.mode() if greedy else jax.vmap(lambda d, k: d.sample(k))(dist, key_i)
+                x = net.apply(p, gi, action, method=SableNetwork.embed_action)
+                return (state, x), (action, dist.log_prob(action))
+
+            rep_g = jnp.swapaxes(rep[:, first : first + g.size], 0, 1)  # [A_g, B, D]
+            mask_g = None if mask is None else jnp.swapaxes(mask, 0, 1)
+            (state, x), (action, logp) = jax.lax.scan(one_agent, (state, x), (rep_g, mask_g, agent_keys))
+            out[g.name] = (action.T, logp.T, values[gi])  # [B, A_g] each
+            first += g.size
+        return out
+
+    def act(params, obs, reset, hidden, mask, key, greedy: bool = False):
+        """Every group's actions on a batch of environments (obs: group -> [B, A_g, ...]); no hidden state."""
+        keys = jax.random.split(key, obs[groups[0].name].shape[0])
+        out = act_joint(params, obs, mask, keys, greedy)
+        return {name: a for name, (a, _, _) in out.items()}, {}
+
+    # ------------------------------------------------------------------ init and rollout
+    def init_params(key: Array) -> dict:
+        obs = tuple(jnp.zeros((1, g.size, _obs_dim(g)), jnp.float32) for g in groups)
+        actions = tuple(jnp.zeros((1, g.size), jnp.int32) for g in groups)
+        return {NETWORK: net.init(key, obs, actions)}
+
+    def learner_init(key: Array) -> LearnerState:
+        return init_learner(config, key, init_params)
+
+    def init_actors(key: Array) -> ActorState:
+        return vec.init_actors(init_keys(key).env, None)
+
+    def step_policy(params):
+        def choose(actors: ActorState, masks: dict, keys: Array):
+            out = act_joint(params, actors.obs, masks, keys)
+            batch = {g.name: dict(obs=actors.obs[g.name], action=out[g.name][0], logp=out[g.name][1],
+                                  value=out[g.name][2], mask=masks.get(g.name) if g.has_mask else None,
+                                  reset=None, hidden=None, world=None) for g in groups}  # fmt: skip
+            return {name: a for name, (a, _, _) in out.items()}, {}, batch
+
+        return choose
+
+    def record(batch: dict, res) -> dict:
+        return {g.name: GroupBatch(**batch[g.name], reward=res.reward[g.name], done=res.done[g.name]) for g in groups}
+
+    def rollout_step(params, actors: ActorState, key: Array):
+        return vec.step(step_policy(params), record, (actors, EpisodeStats.zero(env.num_agents)), key)
+
+    def collect(params, actors: ActorState, key: Array, update: Array | None = None) -> tuple[ActorState, Trajectory]:
+        actors, stats, batch = vec.rollout(step_policy(params), record, actors, key, T, update)
+        with jax.named_scope("policy"):
+            values, _ = net.apply(params[NETWORK], observations(actors.obs), method=SableNetwork.encode)
+        return actors, Trajectory(batch, {g.name: v for g, v in zip(groups, values, strict=True)}, stats)
+
+    # ------------------------------------------------------------------ learning
+    def loss_fn(params, minibatch: dict, hp: HParams):
+        """PPO per agent on a minibatch (group -> (GroupBatch, adv, target), leaves [L, E, A_g, ...]),
+        every agent's log-prob from the decoder given the taken actions of the agents before it."""
+        merged = {g.name: jax.tree.map(lambda x: flat(x, 2), minibatch[g.name]) for g in groups}  # [L*E, A_g, ...]
+        obs = observations({name: b.obs for name, (b, _, _) in merged.items()})
+        values, rep = net.apply(params[NETWORK], obs, method=SableNetwork.encode)
+        logits = net.apply(params[NETWORK], rep, tuple(merged[g.name][0].action for g in groups),
+                           method=SableNetwork.decode)  # fmt: skip
+        cat = lambda xs: jnp.concatenate([x.reshape(-1) for x in xs])  # noqa: E731  every agent's samples [L*E*N]
+        logp, entropy = [], []
+        for g, lg in zip(groups, logits, strict=True):
+            b = merged[g.name][0]
+            dist = Categorical.masked(lg, b.mask)
+            logp.append(dist.log_prob(b.action))
+            entropy.append(dist.entropy())
+        bs = [merged[g.name] for g in groups]
+        loss = ops.ppo_loss(
+            cat(logp), cat([b.logp for b, _, _ in bs]), cat(entropy), cat(values), cat([b.value for b, _, _ in bs]),
+            ops.normalize(cat([adv for _, adv, _ in bs]), layout.env_axes), cat([t for _, _, t in bs]),
+            hp["ppo.clip_eps"], hp["ppo.vf_coef"], hp["ppo.ent_coef"],
+        )  # fmt: skip
+        return loss.total, loss
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def minibatch_step(params, opt_state, minibatch, hp: HParams, lr: Array):
+        with jax.named_scope("forward_backward"):
+            (_, parts), grads = grad_fn(params, minibatch, hp)
+        params, opt_state, grad_norm = descend(layout, frozenset(), params, opt_state, grads, lr, hp)
+        return (params, opt_state), (parts, grad_norm)
+
+    def learn(learner: LearnerState, extra: None, traj: Trajectory, key: Array) -> tuple[LearnerState, None, dict]:
+        """GAE per agent, then epochs of minibatches of the per-agent PPO loss."""
+        hp = learner.hparams
+        data = {}
+        for g in groups:
+            b = traj.batch[g.name]
+            with jax.named_scope("gae"):
+                adv, target = ops.gae(b.reward, b.value, b.done, traj.last_value[g.name], hp["gamma"],
+                                      hp["ppo.gae_lambda"])  # fmt: skip
+            data[g.name] = (b, adv, target)
+        lr = learning_rate(config, learner)
+        step = lambda c, mb: minibatch_step(c[0], c[1], mb, hp, lr)  # noqa: E731  (c: params, opt_state)
+        (params, opt_state), (parts, grad_norm) = batches.run(
+            step, (learner.params, learner.opt_state), key, lambda k: batches.shuffle(data, k)
+        )
+        parts, stats = ops.psum_tree(
+            (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), traj.stats), layout.env_axes
+        )
+        metrics = {
+            "loss_total": parts.total, "loss_actor": parts.actor, "loss_value": parts.value, "entropy": parts.entropy,
+            "approx_kl": parts.approx_kl, "clip_frac": parts.clip_frac, "grad_norm": jnp.mean(grad_norm), "lr": lr,
+            "episodes": stats,
+        }  # fmt: skip
+        return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), extra, metrics
+
+    # ------------------------------------------------------------------ FLOPs
+    def cost_pieces(state: TrainState) -> list[CostPiece]:
+        """(a) one rollout step (the encoder, N decoder steps, env.step) x num_steps; (b) one
+        gradient step on a minibatch shaped as one time step of L * E environments x epochs x
+        minibatches. Not counted: GAE, the shuffle, the bootstrap values. Run it unsharded."""
+        params, opt_state, actors = state.learner.params, state.learner.opt_state, state.actors
+        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+        _, step_batch = jax.eval_shape(rollout_step, params, actors, key)  # group -> GroupBatch [E, A_g, ...]
+        rows = lambda x: jax.ShapeDtypeStruct((1, batches.steps * x.shape[0]) + x.shape[1:], x.dtype)  # noqa: E731
+        minibatch = {g: (jax.tree.map(rows, b), rows(b.value), rows(b.value)) for g, b in step_batch.items()}
+        hp = hparams_from_config(config)
+
+        def gradient_step(params, opt_state, minibatch, lr):
+            return minibatch_step(params, opt_state, minibatch, hp, lr)
+
+        lr = jax.ShapeDtypeStruct((), jnp.float32)
+        return [
+            CostPiece("rollout step", "rollout", rollout_step, (params, actors, key), T),
+            CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, lr),
+                      batches.epochs * batches.num_minibatches, transitions=batches.steps * batches.num_envs),
+        ]  # fmt: skip
+
+    return Algorithm(
+        networks={NETWORK: net}, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn,
+        act=act, cost_pieces=cost_pieces,
+    )  # fmt: skip
+
+
+SPEC = AlgorithmSpec(
+    AlgorithmSchema(
+        "sable",
+        "Sable (feed-forward): one retention sequence model over the agents, actions chosen one agent after another",
+        {"ppo": ippo.PPOConfig, "sable": SableConfig},
+        supports=Supports(actions=("discrete",), recurrent=False, param_sharing=("shared",)),
+    ),
+    build,
+    ippo.LOSSES,
+)
+make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

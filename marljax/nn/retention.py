@@ -1,0 +1,121 @@
+"""Retention (Sun et al. 2023, "Retentive Network"): the sequence mixer of Sable.
+
+Per head h with decay gamma_h, token i of a sequence mixes the tokens j <= i as
+
+    o_i = sum_{j <= i} gamma_h^(i - j) (q_i . k_j) v_j        (causal)
+    o_i = sum_j (q_i . k_j) v_j                                 (full: every token, no decay)
+
+Both are linear attention: the sum over j is a state S = sum_j gamma^(i-j) k_j v_j^T [dk, dv], so
+one token at a time costs O(dk dv) whatever the sequence length, and memory grows linearly with
+it. `causal` computes it in chunks of C tokens (within a chunk the quadratic form, C x C; across
+chunks the state), `causal_step` one token at a time; the two agree to float reduction order
+(tests/test_sable.py). C = N is the fully parallel form (memory N^2), C = 1 the recurrent one.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from marljax.nn.networks import dense
+
+Array = jax.Array
+
+
+def decays(num_heads: int) -> np.ndarray:
+    """RetNet's multi-scale decays, one per head: 1 - 2^(-5 - h) -> [H]."""
+    return 1.0 - 2.0 ** (-5.0 - np.arange(num_heads, dtype=np.float32))
+
+
+def causal(q: Array, k: Array, v: Array, gamma: Array, chunk: int) -> Array:
+    """Causal retention in chunks of `chunk` tokens: q, k [B, N, H, dk], v [B, N, H, dv], gamma [H]
+    -> o [B, N, H, dv]. The sequence is padded with zero keys at its end (they add nothing)."""
+    B, N, H, _ = q.shape
+    C = max(1, min(chunk, N))
+    pad = (-N) % C
+    if pad:
+        q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (q, k, v))
+    chunks = (N + pad) // C
+    by_chunk = lambda x: jnp.moveaxis(x.reshape((B, chunks, C) + x.shape[2:]), 1, 0)  # noqa: E731 [nc, B, C, H, d]
+    t = jnp.arange(C, dtype=jnp.float32)
+    lag = t[:, None] - t[None, :]  # [C, C]: i - j
+    g = gamma[:, None, None]  # [H, 1, 1]
+    within = jnp.where(lag >= 0, g ** jnp.maximum(lag, 0.0), 0.0)  # [H, C, C]: gamma^(i-j) for j <= i
+    from_state = gamma[None, :] ** (t[:, None] + 1.0)  # [C, H]: the state's weight at token t of the chunk
+    into_state = gamma[None, :] ** (C - 1.0 - t[:, None])  # [C, H]: token t's weight in the next state
+
+    def one_chunk(state: Array, xs: tuple[Array, Array, Array]) -> tuple[Array, Array]:
+        qc, kc, vc = xs  # [B, C, H, d]
+        scores = jnp.einsum("bihd,bjhd->bhij", qc, kc) * within[None]  # [B, H, C, C]
+        inner = jnp.einsum("bhij,bjhv->bihv", scores, vc)
+        carried = jnp.einsum("bihd,bhdv->bihv", qc, state) * from_state[None, :, :, None]
+        state = state * (gamma**C)[None, :, None, None] + jnp.einsum(
+            "bjhd,bjhv->bhdv", kc * into_state[None, :, :, None], vc
+        )
+        return state, inner + carried
+
+    state = jnp.zeros((B, H, q.shape[-1], v.shape[-1]), q.dtype)  # [B, H, dk, dv]
+    _, out = jax.lax.scan(one_chunk, state, (by_chunk(q), by_chunk(k), by_chunk(v)))  # [nc, B, C, H, dv]
+    return jnp.moveaxis(out, 0, 1).reshape((B, chunks * C, H, v.shape[-1]))[:, :N]
+
+
+def causal_step(state: Array, q: Array, k: Array, v: Array, gamma: Array) -> tuple[Array, Array]:
+    """One token of causal retention: state [B, H, dk, dv], q, k [B, H, dk], v [B, H, dv]
+    -> (state', o [B, H, dv])."""
+    state = state * gamma[None, :, None, None] + jnp.einsum("bhd,bhv->bhdv", k, v)
+    return state, jnp.einsum("bhd,bhdv->bhv", q, state)
+
+
+def full(q: Array, k: Array, v: Array) -> Array:
+    """Every token mixes every token, undecayed: q, k [B, N, H, dk], v [B, N, H, dv] -> [B, N, H, dv]."""
+    return jnp.einsum("bihd,bhdv->bihv", q, jnp.einsum("bjhd,bjhv->bhdv", k, v))
+
+
+class MultiScaleRetention(nn.Module):
+    """Multi-head retention with RetNet's gate: out = W_o(swish(W_g x) * norm(retention)).
+
+    `causal`: decayed and causal (parallel in chunks of `chunk`, or `step` one token at a time);
+    else full. Queries come from x, keys and values from `kv` (cross-retention) or x."""
+
+    embed_dim: int
+    num_heads: int
+    causal: bool
+    chunk: int = 64
+    dtype: str = "float32"
+
+    def setup(self) -> None:
+        D = self.embed_dim
+        self.q, self.k, self.v = (dense(D, self.dtype, use_bias=False, name=n) for n in ("q", "k", "v"))
+        self.gate = dense(D, self.dtype, name="gate")
+        self.out = dense(D, self.dtype, name="out")
+        self.norm = nn.LayerNorm(name="norm")  # per head, per token: the recurrent form needs no other tokens
+        self.gamma = jnp.asarray(decays(self.num_heads))
+
+    def _heads(self, x: Array) -> Array:
+        return x.reshape(x.shape[:-1] + (self.num_heads, self.embed_dim // self.num_heads))
+
+    def _qkv(self, x: Array, kv: Array) -> tuple[Array, Array, Array]:
+        scale = (self.embed_dim // self.num_heads) ** -0.5
+        return self._heads(self.q(x)) * scale, self._heads(self.k(kv)), self._heads(self.v(kv))
+
+    def _finish(self, x: Array, mixed: Array) -> Array:
+        mixed = self.norm(mixed).reshape(x.shape)  # [..., H, dv] -> [..., D]
+        return self.out(nn.swish(self.gate(x)) * mixed)
+
+    def __call__(self, x: Array, kv: Array | None = None) -> Array:
+        """x [B, N, D] (kv [B, N, D]) -> [B, N, D]."""
+        q, k, v = self._qkv(x, x if kv is None else kv)
+        mixed = causal(q, k, v, self.gamma, self.chunk) if self.causal else full(q, k, v)
+        return self._finish(x, mixed)
+
+    def step(self, state: Array, x: Array, kv: Array | None = None) -> tuple[Array, Array]:
+        """One token of the causal form: state [B, H, dk, dv], x [B, D] (kv [B, D]) -> (state', [B, D])."""
+        q, k, v = self._qkv(x, x if kv is None else kv)
+        state, mixed = causal_step(state, q, k, v, self.gamma)
+        return state, self._finish(x, mixed)
+
+    def zero_state(self, batch: int) -> Array:
+        d = self.embed_dim // self.num_heads
+        return jnp.zeros((batch, self.num_heads, d, d), jnp.float32)

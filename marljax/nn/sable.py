@@ -1,0 +1,170 @@
+"""Sable's network (Mahjoub et al. 2024, "Sable: a Performant, Efficient and Scalable Sequence
+Model for MARL"), feed-forward: one environment step's agents form a sequence of N tokens.
+
+* **Encoder**: each agent's observation embedded (a layer per group: groups differ in
+  observation size), then `num_blocks` blocks of full retention over the agents (every agent
+  sees every agent) and a feed-forward layer; a value per agent from its encoded token.
+* **Decoder**: autoregressive over the agents in a fixed order (groups as the env lists them,
+  then agents): token i is the embedded action of agent i - 1 (a learned start token for the
+  first), mixed by causal retention over the earlier tokens and causal cross-retention over the
+  encoded observations of agents <= i; a policy head per group.
+
+Training (`decode`) takes every agent's taken action at once, in chunks of `chunk` agents
+(memory linear in N for a fixed chunk); acting (`decode_step`) runs one agent at a time with
+the retention states as carry. Both give the same log-probabilities (tests/test_sable.py).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from marljax.nn.networks import dense, orthogonal
+from marljax.nn.retention import MultiScaleRetention
+
+Array = jax.Array
+
+
+class GroupShape(NamedTuple):
+    """What the network needs to know of one agent group."""
+
+    name: str
+    size: int  # A_g
+    obs_dim: int  # one agent's flattened observation
+    num_actions: int  # Discrete actions
+
+
+class FeedForward(nn.Module):
+    embed_dim: int
+    dtype: str = "float32"
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        x = nn.gelu(dense(2 * self.embed_dim, self.dtype, kernel_init=orthogonal(2**0.5))(x))
+        return dense(self.embed_dim, self.dtype, kernel_init=orthogonal(0.01))(x)
+
+
+class EncoderBlock(nn.Module):
+    embed_dim: int
+    num_heads: int
+    dtype: str = "float32"
+
+    def setup(self) -> None:
+        self.norm_mix, self.norm_ff = nn.LayerNorm(), nn.LayerNorm()
+        self.mix = MultiScaleRetention(self.embed_dim, self.num_heads, causal=False, dtype=self.dtype)
+        self.ff = FeedForward(self.embed_dim, self.dtype)
+
+    def __call__(self, x: Array) -> Array:  # [B, N, D]
+        x = x + self.mix(self.norm_mix(x))
+        return x + self.ff(self.norm_ff(x))
+
+
+class DecoderBlock(nn.Module):
+    embed_dim: int
+    num_heads: int
+    chunk: int
+    dtype: str = "float32"
+
+    def setup(self) -> None:
+        D, H = self.embed_dim, self.num_heads
+        self.norm_self, self.norm_cross, self.norm_obs, self.norm_ff = (nn.LayerNorm() for _ in range(4))
+        self.self_mix = MultiScaleRetention(D, H, causal=True, chunk=self.chunk, dtype=self.dtype)
+        self.cross_mix = MultiScaleRetention(D, H, causal=True, chunk=self.chunk, dtype=self.dtype)
+        self.ff = FeedForward(D, self.dtype)
+
+    def __call__(self, x: Array, rep: Array) -> Array:  # x, rep [B, N, D]
+        x = x + self.self_mix(self.norm_self(x))
+        x = x + self.cross_mix(self.norm_cross(x), self.norm_obs(rep))
+        return x + self.ff(self.norm_ff(x))
+
+    def step(self, state: tuple[Array, Array], x: Array, rep: Array) -> tuple[tuple[Array, Array], Array]:
+        """One agent: x, rep [B, D]; state (self, cross), each [B, H, dk, dv]."""
+        s_self, s_cross = state
+        s_self, y = self.self_mix.step(s_self, self.norm_self(x))
+        x = x + y
+        s_cross, y = self.cross_mix.step(s_cross, self.norm_cross(x), self.norm_obs(rep))
+        x = x + y
+        return (s_self, s_cross), x + self.ff(self.norm_ff(x))
+
+    def zero_state(self, batch: int) -> tuple[Array, Array]:
+        return self.self_mix.zero_state(batch), self.cross_mix.zero_state(batch)
+
+
+def _head(features: int, embed_dim: int, scale: float, dtype: str) -> nn.Sequential:
+    return nn.Sequential([dense(embed_dim, dtype, kernel_init=orthogonal(2**0.5)), nn.gelu, nn.LayerNorm(),
+                          dense(features, dtype, kernel_init=orthogonal(scale))])  # fmt: skip
+
+
+class SableNetwork(nn.Module):
+    groups: tuple[GroupShape, ...]
+    embed_dim: int = 64
+    num_blocks: int = 1
+    num_heads: int = 1
+    chunk: int = 64  # agents per chunk of the decoder's parallel form
+    dtype: str = "float32"
+
+    def setup(self) -> None:
+        D, dt = self.embed_dim, self.dtype
+        self.obs_in = [nn.Sequential([nn.LayerNorm(), dense(D, dt, kernel_init=orthogonal(2**0.5)), nn.gelu])
+                       for _ in self.groups]  # fmt: skip
+        self.encoder = [EncoderBlock(D, self.num_heads, dt) for _ in range(self.num_blocks)]
+        self.norm_rep = nn.LayerNorm()
+        self.value_out = [_head(1, D, 1.0, dt) for _ in self.groups]
+        self.action_in = [nn.Sequential([dense(D, dt, use_bias=False, kernel_init=orthogonal(2**0.5)), nn.gelu])
+                          for _ in self.groups]  # fmt: skip
+        self.start = self.param("start", nn.initializers.normal(0.02), (D,))
+        self.decoder = [DecoderBlock(D, self.num_heads, self.chunk, dt) for _ in range(self.num_blocks)]
+        self.norm_out = nn.LayerNorm()
+        self.policy_out = [_head(g.num_actions, D, 0.01, dt) for g in self.groups]
+
+    def _split(self, x: Array) -> list[Array]:
+        """[B, N, ...] -> one [B, A_g, ...] per group."""
+        bounds = [sum(g.size for g in self.groups[:i]) for i in range(len(self.groups) + 1)]
+        return [x[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def encode(self, obs: tuple[Array, ...]) -> tuple[tuple[Array, ...], Array]:
+        """obs: per group [B, A_g, O_g] -> (values per group [B, A_g], encoded agents [B, N, D])."""
+        x = jnp.concatenate([embed(o) for embed, o in zip(self.obs_in, obs, strict=True)], axis=1)
+        for block in self.encoder:
+            x = block(x)
+        rep = self.norm_rep(x)
+        values = tuple(head(r)[..., 0] for head, r in zip(self.value_out, self._split(rep), strict=True))
+        return values, rep
+
+    def embed_action(self, group: int, action: Array) -> Array:
+        """Group `group`'s actions [...] int -> their embedding [..., D]."""
+        return self.action_in[group](jax.nn.one_hot(action, self.groups[group].num_actions))
+
+    def decode(self, rep: Array, actions: tuple[Array, ...]) -> tuple[Array, ...]:
+        """Every agent's logits given the actions of the agents before it (teacher forcing):
+        rep [B, N, D], actions per group [B, A_g] -> logits per group [B, A_g, n_g]."""
+        taken = jnp.concatenate([self.embed_action(i, a) for i, a in enumerate(actions)], axis=1)  # [B, N, D]
+        start = jnp.broadcast_to(self.start, (rep.shape[0], 1, self.embed_dim))
+        x = jnp.concatenate([start, taken[:, :-1]], axis=1)
+        for block in self.decoder:
+            x = block(x, rep)
+        x = self.norm_out(x)
+        return tuple(head(y) for head, y in zip(self.policy_out, self._split(x), strict=True))
+
+    def zero_state(self, batch: int) -> tuple:
+        return tuple(block.zero_state(batch) for block in self.decoder)
+
+    def start_token(self, batch: int) -> Array:
+        return jnp.broadcast_to(self.start, (batch, self.embed_dim))
+
+    def decode_step(self, state: tuple, x: Array, rep: Array, group: int) -> tuple[tuple, Array]:
+        """One agent of group `group`: x (the previous agent's embedded action, or the start token)
+        and rep (this agent's encoded observation) [B, D] -> (state', logits [B, n_g])."""
+        out = []
+        for block, s in zip(self.decoder, state, strict=True):
+            s, x = block.step(s, x, rep)
+            out.append(s)
+        return tuple(out), self.policy_out[group](self.norm_out(x))
+
+    def __call__(self, obs: tuple[Array, ...], actions: tuple[Array, ...]):
+        """Every parameter touched once (for init): (values, logits) per group."""
+        values, rep = self.encode(obs)
+        return values, self.decode(rep, actions)
