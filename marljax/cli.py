@@ -110,6 +110,15 @@ def _bench_scale(args: list[str]) -> int:
     return 0 if run_scale_bench(path, overrides, max_envs, timeout) else 1
 
 
+@_config_errors_exit_2
+def _bench_sequence(args: list[str]) -> int:
+    from marljax.bench.sequence import parse_agents, run_sequence_bench
+
+    agents, rest = parse_agents(args)
+    run_sequence_bench(agents, rest)
+    return 0
+
+
 def _bench_agents(args: list[str]) -> int:
     from marljax.bench.agents import main as bench_agents
 
@@ -344,6 +353,19 @@ and on each K: fitted through the measured bytes and checked against the state's
 markdown table, then one JSON line. Defaults: 8 envs x 16 steps (times compare rows; they are not
 absolute); key=value settings (marljax train --help) change every row.""",
         alias="bench-agents",
+    ),
+    Command(
+        "sequence",
+        "[--agents 4,16,64,128] [key=value ...]",
+        "Sable's memory and time per update over the agent count N: chunked, fully parallel, and MAPPO beside them",
+        _bench_sequence,
+        """\
+For each agent count N (MPE_simple_spread_v3 with N agents and N landmarks), compile and time one
+update of one seed for algo=sable with sable.chunk_size agents per chunk (default 16), for
+algo=sable with chunk_size=N (the fully parallel decoder, N x N scores) and for MAPPO with shared
+parameters: XLA's temporary memory of the compiled update, the fastest of 3 updates, env-steps/s,
+compile time. Prints a markdown table, then one JSON line. Defaults: 8 envs x 16 steps, 2 epochs
+of 2 minibatches; key=value settings (marljax train --help) change every row.""",
     ),
     Command(
         "checkpoint",

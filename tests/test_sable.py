@@ -178,3 +178,18 @@ SPREAD = ["algo=sable", "total_timesteps=1e6"]
 def test_learns_spread(tmp_path):
     s = learned_vs_baselines(SPREAD, tmp_path / "run")
     assert s.learned >= s.best_baseline + 5.0, (s.learned, s.noop, s.random)
+
+
+def test_chunks_bound_retention_s_memory():
+    """XLA's temporaries for the decoder's causal retention on N = 1024 agents: chunks of 16 hold
+    [16 x 16] scores per head, the parallel form [1024 x 1024]; a count, not a timing."""
+    q, k, v, gamma = qkv(n=1024, heads=2)
+
+    def temp_bytes(chunk: int) -> int:
+        compiled = jax.jit(lambda q, k, v: retention.causal(q, k, v, gamma, chunk)).lower(q, k, v).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    chunked, parallel = temp_bytes(16), temp_bytes(1024)
+    scores = 2 * 2 * 1024 * 1024 * 4  # B x H x N x N float32
+    assert parallel >= scores, parallel  # the parallel form holds the N x N scores
+    assert chunked * 8 < parallel, (chunked, parallel)

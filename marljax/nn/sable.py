@@ -6,8 +6,9 @@ Model for MARL"), feed-forward: one environment step's agents form a sequence of
   sees every agent) and a feed-forward layer; a value per agent from its encoded token.
 * **Decoder**: autoregressive over the agents in a fixed order (groups as the env lists them,
   then agents): token i is the embedded action of agent i - 1 (a learned start token for the
-  first), mixed by causal retention over the earlier tokens and causal cross-retention over the
-  encoded observations of agents <= i; a policy head per group.
+  first), mixed by causal retention over the earlier tokens; then agent i's encoded observation
+  queries them (causal cross-retention, the stream continuing from the observation), and a
+  policy head per group reads the result.
 
 Training (`decode`) takes every agent's taken action at once, in chunks of `chunk` agents
 (memory linear in N for a fixed chunk); acting (`decode_step`) runs one agent at a time with
@@ -77,17 +78,19 @@ class DecoderBlock(nn.Module):
 
     def __call__(self, x: Array, rep: Array) -> Array:  # x, rep [B, N, D]
         x = x + self.self_mix(self.norm_self(x))
-        x = x + self.cross_mix(self.norm_cross(x), self.norm_obs(rep))
-        return x + self.ff(self.norm_ff(x))
+        # the agent's own encoded observation asks the actions so far (MAT's decoder does the same):
+        # the stream continues from rep, so each token knows its agent without a position code
+        y = rep + self.cross_mix(self.norm_obs(rep), self.norm_cross(x))
+        return y + self.ff(self.norm_ff(y))
 
     def step(self, state: tuple[Array, Array], x: Array, rep: Array) -> tuple[tuple[Array, Array], Array]:
         """One agent: x, rep [B, D]; state (self, cross), each [B, H, dk, dv]."""
         s_self, s_cross = state
-        s_self, y = self.self_mix.step(s_self, self.norm_self(x))
-        x = x + y
-        s_cross, y = self.cross_mix.step(s_cross, self.norm_cross(x), self.norm_obs(rep))
-        x = x + y
-        return (s_self, s_cross), x + self.ff(self.norm_ff(x))
+        s_self, mixed = self.self_mix.step(s_self, self.norm_self(x))
+        x = x + mixed
+        s_cross, mixed = self.cross_mix.step(s_cross, self.norm_obs(rep), self.norm_cross(x))
+        y = rep + mixed
+        return (s_self, s_cross), y + self.ff(self.norm_ff(y))
 
     def zero_state(self, batch: int) -> tuple[Array, Array]:
         return self.self_mix.zero_state(batch), self.cross_mix.zero_state(batch)
@@ -108,8 +111,9 @@ class SableNetwork(nn.Module):
 
     def setup(self) -> None:
         D, dt = self.embed_dim, self.dtype
-        self.obs_in = [nn.Sequential([nn.LayerNorm(), dense(D, dt, kernel_init=orthogonal(2**0.5)), nn.gelu])
-                       for _ in self.groups]  # fmt: skip
+        # no LayerNorm on the raw observation (MAT has one): it drops the vector's scale, which in MPE
+        # is the distance to the landmarks, and learning on spread stalled with it
+        self.obs_in = [nn.Sequential([dense(D, dt, kernel_init=orthogonal(2**0.5)), nn.gelu]) for _ in self.groups]
         self.encoder = [EncoderBlock(D, self.num_heads, dt) for _ in range(self.num_blocks)]
         self.norm_rep = nn.LayerNorm()
         self.value_out = [_head(1, D, 1.0, dt) for _ in self.groups]

@@ -1,0 +1,112 @@
+"""`marljax bench sequence`: Sable's memory and time per update as the number of agents grows.
+
+    marljax bench sequence [--agents 4,16,64,128] [key=value ...]
+
+For every agent count N (MPE_simple_spread_v3 with N agents and N landmarks), one update of one
+seed (a rollout of num_steps on num_envs environments, then PPO's epochs of minibatches) is
+compiled and timed for three models:
+
+* `sable` with `sable.chunk_size` agents per chunk (default 16): the decoder learns in chunks,
+  so its retention's memory grows with N x chunk;
+* `sable` with chunk_size = N: the fully parallel form, N x N scores per head (what an attention
+  model such as MAT holds);
+* `mappo` with shared parameters, as the reference a sequence model is weighed against (the
+  `sable.*` settings given are left out of its row).
+
+Memory is XLA's count for the compiled update (`memory_analysis`: its temporaries, the live
+buffers at the program's peak besides its arguments and outputs), the same on every platform;
+time is the fastest of a few updates after a warm-up. In spread each agent observes every other
+agent and landmark, so the observations themselves grow as N^2: the chunked and the parallel
+rows at one N differ only in the decoder's form. Prints a markdown table, then one JSON line.
+Sizes are small (8 envs x 16 steps) so that it takes minutes on a 2-core CPU; times compare rows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from marljax.bench.table import markdown, report_text
+from marljax.config import ConfigError, load_config
+from marljax.train.wiring import make_adapter, make_trainer
+
+AGENTS = (4, 16, 64, 128)
+DEFAULTS = ["num_envs=8", "num_steps=16", "ppo.num_minibatches=2", "ppo.update_epochs=2", "num_seeds=1",
+            "progress=false", "plot=false"]  # fmt: skip
+TIMED = 3  # updates timed after the warm-up one
+
+
+def parse_agents(args: Sequence[str]) -> tuple[tuple[int, ...], list[str]]:
+    """(--agents as a tuple, the remaining key=value args)."""
+    agents, rest, it = AGENTS, [], iter(args)
+    for a in it:
+        if a == "--agents":
+            value = next(it, "")
+            try:
+                agents = tuple(int(x) for x in value.split(","))
+            except ValueError:
+                agents = ()
+            if not agents or min(agents) < 2:
+                raise ConfigError("agents", f"takes a comma-separated list of agent counts >= 2, got {value!r}")
+        else:
+            rest.append(a)
+    return agents, rest
+
+
+def models(n: int, chunk: int) -> list[tuple[str, list[str]]]:
+    """(label, overrides) of the rows at N agents."""
+    return [
+        (f"sable, chunk {min(chunk, n)}", ["algo=sable", f"sable.chunk_size={chunk}"]),
+        (f"sable, chunk {n} (parallel)", ["algo=sable", f"sable.chunk_size={n}"]),
+        ("mappo (shared)", ["algo=mappo", "param_sharing=shared"]),
+    ]
+
+
+def bench_update(overrides: list[str]) -> dict[str, Any]:
+    """Compile one seed's update, read its memory, time it."""
+    config = load_config(None, overrides)
+    trainer = make_trainer(config, make_adapter(config))
+    state = jax.jit(trainer.init)(jax.random.PRNGKey(config.seed))
+    started = time.perf_counter()
+    compiled = jax.jit(trainer.update).lower(state).compile()
+    compile_s = time.perf_counter() - started
+    memory = compiled.memory_analysis()
+    state, _ = compiled(state)  # warm-up
+    times = []
+    for _ in range(TIMED):
+        started = time.perf_counter()
+        state, metrics = compiled(state)
+        jax.block_until_ready(metrics)
+        times.append(time.perf_counter() - started)
+    params = sum(int(x.size) for x in jax.tree.leaves(state.learner.params))
+    return {
+        "temp_mib": memory.temp_size_in_bytes / 2**20 if memory is not None else None,
+        "update_s": min(times),
+        "env_steps_per_s": config.env_steps_per_update / min(times),
+        "compile_s": compile_s,
+        "params": params,
+    }
+
+
+def run_sequence_bench(agents: Sequence[int], overrides: list[str], log: Callable[[str], None] = print) -> dict:
+    base = load_config(None, ["algo=sable", *DEFAULTS, *overrides])  # refused here, before anything compiles
+    chunk = base.sable.chunk_size
+    rows, table = [], []
+    for n in agents:
+        env = [f"env_kwargs.num_agents={n}", f"env_kwargs.num_landmarks={n}"]
+        for label, model in models(n, chunk):
+            if label.startswith("sable, chunk") and n <= chunk and "parallel" not in label:
+                continue  # one chunk holds every agent: the same program as the parallel row
+            given = [o for o in overrides if not o.startswith("sable.")] if "algo=mappo" in model else overrides
+            r = {"num_agents": n, "model": label, **bench_update([*DEFAULTS, *given, *model, *env])}
+            rows.append(r)
+            mem = "-" if r["temp_mib"] is None else f"{r['temp_mib']:,.1f}"
+            table.append([str(n), label, f"{r['params']:,}", mem, f"{r['update_s'] * 1e3:,.0f}",
+                          f"{r['env_steps_per_s']:,.0f}", f"{r['compile_s']:.1f}"])  # fmt: skip
+            log(f"N={n} {label}: {mem} MiB, {r['update_s'] * 1e3:,.0f} ms per update")
+    header = ["agents", "model", "params", "update temp MiB", "update ms", "env-steps/s", "compile s"]
+    result = {"bench": "sequence", "platform": jax.default_backend(), "rows": rows}
+    return report_text(markdown(header, table), result, log)

@@ -1,0 +1,34 @@
+"""`marljax bench sequence` (issue 42): Sable's rows per agent count, chunked and parallel, with
+MAPPO beside them; figures are printed, never checked against a time."""
+
+import json
+
+import pytest
+
+from marljax.bench.sequence import parse_agents, run_sequence_bench
+from marljax.cli import main
+from marljax.config import ConfigError
+
+TINY = ["num_envs=2", "num_steps=4", "ppo.num_minibatches=1", "ppo.update_epochs=1", "sable.embed_dim=8",
+        "hidden_size=8", "sable.chunk_size=2"]  # fmt: skip
+
+
+def test_rows_per_agent_count_and_model():
+    lines: list[str] = []
+    result = run_sequence_bench((4,), TINY, lines.append)
+    assert json.loads(lines[-1]) == json.loads(json.dumps(result))
+    rows = {r["model"]: r for r in result["rows"]}
+    assert set(rows) == {"sable, chunk 2", "sable, chunk 4 (parallel)", "mappo (shared)"}
+    for r in rows.values():
+        assert r["num_agents"] == 4 and r["update_s"] > 0 and r["params"] > 0 and r["temp_mib"] > 0, r
+    assert rows["sable, chunk 2"]["params"] == rows["sable, chunk 4 (parallel)"]["params"]  # one network, two forms
+    assert "| 4 | sable, chunk 2 |" in "\n".join(lines)
+
+
+def test_bad_agent_lists_are_refused_in_one_line(capsys):
+    for bad in ("", "4,x", "1,4"):
+        with pytest.raises(ConfigError) as info:
+            parse_agents(["--agents", bad])
+        assert info.value.field == "agents" and "\n" not in str(info.value)
+    assert main(["bench", "sequence", "--agents", "4", "sable.num_heads=3"]) == 2  # 64 is not divided by 3
+    assert "sable.num_heads" in capsys.readouterr().err
