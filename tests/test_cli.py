@@ -213,6 +213,7 @@ def test_usage_lists_every_declared_command(capsys, monkeypatch):
         "target",
         "scale",
         "agents",
+        "sequence",
         "checkpoint",
         "sweep",
         "stragglers",

@@ -284,9 +284,14 @@ def test_a_flat_key_of_old_names_its_section():
     assert err.field == "num_minibatches" and "write pqn.num_minibatches" in str(err)
     err = _error(["algo=qmix", "clip_eps=0.1"])  # a key of another algorithm's section
     assert err.field == "clip_eps"
-    assert str(err) == "clip_eps: is ppo.clip_eps of algo=ippo, mappo, happo; algo=qmix takes q.*, replay.*, mixer.*"
+    assert (
+        str(err)
+        == "clip_eps: is ppo.clip_eps of algo=ippo, mappo, happo, sable; algo=qmix takes q.*, replay.*, mixer.*"
+    )
     err = _error(["algo=qmix", "num_minibatches=1"])  # the replay algorithms have none
-    assert "ppo.num_minibatches of algo=ippo, mappo, happo" in str(err) and "algo=qmix takes q.*, replay.*" in str(err)
+    assert "ppo.num_minibatches of algo=ippo, mappo, happo, sable" in str(
+        err
+    ) and "algo=qmix takes q.*, replay.*" in str(err)
     err = _error(["eps_start=0.5"])
     assert "q.eps_start of algo=pqn_vdn, iql, vdn, qmix, shaq, transf_qmix" in str(err)
     assert "algo=ippo takes ppo.*, async.*" in str(err)

@@ -170,14 +170,16 @@ def test_rollout_log_probs_are_the_learner_s_at_the_first_step():
     assert bool(jnp.all(jnp.take_along_axis(flat(b.mask), flat(b.action)[..., None], -1)))  # masks honoured
 
 
-SPREAD = ["algo=sable", "total_timesteps=1e6"]
+# speaker and listener are two groups with their own observation and action sizes: one sequence of two
+# tokens with their own input and output layers. Spread (3 agents, 1M steps) is in test_defaults_learn.py.
+SPEAKER_LISTENER = ["algo=sable", "env=MPE_simple_speaker_listener_v4", "total_timesteps=3e5"]
 
 
 @pytest.mark.slow
 @pytest.mark.optimized
-def test_learns_spread(tmp_path):
-    s = learned_vs_baselines(SPREAD, tmp_path / "run")
-    assert s.learned >= s.best_baseline + 5.0, (s.learned, s.noop, s.random)
+def test_learns_speaker_listener(tmp_path):
+    s = learned_vs_baselines(SPEAKER_LISTENER, tmp_path / "run")
+    assert s.learned >= s.best_baseline + 8.0, (s.learned, s.noop, s.random)
 
 
 def test_chunks_bound_retention_s_memory():
@@ -193,3 +195,39 @@ def test_chunks_bound_retention_s_memory():
     scores = 2 * 2 * 1024 * 1024 * 4  # B x H x N x N float32
     assert parallel >= scores, parallel  # the parallel form holds the N x N scores
     assert chunked * 8 < parallel, (chunked, parallel)
+
+
+def test_exported_policy_acts_as_the_trained_one(tmp_path):
+    """train -> export -> load_policy: the loaded policy's greedy actions on SMAX 3m equal the
+    trainer's, and every one is available; a policy of other parameters (seed 0) differs somewhere."""
+    import marljax
+    from marljax.train.loop import train
+    from marljax.train.policy import export_policy
+
+    out = tmp_path / "run"
+    cfg = load_config(None, ["algo=sable", "env=HeuristicEnemySMAX", "env_kwargs.scenario=3m", "num_envs=4",
+                             "num_steps=8", "total_timesteps=512", "num_chunks=2", "num_seeds=2", "sable.embed_dim=16",
+                             "progress=false", "plot=false", "checkpoint_every=1", f"out_dir={out}"])  # fmt: skip
+    res = train(cfg, log=lambda s: None)
+    export_policy(out, tmp_path / "policy", seed_index=1, log=lambda s: None)
+    policy = marljax.load_policy(tmp_path / "policy")
+    env = policy.env
+    trainer = sable.make_train(cfg, make_adapter(cfg))
+    params = [jax.tree.map(lambda x, i=i: x[i], jax.device_get(res.state.learner.params)) for i in (0, 1)]
+    act, trainer_act = jax.jit(policy.act, static_argnames="greedy"), jax.jit(trainer.act, static_argnames="greedy")
+    obs, state = env.env.reset(jax.random.PRNGKey(3))
+    same_as_other_seed = []
+    for t in range(6):
+        avail = env.env.get_avail_actions(state)
+        key = jax.random.PRNGKey(100 + t)
+        actions, _ = act(obs, key, None, avail, greedy=True)
+        grouped = {k: v[None] for k, v in env.group_obs(obs).items()}
+        masks = {k: v[None] for k, v in env.group_masks(avail).items()}
+        expected = [env.agent_actions({k: v[0] for k, v in trainer_act(p, grouped, {}, {}, masks, key, greedy=True)[0].items()})
+                    for p in params]  # fmt: skip
+        got = {a: int(x) for a, x in actions.items()}
+        assert got == {a: int(x) for a, x in expected[1].items()}
+        assert all(bool(avail[a][x]) for a, x in got.items())
+        same_as_other_seed.append(got == {a: int(x) for a, x in expected[0].items()})
+        obs, state, *_ = env.env.step(jax.random.PRNGKey(t), state, actions)
+    assert not all(same_as_other_seed)
