@@ -23,6 +23,9 @@ def test_rows_per_agent_count_and_model():
         assert r["num_agents"] == 4 and r["update_s"] > 0 and r["params"] > 0 and r["temp_mib"] > 0, r
     assert rows["sable, chunk 2"]["params"] == rows["sable, chunk 4 (parallel)"]["params"]  # one network, two forms
     assert "| 4 | sable, chunk 2 |" in "\n".join(lines)
+    alone = result["retention_rows"]
+    assert [r["num_agents"] for r in alone] == [256, 1024, 4096]
+    assert all(r["chunked_mib"] < r["parallel_mib"] for r in alone)  # chunks of 2 hold no N x N scores
 
 
 def test_bad_agent_lists_are_refused_in_one_line(capsys):

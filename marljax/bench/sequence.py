@@ -17,7 +17,10 @@ Memory is XLA's count for the compiled update (`memory_analysis`: its temporarie
 buffers at the program's peak besides its arguments and outputs), the same on every platform;
 time is the fastest of a few updates after a warm-up. In spread each agent observes every other
 agent and landmark, so the observations themselves grow as N^2: the chunked and the parallel
-rows at one N differ only in the decoder's form. Prints a markdown table, then one JSON line.
+rows at one N differ only in the decoder's form, and at these sizes the decoder's N x N scores are a
+small part of the update. A second table isolates them: the decoder's causal retention alone at
+256, 1,024 and 4,096 agents (2 sequences, 2 heads), chunked and parallel (compiled, not run).
+Prints the two markdown tables, then one JSON line.
 Sizes are small (8 envs x 16 steps) so that it takes minutes on a 2-core CPU; times compare rows.
 """
 
@@ -28,15 +31,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from marljax.bench.table import markdown, report_text
 from marljax.config import ConfigError, load_config
+from marljax.nn import retention
 from marljax.train.wiring import make_adapter, make_trainer
 
 AGENTS = (4, 16, 64, 128)
 DEFAULTS = ["num_envs=8", "num_steps=16", "ppo.num_minibatches=2", "ppo.update_epochs=2", "num_seeds=1",
             "progress=false", "plot=false"]  # fmt: skip
 TIMED = 3  # updates timed after the warm-up one
+RETENTION_AGENTS = (256, 1024, 4096)
 
 
 def parse_agents(args: Sequence[str]) -> tuple[tuple[int, ...], list[str]]:
@@ -91,6 +97,16 @@ def bench_update(overrides: list[str]) -> dict[str, Any]:
     }
 
 
+def retention_mib(n: int, chunk: int) -> float:
+    """XLA's temporaries (MiB) of causal retention over n tokens: 2 sequences, 2 heads of width 4."""
+    q = jax.ShapeDtypeStruct((2, n, 2, 4), jnp.float32)
+    v = jax.ShapeDtypeStruct((2, n, 2, 4), jnp.float32)
+    gamma = jnp.asarray(retention.decays(2))
+    compiled = jax.jit(lambda q, k, v: retention.causal(q, k, v, gamma, chunk)).lower(q, q, v).compile()
+    memory = compiled.memory_analysis()
+    return memory.temp_size_in_bytes / 2**20 if memory is not None else float("nan")
+
+
 def run_sequence_bench(agents: Sequence[int], overrides: list[str], log: Callable[[str], None] = print) -> dict:
     base = load_config(None, ["algo=sable", *DEFAULTS, *overrides])  # refused here, before anything compiles
     chunk = base.sable.chunk_size
@@ -108,5 +124,9 @@ def run_sequence_bench(agents: Sequence[int], overrides: list[str], log: Callabl
                           f"{r['env_steps_per_s']:,.0f}", f"{r['compile_s']:.1f}"])  # fmt: skip
             log(f"N={n} {label}: {mem} MiB, {r['update_s'] * 1e3:,.0f} ms per update")
     header = ["agents", "model", "params", "update temp MiB", "update ms", "env-steps/s", "compile s"]
-    result = {"bench": "sequence", "platform": jax.default_backend(), "rows": rows}
-    return report_text(markdown(header, table), result, log)
+    alone = [{"num_agents": n, "chunk": chunk, "chunked_mib": retention_mib(n, chunk), "parallel_mib": retention_mib(n, n)}
+             for n in RETENTION_AGENTS]  # fmt: skip
+    second = markdown(["agents", f"retention temp MiB, chunks of {chunk}", "parallel (N x N)"],
+                      [[f"{r['num_agents']:,}", f"{r['chunked_mib']:.2f}", f"{r['parallel_mib']:.2f}"] for r in alone])  # fmt: skip
+    result = {"bench": "sequence", "platform": jax.default_backend(), "rows": rows, "retention_rows": alone}
+    return report_text(markdown(header, table) + "\n\n" + second, result, log)
