@@ -171,7 +171,9 @@ def test_rollout_log_probs_are_the_learner_s_at_the_first_step():
 
 
 # speaker and listener are two groups with their own observation and action sizes: one sequence of two
-# tokens with their own input and output layers. Spread (3 agents, 1M steps) is in test_defaults_learn.py.
+# tokens with their own input and output layers. measured (seed 0, 64 episodes, 2-core CPU shared with other
+# runs): learned -16.96, no-op -31.18, random -37.78 per agent at 3e5 steps; the margin 8.0 is about half the
+# gap (HAPPO's and IPPO's cases use 8.0 too). Spread (3 agents, 1M steps) is in test_defaults_learn.py.
 SPEAKER_LISTENER = ["algo=sable", "env=MPE_simple_speaker_listener_v4", "total_timesteps=3e5"]
 
 
@@ -248,9 +250,12 @@ def test_exported_policy_acts_as_the_trained_one(tmp_path):
     assert not all(same_as_other_seed)
 
 
-# 8 updates on spread, 2 seeds, on 1 device and on 8 (mesh.seed=2 x mesh.data=4): the same run
-MESH_BASE = ["algo=sable", "num_envs=16", "num_seeds=2", "num_steps=32", "total_timesteps=4096", "num_chunks=8",
-             "lr=2.5e-4", "sable.embed_dim=16"]  # fmt: skip
+# One update of two gradient steps on spread, 2 seeds, on 1 device and on 8 (mesh.seed=2 x mesh.data=4): the
+# same run to float reduction order. Measured max |diff| in the parameters: 3e-8 after one gradient step,
+# 4.4e-6 after two, 6.7e-4 after 8 updates of 16 steps. Adam amplifies the difference: on a gradient entry
+# near 0 its step is about lr * g / eps, 25 x g at lr 2.5e-4, and Sable at init has many such entries.
+MESH_BASE = ["algo=sable", "num_envs=16", "num_seeds=2", "num_steps=32", "total_timesteps=1024", "num_chunks=2",
+             "lr=2.5e-4", "ppo.update_epochs=1", "ppo.num_minibatches=2", "sable.embed_dim=16"]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -263,4 +268,4 @@ def test_one_vs_eight_devices(tmp_path):
     one = train_runs(tmp_path, MESH_BASE, [("one", [])], 1)["one"]
     eight = train_runs(tmp_path, MESH_BASE, [("eight", ["mesh.seed=2", "mesh.data=4"])], 8)["eight"]
     assert one[0]["devices"] == 1 and eight[0]["devices"] == 8 and eight[0]["mesh"]["data"] == 4
-    assert_same_run(one[1], eight[1], atol=5e-7, rtol=2e-6)
+    assert_same_run(one[1], eight[1], atol=2e-5, rtol=2e-5)  # the seed-swap control differs by O(0.1)
