@@ -129,6 +129,10 @@ class CoreConfig:
                                jaxmarl="LR_WARMUP")  # fmt: skip
     max_grad_norm: float = setting(0.5, "clip the global gradient norm to this", above=0.0, traced=True,
                                    jaxmarl="MAX_GRAD_NORM")  # fmt: skip
+    adam_eps: float = setting(1e-5, "Adam's epsilon (added to the root of the second moment)", above=0.0,
+                              jaxmarl="EPS_ADAM")  # fmt: skip
+    weight_decay: float = setting(0.0, "decoupled weight decay (AdamW): each step also subtracts lr x weight_decay x "
+                                  "the parameters", minimum=0.0, jaxmarl="WEIGHT_DECAY_ADAM")  # fmt: skip
     gamma: float = setting(0.99, "discount factor", minimum=0.0, maximum=1.0, traced=True, jaxmarl="GAMMA")
 
     # networks

@@ -82,7 +82,7 @@ QMIX_SMAX = """\
 "MAX_GRAD_NORM": 10
 "TARGET_UPDATE_INTERVAL": 10
 "LR": 0.005
-"EPS_ADAM": 0.001
+"CLIP_EPS": 0.2
 "TD_LAMBDA_LOSS": True
 "TD_LAMBDA": 0.6
 "GAMMA": 0.99
@@ -149,9 +149,9 @@ def test_unknown_keys_are_refused_all_listed(tmp_path):
     path = _write(tmp_path, "qmix_smax.yaml", QMIX_SMAX)
     with pytest.raises(ConfigError) as err:
         load_config(path)
-    assert str(err.value) == (f"{path}: JaxMARL keys with no marljax equivalent for algo=qmix: EPS_ADAM; remove them "
+    assert str(err.value) == (f"{path}: JaxMARL keys with no marljax equivalent for algo=qmix: CLIP_EPS; remove them "
                               "from the file (marljax's own keys: marljax train --help)")  # fmt: skip
-    kept = "".join(line + "\n" for line in QMIX_SMAX.splitlines() if "EPS_ADAM" not in line)
+    kept = "".join(line + "\n" for line in QMIX_SMAX.splitlines() if "CLIP_EPS" not in line)
     c = load_config(_write(tmp_path, "qmix_smax.yaml", kept))
     assert (c.algo, c.param_sharing, c.hidden_size, c.env_kwargs) == ("qmix", "shared", 256, {"scenario": "3m"})
     assert c.mixer.embed_dim == 64
@@ -251,6 +251,8 @@ KEYS = [  # (file name, the key's line, {marljax key: value})
     ("qmix_rnn_mpe.yaml", '"MIXER_EMBEDDING_DIM": 16', {"mixer.embed_dim": 16}),
     ("qmix_rnn_mpe.yaml", '"MIXER_HYPERNET_HIDDEN_DIM": 24', {"mixer.hyper_hidden": 24}),
     ("qmix_rnn_mpe.yaml", '"MIXER_INIT_SCALE": 0.001', {"mixer.init_scale": 0.001}),
+    ("shaq_mpe.yaml", '"EPS_ADAM": 0.001', {"adam_eps": 0.001}),
+    ("shaq_mpe.yaml", '"WEIGHT_DECAY_ADAM": 0.00001', {"weight_decay": 1e-5}),
 ]
 
 

@@ -1,4 +1,5 @@
-"""The settings added for JaxMARL's baseline configs: learning-rate warm-up and cosine decay,
+"""The settings added for JaxMARL's baseline configs: learning-rate warm-up and cosine decay, Adam's
+epsilon and weight decay,
 the Q-networks' normalisation and dueling head, QMIX's mixer sizes and init scale, the Q family's
 reward scale. Each changes what it says when set, and leaves today's runs as they were when not."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from marljax.algos.mixers import QMixer
 from marljax.config import load_config
@@ -124,3 +126,38 @@ def test_q_config_carries_norm_and_dueling_to_the_networks():
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     names = {str(p) for p, _ in leaves}
     assert not any("LayerNorm" in n for n in names) and any("Dense_3" in n for n in names)
+
+
+PARAMS = {"w": jax.random.normal(KEY, (3, 4)), "b": jnp.linspace(-1.0, 1.0, 4)}
+GRADS = jax.tree.map(lambda x: jnp.sin(3.0 * x) + 0.1, PARAMS)
+CLIPPED = ops.clip_by_norm(GRADS, ops.global_norm(GRADS), 0.5)
+
+
+def _adam_step(tx: optax.GradientTransformation) -> dict:
+    """One `ops.descend` step at lr 3e-3 from fresh moments on GRADS (clipped to norm 0.5)."""
+    return ops.descend(PARAMS, tx.init(PARAMS), GRADS, ops.global_norm(GRADS), tx, jnp.float32(3e-3), 0.5)[0]
+
+
+def _bitwise(a: dict, b: dict) -> bool:
+    return all(np.asarray(a[k]).tobytes() == np.asarray(b[k]).tobytes() for k in a)
+
+
+def test_adam_at_the_defaults_is_todays_optimiser_bitwise_and_weight_decay_adds_lr_wd_params():
+    from marljax.algos.learning import adam
+
+    today = _adam_step(optax.scale_by_adam(eps=1e-5))  # what every learner ran before these settings
+    assert _bitwise(_adam_step(adam(load_config(None, []))), today)
+    eps = _adam_step(adam(load_config(None, ["adam_eps=1e-3"])))
+    assert _bitwise(eps, _adam_step(optax.scale_by_adam(eps=1e-3))) and not _bitwise(eps, today)
+    decayed = _adam_step(adam(load_config(None, ["weight_decay=0.1"])))
+    moments = optax.scale_by_adam(eps=1e-5)
+    step = moments.update(CLIPPED, moments.init(PARAMS))[0]  # today's Adam direction
+    lr, wd = jnp.float32(3e-3), 0.1
+    for k, p in PARAMS.items():  # AdamW: p - lr (adam + wd p): today's step less lr x wd x p (up to p's rounding)
+        assert np.array_equal(decayed[k], p - lr * (step[k] + wd * p))
+        np.testing.assert_allclose(decayed[k] - today[k], -3e-3 * wd * p, rtol=0, atol=3e-7)
+        assert not np.allclose(decayed[k], today[k], rtol=0, atol=1e-5)  # a negative control: the decay shows
+    adamw = optax.adamw(3e-3, eps=1e-5, weight_decay=wd)  # optax's own AdamW agrees
+    ref = optax.apply_updates(PARAMS, adamw.update(CLIPPED, adamw.init(PARAMS), PARAMS)[0])
+    for k in PARAMS:
+        np.testing.assert_allclose(decayed[k], ref[k], rtol=1e-6, atol=1e-9)

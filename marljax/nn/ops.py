@@ -212,9 +212,10 @@ def clip_by_norm(grads, norm: Array, max_norm: Array | float):
 
 def descend(params, opt_state, grads, norm: Array, optimizer, lr: Array, max_norm: Array | float):
     """One step of every algorithm here: clip `grads` (global norm `norm`) to `max_norm`, let
-    `optimizer` (an optax transformation without a learning rate) scale them, subtract lr x that.
-    The learning rate stays outside the optimizer so that it can be traced (sweeps vmap it)."""
-    updates, opt_state = optimizer.update(clip_by_norm(grads, norm, max_norm), opt_state)
+    `optimizer` (an optax transformation without a learning rate; it sees `params`, as weight decay
+    needs) scale them, subtract lr x that. The learning rate stays outside the optimizer so that it
+    can be traced (sweeps vmap it)."""
+    updates, opt_state = optimizer.update(clip_by_norm(grads, norm, max_norm), opt_state, params)
     return jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state
 
 
