@@ -17,6 +17,8 @@ the run its file describes.
 Units agree where JaxMARL counts env steps of one seed (`TOTAL_TIMESTEPS`, `EPSILON_ANNEAL_TIME`,
 `LEARNING_STARTS`); `TARGET_UPDATE_INTERVAL` counts updates, as in JaxMARL's current QLearning
 baselines; `EPS_DECAY`, `LR_WARMUP` and a `TEST_INTERVAL` of at most 1 are fractions of the run.
+A file that gives no `NUM_STEPS` (SHAQ's: JaxMARL's script steps an episode's length) counts
+updates with the rollout the run will have: the algorithm's default on the file's env.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class _Run:
         self.unknown: list[str] = []
         self.ignored: list[str] = []
         self.current = ""  # the file's key being read
+        self.defaults: dict[str, Any] = {}  # dotted key -> the run's default, read when the file lacks a key (`given`)
         self.recurrent = "GRU_HIDDEN_DIM" in values or "_rnn_" in f"_{path.stem.lower()}_"
 
     def set(self, key: str, value: Any) -> None:
@@ -111,12 +114,23 @@ class _Run:
         dotted = self.table[key]
         self.flat[dotted] = CONVERT[self.types[dotted]](value)
 
-    def updates(self) -> int | None:
-        """JaxMARL's NUM_UPDATES, when the file says enough to know it."""
-        v = self.values
-        if {"TOTAL_TIMESTEPS", "NUM_STEPS", "NUM_ENVS"} <= v.keys():
-            return max(_int(v["TOTAL_TIMESTEPS"]) // (_int(v["NUM_STEPS"]) * _int(v["NUM_ENVS"])), 1)
-        return None
+    def given(self, key: str) -> int:
+        """The file's TOTAL_TIMESTEPS, NUM_ENVS or NUM_STEPS, else the value the run will resolve for
+        its setting: the algorithm's default on the file's env (JaxMARL's SHAQ files give no NUM_STEPS)."""
+        if key in self.values:
+            return _int(self.values[key])
+        if not self.defaults:
+            env = self.values.get("ENV_NAME")
+            self.defaults = {k: d for k, _, d in schema_fields(self.algo, env if isinstance(env, str) else None)}
+        return int(self.defaults[self.table[key]])
+
+    def per_update(self) -> int:
+        """Env steps of one seed per update: NUM_STEPS x NUM_ENVS."""
+        return self.given("NUM_STEPS") * self.given("NUM_ENVS")
+
+    def updates(self) -> int:
+        """JaxMARL's NUM_UPDATES."""
+        return max(self.given("TOTAL_TIMESTEPS") // self.per_update(), 1)
 
 
 def _env_kwargs(run: _Run, value: Any) -> None:
@@ -167,24 +181,16 @@ def _test_interval(run: _Run, value: Any) -> None:
     """At most 1: a fraction of the updates (JaxMARL's recent scripts); above: env steps (SHAQ's)."""
     if not run.values.get("TEST_DURING_TRAINING", True):
         return
-    updates, value = run.updates(), float(_number(value))
-    if updates is None:
-        run.unknown.append("TEST_INTERVAL without TOTAL_TIMESTEPS, NUM_ENVS and NUM_STEPS")
-    elif value <= 1:
-        run.flat["eval_every"] = max(1, int(updates * value))
+    value = float(_number(value))
+    if value <= 1:
+        run.flat["eval_every"] = max(1, int(run.updates() * value))
     else:
-        steps = _int(run.values["NUM_STEPS"]) * _int(run.values["NUM_ENVS"])
-        run.flat["eval_every"] = max(1, round(value / steps))
+        run.flat["eval_every"] = max(1, round(value / run.per_update()))
 
 
 def _eps_decay(run: _Run, value: Any) -> None:
     """A fraction of the updates -> env steps of one seed."""
-    updates = run.updates()
-    if updates is None:
-        run.unknown.append("EPS_DECAY without TOTAL_TIMESTEPS, NUM_ENVS and NUM_STEPS")
-        return
-    steps = _int(run.values["NUM_STEPS"]) * _int(run.values["NUM_ENVS"])
-    run.set("EPSILON_ANNEAL_TIME", max(1, round(float(_number(value)) * updates * steps)))
+    run.set("EPSILON_ANNEAL_TIME", max(1, round(float(_number(value)) * run.updates() * run.per_update())))
 
 
 def _shaping(run: _Run, value: Any) -> None:  # JaxMARL's Overcooked: info["shaped_reward"], annealed over it

@@ -341,3 +341,12 @@ def test_a_ql_file_refuses_a_key_no_q_learning_script_reads(tmp_path):
     path = _write(tmp_path, "ql_rnn_mpe.yaml", BASE + '"CLIP_EPS": 0.2\n')  # PPO's: no sibling of vdn declares it
     with pytest.raises(ConfigError, match="no marljax equivalent for algo=vdn: CLIP_EPS;"):
         load_config(path, ["algo=vdn"])
+
+
+def test_a_file_without_num_steps_counts_updates_with_the_algorithms_default(tmp_path):
+    text = '"NUM_ENVS": 8\n"TOTAL_TIMESTEPS": 2050000\n"TEST_INTERVAL": 50000\n"SAMPLE_SIZE": 5\n'  # SHAQ's shape
+    c = load_config(_write(tmp_path, "shaq_mpe.yaml", text))
+    assert c.num_steps == load_config(None, ["algo=shaq"]).num_steps  # the default: the file says nothing
+    assert c.eval_every == round(50_000 / (8 * c.num_steps))  # TEST_INTERVAL counts env steps
+    c = load_config(_write(tmp_path, "shaq_mpe.yaml", text.replace(": 50000", ": 0.1")))
+    assert c.eval_every == int(0.1 * (2_050_000 // (8 * c.num_steps)))  # a fraction of the updates
