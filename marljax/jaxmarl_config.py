@@ -23,6 +23,7 @@ updates with the rollout the run will have: the algorithm's default on the file'
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -115,8 +116,8 @@ class _Run:
         self.flat[dotted] = CONVERT[self.types[dotted]](value)
 
     def given(self, key: str) -> int:
-        """The file's TOTAL_TIMESTEPS, NUM_ENVS or NUM_STEPS, else the value the run will resolve for
-        its setting: the algorithm's default on the file's env (JaxMARL's SHAQ files give no NUM_STEPS)."""
+        """The file's count `key` (TOTAL_TIMESTEPS, NUM_STEPS, ...), else the value the run will resolve
+        for its setting: the algorithm's default on the file's env (JaxMARL's SHAQ files give no NUM_STEPS)."""
         if key in self.values:
             return _int(self.values[key])
         if not self.defaults:
@@ -206,9 +207,38 @@ def _norm_type(run: _Run, value: Any) -> None:
         run.set("NORM_TYPE", "none" if value in (None, "none", "None") else value)
 
 
+def _gradient_steps(run: _Run) -> int:
+    """Gradient steps per update where the algorithm declares them (N_MINI_UPDATES: the file's, else
+    the run's default), else 1: the unit of TransfQMix's schedules, which optax steps per gradient step."""
+    return run.given("N_MINI_UPDATES") if "N_MINI_UPDATES" in run.table else 1
+
+
 def _lr_warmup(run: _Run, value: Any) -> None:
+    """A fraction of the updates (IPPO-RNN Overcooked v2's), joined to a cosine decay; in a file with
+    LR_DECAY_TYPE (TransfQMix's), gradient steps, read only with LR_DECAY_TYPE=cos."""
+    if "LR_DECAY_TYPE" in run.values:
+        if run.values["LR_DECAY_TYPE"] != "cos":
+            run.ignored.append(run.current)
+            return
+        value = float(_number(value)) / (run.updates() * _gradient_steps(run))
     run.set("LR_WARMUP", value)
-    run.flat["lr_decay"] = "cosine"  # JaxMARL's one script that reads LR_WARMUP joins it to a cosine decay
+    run.flat["lr_decay"] = "cosine"  # both scripts that read LR_WARMUP join it to a cosine decay
+
+
+def _lr_decay_type(run: _Run, value: Any) -> None:
+    """TransfQMix's exp | cos | linear; any other value (None included) decays linearly there too:
+    its script's `elif "linear":` is always true, though its files' comment calls None static."""
+    run.flat["anneal_lr"] = True
+    run.set("LR_DECAY_TYPE", {"exp": "exponential", "cos": "cosine"}.get(value, "linear"))
+
+
+def _lr_exp_decay_rate(run: _Run, value: Any) -> None:
+    """A fraction per gradient step (TransfQMix's optax count, N_MINI_UPDATES per update) -> per update,
+    as marljax steps its schedule: 1 - (1 - rate)^N_MINI_UPDATES. Read only with LR_DECAY_TYPE=exp."""
+    if run.values.get("LR_DECAY_TYPE") != "exp":
+        run.ignored.append(run.current)
+        return
+    run.set("LR_EXP_DECAY_RATE", -math.expm1(_gradient_steps(run) * math.log1p(-float(value))))
 
 
 def _manual_alpha(run: _Run, value: Any) -> None:  # null: alpha learned, the setting's default (0)
@@ -227,7 +257,7 @@ RULES: dict[str, Callable[[_Run, Any], None]] = {
     "TAU": _tau, "TD_LAMBDA_LOSS": _td_lambda_loss, "TEST_DURING_TRAINING": _test_during_training,
     "TEST_INTERVAL": _test_interval, "EPS_DECAY": _eps_decay, "REW_SHAPING_HORIZON": _shaping,
     "NORM_TYPE": _norm_type, "LR_WARMUP": _lr_warmup, "HIDDEN_SIZE": _hidden_size,
-    "MANUAL_ALPHA_ESTIMATES": _manual_alpha,
+    "MANUAL_ALPHA_ESTIMATES": _manual_alpha, "LR_DECAY_TYPE": _lr_decay_type, "LR_EXP_DECAY_RATE": _lr_exp_decay_rate,
 }  # fmt: skip
 # keys accepted at the one value that is what marljax computes; another value is refused, saying why
 ONLY: dict[str, tuple[Any, str]] = {

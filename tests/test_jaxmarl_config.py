@@ -8,6 +8,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
 
 from marljax.cli import main
@@ -350,3 +351,21 @@ def test_a_file_without_num_steps_counts_updates_with_the_algorithms_default(tmp
     assert c.eval_every == round(50_000 / (8 * c.num_steps))  # TEST_INTERVAL counts env steps
     c = load_config(_write(tmp_path, "shaq_mpe.yaml", text.replace(": 50000", ": 0.1")))
     assert c.eval_every == int(0.1 * (2_050_000 // (8 * c.num_steps)))  # a fraction of the updates
+
+
+def test_transf_qmix_lr_decay_type_maps_to_lr_decay_per_update(tmp_path, capsys):
+    from marljax.algos.learning import schedule
+
+    rate = '"N_MINI_UPDATES": 4\n"LR": 0.005\n"LR_EXP_DECAY_RATE": 0.00002\n"LR_WARMUP": 10\n'  # BASE: 100 updates
+    c = load_config(_write(tmp_path, "transf_qmix_smax.yaml", BASE + '"LR_DECAY_TYPE": "exp"\n' + rate))
+    assert (c.anneal_lr, c.lr_decay, c.lr_warmup, c.replay.gradient_steps) == (True, "exponential", 0.0, 4)
+    assert "ignored (they change nothing computed here): LR_WARMUP" in capsys.readouterr().err  # read with cos only
+    for u in (0, 1, 7, 99):  # JaxMARL: LR (1 - rate)^count per gradient step; here at each update's first step
+        lr = float(schedule(c)(jnp.float32(c.lr), jnp.int32(u)))
+        assert lr == pytest.approx(0.005 * (1 - 2e-5) ** (4 * u), rel=1e-6)
+    c = load_config(_write(tmp_path, "transf_qmix_smax.yaml", BASE + '"LR_DECAY_TYPE": "cos"\n' + rate))
+    assert (c.anneal_lr, c.lr_decay, c.lr_warmup) == (True, "cosine", 10 / (100 * 4))  # 10 of 400 gradient steps
+    assert "LR_EXP_DECAY_RATE" in capsys.readouterr().err  # read with exp only
+    for decay_type in ('"linear"', "", "null"):  # no type decays linearly in JaxMARL's script too
+        c = load_config(_write(tmp_path, "transf_qmix_mpe.yaml", BASE + f'"LR_DECAY_TYPE": {decay_type}\n'))
+        assert (c.anneal_lr, c.lr_decay) == (True, "linear")

@@ -37,6 +37,14 @@ def test_warmup_rises_from_near_zero_then_decays():
     np.testing.assert_allclose(_lrs("lr_warmup=0.2", "anneal_lr=false")[:4], [0.5, 1.0, 1.0, 1.0])
 
 
+def test_exponential_decay_falls_by_its_rate_per_update_after_the_warmup():
+    exp = ("lr_decay=exponential", "lr_exp_decay_rate=0.1")
+    np.testing.assert_allclose(_lrs(*exp), 0.9 ** np.arange(10), rtol=1e-6)  # past the budget too: it never ends
+    np.testing.assert_allclose(_lrs(*exp, "lr_warmup=0.2"), [0.5, 1.0, *0.9 ** np.arange(8)], rtol=1e-6)
+    np.testing.assert_allclose(_lrs(*exp, "anneal_lr=false"), np.ones(10))
+    np.testing.assert_allclose(_lrs("lr_decay=exponential"), np.ones(10))  # rate 0: constant
+
+
 def test_no_warmup_and_linear_is_todays_schedule_bitwise():
     update = jnp.arange(7, dtype=jnp.int32)
     for anneal in (True, False):

@@ -54,12 +54,19 @@ def init_learner(config: Config, key: Array, init_params: Callable[[Array], dict
 
 
 def learning_rate(config: Config, learner: LearnerState) -> Array:
-    """This update's learning rate []: a linear warm-up over `lr_warmup` of the run, then linear or
-    cosine decay over the rest when `anneal_lr`, clamped at 0 so that updates past the budget (a
-    benchmark, a resumed run) never flip its sign."""
+    """This update's learning rate []: `schedule(config)` of the traced base rate."""
+    return schedule(config)(learner.hparams["lr"], learner.update)
+
+
+def schedule(config: Config) -> Callable[[Array, Array], Array]:
+    """(base rate [], update []) -> that update's rate []: a linear warm-up over `lr_warmup` of the run,
+    then, when `anneal_lr`, linear or cosine decay over the rest, clamped at 0 so that updates past the
+    budget (a benchmark, a resumed run) never flip its sign, or exponential by `lr_exp_decay_rate` per
+    update. Stepped once per update (JaxMARL's schedules step once per gradient step)."""
     updates = max(config.num_updates, 1)
     warmup = int(config.lr_warmup * updates)  # JaxMARL's int(LR_WARMUP * NUM_UPDATES)
-    return ops.lr_schedule(learner.hparams["lr"], learner.update, updates, config.anneal_lr, warmup, config.lr_decay)
+    return lambda lr, update: ops.lr_schedule(lr, update, updates, config.anneal_lr, warmup, config.lr_decay,
+                                              config.lr_exp_decay_rate)  # fmt: skip
 
 
 def descend(tx: optax.GradientTransformation, layout: Layout, split: frozenset[str], params, opt_state, grads,

@@ -55,7 +55,7 @@ from marljax.algos.api import (
     Placed,
     hparams_from_config,
 )
-from marljax.algos.learning import adam, init_keys
+from marljax.algos.learning import adam, init_keys, schedule
 from marljax.algos.q_acting import through_final
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
@@ -231,7 +231,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
                           f"got {sac.batch_size}")  # fmt: skip
     vec = VecEnv.of(config, env, layout)
     E_act = vec.local
-    tx = adam(config)
+    tx, sched = adam(config), schedule(config)
     start_update = sac.learning_starts // (T * E)  # the first update that learns
     hidden, layers = config.hidden_size, config.num_layers
     actors = GroupNetworks.of(config, {
@@ -451,10 +451,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     # ---------------------------------------------------------------- learning
     def rates(learner: LearnerState) -> tuple[Array, Array, Array]:
         """This update's (actor, critic, alpha) learning rates, on the run's schedule."""
-        hp, updates = learner.hparams, max(config.num_updates, 1)
-        warmup = int(config.lr_warmup * updates)
-        sched = lambda base: ops.lr_schedule(base, learner.update, updates, config.anneal_lr, warmup, config.lr_decay)  # noqa: E731
-        return sched(hp["sac.actor_lr"]), sched(hp["lr"]), sched(hp["sac.alpha_lr"])
+        hp, u = learner.hparams, learner.update
+        return sched(hp["sac.actor_lr"], u), sched(hp["lr"], u), sched(hp["sac.alpha_lr"], u)
 
     def learn(learner: LearnerState, extra: SACExtra, batch: SACRollout, key: Array):
         """The rollout into the buffer; once learning has started, gradient_steps on samples of it."""
