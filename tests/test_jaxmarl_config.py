@@ -253,6 +253,8 @@ KEYS = [  # (file name, the key's line, {marljax key: value})
     ("qmix_rnn_mpe.yaml", '"MIXER_HYPERNET_HIDDEN_DIM": 24', {"mixer.hyper_hidden": 24}),
     ("qmix_rnn_mpe.yaml", '"MIXER_INIT_SCALE": 0.001', {"mixer.init_scale": 0.001}),
     ("shaq_mpe.yaml", '"EPS_ADAM": 0.001', {"adam_eps": 0.001}),
+    ("shaq_mpe.yaml", '"AGENT_INIT_SCALE": 2.', {"q.init_scale": 2.0}),
+    ("transf_qmix_mpe.yaml", '"AGENT_INIT_SCALE": 1.', {"q.init_scale": 1.0}),
     ("shaq_mpe.yaml", '"WEIGHT_DECAY_ADAM": 0.00001', {"weight_decay": 1e-5}),
 ]
 

@@ -70,6 +70,24 @@ def test_default_q_networks_keep_their_parameter_tree():
     assert tree["Dense_1"]["kernel"] == (8, 5) and tree["Dense_2"]["kernel"] == (4, 8)  # head named before the layer
 
 
+def test_init_scale_scales_every_dense_kernel_and_zero_keeps_todays():
+    """AGENT_INIT_SCALE: orthogonal(s) = s x orthogonal(1) from the same key, so each kernel is today's
+    times s / (today's scale: sqrt(2) hidden, 1 heads); the GRU keeps its own."""
+    obs, h, reset = jnp.zeros((2, 6)), jnp.zeros((2, 4)), jnp.zeros((2,), bool)
+    for net, args in ((QNetwork(5, 8, 2, dueling=True), (obs,)), (RecurrentQNetwork(5, 8, 4), (h, obs, reset))):
+        today, scaled = net.init(KEY, *args)["params"], net.clone(init_scale=2.0).init(KEY, *args)["params"]
+        for path, kernel in jax.tree_util.tree_flatten_with_path(today)[0]:
+            name = jax.tree_util.keystr(path)
+            other = scaled
+            for k in path:
+                other = other[k.key]
+            if "gru" in name or "LayerNorm" in name or "bias" in name:
+                np.testing.assert_array_equal(other, kernel)
+            else:  # hidden layers' kernels are as wide as hidden_size; heads' as the action count or 1
+                ratio = 2.0 / (np.sqrt(2) if kernel.shape[-1] == 8 else 1.0)
+                np.testing.assert_allclose(other, ratio * kernel, rtol=1e-5, atol=1e-7)
+
+
 def test_dueling_adds_a_value_head_and_centres_the_advantages():
     obs = jax.random.normal(KEY, (3, 6))
     net = QNetwork(5, 8, 2, dueling=True)

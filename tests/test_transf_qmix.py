@@ -189,3 +189,17 @@ def test_jaxmarl_transf_qmix_keys_map_to_its_settings(tmp_path):
     t = c.transf
     assert (t.agent_layers, t.agent_heads, t.agent_ff) == (2, 8, 128)
     assert (t.mixer_layers, t.mixer_heads, t.mixer_ff, t.mixer_init_scale, t.relu_embed) == (3, 4, 64, 0.01, False)
+
+
+def test_agent_init_scale_scales_the_embedding_and_the_head():
+    env = _adapter()
+    view, g = entity_view(env), env.groups[0]
+    obs, _ = env.reset(jax.random.PRNGKey(1))
+    args = (jnp.zeros((obs["agents"].shape[0], 16)), obs["agents"], jnp.zeros(obs["agents"].shape[0], bool))
+    net = transf_qmix.TransformerQNetwork(g.action_dim, 16, 1, 4, 32, True, view.obs)
+    today = net.init(jax.random.PRNGKey(3), *args)["params"]
+    scaled = net.clone(init_scale=2.0).init(jax.random.PRNGKey(3), *args)["params"]
+    last = sorted(k for k in today if k.startswith("Dense"))[-1]  # the head, built last
+    for name in ("Dense_0", last):  # the entity embedding (today orthogonal(1)), the head (orthogonal(1))
+        np.testing.assert_allclose(scaled[name]["kernel"], 2.0 * today[name]["kernel"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(scaled["Encoder_0"]["Dense_0"]["kernel"], today["Encoder_0"]["Dense_0"]["kernel"])
