@@ -38,6 +38,7 @@ IGNORED = {
     "DEVICE", "DISABLE_JIT", "LOG_AGENTS_SEPARATELY",
     "TEST_NUM_STEPS",  # the evaluation's step budget: marljax's evaluation plays whole episodes
     "NORM_INPUTS", "LOSS_TYPE",  # read by no JaxMARL script (PQN reads NORM_INPUT): they change nothing there either
+    "USE_FAST_ATTENTION",  # TransfQMix's Performer kernel for its attention; marljax's transformers compute softmax attention
 }  # fmt: skip
 
 
@@ -265,6 +266,10 @@ ONLY: dict[str, tuple[Any, str]] = {
     "NORM_INPUT": (False, "input normalisation is batch norm in JaxMARL's PQN, which marljax does not carry"),
     "MEMORY_WINDOW": (0, "marljax replays no steps of the previous rollout into the GRU's horizon"),
     "OBS_WITH_AGENT_ID": (True, "marljax's MAPPO critic always sees the agent's one-hot id"),
+    "SCALE_INPUTS": (
+        False,
+        "batch norm of the entity features, whose running statistics marljax's state does not carry",
+    ),
 }
 
 

@@ -255,6 +255,7 @@ KEYS = [  # (file name, the key's line, {marljax key: value})
     ("shaq_mpe.yaml", '"EPS_ADAM": 0.001', {"adam_eps": 0.001}),
     ("shaq_mpe.yaml", '"AGENT_INIT_SCALE": 2.', {"q.init_scale": 2.0}),
     ("transf_qmix_mpe.yaml", '"AGENT_INIT_SCALE": 1.', {"q.init_scale": 1.0}),
+    ("transf_qmix_mpe.yaml", '"SCALE_INPUTS": False', {"algo": "transf_qmix"}),
     ("shaq_mpe.yaml", '"WEIGHT_DECAY_ADAM": 0.00001', {"weight_decay": 1e-5}),
 ]
 
@@ -270,7 +271,7 @@ def test_every_key_of_the_baselines_maps_to_its_setting(tmp_path, name, line, ex
 IGNORED_KEYS = ['"DEVICE": 0', '"DISABLE_JIT": False', '"VERBOSE": False', '"WANDB_ONLINE_REPORT": True',
                 '"WANDB_LOG_ALL_SEEDS": False', '"SAVE_PATH": "models"', '"ALG_NAME": "vdn_ff"', '"TUNE": False',
                 '"HYP_TUNE": False', '"LOG_AGENTS_SEPARATELY": True', '"TEST_NUM_STEPS": 30', '"NORM_INPUTS": False',
-                '"LOSS_TYPE": "vdn"']  # fmt: skip
+                '"LOSS_TYPE": "vdn"', '"USE_FAST_ATTENTION": True']  # fmt: skip
 
 
 def test_run_plumbing_keys_are_accepted_with_one_note_line(tmp_path, capsys):
@@ -300,6 +301,7 @@ def test_a_ql_file_serves_three_algorithms_and_ignores_the_mixer_keys_for_iql_an
     ("mappo_rnn_smax.yaml", '"OBS_WITH_AGENT_ID": False', "OBS_WITH_AGENT_ID=False (marljax's MAPPO critic always"),
     ("ippo_rnn_smax.yaml", '"SCALE_CLIP_EPS": True', "SCALE_CLIP_EPS=True (marljax does not scale"),
     ("ippo_ff_mpe.yaml", '"EPS_DECAY": 0.1', "algo=ippo: EPS_DECAY; remove them"),
+    ("transf_qmix_smax.yaml", '"SCALE_INPUTS": True', "SCALE_INPUTS=True (batch norm of the entity features"),
 ])  # fmt: skip
 def test_values_marljax_does_not_compute_are_refused_in_one_line(tmp_path, name, line, message):
     with pytest.raises(ConfigError) as err:

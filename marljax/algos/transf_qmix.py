@@ -13,7 +13,8 @@ Multi-Agent Reinforcement Learning Problems"), built on the replay-based Q-learn
   Q_tot = w2 . elu(q W1 + b1) + b2, monotonic in every agent's value as QMIX's.
 
 Differences from JaxMARL's transf_qmix.py: LayerNorm after the entity embedding where it uses
-batch norm (no running statistics are carried in marljax's state), softmax attention (not its
+batch norm (no running statistics are carried in marljax's state; for the same reason its batch norm
+of the raw entity features, SCALE_INPUTS: True, is refused), softmax attention (not its
 Performer "fast attention"), w2 is scaled by 1/H (the mixer starts near the agents' sum rather than
 H times it), the mixer's token is learned and not carried over time, and the
 agents' Q-values all come from h_t (its SMAX agent values attacks from the enemies' embeddings).
