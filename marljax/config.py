@@ -85,7 +85,7 @@ from marljax.train.settings import (
 
 ACTIVATIONS = ("tanh", "relu")
 TORSOS = ("auto", "mlp", "cnn")
-LR_DECAYS = ("linear", "cosine")
+LR_DECAYS = ("linear", "cosine", "exponential")
 DTYPES = ("float32", "bfloat16")  # the networks' matmul/conv compute dtype (marljax.nn.networks)
 SHARING = ("shared", "per_role", "independent")
 MODES = ("anakin", "async")
@@ -123,12 +123,21 @@ class CoreConfig:
     lr: float = setting(2e-3, "Adam learning rate", above=0.0, traced=True, jaxmarl="LR")
     anneal_lr: bool = setting(True, "decay the learning rate to 0 over the run (lr_decay says how)",
                               jaxmarl=("ANNEAL_LR", "LR_LINEAR_DECAY"))  # fmt: skip
-    lr_decay: str = setting("linear", "the decay's shape when anneal_lr: linear | cosine", choices=LR_DECAYS)
+    lr_decay: str = setting("linear", "the decay's shape when anneal_lr: linear | cosine (to 0 over the run) | "
+                            "exponential (by lr_exp_decay_rate per update)", choices=LR_DECAYS,
+                            jaxmarl="LR_DECAY_TYPE")  # fmt: skip
+    lr_exp_decay_rate: float = setting(0.0, "lr_decay=exponential: the fraction the rate falls by per update, "
+                                       "lr x (1 - rate)^updates after any warm-up", minimum=0.0, maximum=0.99,
+                                       jaxmarl="LR_EXP_DECAY_RATE")  # fmt: skip
     lr_warmup: float = setting(0.0, "fraction of the run's updates over which the learning rate first rises "
                                "linearly from 0 (then decays over the rest when anneal_lr)", minimum=0.0, maximum=0.99,
                                jaxmarl="LR_WARMUP")  # fmt: skip
     max_grad_norm: float = setting(0.5, "clip the global gradient norm to this", above=0.0, traced=True,
                                    jaxmarl="MAX_GRAD_NORM")  # fmt: skip
+    adam_eps: float = setting(1e-5, "Adam's epsilon (added to the root of the second moment)", above=0.0,
+                              jaxmarl="EPS_ADAM")  # fmt: skip
+    weight_decay: float = setting(0.0, "decoupled weight decay (AdamW): each step also subtracts lr x weight_decay x "
+                                  "the parameters", minimum=0.0, jaxmarl="WEIGHT_DECAY_ADAM")  # fmt: skip
     gamma: float = setting(0.99, "discount factor", minimum=0.0, maximum=1.0, traced=True, jaxmarl="GAMMA")
 
     # networks

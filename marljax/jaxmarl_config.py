@@ -17,10 +17,13 @@ the run its file describes.
 Units agree where JaxMARL counts env steps of one seed (`TOTAL_TIMESTEPS`, `EPSILON_ANNEAL_TIME`,
 `LEARNING_STARTS`); `TARGET_UPDATE_INTERVAL` counts updates, as in JaxMARL's current QLearning
 baselines; `EPS_DECAY`, `LR_WARMUP` and a `TEST_INTERVAL` of at most 1 are fractions of the run.
+A file that gives no `NUM_STEPS` (SHAQ's: JaxMARL's script steps an episode's length) counts
+updates with the rollout the run will have: the algorithm's default on the file's env.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -35,6 +38,7 @@ IGNORED = {
     "DEVICE", "DISABLE_JIT", "LOG_AGENTS_SEPARATELY",
     "TEST_NUM_STEPS",  # the evaluation's step budget: marljax's evaluation plays whole episodes
     "NORM_INPUTS", "LOSS_TYPE",  # read by no JaxMARL script (PQN reads NORM_INPUT): they change nothing there either
+    "USE_FAST_ATTENTION",  # TransfQMix's Performer kernel for its attention; marljax's transformers compute softmax attention
 }  # fmt: skip
 
 
@@ -100,6 +104,7 @@ class _Run:
         self.unknown: list[str] = []
         self.ignored: list[str] = []
         self.current = ""  # the file's key being read
+        self.defaults: dict[str, Any] = {}  # dotted key -> the run's default, read when the file lacks a key (`given`)
         self.recurrent = "GRU_HIDDEN_DIM" in values or "_rnn_" in f"_{path.stem.lower()}_"
 
     def set(self, key: str, value: Any) -> None:
@@ -111,12 +116,23 @@ class _Run:
         dotted = self.table[key]
         self.flat[dotted] = CONVERT[self.types[dotted]](value)
 
-    def updates(self) -> int | None:
-        """JaxMARL's NUM_UPDATES, when the file says enough to know it."""
-        v = self.values
-        if {"TOTAL_TIMESTEPS", "NUM_STEPS", "NUM_ENVS"} <= v.keys():
-            return max(_int(v["TOTAL_TIMESTEPS"]) // (_int(v["NUM_STEPS"]) * _int(v["NUM_ENVS"])), 1)
-        return None
+    def given(self, key: str) -> int:
+        """The file's count `key` (TOTAL_TIMESTEPS, NUM_STEPS, ...), else the value the run will resolve
+        for its setting: the algorithm's default on the file's env (JaxMARL's SHAQ files give no NUM_STEPS)."""
+        if key in self.values:
+            return _int(self.values[key])
+        if not self.defaults:
+            env = self.values.get("ENV_NAME")
+            self.defaults = {k: d for k, _, d in schema_fields(self.algo, env if isinstance(env, str) else None)}
+        return int(self.defaults[self.table[key]])
+
+    def per_update(self) -> int:
+        """Env steps of one seed per update: NUM_STEPS x NUM_ENVS."""
+        return self.given("NUM_STEPS") * self.given("NUM_ENVS")
+
+    def updates(self) -> int:
+        """JaxMARL's NUM_UPDATES."""
+        return max(self.given("TOTAL_TIMESTEPS") // self.per_update(), 1)
 
 
 def _env_kwargs(run: _Run, value: Any) -> None:
@@ -167,24 +183,16 @@ def _test_interval(run: _Run, value: Any) -> None:
     """At most 1: a fraction of the updates (JaxMARL's recent scripts); above: env steps (SHAQ's)."""
     if not run.values.get("TEST_DURING_TRAINING", True):
         return
-    updates, value = run.updates(), float(_number(value))
-    if updates is None:
-        run.unknown.append("TEST_INTERVAL without TOTAL_TIMESTEPS, NUM_ENVS and NUM_STEPS")
-    elif value <= 1:
-        run.flat["eval_every"] = max(1, int(updates * value))
+    value = float(_number(value))
+    if value <= 1:
+        run.flat["eval_every"] = max(1, int(run.updates() * value))
     else:
-        steps = _int(run.values["NUM_STEPS"]) * _int(run.values["NUM_ENVS"])
-        run.flat["eval_every"] = max(1, round(value / steps))
+        run.flat["eval_every"] = max(1, round(value / run.per_update()))
 
 
 def _eps_decay(run: _Run, value: Any) -> None:
     """A fraction of the updates -> env steps of one seed."""
-    updates = run.updates()
-    if updates is None:
-        run.unknown.append("EPS_DECAY without TOTAL_TIMESTEPS, NUM_ENVS and NUM_STEPS")
-        return
-    steps = _int(run.values["NUM_STEPS"]) * _int(run.values["NUM_ENVS"])
-    run.set("EPSILON_ANNEAL_TIME", max(1, round(float(_number(value)) * updates * steps)))
+    run.set("EPSILON_ANNEAL_TIME", max(1, round(float(_number(value)) * run.updates() * run.per_update())))
 
 
 def _shaping(run: _Run, value: Any) -> None:  # JaxMARL's Overcooked: info["shaped_reward"], annealed over it
@@ -200,9 +208,38 @@ def _norm_type(run: _Run, value: Any) -> None:
         run.set("NORM_TYPE", "none" if value in (None, "none", "None") else value)
 
 
+def _gradient_steps(run: _Run) -> int:
+    """Gradient steps per update where the algorithm declares them (N_MINI_UPDATES: the file's, else
+    the run's default), else 1: the unit of TransfQMix's schedules, which optax steps per gradient step."""
+    return run.given("N_MINI_UPDATES") if "N_MINI_UPDATES" in run.table else 1
+
+
 def _lr_warmup(run: _Run, value: Any) -> None:
+    """A fraction of the updates (IPPO-RNN Overcooked v2's), joined to a cosine decay; in a file with
+    LR_DECAY_TYPE (TransfQMix's), gradient steps, read only with LR_DECAY_TYPE=cos."""
+    if "LR_DECAY_TYPE" in run.values:
+        if run.values["LR_DECAY_TYPE"] != "cos":
+            run.ignored.append(run.current)
+            return
+        value = float(_number(value)) / (run.updates() * _gradient_steps(run))
     run.set("LR_WARMUP", value)
-    run.flat["lr_decay"] = "cosine"  # JaxMARL's one script that reads LR_WARMUP joins it to a cosine decay
+    run.flat["lr_decay"] = "cosine"  # both scripts that read LR_WARMUP join it to a cosine decay
+
+
+def _lr_decay_type(run: _Run, value: Any) -> None:
+    """TransfQMix's exp | cos | linear; any other value (None included) decays linearly there too:
+    its script's `elif "linear":` is always true, though its files' comment calls None static."""
+    run.flat["anneal_lr"] = True
+    run.set("LR_DECAY_TYPE", {"exp": "exponential", "cos": "cosine"}.get(value, "linear"))
+
+
+def _lr_exp_decay_rate(run: _Run, value: Any) -> None:
+    """A fraction per gradient step (TransfQMix's optax count, N_MINI_UPDATES per update) -> per update,
+    as marljax steps its schedule: 1 - (1 - rate)^N_MINI_UPDATES. Read only with LR_DECAY_TYPE=exp."""
+    if run.values.get("LR_DECAY_TYPE") != "exp":
+        run.ignored.append(run.current)
+        return
+    run.set("LR_EXP_DECAY_RATE", -math.expm1(_gradient_steps(run) * math.log1p(-float(value))))
 
 
 def _manual_alpha(run: _Run, value: Any) -> None:  # null: alpha learned, the setting's default (0)
@@ -221,7 +258,7 @@ RULES: dict[str, Callable[[_Run, Any], None]] = {
     "TAU": _tau, "TD_LAMBDA_LOSS": _td_lambda_loss, "TEST_DURING_TRAINING": _test_during_training,
     "TEST_INTERVAL": _test_interval, "EPS_DECAY": _eps_decay, "REW_SHAPING_HORIZON": _shaping,
     "NORM_TYPE": _norm_type, "LR_WARMUP": _lr_warmup, "HIDDEN_SIZE": _hidden_size,
-    "MANUAL_ALPHA_ESTIMATES": _manual_alpha,
+    "MANUAL_ALPHA_ESTIMATES": _manual_alpha, "LR_DECAY_TYPE": _lr_decay_type, "LR_EXP_DECAY_RATE": _lr_exp_decay_rate,
 }  # fmt: skip
 # keys accepted at the one value that is what marljax computes; another value is refused, saying why
 ONLY: dict[str, tuple[Any, str]] = {
@@ -229,6 +266,10 @@ ONLY: dict[str, tuple[Any, str]] = {
     "NORM_INPUT": (False, "input normalisation is batch norm in JaxMARL's PQN, which marljax does not carry"),
     "MEMORY_WINDOW": (0, "marljax replays no steps of the previous rollout into the GRU's horizon"),
     "OBS_WITH_AGENT_ID": (True, "marljax's MAPPO critic always sees the agent's one-hot id"),
+    "SCALE_INPUTS": (
+        False,
+        "batch norm of the entity features, whose running statistics marljax's state does not carry",
+    ),
 }
 
 

@@ -8,6 +8,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
 
 from marljax.cli import main
@@ -82,7 +83,7 @@ QMIX_SMAX = """\
 "MAX_GRAD_NORM": 10
 "TARGET_UPDATE_INTERVAL": 10
 "LR": 0.005
-"EPS_ADAM": 0.001
+"CLIP_EPS": 0.2
 "TD_LAMBDA_LOSS": True
 "TD_LAMBDA": 0.6
 "GAMMA": 0.99
@@ -149,9 +150,9 @@ def test_unknown_keys_are_refused_all_listed(tmp_path):
     path = _write(tmp_path, "qmix_smax.yaml", QMIX_SMAX)
     with pytest.raises(ConfigError) as err:
         load_config(path)
-    assert str(err.value) == (f"{path}: JaxMARL keys with no marljax equivalent for algo=qmix: EPS_ADAM; remove them "
+    assert str(err.value) == (f"{path}: JaxMARL keys with no marljax equivalent for algo=qmix: CLIP_EPS; remove them "
                               "from the file (marljax's own keys: marljax train --help)")  # fmt: skip
-    kept = "".join(line + "\n" for line in QMIX_SMAX.splitlines() if "EPS_ADAM" not in line)
+    kept = "".join(line + "\n" for line in QMIX_SMAX.splitlines() if "CLIP_EPS" not in line)
     c = load_config(_write(tmp_path, "qmix_smax.yaml", kept))
     assert (c.algo, c.param_sharing, c.hidden_size, c.env_kwargs) == ("qmix", "shared", 256, {"scenario": "3m"})
     assert c.mixer.embed_dim == 64
@@ -251,6 +252,11 @@ KEYS = [  # (file name, the key's line, {marljax key: value})
     ("qmix_rnn_mpe.yaml", '"MIXER_EMBEDDING_DIM": 16', {"mixer.embed_dim": 16}),
     ("qmix_rnn_mpe.yaml", '"MIXER_HYPERNET_HIDDEN_DIM": 24', {"mixer.hyper_hidden": 24}),
     ("qmix_rnn_mpe.yaml", '"MIXER_INIT_SCALE": 0.001', {"mixer.init_scale": 0.001}),
+    ("shaq_mpe.yaml", '"EPS_ADAM": 0.001', {"adam_eps": 0.001}),
+    ("shaq_mpe.yaml", '"AGENT_INIT_SCALE": 2.', {"q.init_scale": 2.0}),
+    ("transf_qmix_mpe.yaml", '"AGENT_INIT_SCALE": 1.', {"q.init_scale": 1.0}),
+    ("transf_qmix_mpe.yaml", '"SCALE_INPUTS": False', {"algo": "transf_qmix"}),
+    ("shaq_mpe.yaml", '"WEIGHT_DECAY_ADAM": 0.00001', {"weight_decay": 1e-5}),
 ]
 
 
@@ -265,7 +271,7 @@ def test_every_key_of_the_baselines_maps_to_its_setting(tmp_path, name, line, ex
 IGNORED_KEYS = ['"DEVICE": 0', '"DISABLE_JIT": False', '"VERBOSE": False', '"WANDB_ONLINE_REPORT": True',
                 '"WANDB_LOG_ALL_SEEDS": False', '"SAVE_PATH": "models"', '"ALG_NAME": "vdn_ff"', '"TUNE": False',
                 '"HYP_TUNE": False', '"LOG_AGENTS_SEPARATELY": True', '"TEST_NUM_STEPS": 30', '"NORM_INPUTS": False',
-                '"LOSS_TYPE": "vdn"']  # fmt: skip
+                '"LOSS_TYPE": "vdn"', '"USE_FAST_ATTENTION": True']  # fmt: skip
 
 
 def test_run_plumbing_keys_are_accepted_with_one_note_line(tmp_path, capsys):
@@ -295,6 +301,7 @@ def test_a_ql_file_serves_three_algorithms_and_ignores_the_mixer_keys_for_iql_an
     ("mappo_rnn_smax.yaml", '"OBS_WITH_AGENT_ID": False', "OBS_WITH_AGENT_ID=False (marljax's MAPPO critic always"),
     ("ippo_rnn_smax.yaml", '"SCALE_CLIP_EPS": True', "SCALE_CLIP_EPS=True (marljax does not scale"),
     ("ippo_ff_mpe.yaml", '"EPS_DECAY": 0.1', "algo=ippo: EPS_DECAY; remove them"),
+    ("transf_qmix_smax.yaml", '"SCALE_INPUTS": True', "SCALE_INPUTS=True (batch norm of the entity features"),
 ])  # fmt: skip
 def test_values_marljax_does_not_compute_are_refused_in_one_line(tmp_path, name, line, message):
     with pytest.raises(ConfigError) as err:
@@ -339,3 +346,30 @@ def test_a_ql_file_refuses_a_key_no_q_learning_script_reads(tmp_path):
     path = _write(tmp_path, "ql_rnn_mpe.yaml", BASE + '"CLIP_EPS": 0.2\n')  # PPO's: no sibling of vdn declares it
     with pytest.raises(ConfigError, match="no marljax equivalent for algo=vdn: CLIP_EPS;"):
         load_config(path, ["algo=vdn"])
+
+
+def test_a_file_without_num_steps_counts_updates_with_the_algorithms_default(tmp_path):
+    text = '"NUM_ENVS": 8\n"TOTAL_TIMESTEPS": 2050000\n"TEST_INTERVAL": 50000\n"SAMPLE_SIZE": 5\n'  # SHAQ's shape
+    c = load_config(_write(tmp_path, "shaq_mpe.yaml", text))
+    assert c.num_steps == load_config(None, ["algo=shaq"]).num_steps  # the default: the file says nothing
+    assert c.eval_every == round(50_000 / (8 * c.num_steps))  # TEST_INTERVAL counts env steps
+    c = load_config(_write(tmp_path, "shaq_mpe.yaml", text.replace(": 50000", ": 0.1")))
+    assert c.eval_every == int(0.1 * (2_050_000 // (8 * c.num_steps)))  # a fraction of the updates
+
+
+def test_transf_qmix_lr_decay_type_maps_to_lr_decay_per_update(tmp_path, capsys):
+    from marljax.algos.learning import schedule
+
+    rate = '"N_MINI_UPDATES": 4\n"LR": 0.005\n"LR_EXP_DECAY_RATE": 0.00002\n"LR_WARMUP": 10\n'  # BASE: 100 updates
+    c = load_config(_write(tmp_path, "transf_qmix_smax.yaml", BASE + '"LR_DECAY_TYPE": "exp"\n' + rate))
+    assert (c.anneal_lr, c.lr_decay, c.lr_warmup, c.replay.gradient_steps) == (True, "exponential", 0.0, 4)
+    assert "ignored (they change nothing computed here): LR_WARMUP" in capsys.readouterr().err  # read with cos only
+    for u in (0, 1, 7, 99):  # JaxMARL: LR (1 - rate)^count per gradient step; here at each update's first step
+        lr = float(schedule(c)(jnp.float32(c.lr), jnp.int32(u)))
+        assert lr == pytest.approx(0.005 * (1 - 2e-5) ** (4 * u), rel=1e-6)
+    c = load_config(_write(tmp_path, "transf_qmix_smax.yaml", BASE + '"LR_DECAY_TYPE": "cos"\n' + rate))
+    assert (c.anneal_lr, c.lr_decay, c.lr_warmup) == (True, "cosine", 10 / (100 * 4))  # 10 of 400 gradient steps
+    assert "LR_EXP_DECAY_RATE" in capsys.readouterr().err  # read with exp only
+    for decay_type in ('"linear"', "", "null"):  # no type decays linearly in JaxMARL's script too
+        c = load_config(_write(tmp_path, "transf_qmix_mpe.yaml", BASE + f'"LR_DECAY_TYPE": {decay_type}\n'))
+        assert (c.anneal_lr, c.lr_decay) == (True, "linear")

@@ -148,6 +148,7 @@ SHAQ_MPE = """"NUM_ENVS": 8
 "BUFFER_BATCH_SIZE": 32
 "TOTAL_TIMESTEPS": 2050000
 "AGENT_HIDDEN_DIM": 64
+"AGENT_INIT_SCALE": 2.
 "PARAMETERS_SHARING": True
 "EPSILON_START": 1.0
 "EPSILON_FINISH": 0.05
@@ -159,6 +160,8 @@ SHAQ_MPE = """"NUM_ENVS": 8
 "TARGET_UPDATE_INTERVAL": 200
 "LR": 0.005
 "LR_LINEAR_DECAY": True
+"EPS_ADAM": 0.001
+"WEIGHT_DECAY_ADAM": 0.00001
 "TD_LAMBDA_LOSS": True
 "TD_LAMBDA": 0.6
 "GAMMA": 0.9
@@ -166,7 +169,7 @@ SHAQ_MPE = """"NUM_ENVS": 8
 "MANUAL_ALPHA_ESTIMATES": null
 "LR_ALPHA": 0.001
 "ALG_NAME": shaq
-"""  # JaxMARL's shaq_mpe.yaml, less EPS_ADAM, WEIGHT_DECAY_ADAM and AGENT_INIT_SCALE (refused: issue 41 item 1)
+"""  # the shape of JaxMARL's shaq_mpe.yaml (written here; its NUM_STEPS changed from none)
 
 
 def test_jaxmarl_shaq_keys_map_to_its_settings(tmp_path):
@@ -177,5 +180,6 @@ def test_jaxmarl_shaq_keys_map_to_its_settings(tmp_path):
     assert (c.shaq.sample_size, c.shaq.lr_alpha, c.shaq.manual_alpha) == (5, 0.001, 0.0)  # null: learned
     assert (c.mixer.embed_dim, c.mixer.hyper_hidden, c.mixer.init_scale) == (32, 64, 1e-5)
     assert (c.lr, c.gamma, c.q.td_lambda, c.replay.target_update_interval) == (0.005, 0.9, 0.6, 200)
+    assert (c.adam_eps, c.weight_decay, c.q.init_scale) == (0.001, 1e-5, 2.0)
     path.write_text(SHAQ_MPE.replace('"MANUAL_ALPHA_ESTIMATES": null', '"MANUAL_ALPHA_ESTIMATES": 2.5'))
     assert load_config(path).shaq.manual_alpha == 2.5

@@ -158,6 +158,7 @@ TRANSF_QMIX_MPE = """"NUM_ENVS": 8
 "BUFFER_SIZE": 5000
 "BUFFER_BATCH_SIZE": 32
 "TOTAL_TIMESTEPS": 1e7
+"AGENT_INIT_SCALE": 2.
 "AGENT_HIDDEN_DIM": 32
 "AGENT_TRANSF_NUM_LAYERS": 2
 "AGENT_TRANSF_NUM_HEADS": 8
@@ -166,6 +167,8 @@ TRANSF_QMIX_MPE = """"NUM_ENVS": 8
 "MIXER_TRANSF_NUM_LAYERS": 3
 "MIXER_TRANSF_NUM_HEADS": 4
 "MIXER_TRANSF_DIM_FF": 64
+"USE_FAST_ATTENTION": True
+"SCALE_INPUTS": False
 "EMBEDDER_USE_RELU": False
 "EPSILON_START": 1.0
 "EPSILON_FINISH": 0.05
@@ -173,12 +176,15 @@ TRANSF_QMIX_MPE = """"NUM_ENVS": 8
 "MAX_GRAD_NORM": 10.
 "TARGET_UPDATE_INTERVAL": 200
 "LR": 0.001
+"LR_DECAY_TYPE": 'exp'
+"LR_EXP_DECAY_RATE": 0.00002
+"EPS_ADAM": 0.000001
 "TD_LAMBDA_LOSS": True
 "TD_LAMBDA": 0.6
 "GAMMA": 0.9
 "ENV_NAME": "MPE_simple_spread_v3"
 "ENV_KWARGS": {}
-"""  # JaxMARL's transf_qmix_mpe.yaml (two values changed), less the keys marljax does not map (see the module)
+"""  # the shape of JaxMARL's transf_qmix_mpe.yaml (some values changed; SCALE_INPUTS: True is refused, see the module)
 
 
 def test_jaxmarl_transf_qmix_keys_map_to_its_settings(tmp_path):
@@ -189,3 +195,19 @@ def test_jaxmarl_transf_qmix_keys_map_to_its_settings(tmp_path):
     t = c.transf
     assert (t.agent_layers, t.agent_heads, t.agent_ff) == (2, 8, 128)
     assert (t.mixer_layers, t.mixer_heads, t.mixer_ff, t.mixer_init_scale, t.relu_embed) == (3, 4, 64, 0.01, False)
+    assert (c.q.init_scale, c.adam_eps, c.lr_decay) == (2.0, 1e-6, "exponential")
+    assert c.lr_exp_decay_rate == pytest.approx(1 - (1 - 2e-5) ** 2)  # 2 gradient steps per update
+
+
+def test_agent_init_scale_scales_the_embedding_and_the_head():
+    env = _adapter()
+    view, g = entity_view(env), env.groups[0]
+    obs, _ = env.reset(jax.random.PRNGKey(1))
+    args = (jnp.zeros((obs["agents"].shape[0], 16)), obs["agents"], jnp.zeros(obs["agents"].shape[0], bool))
+    net = transf_qmix.TransformerQNetwork(g.action_dim, 16, 1, 4, 32, True, view.obs)
+    today = net.init(jax.random.PRNGKey(3), *args)["params"]
+    scaled = net.clone(init_scale=2.0).init(jax.random.PRNGKey(3), *args)["params"]
+    last = sorted(k for k in today if k.startswith("Dense"))[-1]  # the head, built last
+    for name in ("Dense_0", last):  # the entity embedding (today orthogonal(1)), the head (orthogonal(1))
+        np.testing.assert_allclose(scaled[name]["kernel"], 2.0 * today[name]["kernel"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(scaled["Encoder_0"]["Dense_0"]["kernel"], today["Encoder_0"]["Dense_0"]["kernel"])

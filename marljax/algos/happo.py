@@ -35,11 +35,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from marljax.algos import ippo, mappo
 from marljax.algos.acting import GroupNetworks, flat
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, hparams_from_config
-from marljax.algos.learning import ADAM, Minibatches, learning_rate
+from marljax.algos.learning import Minibatches, adam, learning_rate
 from marljax.config import AlgorithmSchema, Config, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
@@ -72,9 +73,9 @@ def block_ids(groups: tuple[AgentGroup, ...], independent: bool) -> tuple[dict[s
     return out, (k if independent else len(groups))
 
 
-def init_opt_state(params: dict) -> dict:
-    """One Adam state per parameter set: a group's vmapped over its sets (count [S_g]), the critic's whole."""
-    return {name: ADAM.init(p) if name == CRITIC_KEY else jax.vmap(ADAM.init)(p) for name, p in params.items()}
+def init_opt_state(params: dict, tx: optax.GradientTransformation) -> dict:
+    """One `tx` (Adam) state per parameter set: a group's vmapped over its sets (count [S_g]), the critic's whole."""
+    return {name: tx.init(p) if name == CRITIC_KEY else jax.vmap(tx.init)(p) for name, p in params.items()}
 
 
 def masked_mean(x: Array, w: Array) -> Array:
@@ -98,6 +99,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     blocks, K = block_ids(groups, nets.independent)
     all_ids = jnp.eye(env.num_agents, dtype=jnp.float32)
     axes = layout.env_axes  # the environments' mesh axes (data), for normalisation and means
+    tx = adam(config)
 
     # ------------------------------------------------------------------ evaluation on a stretch
     def log_probs(actor_params: dict, g: AgentGroup, b: GroupBatch) -> tuple[Array, Array]:
@@ -177,7 +179,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
         def one(p, o, gr):
             norm = ops.global_norm(gr)
-            p, o = ops.descend(p, o, gr, norm, ADAM, lr, hp["max_grad_norm"])
+            p, o = ops.descend(p, o, gr, norm, tx, lr, hp["max_grad_norm"])
             return p, o, norm
 
         new_p, new_o, norms = jax.vmap(one)(params, opt_state, grads)
@@ -212,7 +214,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
                 loss, grads = critic_grad(params[CRITIC_KEY], mb, hp)
             grads = ops.pmean_tree(grads, layout.data_axis)
             norm = ops.global_norm(grads)
-            p, o = ops.descend(params[CRITIC_KEY], opt_state[CRITIC_KEY], grads, norm, ADAM, lr, hp["max_grad_norm"])
+            p, o = ops.descend(params[CRITIC_KEY], opt_state[CRITIC_KEY], grads, norm, tx, lr, hp["max_grad_norm"])
             return ({**params, CRITIC_KEY: p}, {**opt_state, CRITIC_KEY: o}), (loss / hp["ppo.vf_coef"], norm)
 
         return step
@@ -294,7 +296,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     def init_learner(key: Array) -> LearnerState:
         """MAPPO's parameters (the same for the same key), one Adam state per set and the critic's."""
         learner = base.init_learner(key)
-        return learner.replace(opt_state=init_opt_state(learner.params))
+        return learner.replace(opt_state=init_opt_state(learner.params, tx))
 
     # ------------------------------------------------------------------ FLOPs
     def cost_pieces(state: TrainState) -> list[CostPiece]:

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, group_keys, uses_cnn
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, EpochSchedule, hparams_from_config, split_groups
-from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate
+from marljax.algos.learning import Minibatches, adam, descend, init_keys, init_learner, learning_rate
 from marljax.config import AlgorithmSchema, Config, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
@@ -274,7 +274,7 @@ def build(
         """One gradient step on one minibatch (group -> (GroupBatch, adv, target, weight|None), leaves [L, E, A_g, ...])."""
         with jax.named_scope("forward_backward"):
             (_, parts), grads = grad_fn(params, minibatch, hp)
-        params, opt_state, grad_norm = descend(layout, split, params, opt_state, grads, lr, hp)
+        params, opt_state, grad_norm = descend(adam(config), layout, split, params, opt_state, grads, lr, hp)
         return (params, opt_state), (parts, grad_norm)
 
     def advantages(params, b: GroupBatch, last_value: Array, g: AgentGroup, hp: HParams):

@@ -23,8 +23,14 @@ from marljax.types import HParams, LearnerState
 
 Array = jax.Array
 
-# every learner's optimiser: Adam's moments; the learning rate and clipping come in `descend`
-ADAM = optax.scale_by_adam(eps=1e-5)
+
+def adam(config: Config) -> optax.GradientTransformation:
+    """Every learner's optimiser: Adam's moments (epsilon `adam_eps`), then AdamW's decoupled
+    weight decay where `weight_decay` > 0 (optax.adamw's order: decay added after Adam's scaling,
+    both times the learning rate). At 0 no op is added, so runs without it compute what they did.
+    The learning rate and clipping come in `ops.descend`."""
+    scaled = optax.scale_by_adam(eps=config.adam_eps)
+    return scaled if config.weight_decay == 0 else optax.chain(scaled, optax.add_decayed_weights(config.weight_decay))
 
 
 class InitKeys(NamedTuple):
@@ -40,28 +46,36 @@ def init_keys(key: Array) -> InitKeys:
 
 
 def init_learner(config: Config, key: Array, init_params: Callable[[Array], dict]) -> LearnerState:
-    """Parameters from `init_params(InitKeys.net)`, Adam's zero moments, the traced
+    """Parameters from `init_params(InitKeys.net)`, `adam`'s zero moments, the traced
     hyperparameters, the run key and no update done. No environment is touched."""
     keys = init_keys(key)
     params = init_params(keys.net)
-    return LearnerState(params, ADAM.init(params), hparams_from_config(config), keys.run, jnp.int32(0))
+    return LearnerState(params, adam(config).init(params), hparams_from_config(config), keys.run, jnp.int32(0))
 
 
 def learning_rate(config: Config, learner: LearnerState) -> Array:
-    """This update's learning rate []: a linear warm-up over `lr_warmup` of the run, then linear or
-    cosine decay over the rest when `anneal_lr`, clamped at 0 so that updates past the budget (a
-    benchmark, a resumed run) never flip its sign."""
+    """This update's learning rate []: `schedule(config)` of the traced base rate."""
+    return schedule(config)(learner.hparams["lr"], learner.update)
+
+
+def schedule(config: Config) -> Callable[[Array, Array], Array]:
+    """(base rate [], update []) -> that update's rate []: a linear warm-up over `lr_warmup` of the run,
+    then, when `anneal_lr`, linear or cosine decay over the rest, clamped at 0 so that updates past the
+    budget (a benchmark, a resumed run) never flip its sign, or exponential by `lr_exp_decay_rate` per
+    update. Stepped once per update (JaxMARL's schedules step once per gradient step)."""
     updates = max(config.num_updates, 1)
     warmup = int(config.lr_warmup * updates)  # JaxMARL's int(LR_WARMUP * NUM_UPDATES)
-    return ops.lr_schedule(learner.hparams["lr"], learner.update, updates, config.anneal_lr, warmup, config.lr_decay)
+    return lambda lr, update: ops.lr_schedule(lr, update, updates, config.anneal_lr, warmup, config.lr_decay,
+                                              config.lr_exp_decay_rate)  # fmt: skip
 
 
-def descend(layout: Layout, split: frozenset[str], params, opt_state, grads, lr: Array, hp: HParams):
+def descend(tx: optax.GradientTransformation, layout: Layout, split: frozenset[str], params, opt_state, grads,
+            lr: Array, hp: HParams):  # fmt: skip
     """One descent step: gradients reduced over the mesh (`split`: the groups whose sets are split
-    over `agent`), clipped to `max_grad_norm`, Adam. -> (params, opt_state, grad_norm [])."""
+    over `agent`), clipped to `max_grad_norm`, `tx` (`adam(config)`). -> (params, opt_state, grad_norm [])."""
     with jax.named_scope("optimizer"):  # a label for profiles (experiments/profile_chunk.py)
         grads, grad_norm = layout.reduce_grads(grads, split)
-        params, opt_state = ops.descend(params, opt_state, grads, grad_norm, ADAM, lr, hp["max_grad_norm"])
+        params, opt_state = ops.descend(params, opt_state, grads, grad_norm, tx, lr, hp["max_grad_norm"])
     return params, opt_state, grad_norm
 
 

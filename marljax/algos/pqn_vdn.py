@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, EpochSchedule, hparams_from_config, split_groups
-from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate
+from marljax.algos.learning import Minibatches, adam, descend, init_keys, init_learner, learning_rate
 from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
@@ -94,7 +94,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         params, opt_state = carry
         batch, target = minibatch
         (_, (loss, q_mean)), grads = grad_fn(params, batch, target)
-        params, opt_state, grad_norm = descend(layout, split, params, opt_state, grads, lr, hp)
+        params, opt_state, grad_norm = descend(adam(config), layout, split, params, opt_state, grads, lr, hp)
         return (params, opt_state), (loss, q_mean, grad_norm)
 
     def shuffle(data, key):

@@ -51,6 +51,10 @@ class QConfig:
     dueling: bool = setting(False, "dueling head: Q = V(s) + A(s, a) - mean_a A(s, a)", jaxmarl="DUELING")
     reward_scale: float = setting(1.0, "multiply the rewards learned from (the returns reported stay the env's)",
                                   above=0.0, jaxmarl="REW_SCALE")  # fmt: skip
+    init_scale: float = setting(0.0, "the agents' Q-networks' initialiser: 0: their own (orthogonal sqrt(2) hidden "
+                                "layers, 1 heads); > 0: orthogonal of this scale on every dense layer outside a CNN "
+                                "torso and the GRU (transf_qmix: the entity embedding and the head)", minimum=0.0,
+                                jaxmarl="AGENT_INIT_SCALE")  # fmt: skip
 
     def check(self, config: Config) -> None:
         if self.eps_finish > self.eps_start:
@@ -94,7 +98,7 @@ def make_q_acting(
     groups = env.groups  # Discrete only: make_adapter refuses Box groups from Supports.actions (train/wiring.py)
     rnn, H = config.recurrent, config.gru_hidden_size
     size = config.group_network  # group -> (hidden_size, num_layers), network.<group>.* over the global sizes
-    head = dict(norm=config.q.norm, dueling=config.q.dueling)
+    head = dict(norm=config.q.norm, dueling=config.q.dueling, init_scale=config.q.init_scale)
     nets = nets or GroupNetworks.of(config, {
         g.name: RecurrentQNetwork(g.action_dim, size(g.name)[0], H, config.activation, uses_cnn(config, g), config.dtype,
                                   **head)

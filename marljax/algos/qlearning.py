@@ -62,7 +62,7 @@ from marljax.algos.api import (
     hparams_from_config,
     split_groups,
 )
-from marljax.algos.learning import descend, init_keys, init_learner, learning_rate
+from marljax.algos.learning import adam, descend, init_keys, init_learner, learning_rate
 from marljax.algos.mixers import MixerConfig, QMixer
 from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
@@ -305,7 +305,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         # reduce_grads divides split sets by K (it expects per-agent means), so scale them up first
         # (not the mixer's: replicated, averaged over `agent` as it is)
         grads = {k: jax.tree.map(lambda x: x * K, v) if k in split else v for k, v in grads.items()}
-        new, opt_state, grad_norm = descend(layout, split, params, opt_state, grads, lr, hp)
+        new, opt_state, grad_norm = descend(adam(config), layout, split, params, opt_state, grads, lr, hp)
         if team is not None and team.lr is not None:  # its own base rate: its step scaled by lr_team / lr
             scale = team.lr / hp["lr"]
             new[MIXER] = jax.tree.map(lambda p, n: p + scale * (n - p), params[MIXER], new[MIXER])

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from marljax.algos import ippo
 from marljax.algos.acting import VecEnv, flat, group_keys
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, hparams_from_config
-from marljax.algos.learning import Minibatches, descend, init_keys, init_learner, learning_rate
+from marljax.algos.learning import Minibatches, adam, descend, init_keys, init_learner, learning_rate
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
@@ -189,7 +189,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     def minibatch_step(params, opt_state, minibatch, hp: HParams, lr: Array):
         with jax.named_scope("forward_backward"):
             (_, parts), grads = grad_fn(params, minibatch, hp)
-        params, opt_state, grad_norm = descend(layout, frozenset(), params, opt_state, grads, lr, hp)
+        params, opt_state, grad_norm = descend(adam(config), layout, frozenset(), params, opt_state, grads, lr, hp)
         return (params, opt_state), (parts, grad_norm)
 
     def learn(learner: LearnerState, extra: None, traj: Trajectory, key: Array) -> tuple[LearnerState, None, dict]:

@@ -55,7 +55,7 @@ from marljax.algos.api import (
     Placed,
     hparams_from_config,
 )
-from marljax.algos.learning import ADAM, init_keys
+from marljax.algos.learning import adam, init_keys, schedule
 from marljax.algos.q_acting import through_final
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
@@ -231,6 +231,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
                           f"got {sac.batch_size}")  # fmt: skip
     vec = VecEnv.of(config, env, layout)
     E_act = vec.local
+    tx, sched = adam(config), schedule(config)
     start_update = sac.learning_starts // (T * E)  # the first update that learns
     hidden, layers = config.hidden_size, config.num_layers
     actors = GroupNetworks.of(config, {
@@ -333,7 +334,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             del parts["alpha"]
         new, new_opt = dict(params), dict(opt_state)
         for name, (p, gr, lr) in parts.items():
-            p, new_opt[name] = ops.descend(p, opt_state[name], gr, ops.global_norm(gr), ADAM, lr, hp["max_grad_norm"])
+            p, new_opt[name] = ops.descend(p, opt_state[name], gr, ops.global_norm(gr), tx, lr, hp["max_grad_norm"])
             new.update(p if name == "actor" else {CRITIC if name == "critic" else LOG_ALPHA: p})
         target = polyak(new[CRITIC], target, hp["sac.tau"])
         return new, new_opt, target, (*aux, grad_norm)
@@ -388,8 +389,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         """The actors, the critics and log alpha, each with its own Adam state; no env touched."""
         keys = init_keys(key)
         params = init_params(keys.net)
-        opt_state = {"actor": ADAM.init(actor_tree(params)), "critic": ADAM.init(params[CRITIC]),
-                     "alpha": ADAM.init(params[LOG_ALPHA])}  # fmt: skip
+        opt_state = {"actor": tx.init(actor_tree(params)), "critic": tx.init(params[CRITIC]),
+                     "alpha": tx.init(params[LOG_ALPHA])}  # fmt: skip
         return LearnerState(params, opt_state, hparams_from_config(config), keys.run, jnp.int32(0))
 
     def init_actors(key: Array) -> ActorState:
@@ -450,10 +451,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     # ---------------------------------------------------------------- learning
     def rates(learner: LearnerState) -> tuple[Array, Array, Array]:
         """This update's (actor, critic, alpha) learning rates, on the run's schedule."""
-        hp, updates = learner.hparams, max(config.num_updates, 1)
-        warmup = int(config.lr_warmup * updates)
-        sched = lambda base: ops.lr_schedule(base, learner.update, updates, config.anneal_lr, warmup, config.lr_decay)  # noqa: E731
-        return sched(hp["sac.actor_lr"]), sched(hp["lr"]), sched(hp["sac.alpha_lr"])
+        hp, u = learner.hparams, learner.update
+        return sched(hp["sac.actor_lr"], u), sched(hp["lr"], u), sched(hp["sac.alpha_lr"], u)
 
     def learn(learner: LearnerState, extra: SACExtra, batch: SACRollout, key: Array):
         """The rollout into the buffer; once learning has started, gradient_steps on samples of it."""

@@ -13,7 +13,8 @@ Multi-Agent Reinforcement Learning Problems"), built on the replay-based Q-learn
   Q_tot = w2 . elu(q W1 + b1) + b2, monotonic in every agent's value as QMIX's.
 
 Differences from JaxMARL's transf_qmix.py: LayerNorm after the entity embedding where it uses
-batch norm (no running statistics are carried in marljax's state), softmax attention (not its
+batch norm (no running statistics are carried in marljax's state; for the same reason its batch norm
+of the raw entity features, SCALE_INPUTS: True, is refused), softmax attention (not its
 Performer "fast attention"), w2 is scaled by 1/H (the mixer starts near the agents' sum rather than
 H times it), the mixer's token is learned and not carried over time, and the
 agents' Q-values all come from h_t (its SMAX agent values attacks from the enemies' embeddings).
@@ -110,6 +111,7 @@ class TransformerQNetwork(nn.Module):
     relu_embed: bool
     view: Callable[[Array], Array]  # obs [B, D] -> entities [B, n_e, F]
     dtype: str = "float32"
+    init_scale: float = 1.0  # orthogonal scale of the entity embedding and the head (JaxMARL's AGENT_INIT_SCALE)
 
     @nn.compact
     def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None) -> tuple[Array, Array]:
@@ -118,12 +120,15 @@ class TransformerQNetwork(nn.Module):
         tokens = [jnp.where(reset[:, None], 0.0, h)[:, None]]  # the hidden state, zeros at an episode's start
         if agent_id is not None:  # shared parameters told apart by an id token
             tokens.append(dense(self.width, self.dtype)(agent_id)[:, None])
-        x = jnp.concatenate([*tokens, _embed(ents, self.width, self.relu_embed, self.dtype)], axis=1)  # [B, L, H]
+        embedded = _embed(ents, self.width, self.relu_embed, self.dtype, self.init_scale)
+        x = jnp.concatenate([*tokens, embedded], axis=1)  # [B, L, H]
         valid = jnp.concatenate([jnp.ones((obs.shape[0], len(tokens)), bool), seen], axis=1)
         for _ in range(self.layers):
             x = Encoder(self.heads, self.ff, self.dtype)(x, valid)
         h = x[:, 0]
-        q = dense(self.action_dim, self.dtype, kernel_init=orthogonal(1.0), bias_init=nn.initializers.zeros)(h)
+        q = dense(
+            self.action_dim, self.dtype, kernel_init=orthogonal(self.init_scale), bias_init=nn.initializers.zeros
+        )(h)
         return h, q
 
 
@@ -184,7 +189,8 @@ def agent_networks(config: Config, env: EnvAdapter, view: EntityView) -> GroupNe
     """Every group's transformer Q-network; the recurrent state is the transformer's width."""
     c = config.transf
     nets = {g.name: TransformerQNetwork(g.action_dim, config.hidden_size, c.agent_layers, c.agent_heads, c.agent_ff,
-                                        c.relu_embed, view.obs, config.dtype) for g in env.groups}  # fmt: skip
+                                        c.relu_embed, view.obs, config.dtype, config.q.init_scale or 1.0)
+            for g in env.groups}  # fmt: skip
     return GroupNetworks(nets, config.param_sharing == "independent", config.agent_id, config.hidden_size)
 
 

@@ -288,13 +288,15 @@ class QNetwork(nn.Module):
     dtype: str = "float32"
     norm: str = "layer_norm"  # layer_norm | none
     dueling: bool = False  # values as V(s) + A(s, a) - mean_a A(s, a)
+    init_scale: float = 0.0  # 0: orthogonal sqrt(2) hidden layers, 1 heads; > 0: every Dense orthogonal(init_scale)
 
     @nn.compact
     def __call__(self, obs: Array, agent_id: Array | None = None) -> Array:
         x = _features(obs, agent_id, self.cnn, self.activation, "q", self.dtype)
         for _ in range(self.num_layers):
-            x = _normed(x, self.hidden_size, self.activation, self.dtype, self.norm)
-        return _q_head(x, _dense(self.action_dim, 1.0, self.dtype), self.dueling, self.dtype)
+            x = _normed(x, self.hidden_size, self.activation, self.dtype, self.norm, self.init_scale or np.sqrt(2))
+        head = _dense(self.action_dim, self.init_scale or 1.0, self.dtype)
+        return _q_head(x, head, self.dueling, self.dtype, self.init_scale or 1.0)
 
 
 class RecurrentQNetwork(nn.Module):
@@ -311,28 +313,33 @@ class RecurrentQNetwork(nn.Module):
     dtype: str = "float32"
     norm: str = "layer_norm"
     dueling: bool = False
+    init_scale: float = 0.0  # as QNetwork's (the GRU keeps its own initialisers)
 
     @nn.compact
     def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None):
+        hidden, out = self.init_scale or np.sqrt(2), self.init_scale or 1.0
         x = _features(obs, agent_id, self.cnn, self.activation, "q", self.dtype)
-        x = _normed(x, self.hidden_size, self.activation, self.dtype, self.norm)
+        x = _normed(x, self.hidden_size, self.activation, self.dtype, self.norm, hidden)
         h = jnp.where(reset[:, None], jnp.zeros_like(h), h)
         h, x = GRUCell(self.gru_hidden_size, self.dtype, name="gru")(h, x)
-        head = _dense(self.action_dim, 1.0, self.dtype)  # named before the last layer, as it always was
-        x = _normed(x, self.hidden_size, self.activation, self.dtype, self.norm)
-        return h, _q_head(x, head, self.dueling, self.dtype)
+        head = _dense(self.action_dim, out, self.dtype)  # named before the last layer, as it always was
+        x = _normed(x, self.hidden_size, self.activation, self.dtype, self.norm, hidden)
+        return h, _q_head(x, head, self.dueling, self.dtype, out)
 
 
-def _q_head(x: Array, head: nn.Dense, dueling: bool, dtype: str) -> Array:
+def _q_head(x: Array, head: nn.Dense, dueling: bool, dtype: str, scale: float = 1.0) -> Array:
     """x [B, F] -> q [B, action_dim] from `head` (built by the caller where its parameter names stay
-    what they were), or dueling: V + A - mean(A), head giving A (JaxMARL's PQN on Hanabi)."""
+    what they were), or dueling: V + A - mean(A), head giving A (JaxMARL's PQN on Hanabi), V's
+    kernel orthogonal(scale)."""
     adv = head(x)
     if not dueling:
         return adv
-    return _dense(1, 1.0, dtype)(x) + adv - jnp.mean(adv, axis=-1, keepdims=True)
+    return _dense(1, scale, dtype)(x) + adv - jnp.mean(adv, axis=-1, keepdims=True)
 
 
-def _normed(x: Array, features: int, activation: str, dtype: str, norm: str = "layer_norm") -> Array:
-    """Dense -> LayerNorm -> activation: PQN's layer, which keeps bootstrapped targets stable."""
-    x = _dense(features, np.sqrt(2), dtype)(x)
+def _normed(
+    x: Array, features: int, activation: str, dtype: str, norm: str = "layer_norm", scale: float = np.sqrt(2)
+) -> Array:
+    """Dense (orthogonal(scale)) -> LayerNorm -> activation: PQN's layer, which keeps bootstrapped targets stable."""
+    x = _dense(features, scale, dtype)(x)
     return _act(activation)(nn.LayerNorm()(x) if norm == "layer_norm" else x)

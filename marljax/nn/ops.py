@@ -6,6 +6,7 @@ is a pure function of arrays with the shapes its docstring states.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -212,9 +213,10 @@ def clip_by_norm(grads, norm: Array, max_norm: Array | float):
 
 def descend(params, opt_state, grads, norm: Array, optimizer, lr: Array, max_norm: Array | float):
     """One step of every algorithm here: clip `grads` (global norm `norm`) to `max_norm`, let
-    `optimizer` (an optax transformation without a learning rate) scale them, subtract lr x that.
-    The learning rate stays outside the optimizer so that it can be traced (sweeps vmap it)."""
-    updates, opt_state = optimizer.update(clip_by_norm(grads, norm, max_norm), opt_state)
+    `optimizer` (an optax transformation without a learning rate; it sees `params`, as weight decay
+    needs) scale them, subtract lr x that. The learning rate stays outside the optimizer so that it
+    can be traced (sweeps vmap it)."""
+    updates, opt_state = optimizer.update(clip_by_norm(grads, norm, max_norm), opt_state, params)
     return jax.tree.map(lambda p, u: p - lr * u, params, updates), opt_state
 
 
@@ -226,16 +228,20 @@ def linear_schedule(lr: Array, update: Array, num_updates: float, anneal: bool) 
 
 
 def lr_schedule(
-    lr: Array, update: Array, num_updates: int, anneal: bool, warmup: int = 0, decay: str = "linear"
+    lr: Array, update: Array, num_updates: int, anneal: bool, warmup: int = 0, decay: str = "linear", rate: float = 0.0
 ) -> Array:
     """`lr` rising linearly from 0 over the first `warmup` updates, then (when `anneal`) falling to 0
-    over the rest, linearly or along a half cosine. warmup=0 and linear: `linear_schedule` itself."""
+    over the rest, linearly or along a half cosine, or (`decay="exponential"`) by the fraction `rate`
+    per update, never reaching 0. warmup=0 and linear: `linear_schedule` itself."""
     if warmup == 0 and decay == "linear":
         return linear_schedule(lr, update, num_updates, anneal)  # the same ops: runs without warm-up stay bitwise
     step = update.astype(jnp.float32)
     rise = jnp.minimum((step + 1.0) / warmup, 1.0) if warmup else 1.0  # the first update already learns a little
     if not anneal:
         return lr * rise
-    frac = jnp.clip((step - warmup) / max(num_updates - warmup, 1), 0.0, 1.0)  # of the decay, after the warm-up
-    fall = 1.0 - frac if decay == "linear" else 0.5 * (1.0 + jnp.cos(jnp.pi * frac))
+    if decay == "exponential":  # (1 - rate)^k as exp(k log1p(-rate)): log1p in float64 here, exact for tiny rates
+        fall = jnp.exp((step - warmup) * math.log1p(-rate))
+    else:
+        frac = jnp.clip((step - warmup) / max(num_updates - warmup, 1), 0.0, 1.0)  # of the decay, after the warm-up
+        fall = 1.0 - frac if decay == "linear" else 0.5 * (1.0 + jnp.cos(jnp.pi * frac))
     return lr * jnp.where(step < warmup, rise, fall)
