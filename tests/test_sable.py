@@ -250,12 +250,15 @@ def test_exported_policy_acts_as_the_trained_one(tmp_path):
     assert not all(same_as_other_seed)
 
 
-# One update of two gradient steps on spread, 2 seeds, on 1 device and on 8 (mesh.seed=2 x mesh.data=4): the
-# same run to float reduction order. Measured max |diff| in the parameters: 3e-8 after one gradient step,
-# 4.4e-6 after two, 6.7e-4 after 8 updates of 16 steps. Adam amplifies the difference: on a gradient entry
-# near 0 its step is about lr * g / eps, 25 x g at lr 2.5e-4, and Sable at init has many such entries.
-MESH_BASE = ["algo=sable", "num_envs=16", "num_seeds=2", "num_steps=32", "total_timesteps=1024", "num_chunks=2",
-             "lr=2.5e-4", "ppo.update_epochs=1", "ppo.num_minibatches=2", "sable.embed_dim=16"]  # fmt: skip
+# One update of one gradient step on spread, 2 seeds, on 1 device and on 8 (mesh.seed=2 x mesh.data=4): the
+# rollout, GAE, the per-environment shuffle, the advantage normalisation and the gradient mean over the data
+# shards, equal to float reduction order (measured max |diff| in the parameters: 3e-8). Later steps drift
+# more than other algorithms' (measured: 4.4e-6 after two steps, the Adam moments of the start token 5%
+# apart; 6.7e-4 after 8 updates of 16 steps): near 0 Adam's step is about lr * g / eps (25 x g at lr
+# 2.5e-4), and the per-head norm of a retention output over one token divides by that output's small
+# spread, so float noise in one step is a visible difference in the next.
+MESH_BASE = ["algo=sable", "num_envs=16", "num_seeds=2", "num_steps=32", "total_timesteps=512", "num_chunks=1",
+             "lr=2.5e-4", "ppo.update_epochs=1", "ppo.num_minibatches=1", "sable.embed_dim=16"]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -268,4 +271,4 @@ def test_one_vs_eight_devices(tmp_path):
     one = train_runs(tmp_path, MESH_BASE, [("one", [])], 1)["one"]
     eight = train_runs(tmp_path, MESH_BASE, [("eight", ["mesh.seed=2", "mesh.data=4"])], 8)["eight"]
     assert one[0]["devices"] == 1 and eight[0]["devices"] == 8 and eight[0]["mesh"]["data"] == 4
-    assert_same_run(one[1], eight[1], atol=2e-5, rtol=2e-5)  # the seed-swap control differs by O(0.1)
+    assert_same_run(one[1], eight[1], atol=5e-7, rtol=2e-6)  # test_multidevice.py's tolerance
