@@ -21,6 +21,7 @@ taken in one session.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import statistics
@@ -380,6 +381,75 @@ def bench_checkpoint(o: Options) -> str:
                     [(str(r["checkpoint_every"]), str(r["periodic_saves"]), f"{100 * r['overhead']:+.1f}%")])  # fmt: skip
 
 
+# ---------------------------------------------------------------------------------------------
+# algo-pairs: algorithms side by side, 4 seeds each, `marljax compare` (docs/benchmarks.md, README)
+
+PAIRS = [  # task, its settings, budget (env steps per seed), algorithms, the metrics compared
+    ("SMAX 3m", ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"], "1e6", ("sable", "happo", "mappo"),
+     ("eval_return", "eval_win_rate")),
+    ("speaker-listener", ["env=MPE_simple_speaker_listener_v4", "param_sharing=per_role"], "3e5", ("happo", "mappo"),
+     ("eval_return",)),
+    ("continuous spread", ["env_kwargs.action_type=Continuous"], "2e5", ("ippo", "isac", "masac"), ("eval_return",)),
+]  # fmt: skip
+
+
+def _ci(row: dict, what: str) -> str:
+    return f"{float(row[f'final_{what}']):.2f} [{float(row[f'final_{what}_low']):.2f}, {float(row[f'final_{what}_high']):.2f}]"
+
+
+def algo_pairs(o: Options) -> str:
+    """Per task: `marljax train algo=A SETTINGS num_seeds=4 total_timesteps=S eval_every=1000000000
+    eval_episodes=64` per algorithm (one greedy evaluation, after the last update), then `marljax
+    compare` of the runs: the final values' IQM and mean with 95% bootstrap CIs, per seed, and the
+    probability of improvement of the first algorithm over each other."""
+    out = []
+    for task, settings, steps, algos, metrics in PAIRS:
+        budget = (
+            ["total_timesteps=2e4", "eval_episodes=4"] if o.quick else [f"total_timesteps={steps}", "eval_episodes=64"]
+        )
+        dirs = []
+        for algo in algos:
+            run = o.work / f"pair_{task.replace(' ', '_')}_{algo}"
+            train_rows([f"algo={algo}", *settings, "num_seeds=4", *budget, "eval_every=1000000000", "checkpoint_every=0"],
+                       run)  # fmt: skip
+            dirs.append(str(run))
+        finals: dict[str, list[dict]] = {}
+        better: list[str] = []
+        for metric in metrics:
+            where = o.work / f"compare_{task.replace(' ', '_')}_{metric}"
+            marljax(["compare", *dirs, "--metric", metric, "--out", str(where)])
+            with open(where / "final.csv") as f:
+                finals[metric] = list(csv.DictReader(f))
+            with open(where / "improvement.csv") as f:
+                better += [f"P({Path(r['run_a']).name.split('_')[-1]} > {Path(r['run_b']).name.split('_')[-1]}, {metric}) = "
+                           f"{float(r['p_a_beats_b']):.2f} [{float(r['low']):.2f}, {float(r['high']):.2f}]"
+                           for r in csv.DictReader(f) if r["run_a"] == dirs[0]]  # fmt: skip
+        header = ["algo", "env steps per seed", "greedy return per agent, IQM [95% CI]", "mean [95% CI]", "per seed"]
+        if "eval_win_rate" in metrics:
+            header.insert(4, "win rate, IQM [95% CI]")
+        rows = []
+        for i, algo in enumerate(algos):
+            r = finals["eval_return"][i]
+            per_seed = ", ".join(f"{v:.2f}" for v in json.loads(r["final_per_seed"]))
+            row = [algo, f"{int(r['env_steps']):,}", _ci(r, "iqm"), _ci(r, "mean"), per_seed]
+            if "eval_win_rate" in metrics:
+                row.insert(4, _ci(finals["eval_win_rate"][i], "iqm"))
+            rows.append(row)
+        out.append(f"**{task}**, {steps} env steps per seed\n\n{md_table(header, rows)}\n\n" + "; ".join(better))
+    return "\n\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# bench-sequence: Sable's memory and time per update over the agent count
+
+
+def bench_sequence(o: Options) -> str:
+    """`marljax bench sequence --agents 4,16,64,128`: its two tables as printed."""
+    agents = "4,8" if o.quick else "4,16,64,128"
+    printed = marljax(["bench", "sequence", "--agents", agents, *(["num_steps=4"] if o.quick else [])])
+    return "\n".join(line for line in printed.splitlines() if line.startswith("|") or not line.strip()).strip()
+
+
 SECTIONS = [
     Section("defaults", "per-algorithm defaults: greedy return after 1M steps", "about 2 h (6 runs of 1M steps)", defaults),
     Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
@@ -392,6 +462,10 @@ SECTIONS = [
     Section("q-bench", "throughput of the Q-learning family (`marljax bench algo=...`)", "about 6 min", q_bench),
     Section("async-k1", "async IPPO at K=1 vs on device (prose)", "about 1 h", async_k1),
     Section("bench-checkpoint", "periodic checkpoint cost (prose)", "about 5 min", bench_checkpoint),
+    Section("algo-pairs", "algorithms side by side, 4 seeds each: SMAX 3m, speaker-listener, continuous spread",
+            "about 1 h (8 runs)", algo_pairs),
+    Section("bench-sequence", "`marljax bench sequence`: Sable and MAPPO over 4-128 agents", "about 10 min",
+            bench_sequence),
 ]  # fmt: skip
 BY_NAME = {s.name: s for s in SECTIONS}
 
