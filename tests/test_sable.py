@@ -112,12 +112,12 @@ def test_the_decoder_is_causal_over_the_agents():
     net, params, obs, actions = network()
     _, rep = net.apply(params, obs, method=SableNetwork.encode)
     base = net.apply(params, rep, actions, method=SableNetwork.decode)
-    changed = (actions[0], actions[1].at[:, 2].set((actions[1][:, 2] + 1) % GROUPS[1].num_actions))  # agent 3 of 5
+    changed = (actions[0], actions[1].at[:, 2].set((actions[1][:, 2] + 1) % GROUPS[1].num_actions))  # agent 3 of 0..4
     moved = net.apply(params, rep, changed, method=SableNetwork.decode)
     diff = [float(np.max(np.abs(np.asarray(m) - np.asarray(b)), axis=(0, 2)).max(initial=0.0)) for m, b in
             zip((moved[0], moved[1][:, :3]), (base[0], base[1][:, :3]), strict=True)]  # fmt: skip
-    assert diff == [0.0, 0.0]  # agents 0..3 do not see agent 3's own action (exactly: no path)
-    assert np.max(np.abs(np.asarray(moved[1][:, 3:]) - np.asarray(base[1][:, 3:]))) > 1e-4  # agents 4, 5 do
+    assert diff == [0.0, 0.0]  # agents 0..3 do not see agent 3's action (exactly: no path)
+    assert np.max(np.abs(np.asarray(moved[1][:, 3:]) - np.asarray(base[1][:, 3:]))) > 1e-4  # agent 4, the last, does
 
 
 def test_every_agent_s_value_sees_every_observation_of_its_own_environment():
