@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, group_keys, uses_cnn
-from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, EpochSchedule, hparams_from_config, split_groups
-from marljax.algos.learning import Minibatches, adam, descend, init_keys, init_learner, learning_rate
+from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, EpochSchedule, split_groups
+from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces, init_keys, init_learner, learning_rate
 from marljax.config import AlgorithmSchema, Config, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
@@ -347,26 +347,10 @@ def build(
     def cost_pieces(state: TrainState) -> list[CostPiece]:
         """(a) one rollout step (masks, every group's forward pass, sampling, env.step, episode
         stats) x num_steps; (b) one gradient step (value-and-grad of the PPO loss on one
-        minibatch, clipping, Adam) x update_epochs * num_minibatches. The minibatch is shaped as
-        one time step of L * E environments: the same rows and FLOPs, and a recurrent network's
-        scan has one trip, so its body counts for every row. Not counted: GAE, the shuffle and
-        the bootstrap value after the last step. Run it on an unsharded trainer."""
-        params, opt_state, actors = state.learner.params, state.learner.opt_state, state.actors
-        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-        _, step_batch = jax.eval_shape(rollout_step, params, actors, key)  # group -> GroupBatch [E, A_g, ...]
-        rows = lambda x: jax.ShapeDtypeStruct((1, batches.steps * x.shape[0]) + x.shape[1:], x.dtype)  # noqa: E731
-        minibatch = {g: (jax.tree.map(rows, b), rows(b.value), rows(b.value), None) for g, b in step_batch.items()}
-        hp = hparams_from_config(config)
-
-        def gradient_step(params, opt_state, minibatch, lr):
-            return minibatch_step(params, opt_state, minibatch, hp, lr)
-
-        lr = jax.ShapeDtypeStruct((), jnp.float32)
-        return [
-            CostPiece("rollout step", "rollout", rollout_step, (params, actors, key), T),
-            CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, lr),
-                      batches.epochs * batches.num_minibatches, transitions=batches.steps * batches.num_envs),
-        ]  # fmt: skip
+        minibatch, clipping, Adam) x update_epochs * num_minibatches (`learning.epoch_cost_pieces`).
+        Not counted: GAE, the shuffle and the bootstrap value after the last step. Run it on an
+        unsharded trainer."""
+        return epoch_cost_pieces(config, batches, rollout_step, minibatch_step, state, extra=(None,))
 
     return Algorithm(
         networks=nets.nets, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn, act=act,

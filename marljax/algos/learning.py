@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from marljax.algos.acting import local_keys
-from marljax.algos.api import EpochSchedule, hparams_from_config
+from marljax.algos.api import CostPiece, EpochSchedule, hparams_from_config
 from marljax.config import Config
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
@@ -128,3 +128,29 @@ class Minibatches:
             return jax.lax.scan(step, carry, data)
 
         return jax.lax.scan(epoch, carry, jax.random.split(key, self.epochs))
+
+
+def epoch_cost_pieces(config: Config, batches: Minibatches, rollout_step: Callable, minibatch_step: Callable,
+                      state: Any, extra: tuple = ()) -> list[CostPiece]:  # fmt: skip
+    """The cost pieces of an algorithm that learns in epochs of minibatches (`api.CostPiece`): (a)
+    `rollout_step(params, actors, key) -> (carry, group -> GroupBatch [E, A_g, ...])` x num_steps;
+    (b) `minibatch_step(params, opt_state, minibatch, hp, lr)` x epochs * minibatches, on a minibatch
+    group -> (GroupBatch, advantages, targets, *extra) shaped as one time step of L * E environments
+    (the same rows and FLOPs; a recurrent network's scan has one trip, so its body counts for every
+    row). `state`: one seed's TrainState, arrays or shapes."""
+    params, opt_state, actors = state.learner.params, state.learner.opt_state, state.actors
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    _, step_batch = jax.eval_shape(rollout_step, params, actors, key)  # group -> GroupBatch [E, A_g, ...]
+    rows = lambda x: jax.ShapeDtypeStruct((1, batches.steps * x.shape[0]) + x.shape[1:], x.dtype)  # noqa: E731
+    minibatch = {g: (jax.tree.map(rows, b), rows(b.value), rows(b.value), *extra) for g, b in step_batch.items()}
+    hp = hparams_from_config(config)
+
+    def gradient_step(params, opt_state, minibatch, lr):
+        return minibatch_step(params, opt_state, minibatch, hp, lr)
+
+    lr = jax.ShapeDtypeStruct((), jnp.float32)
+    return [
+        CostPiece("rollout step", "rollout", rollout_step, (params, actors, key), config.num_steps),
+        CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, lr),
+                  batches.epochs * batches.num_minibatches, transitions=batches.steps * batches.num_envs),
+    ]  # fmt: skip

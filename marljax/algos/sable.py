@@ -28,8 +28,8 @@ import jax.numpy as jnp
 
 from marljax.algos import ippo
 from marljax.algos.acting import VecEnv, flat, group_keys
-from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, hparams_from_config
-from marljax.algos.learning import Minibatches, adam, descend, init_keys, init_learner, learning_rate
+from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece
+from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces, init_keys, init_learner, learning_rate
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
@@ -220,24 +220,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     # ------------------------------------------------------------------ FLOPs
     def cost_pieces(state: TrainState) -> list[CostPiece]:
         """(a) one rollout step (the encoder, N decoder steps, env.step) x num_steps; (b) one
-        gradient step on a minibatch shaped as one time step of L * E environments x epochs x
-        minibatches. Not counted: GAE, the shuffle, the bootstrap values. Run it unsharded."""
-        params, opt_state, actors = state.learner.params, state.learner.opt_state, state.actors
-        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-        _, step_batch = jax.eval_shape(rollout_step, params, actors, key)  # group -> GroupBatch [E, A_g, ...]
-        rows = lambda x: jax.ShapeDtypeStruct((1, batches.steps * x.shape[0]) + x.shape[1:], x.dtype)  # noqa: E731
-        minibatch = {g: (jax.tree.map(rows, b), rows(b.value), rows(b.value)) for g, b in step_batch.items()}
-        hp = hparams_from_config(config)
-
-        def gradient_step(params, opt_state, minibatch, lr):
-            return minibatch_step(params, opt_state, minibatch, hp, lr)
-
-        lr = jax.ShapeDtypeStruct((), jnp.float32)
-        return [
-            CostPiece("rollout step", "rollout", rollout_step, (params, actors, key), T),
-            CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, lr),
-                      batches.epochs * batches.num_minibatches, transitions=batches.steps * batches.num_envs),
-        ]  # fmt: skip
+        gradient step x epochs x minibatches (`learning.epoch_cost_pieces`). Not counted: GAE, the
+        shuffle, the bootstrap values. Run it unsharded."""
+        return epoch_cost_pieces(config, batches, rollout_step, minibatch_step, state)
 
     return Algorithm(
         networks={NETWORK: net}, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn,
