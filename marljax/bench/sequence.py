@@ -63,9 +63,11 @@ def parse_agents(args: Sequence[str]) -> tuple[tuple[int, ...], list[str]]:
 
 
 def models(n: int, chunk: int) -> list[tuple[str, list[str]]]:
-    """(label, overrides) of the rows at N agents."""
+    """(label, overrides) of the rows at N agents; no chunked row where one chunk holds every agent
+    (it would be the parallel row's program)."""
+    chunked = [(f"sable, chunk {chunk}", ["algo=sable", f"sable.chunk_size={chunk}"])] if chunk < n else []
     return [
-        (f"sable, chunk {min(chunk, n)}", ["algo=sable", f"sable.chunk_size={chunk}"]),
+        *chunked,
         (f"sable, chunk {n} (parallel)", ["algo=sable", f"sable.chunk_size={n}"]),
         ("mappo (shared)", ["algo=mappo", "param_sharing=shared"]),
     ]
@@ -114,8 +116,6 @@ def run_sequence_bench(agents: Sequence[int], overrides: list[str], log: Callabl
     for n in agents:
         env = [f"env_kwargs.num_agents={n}", f"env_kwargs.num_landmarks={n}"]
         for label, model in models(n, chunk):
-            if label.startswith("sable, chunk") and n <= chunk and "parallel" not in label:
-                continue  # one chunk holds every agent: the same program as the parallel row
             given = [o for o in overrides if not o.startswith("sable.")] if "algo=mappo" in model else overrides
             r = {"num_agents": n, "model": label, **bench_update([*DEFAULTS, *given, *model, *env])}
             rows.append(r)
