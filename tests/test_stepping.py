@@ -189,3 +189,26 @@ def test_the_stragglers_bench_reports_medians_of_alternating_pairs(monkeypatch, 
     assert "medians of 2 pairs" in out and "(pairs " in out
     with pytest.raises(stragglers.ConfigError, match="repeats"):  # the negative control: refused up front
         stragglers.main(["repeats=0"])
+
+
+def test_a_stall_that_inflates_every_step_in_flight_does_not_lift_the_straggler_line():
+    # 3 fast copies (0.1 ms) whose last step stalled 1.2 s at once, and a 120 ms straggler: as in a CI run
+    # whose moving averages put the line (4x their median) over the straggler's cost
+    from types import SimpleNamespace
+
+    from marljax.pipeline.host_copies import FLOOR_STEPS, IndependentHostCollector, _floor
+
+    def copy(times):
+        average = times[0]
+        for t in times[1:]:
+            average = 0.8 * average + 0.2 * t
+        return SimpleNamespace(step_s=average, recent_s=times[-FLOOR_STEPS:], retired=False)
+
+    fast, slow = [1e-4] * 7 + [1.2], [0.12] * 8
+    copies = [copy(fast), copy(fast), copy(fast), copy(slow)]
+    line, equal, _ = IndependentHostCollector._step_times(SimpleNamespace(copies=copies, policy_s=1e-3))
+    assert line < _floor(copies[3]) and len(equal) == 3  # the straggler stays on its worker
+    # negative control: the averages' median puts that line over the straggler's cost
+    assert SteppingChoice.inline_below([c.step_s for c in copies]) > 0.12
+    # a copy whose every recent step is slow is a straggler; one fast step among them makes it a fast copy
+    assert _floor(copy([0.12] * 7 + [1e-4])) <= line < _floor(copy([1e-4] + [0.12] * 8))

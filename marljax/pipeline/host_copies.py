@@ -55,6 +55,7 @@ copies of one seed remain, the actor fails with a message saying so.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import queue
 import time
@@ -76,6 +77,11 @@ FIELDS = ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")
 # the fields written when a step is sent (reward and done are written when it answers)
 ACTED = ("obs", "action", "logp", "value", "reset", "hidden")
 WAIT_SLICE_S = 0.25  # the longest single wait for an answer: timeouts and heartbeats are checked between
+# a copy's cost for the straggler rule: the least of its last FLOOR_STEPS step times. A step that
+# waited for the GIL or for the CPU only adds time, and a process-wide pause (a 1 s stall on a loaded
+# machine) inflates every step in flight at once: a moving average then lifted the median, hence the
+# line, above a real straggler's cost for a dozen steps, and a 120 ms copy stepped on the collector.
+FLOOR_STEPS = 8
 PARK_AFTER = 2  # a copy whose unfinished segments went stale this many times in a row is parked ...
 PARK_ITEMS = (4, 64)  # ... for this many items the first time, twice as many each time again, up to the second
 
@@ -106,7 +112,7 @@ class _Copy:
         self.segment_version = 0
         self.step_what = f"env.step of host env copy {index}"
         self.step_s: float | None = None  # moving average of its step time
-        self.last_s = 0.0  # its last step's time
+        self.recent_s: collections.deque[float] = collections.deque(maxlen=FLOOR_STEPS)  # its last steps' times
         self.inline = False  # steps on the collector's thread (stepping.py), not its worker
         self.failures_in_a_row = 0
         self.stale_in_a_row = 0  # its unfinished segments discarded as stale since it last finished one
@@ -116,6 +122,11 @@ class _Copy:
         self.steps = 0
         self.ep_return: np.ndarray | None = None
         self.ep_length = 0
+
+
+def _floor(copy: _Copy) -> float:
+    """The least of the copy's recent step times (FLOOR_STEPS): its cost without waits."""
+    return min(copy.recent_s)
 
 
 class IndependentHostCollector:
@@ -214,7 +225,7 @@ class IndependentHostCollector:
             return
         obs, reward, done, ep_done = ans.value
         copy.step_s = ans.seconds if copy.step_s is None else 0.8 * copy.step_s + 0.2 * ans.seconds
-        copy.last_s = ans.seconds
+        copy.recent_s.append(ans.seconds)
         copy.steps += 1
         self._steps_taken += 1
         if copy.pending is not None:  # None: a step of a segment discarded as stale while it was in flight
@@ -377,12 +388,13 @@ class IndependentHostCollector:
                                                            np.zeros(S, np.float32))), oldest  # fmt: skip
 
     def _step_times(self) -> tuple[float, list[float], bool]:
-        """(the straggler line, the step times of the copies below it, whether they are cheap: their
-        sum at most CHEAP_SHARE of a policy call, every live copy timed)."""
-        times = [c.step_s for c in self.copies if c.step_s is not None and not c.retired]
-        below = SteppingChoice.inline_below(times)
-        equal = [t for t in times if t <= below]
-        timed_all = len(times) == sum(not c.retired for c in self.copies)
+        """(the straggler line: STRAGGLER x the median of the copies' floors; the average step times
+        of the copies whose floor is within it; whether those are cheap: their sum at most
+        CHEAP_SHARE of a policy call, every live copy timed)."""
+        timed = [c for c in self.copies if c.step_s is not None and not c.retired]
+        below = SteppingChoice.inline_below([_floor(c) for c in timed])
+        equal = [c.step_s for c in timed if _floor(c) <= below]
+        timed_all = len(timed) == sum(not c.retired for c in self.copies)
         return below, equal, bool(equal) and timed_all and sum(equal) <= CHEAP_SHARE * self.policy_s
 
     def _choose_stepping(self) -> bool:
@@ -422,9 +434,8 @@ class IndependentHostCollector:
         copy.pending, copy.ready = version, False
         copy.busy_since, copy.busy_what = time.monotonic(), copy.step_what
         actions = {g.name: out[g.name][0][c] for g in self.groups}
-        # a straggler: its average and its last step over the line (one step that waited for the
-        # GIL, say 5 ms of the learner's, does not send a 50 us copy to its worker)
-        copy.inline = copy.step_s is not None and min(copy.step_s, copy.last_s) <= self._inline_below
+        # a straggler: each of its last FLOOR_STEPS steps over the line
+        copy.inline = copy.step_s is not None and _floor(copy) <= self._inline_below
         if copy.inline:  # named to the watchdog first: a hung inline step stops the run after actor_timeout_s
             self.beat(
                 f"env.step of host env copy {c} (step {copy.steps} of the copy, stepped inline)", since=copy.busy_since
