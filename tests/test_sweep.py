@@ -157,6 +157,19 @@ def test_results_store_round_trip(tmp_path):
         ResultsStore(tmp_path, {**coords, "num_seeds": 4})
 
 
+def test_a_run_marked_diverged_keeps_its_first_update_and_older_stores_read_as_none_diverged(tmp_path):
+    import shutil
+
+    coords = {"cells": [{"name": "a", "algo": "ippo", "env": "MPE_x", "values": {}}], "num_seeds": 3,
+              "metrics": ["return"], "num_evals": 2, "eval_episodes": 2, "absolute_factor": 10}  # fmt: skip
+    store = ResultsStore(tmp_path, coords)
+    assert store.write_diverged(0, {0: 3}) == {0: 3}
+    assert store.write_diverged(0, {0: 6, 2: 6}) == {2: 6}  # seed 0 noticed again after a resume: kept at 3
+    assert load(tmp_path).diverged_at.tolist() == [[3, -1, 6]]
+    shutil.rmtree(tmp_path / "diverged.zarr")  # a store written before runs were marked
+    assert load(tmp_path).diverged_at.tolist() == [[-1, -1, -1]]
+
+
 def test_an_evaluation_without_its_step_reads_as_not_written(tmp_path):
     """The step is written last; values whose step is missing (a kill in between) are NaN."""
     coords = {"cells": [{"name": "a", "algo": "ippo", "env": "e", "values": {}}], "num_seeds": 2,
@@ -218,6 +231,38 @@ def test_sweep_writes_cells_store_marl_eval_and_report(finished):
     assert all(c["name"] in report for c in res.cells)
     assert (out / "report" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert any("2 compiled program(s)" in line for line in logs)
+
+
+@pytest.mark.slow
+def test_a_diverged_cell_is_left_out_while_the_others_go_on_unchanged(tmp_path, finished):
+    """lr=1e37 makes the loss NaN in the first chunk. Before the sweep's NaN guard its NaN
+    parameters were evaluated (a fixed action: spread's no-op scores about -25) and that cell
+    ranked first by final and absolute return."""
+    ref, _, _ = finished
+
+    def sweep(out: Path, guard: bool) -> tuple[list[str], list[dict]]:
+        spec = _spec(out, axes={"lr": [1e-3, 1e37]})
+        spec["base"] = {**spec["base"], "nan_guard": guard}
+        logs: list[str] = []
+        run_sweep(expand(spec), log=logs.append, progress=False)
+        return logs, summarize(load(out))
+
+    logs, rows = sweep(tmp_path / "guarded", True)
+    res, was = load(tmp_path / "guarded"), load(ref)
+    assert (res.diverged_at[1] > 0).all() and (res.diverged_at[0] == -1).all()
+    assert np.isnan(res.evals[1]).all() and np.isnan(res.absolute[1]).all()  # diverged before the first evaluation
+    named = [line.split(":")[0] for line in logs if "diverged by update" in line]
+    assert named == ["cell lr=1e+37, seed 0", "cell lr=1e+37, seed 1"]  # once each
+    assert rows[1]["seeds"] == 0 and rows[1]["diverged"] == 2 and rows[0]["diverged"] == 0
+    assert "| lr=1e+37 | 0/2 (2 diverged) | n/a |" in (tmp_path / "guarded" / "report" / "report.md").read_text()
+    # the cell that did not diverge: bitwise what it gave beside lr=3e-3 (the same program shape)
+    same = next(c for c, cell in enumerate(was.cells) if cell["values"] == {"lr": 1e-3, "param_sharing": "shared"})
+    np.testing.assert_array_equal(res.evals[0], was.evals[same])
+    np.testing.assert_array_equal(res.absolute[0], was.absolute[same])
+    # negative control: without the guard the NaN parameters' evaluations count, and that cell "wins"
+    _, unguarded = sweep(tmp_path / "unguarded", False)
+    assert unguarded[1]["seeds"] == 2 and unguarded[1]["final_mean"] > unguarded[0]["final_mean"]
+    assert (load(tmp_path / "unguarded").diverged_at == -1).all()
 
 
 @pytest.mark.slow

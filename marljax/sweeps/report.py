@@ -117,6 +117,7 @@ def summarize(results: Results, num_resamples: int = 2000, seed: int = 0) -> lis
         row["seeds"] = int(np.sum(~np.isnan(final[c])))
         row["absolute_seeds"] = int(np.sum(~np.isnan(absolute[c])))
         row["num_seeds"] = results.num_seeds
+        row["diverged"] = int(np.sum(results.diverged_at[c] >= 0)) if results.diverged_at is not None else 0
         row.update(stat_columns("final", final[c], num_resamples, seed))
         row.update(stat_columns("absolute", absolute[c], num_resamples, seed))
         if wins:
@@ -155,7 +156,8 @@ def format_table(rows: list[dict]) -> str:
     header = ["cell", "seeds"] + [title for title, _ in columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [str(row["cell"]), f"{row['seeds']}/{row['num_seeds']}"]
+        diverged = f" ({row['diverged']} diverged)" if row.get("diverged") else ""
+        cells = [str(row["cell"]), f"{row['seeds']}/{row['num_seeds']}{diverged}"]
         cells += [estimate(row, column) for _, column in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -175,7 +177,9 @@ def _explanation(results: Results) -> str:
         "of runs, robust to outlier runs and less noisy than the median. Brackets hold 95% confidence "
         "intervals from a percentile bootstrap over seeds (rliable's stratified bootstrap, which with "
         "a single task resamples a cell's runs with replacement). *seeds* counts the runs with a value; "
-        "runs not yet finished are left out." + wins + "\n"
+        "runs not yet finished are left out. A run *diverged* when its loss or parameters became "
+        "non-finite: its evaluations from then on are left out (its absolute metric, too, when that "
+        "happened before its first evaluation)." + wins + "\n"
     )
 
 

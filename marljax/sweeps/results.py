@@ -7,6 +7,8 @@
     <sweep_dir>/results/eval_steps.zarr    [C, K] int64          env steps per run at evaluation k (-1: none)
     <sweep_dir>/results/absolute.zarr      [C, S, M] float32     the best parameters re-evaluated
     <sweep_dir>/results/absolute_episodes.zarr [C, S, Ep*F]      ... every one of those episodes' returns
+    <sweep_dir>/results/diverged.zarr      [C, S] int64          update at which the run's loss or
+                                                                 parameters became non-finite (-1: never)
 
 One evaluation of one cell is one zarr chunk (`[1, S, 1, ...]`), written whole by one
 call; tensorstore's file store writes a chunk to a temporary file and renames it, so a
@@ -44,6 +46,7 @@ class Results(NamedTuple):
     absolute: np.ndarray  # [C, S, M] float32: best parameters (by evaluation return) re-evaluated
     absolute_episode_returns: np.ndarray  # [C, S, Ep * absolute_factor] float32
     absolute_factor: int  # the absolute metric uses this many times the evaluation episodes
+    diverged_at: np.ndarray | None = None  # [C, S] int64 update at which the run diverged, -1: never
 
     def metric(self, name: str) -> np.ndarray:
         """evals[..., m] for metric `name`: [C, S, K]."""
@@ -68,7 +71,9 @@ _ARRAYS = {
     "eval_steps": ("int64", "CK", "1K"),
     "absolute": ("float32", "CSM", "1SM"),
     "absolute_episodes": ("float32", "CSA", "1SA"),
+    "diverged": ("int64", "CS", "1S"),
 }
+_ADDED_LATER = {"diverged"}  # stores written before it have none: read as its fill
 
 
 class ResultsStore:
@@ -122,6 +127,16 @@ class ResultsStore:
         self.arrays["absolute_episodes"][cell].write(ep).result()
         self.arrays["absolute"][cell].write(np.asarray(metrics, np.float32)).result()
 
+    def write_diverged(self, cell: int, seeds: dict[int, int]) -> dict[int, int]:
+        """Mark seeds of `cell` as diverged at an update ({seed: update}); a seed marked already
+        keeps its first update. Returns the seeds newly marked."""
+        at = self.arrays["diverged"][cell].read().result()  # [S]
+        new = {s: u for s, u in seeds.items() if at[s] < 0}
+        if new:
+            at[list(new)] = list(new.values())
+            self.arrays["diverged"][cell].write(at).result()
+        return new
+
     def written(self, cell: int) -> int:
         """Evaluations of `cell` whose step is written."""
         return int(np.sum(self.arrays["eval_steps"][cell].read().result() >= 0))
@@ -139,7 +154,8 @@ def load(directory: str | Path) -> Results:
         raise FileNotFoundError(f"no results store in {directory} (coords.json is missing)")
     coords = read_json(directory / "coords.json", f"remove it and rerun `marljax sweep` with the sweep's file on "
                                                    f"{directory.parent}: it is written again (the results are kept)")  # fmt: skip
-    read = {name: ts.open(zarr_spec(directory / f"{name}.zarr")).result().read().result() for name in _ARRAYS}
+    read = {name: ts.open(zarr_spec(directory / f"{name}.zarr")).result().read().result() for name in _ARRAYS
+            if name not in _ADDED_LATER or (directory / f"{name}.zarr").exists()}  # fmt: skip
     steps = read["eval_steps"]  # [C, K]
     unwritten = steps < 0
     evals = np.where(unwritten[:, None, :, None], np.nan, read["evals"])
@@ -148,4 +164,5 @@ def load(directory: str | Path) -> Results:
         cells=coords["cells"], num_seeds=coords["num_seeds"], metrics=tuple(coords["metrics"]), eval_steps=steps,
         evals=evals, episode_returns=episodes, absolute=read["absolute"],
         absolute_episode_returns=read["absolute_episodes"], absolute_factor=coords["absolute_factor"],
+        diverged_at=read.get("diverged", np.full(steps.shape[:1] + (coords["num_seeds"],), -1, np.int64)),
     )  # fmt: skip

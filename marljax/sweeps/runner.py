@@ -305,12 +305,23 @@ def _run_program(
                                  _eval_metrics(result, cell_rows, env.has_win), result.returns[cell_rows])  # fmt: skip
             k += 1
 
+        def diverged(rows: dict[int, str], update: int) -> None:
+            """Rows whose loss or parameters became non-finite: marked in the results store (the
+            first update is kept across resumes) and named once in the log."""
+            for ci, cell in enumerate(program.cells):
+                seeds = {r - ci * S: what for r, what in rows.items() if ci * S <= r < (ci + 1) * S}
+                new = seeds if store is None else store.write_diverged(cell.index, dict.fromkeys(seeds, update))
+                for seed in new:
+                    log(f"cell {cell.name}, seed {seed}: diverged by update {update} ({seeds[seed]}); "
+                        "its later evaluations are left out, the other runs go on")  # fmt: skip
+
         meta = {"config": config.to_dict(), "program": program.name}
         driver = Driver(
             config, env, start=start, groups=[slice(ci * S, (ci + 1) * S) for ci in range(len(program.cells))],
             sinks=sinks, checkpoints=Checkpoints(checkpointer, config, lambda update: meta, start),
             progress=Progress(progress, config.num_updates, start, leave=False, desc=program.name[:40]),
             evaluation=Evaluation(trainer, seed_index, every, config.num_updates), on_eval=keep, on_rows=record,
+            guard=trainer.losses if config.nan_guard else None, on_diverged=diverged,
         )  # fmt: skip
 
         ok = finished = False
@@ -327,9 +338,12 @@ def _run_program(
                     sink.finish(None)
         absolute = make_evaluator(trainer, config.eval_episodes * ABSOLUTE_FACTOR, config.eval_greedy)
         result = host_values(absolute(run["best_params"], eval_keys(config.seed, seed_index, _ABSOLUTE_EVALUATION)))
+        never = ~np.isfinite(host_values(run["best_score"]))  # [R] no finite evaluation: diverged before the first
         for ci, cell in enumerate(program.cells if store is not None else ()):  # process 0 writes
             rows = slice(ci * S, (ci + 1) * S)
-            store.write_absolute(cell.index, _eval_metrics(result, rows, env.has_win), result.returns[rows])
+            metrics, returns = _eval_metrics(result, rows, env.has_win), np.array(result.returns[rows])
+            metrics[never[rows]], returns[never[rows]] = np.nan, np.nan  # not the initial parameters' return
+            store.write_absolute(cell.index, metrics, returns)
             cell_dir = sweep.out_dir / "cells" / cell.dirname
             plot = cell_dir / "returns.png" if config.plot else None
             if plot is not None:

@@ -12,7 +12,8 @@ A *source* runs the training and hands each finished chunk of updates to `Driver
 big_vision evaluator shape, on the host, never inside jit):
 
     evaluation (when due) ─► metrics rows (one per group of rows: a run, or a sweep's cell)
-      ─► metrics.jsonl + trackers + `on_row` (`RowSink`) ─► NaN guard (`nan_guard`)
+      ─► metrics.jsonl + trackers + `on_row` (`RowSink`) ─► NaN guard (`nan_guard`; a sweep's
+      rows are independent runs, so there it marks a diverged row before the evaluation instead)
       ─► checkpoint, when due or on a stop (`Checkpoints`) ─► progress bar (`Progress`)
 
 Around the loop: `resume` (the newest good checkpoint, or a fresh start), `StopControl`
@@ -30,13 +31,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from marljax.config import Config, ConfigError
 from marljax.parallel import distributed
 from marljax.parallel.distributed import any_process, host_values
 from marljax.train.checkpoint import Checkpointer, CheckpointError, check_resumable
 from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, run_chunks
-from marljax.train.evaluate import Evaluation, eval_fields
+from marljax.train.evaluate import EvalResult, Evaluation, eval_fields
 from marljax.train.metrics import JsonlWriter, chunk_row, first_non_finite, read_rows_kept, write_jsonl_atomic
 from marljax.train.trackers import Trackers
 
@@ -184,6 +186,36 @@ def nan_guard(row: dict, params: dict, update: int, checkpointer: Checkpointer, 
         raise TrainingDiverged(f"update {update}: {what} (non-finite); run stopped, {kept}")
 
 
+@jax.jit
+def _finite_by_row(params) -> jax.Array:
+    """[R]: every parameter of row r finite (leaves [R, ...])."""
+    leaves = jax.tree.leaves(params)
+    return jnp.stack([jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1) for x in leaves]).all(axis=0)
+
+
+def diverged_rows(metrics: dict, params, losses: Iterable[str]) -> dict[int, str]:
+    """Row -> what became non-finite in this chunk (the first of the declared `losses` at any of
+    its updates, else its parameters), for the rows where something did (metrics: host [R, n])."""
+    finite = host_values(_finite_by_row(params))  # [R]
+    out = {}
+    for r in range(finite.shape[0]):
+        bad = next((k for k in losses if k in metrics and not np.all(np.isfinite(metrics[k][r]))), None)
+        if bad is not None:
+            out[r] = f"{bad} became {metrics[bad][r][~np.isfinite(metrics[bad][r])][0]}"
+        elif not finite[r]:
+            out[r] = "a parameter became non-finite"
+    return out
+
+
+@jax.jit
+def _without_rows(result: EvalResult, rows) -> EvalResult:
+    """The evaluation with the `rows` [R] bool left out: returns and lengths NaN, nothing won."""
+    nan = jnp.float32(jnp.nan)
+    return EvalResult(jnp.where(rows[:, None], nan, result.returns),
+                      jnp.where(rows[:, None], nan, result.lengths.astype(jnp.float32)),
+                      result.won & ~rows[:, None])  # fmt: skip
+
+
 class Progress:
     """A tqdm bar (none when disabled) advanced by `per_update` per update; `show_row`: the last
     row's return and throughput beside it."""
@@ -252,17 +284,23 @@ class Driver:
     seeds), one `RowSink` each (none on processes other than 0 of a sweep).
     on_eval(state, evaluation on device) -> state to checkpoint (a sweep keeps the best parameters).
     on_rows(rows, evaluation on the host, update): after the rows are written (a sweep's results store).
+    guard: the algorithm's losses the NaN guard watches (None: no guard). Without `on_diverged` the
+    first non-finite loss or parameter stops the run (`TrainingDiverged`). With it (a sweep, whose
+    rows are independent runs) a diverged row is a result, not the end: on_diverged({row: what},
+    update) is told once per row, and from then on the row's evaluations are NaN (left out of the
+    best parameters, the final metric and the statistics), while the other rows go on.
     """
 
     def __init__(
         self, config: Config, env, *, start: int, groups: list[slice], sinks: list[RowSink], checkpoints: Checkpoints,
         progress: Progress, evaluation: Evaluation | None = None, guard: Iterable[str] | None = None,
-        on_eval: Callable | None = None, on_rows: Callable | None = None,
+        on_eval: Callable | None = None, on_rows: Callable | None = None, on_diverged: Callable | None = None,
     ):  # fmt: skip
         self.config, self.env, self.groups, self.sinks = config, env, groups, sinks
         self.checkpoints, self.progress, self.evaluation, self.guard = checkpoints, progress, evaluation, guard
-        self.on_eval, self.on_rows = on_eval, on_rows
+        self.on_eval, self.on_rows, self.on_diverged = on_eval, on_rows, on_diverged
         self.update = start
+        self.diverged = np.zeros(groups[-1].stop if groups else 0, bool)  # [R] rows left out (on_diverged)
 
     def rows(self, chunk: Chunk, result) -> list[dict]:
         """One metrics row per group of rows (`env_steps` per run; throughput over the group's rows)."""
@@ -287,8 +325,12 @@ class Driver:
         (now if `save`), the progress bar."""
         previous, self.update = self.update, self.update + chunk.n
         state, result = chunk.state, None
+        if self.guard is not None and self.on_diverged is not None:
+            self._note_diverged(chunk)
         if self.evaluation is not None and self.evaluation.due(self.update, previous):
             result = self.evaluation(chunk.params, self.update)
+            if self.diverged.any():
+                result = _without_rows(result, self.diverged)
             if self.on_eval is not None:
                 state = self.on_eval(state, result)
             result = host_values(result)  # a collective on a multi-host run: every process gathers
@@ -297,10 +339,19 @@ class Driver:
             sink.write(row)
         if self.on_rows is not None:
             self.on_rows(rows, result, self.update)
-        if self.guard is not None:
+        if self.guard is not None and self.on_diverged is None:
             nan_guard(rows[0], chunk.params, self.update, self.checkpoints.checkpointer, self.guard)
         self.checkpoints.after_chunk(self.update, state, save, chunk.extra_meta)
         self.progress.advance(chunk.n, rows[0])
+
+    def _note_diverged(self, chunk: Chunk) -> None:
+        """Rows that diverged in this chunk, marked and handed to on_diverged (each row once)."""
+        assert self.guard is not None and self.on_diverged is not None
+        new = {r: what for r, what in diverged_rows(chunk.metrics, chunk.params, self.guard).items()
+               if not self.diverged[r]}  # fmt: skip
+        if new:
+            self.diverged[list(new)] = True
+            self.on_diverged(new, self.update)
 
     def run_chunks(
         self,

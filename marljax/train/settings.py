@@ -111,7 +111,12 @@ class CheckpointConfig:
                                     minimum=0, resumable=True)  # fmt: skip
     keep_checkpoints: int = setting(3, "the newest this many checkpoints are kept", minimum=1, resumable=True)
     resume: bool = setting(False, "continue from the newest good checkpoint in out_dir", resumable=True)
-    nan_guard: bool = setting(True, "stop on a non-finite loss or parameter, before it is checkpointed", resumable=True)
+    nan_guard: bool = setting(
+        True,
+        "stop on a non-finite loss or parameter, before it is checkpointed (a sweep marks "
+        "that run diverged and goes on)",
+        resumable=True,
+    )
 
     def check(self, config: Any) -> None:
         if self.resume and not config.out_dir:
