@@ -284,6 +284,27 @@ def test_killed_sweep_resumes_to_the_same_numbers_and_finished_cells_are_not_rer
 
 
 @pytest.mark.slow
+def test_a_sweep_whose_newest_checkpoint_is_damaged_resumes_from_the_one_before(tmp_path, finished):
+    """Sweeps resume through the run driver's `restore`, as `marljax train` does: the damaged
+    checkpoint is skipped with a warning and moved aside, and the program saves that update again.
+    (The sweep's own resume path restored the older checkpoint but left the damaged one in place.)"""
+    ref, _, _ = finished
+    out = tmp_path / "damaged"
+    run_sweep(expand(_spec(out)), log=lambda s: None, progress=False, max_chunks=6)  # program 2 at update 6
+    checkpoints = out / "programs" / "1" / "checkpoints"
+    assert sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()) == [3, 6]
+    victim = max((p for p in (checkpoints / "6" / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    logs: list[str] = []
+    run_sweep(expand(_spec(out)), log=logs.append, progress=False)
+    assert any("checkpoints/6 is unusable" in line for line in logs), logs
+    assert any("resumed at update 3 of 12" in line for line in logs)
+    assert any("moved the unusable checkpoint" in line for line in logs)
+    assert (out / "programs" / "1" / "checkpoints_unusable").is_dir()
+    _assert_same_results(ref, out)
+
+
+@pytest.mark.slow
 def test_rerunning_a_sweep_from_scratch_gives_identical_numbers(tmp_path, finished):
     ref, _, _ = finished
     run_sweep(expand(_spec(tmp_path / "again")), log=lambda s: None, progress=False)

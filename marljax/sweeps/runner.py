@@ -52,7 +52,7 @@ from marljax.sweeps.spec import Program, Sweep, located
 from marljax.train import compile_cache
 from marljax.train.checkpoint import Checkpointer, abstract_like
 from marljax.train.chunks import ChunkBudget, chunk_sizes
-from marljax.train.driver import Checkpoints, Driver, Progress, RowSink, rows_kept
+from marljax.train.driver import Checkpoints, Driver, Progress, RowSink, restore, rows_kept
 from marljax.train.evaluate import ABSOLUTE_FACTOR, Evaluation, eval_keys, keep_best, make_evaluator
 from marljax.train.memory import MemoryEstimate
 from marljax.train.metrics import plot_returns, read_jsonl
@@ -268,14 +268,12 @@ def _run_program(
         sweep.out_dir / "programs" / str(program.index) / "checkpoints", config.keep_checkpoints, log
     )
     try:
-        start, run = 0, None
-        if checkpointer.steps():
-            restored = checkpointer.restore_latest(target)
-            if restored is not None:
-                run, meta = restored
-                start = int(meta["update"])
-                log(f"program {program.name}: resumed at update {start} of {config.num_updates}")
-        run = fresh() if run is None else run
+        start, restored = 0, restore(checkpointer, target)
+        if restored is not None:
+            run, start = restored[0], int(restored[1]["update"])
+            log(f"program {program.name}: resumed at update {start} of {config.num_updates}")
+        else:
+            run = fresh()
         sinks = _cell_sinks(sweep, program, start)
         done_chunks = len(chunk_sizes(start, every)) if start else 0
         todo = schedule[done_chunks:]

@@ -60,23 +60,42 @@ class Chunk(NamedTuple):
 
 
 # ---------------------------------------------------------------------------------- resume
+def restore(checkpointer: Checkpointer, target, check: Callable[[dict], None] | None = None) -> tuple[Any, dict] | None:
+    """(state, meta) of the newest checkpoint that reads back intact, restored into `target`
+    (ShapeDtypeStructs with the shardings), every newer one (unusable) moved aside so that the run
+    saves those updates afresh; None when there is no checkpoint. `check(meta)` sees the newest
+    readable meta before anything is restored and may refuse. Checkpoints there but none readable:
+    CheckpointError, nothing changed. Both `marljax train resume=true` and a sweep's programs
+    resume through here."""
+    if not checkpointer.steps():
+        return None
+    found = checkpointer.newest_meta()
+    if found is None:  # every checkpoint there is unreadable
+        raise CheckpointError(
+            f"no checkpoint in {checkpointer.directory} could be read (see the warnings above); "
+            "nothing was changed: move it aside, or start over with overwrite=true"
+        )
+    if check is not None:
+        check(found[1])
+    restored = checkpointer.restore_latest(target)
+    if restored is None:
+        raise CheckpointError(f"no checkpoint in {checkpointer.directory} could be read; see the warnings above")
+    checkpointer.set_aside_newer(int(restored[1]["update"]))
+    return restored
+
+
 def resume(config: Config, target, fresh: Callable, checkpointer: Checkpointer, metrics_path: Path, log):
     """(state, first update, metrics rows kept, the checkpoint's meta or {}): with `resume=true` the
     newest good checkpoint (its metrics rows up to it kept, the later ones dropped), else `fresh()`.
 
     target: ShapeDtypeStructs with the shardings to restore into.
     """
-    found = checkpointer.newest_meta() if config.resume and checkpointer.steps() else None
-    if found is None and config.resume and checkpointer.steps():  # every checkpoint there is unreadable
-        raise CheckpointError(
-            f"no checkpoint in {checkpointer.directory} could be read (see the warnings above); "
-            "nothing was changed: move it aside, or start over with overwrite=true"
+    restored = None
+    if config.resume:
+        restored = restore(
+            checkpointer, target, lambda meta: check_resumable(meta["config"], config, checkpointer.directory)
         )
-    if found is not None:
-        check_resumable(found[1]["config"], config, checkpointer.directory)
-        restored = checkpointer.restore_latest(target)
-        if restored is None:
-            raise CheckpointError(f"no checkpoint in {checkpointer.directory} could be read; see the warnings above")
+    if restored is not None:
         state, meta = restored
         start = int(meta["update"])
         if start > config.num_updates:
@@ -85,7 +104,6 @@ def resume(config: Config, target, fresh: Callable, checkpointer: Checkpointer, 
                 f"the run in {checkpointer.directory.parent} is already at update {start}, past this config's "
                 f"{config.num_updates} updates; raise total_timesteps to continue it",
             )
-        checkpointer.set_aside_newer(start)
         rows = rows_kept(metrics_path, start, log) if distributed.is_primary() else []
         log(f"resumed from {checkpointer.directory / str(start)} (update {start} of {config.num_updates})")
         return state, start, rows, meta
