@@ -94,7 +94,7 @@ def test_an_extra_layout_that_does_not_fit_is_refused_in_one_line(wrong, message
 
 def test_sharding_refuses_a_wrong_declaration_and_a_missing_one():
     trainer = _trainer("iql")
-    mesh = build_mesh(trainer.config)
+    mesh = build_mesh(trainer.config.mesh, trainer.config.num_seeds, trainer.config.num_envs)
     wrong = trainer.extra_layout.replace(target={"agents": api.Placed((api.AGENTS, api.AGENTS), "agents")})
     with pytest.raises(ValueError, match=r"extra\.target\['agents'\].* axis 1 is declared the 3 agents"):
         shard_trainer(dataclasses.replace(trainer, extra_layout=wrong), mesh)

@@ -13,6 +13,11 @@ import pytest
 from marljax.config import ConfigError, load_config
 from marljax.parallel.async_mesh import _split, async_placement
 
+
+def _placement(config):
+    return async_placement(config.async_, config.mesh.agent, config.num_envs)
+
+
 BASE = ["mode=async", "num_envs=8", "num_steps=16", "total_timesteps=2048", "progress=false", "plot=false"]
 
 
@@ -82,8 +87,8 @@ def test_overlapping_index_lists_are_allowed_only_across_two_platforms():
 
 
 def test_on_a_cpu_only_machine_cpu_actors_change_nothing():
-    a = async_placement(load_config(None, BASE + ["async.actor_backend=cpu"]))
-    b = async_placement(load_config(None, BASE))
+    a = _placement(load_config(None, BASE + ["async.actor_backend=cpu"]))
+    b = _placement(load_config(None, BASE))
     assert a.actor_devices == b.actor_devices and list(a.learner_mesh.devices.flat) == list(b.learner_mesh.devices.flat)
     assert a.actor_devices[0].platform == "cpu"
 

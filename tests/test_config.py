@@ -11,6 +11,10 @@ from marljax.envs.registry import check_env_name
 from marljax.parallel.mesh import resolve_mesh_shape
 
 
+def _mesh_shape(config, n_devices: int) -> tuple[int, int, int]:
+    return resolve_mesh_shape(config.mesh, config.num_seeds, config.num_envs, n_devices)
+
+
 def _error(overrides, path=None) -> ConfigError:
     with pytest.raises(ConfigError) as info:
         load_config(path, overrides)
@@ -81,40 +85,40 @@ def test_mesh_bad_axis_values():
 def test_mesh_sizes_must_match_device_count():
     config = load_config(None, ["mesh.seed=3", "mesh.data=3", "num_seeds=3", "num_envs=3"])
     with pytest.raises(ConfigError) as info:
-        resolve_mesh_shape(config, n_devices=8)
+        _mesh_shape(config, n_devices=8)
     assert info.value.field == "mesh"
     assert "8" in str(info.value) and "9" in str(info.value)
 
     # -1 fills the axis, but only when the other axis divides the device count
     config = load_config(None, ["mesh.seed=-1", "mesh.data=3", "num_envs=3"])
     with pytest.raises(ConfigError) as info:
-        resolve_mesh_shape(config, n_devices=8)
+        _mesh_shape(config, n_devices=8)
     assert info.value.field == "mesh.data"
 
     config = load_config(None, ["mesh.seed=3", "mesh.data=-1", "num_seeds=3"])
     with pytest.raises(ConfigError) as info:
-        resolve_mesh_shape(config, n_devices=8)
+        _mesh_shape(config, n_devices=8)
     assert info.value.field == "mesh.seed"
 
     # num_envs must split over the filled data axis
     config = load_config(None, ["mesh.seed=1", "mesh.data=-1", "num_envs=6"])
     with pytest.raises(ConfigError) as info:
-        resolve_mesh_shape(config, n_devices=4)
+        _mesh_shape(config, n_devices=4)
     assert info.value.field == "mesh.data"
 
     # and good shapes resolve
-    assert resolve_mesh_shape(load_config(None, ["mesh.seed=2", "num_seeds=2"]), n_devices=8) == (2, 4, 1)
-    assert resolve_mesh_shape(load_config(None, []), n_devices=8) == (1, 8, 1)
-    assert resolve_mesh_shape(load_config(None, ["mesh.data=2", "mesh.seed=-1", "num_seeds=4"]), n_devices=8) == (
+    assert _mesh_shape(load_config(None, ["mesh.seed=2", "num_seeds=2"]), n_devices=8) == (2, 4, 1)
+    assert _mesh_shape(load_config(None, []), n_devices=8) == (1, 8, 1)
+    assert _mesh_shape(load_config(None, ["mesh.data=2", "mesh.seed=-1", "num_seeds=4"]), n_devices=8) == (
         4,
         2,
         1,
     )
     # mesh.agent is fixed; -1 fills what it leaves
     agent2 = ["param_sharing=independent", "mesh.agent=2", "mesh.seed=2", "num_seeds=2"]
-    assert resolve_mesh_shape(load_config(None, agent2), n_devices=8) == (2, 2, 2)
+    assert _mesh_shape(load_config(None, agent2), n_devices=8) == (2, 2, 2)
     with pytest.raises(ConfigError) as info:
-        resolve_mesh_shape(load_config(None, ["param_sharing=independent", "mesh.agent=3"]), n_devices=8)
+        _mesh_shape(load_config(None, ["param_sharing=independent", "mesh.agent=3"]), n_devices=8)
     assert info.value.field == "mesh.agent"
 
 

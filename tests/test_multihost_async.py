@@ -147,6 +147,10 @@ def test_an_agent_axis_that_would_cross_processes_is_refused(monkeypatch):
             self.process_index, self.id = process, i
 
     devices = [FakeDevice(p, i) for p in range(2) for i in range(3)]  # 2 processes x 3 devices
+
+    def _placement(config):
+        return am.async_placement(config.async_, config.mesh.agent, config.num_envs)
+
     made = []
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(jax, "process_index", lambda: 0)
@@ -157,15 +161,15 @@ def test_an_agent_axis_that_would_cross_processes_is_refused(monkeypatch):
     # 1 learner device per process: refused, naming the field (the config's own checks allow it)
     config = load_config(None, run + ["async.actor_devices=1", "async.learner_devices=1"])
     with pytest.raises(ConfigError, match=r"mesh\.agent.*2 must divide each process's 1 learner devices"):
-        am.async_placement(config)
+        _placement(config)
     assert not made
     # 2 per process: a (2 data, 2 agent) mesh whose rows are each one process's learner devices
-    am.async_placement(load_config(None, run + ["async.actor_devices=1", "async.learner_devices=2"]))
+    _placement(load_config(None, run + ["async.actor_devices=1", "async.learner_devices=2"]))
     ((shape, learners),) = made
     assert shape == (2, 2) and [(d.process_index, d.id) for d in learners] == [(0, 1), (0, 2), (1, 1), (1, 2)]
     # micro-batches slice each process's num_envs/2 = 4 environments: 8 divides 8 but not 4
     with pytest.raises(ConfigError, match=r"async\.micro_batches.*2 processes.*num_envs/2=4.*allowed: 1, 2, 4; got 8"):
-        am.async_placement(load_config(None, run + ["async.actor_devices=1", "async.learner_devices=2",
+        _placement(load_config(None, run + ["async.actor_devices=1", "async.learner_devices=2",
                                                     "async.micro_batches=8"]))  # fmt: skip
 
 

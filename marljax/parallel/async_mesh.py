@@ -23,7 +23,7 @@ import jax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from marljax.config import AsyncConfig, Config, ConfigError
+from marljax.config import AsyncConfig, ConfigError
 from marljax.parallel.layouts import AGENT
 from marljax.parallel.mesh import DATA
 from marljax.parallel.placement import shardings
@@ -37,22 +37,22 @@ class AsyncPlacement(NamedTuple):
     learner_mesh: Mesh  # axes (data, agent): `data` splits each batch's environments, `agent` the agents
 
 
-def async_placement(config: Config) -> AsyncPlacement:
+def async_placement(a: AsyncConfig, agent: int, num_envs: int) -> AsyncPlacement:
     """Disjoint actor and learner devices (`async.actor_devices`, then `async.learner_devices`); shared on one device.
 
     Several processes (`distributed.*`): the counts or indices apply to each process's own devices;
     a process's actors run on its own actor devices, and the learner mesh joins every process's
     learner devices in process order (process p holds data shard p, with the environments its
     actors generate)."""
-    host_actors = _host_cpu_devices(config.async_)
+    host_actors = _host_cpu_devices(a)
     if jax.process_count() == 1:
-        actor, learner = _split(config.async_, jax.devices(), host_actors)
+        actor, learner = _split(a, jax.devices(), host_actors)
     else:
         mine = jax.process_index()
-        by_process = [_split(config.async_, [d for d in jax.devices() if d.process_index == q], host_actors)
+        by_process = [_split(a, [d for d in jax.devices() if d.process_index == q], host_actors)
                       for q in range(jax.process_count())]  # fmt: skip
         actor, learner = by_process[mine][0], [d for _, devices in by_process for d in devices]
-    k = config.mesh.agent
+    k = agent  # mesh.agent
     if len(learner) % k:
         raise ConfigError("mesh.agent", f"{k} must divide the {len(learner)} learner devices (async.learner_devices)")
     per_process = len(learner) // jax.process_count()
@@ -62,17 +62,13 @@ def async_placement(config: Config) -> AsyncPlacement:
         # replica, placement.local_replica) and the agent swap never crosses processes
         raise ConfigError("mesh.agent", f"with {jax.process_count()} processes, {k} must divide each process's "
                           f"{per_process} learner devices (async.learner_devices): the agent axis lies within a process")  # fmt: skip
-    if config.num_envs % len(learner):
-        raise ConfigError(
-            "async.learner_devices", f"{len(learner)} learner devices must divide num_envs={config.num_envs}"
-        )
-    n_proc, M = jax.process_count(), config.async_.micro_batches
-    if config.num_envs % (n_proc * M):  # each process's actors step num_envs/P environments, in M slices
-        allowed = ", ".join(
-            str(m) for m in range(1, config.num_envs // n_proc + 1) if config.num_envs % (n_proc * m) == 0
-        )
+    if num_envs % len(learner):
+        raise ConfigError("async.learner_devices", f"{len(learner)} learner devices must divide num_envs={num_envs}")
+    n_proc, M = jax.process_count(), a.micro_batches
+    if num_envs % (n_proc * M):  # each process's actors step num_envs/P environments, in M slices
+        allowed = ", ".join(str(m) for m in range(1, num_envs // n_proc + 1) if num_envs % (n_proc * m) == 0)
         raise ConfigError("async.micro_batches", f"with {n_proc} processes must divide each process's num_envs/"
-                          f"{n_proc}={config.num_envs / n_proc:g} environments; allowed: {allowed}; got {M}")  # fmt: skip
+                          f"{n_proc}={num_envs / n_proc:g} environments; allowed: {allowed}; got {M}")  # fmt: skip
     shape = (len(learner) // k, k)
     mesh = jax.make_mesh(shape, (DATA, AGENT), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=learner)
     return AsyncPlacement(tuple(actor), mesh)

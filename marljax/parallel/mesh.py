@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from marljax.config import Config, ConfigError, MeshConfig
+from marljax.config import ConfigError, MeshConfig
 from marljax.parallel.agent_placement import REPLICATE, modes_for
 from marljax.parallel.layouts import AGENT, Layout
 from marljax.parallel.placement import shardings as named
@@ -42,14 +42,17 @@ def device_count() -> int:
     return len(jax.devices())
 
 
-def resolve_mesh_shape(config: Config, n_devices: int | None = None) -> tuple[int, int, int]:
-    """(seed, data, agent) sizes with -1 filled in; ConfigError when they don't fit the devices."""
-    agent = config.mesh.agent
+def resolve_mesh_shape(
+    mesh: MeshConfig, num_seeds: int, num_envs: int, n_devices: int | None = None
+) -> tuple[int, int, int]:
+    """(seed, data, agent) sizes with -1 filled in; ConfigError when they don't fit the devices,
+    the seeds (`seed` divides them) or the environments (`data` x `agent` divides them)."""
+    agent = mesh.agent
     n_all = device_count() if n_devices is None else n_devices
     if n_all % agent:
         raise ConfigError("mesh.agent", f"{agent} does not divide the {n_all} visible devices")
     n = n_all // agent  # devices left for seed x data
-    seed, data = config.mesh.seed, config.mesh.data
+    seed, data = mesh.seed, mesh.data
     if seed == -1:
         if n % data:
             raise ConfigError("mesh.data", f"{data} does not divide the {n} visible devices")
@@ -64,19 +67,21 @@ def resolve_mesh_shape(config: Config, n_devices: int | None = None) -> tuple[in
             f"mesh.seed*mesh.data*mesh.agent = {seed}*{data}*{agent} = {seed * data * agent}, but {n_all} "
             "devices are visible; set mesh.seed or mesh.data to -1 to fill the rest",
         )
-    if config.num_seeds % seed:
-        raise ConfigError("mesh.seed", f"{seed} devices on the seed axis must divide num_seeds={config.num_seeds}")
-    if config.num_envs % (data * agent):
+    if num_seeds % seed:
+        raise ConfigError("mesh.seed", f"{seed} devices on the seed axis must divide num_seeds={num_seeds}")
+    if num_envs % (data * agent):
         raise ConfigError(
             "mesh.data",
             f"mesh.data*mesh.agent = {data}*{agent} devices split the environments while acting, "
-            f"so their product must divide num_envs={config.num_envs}",
+            f"so their product must divide num_envs={num_envs}",
         )
     return seed, data, agent
 
 
-def build_mesh(config: Config) -> Mesh:
-    return jax.make_mesh(resolve_mesh_shape(config), AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3)
+def build_mesh(mesh: MeshConfig, num_seeds: int, num_envs: int) -> Mesh:
+    """The (seed, data, agent) mesh over every visible device (`resolve_mesh_shape`)."""
+    shape = resolve_mesh_shape(mesh, num_seeds, num_envs)
+    return jax.make_mesh(shape, AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3)
 
 
 def mesh_layout(mesh: Mesh, replicated: frozenset[str] = frozenset()) -> Layout:

@@ -94,7 +94,7 @@ class AsyncRun:
 
     def __init__(self, config: Config, env, make_trainer: Callable, log: Callable[[str], None] = print):
         self.config, self.env, self.log = config, env, log
-        self.placement = async_placement(config)
+        self.placement = async_placement(config.async_, config.mesh.agent, config.num_envs)
         mesh = self.placement.learner_mesh
         layout = mesh_layout(mesh)
         n_learn = layout.num_env_shards  # every learner device

@@ -17,7 +17,6 @@ from typing import Any
 
 import jax
 
-from marljax.config import Config
 from marljax.parallel.distributed import host_values
 
 
@@ -27,9 +26,10 @@ def chunk_sizes(num_updates: int, per_chunk: int) -> list[int]:
     return [per_chunk] * full + ([rest] if rest else [])
 
 
-def checkpoint_due(config: Config, update: int, saved: int) -> bool:
-    """A checkpoint is due at the last update, and `checkpoint_every` updates after the last one saved."""
-    return update == config.num_updates or bool(config.checkpoint_every and update - saved >= config.checkpoint_every)
+def checkpoint_due(every: int, last: int, update: int, saved: int) -> bool:
+    """A checkpoint is due at the `last` update, and `every` updates (`checkpoint_every`; 0: never)
+    after the last one saved."""
+    return update == last or bool(every and update - saved >= every)
 
 
 class ChunkBudget:

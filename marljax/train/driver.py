@@ -176,7 +176,7 @@ class Checkpoints:
         self.saved_at: list[int] = []  # updates at which this session saved
 
     def after_chunk(self, update: int, state, now: bool = False, extra_meta: dict | None = None) -> None:
-        if now or checkpoint_due(self.config, update, self.saved):
+        if now or checkpoint_due(self.config.checkpoint_every, self.config.num_updates, update, self.saved):
             self.checkpointer.save(update, state, {**self.meta(update), **(extra_meta or {})})
             self.saved = update
             self.saved_at.append(update)

@@ -275,7 +275,9 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
     env = make_adapter(config)
     check_agent_axis(config, env)
     warn_slow_dtype(config)
-    placement = async_placement(config)  # (AsyncRun places again; this compiles nothing)
+    placement = async_placement(
+        config.async_, config.mesh.agent, config.num_envs
+    )  # (AsyncRun places again; this compiles nothing)
     check_run(config, lambda: async_estimate(config, make_trainer(config, env), getattr(env, "host", False)),
               {*placement.actor_devices, *placement.learner_mesh.devices.flat}, log)  # fmt: skip
     log(f"marljax {config.algo} (async) on {env.describe()}")

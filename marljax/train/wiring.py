@@ -114,6 +114,6 @@ def prepare(config: Config):
     """Everything that can fail on bad input, before anything is compiled."""
     env = make_adapter(config)
     replicated = check_agent_axis(config, env)
-    mesh = build_mesh(config)
+    mesh = build_mesh(config.mesh, config.num_seeds, config.num_envs)
     warn_slow_dtype(config, mesh)
     return env, mesh, make_trainer(config, env, mesh_layout(mesh, replicated))
