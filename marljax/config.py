@@ -226,7 +226,26 @@ class AlgorithmSchema:
 # ----------------------------------------------------------------------------- the assembled config
 
 
-class Config:
+if typing.TYPE_CHECKING:
+
+    class _Typed(CoreConfig, ExecutionConfig, RunConfig, CheckpointConfig, EvaluationConfig):
+        """What a type checker sees of `Config`: the flat parts' fields and the nested parts with
+        their types (at run time `Config` reads them from the registered parts, `__getattr__`)."""
+
+        mesh: MeshConfig
+        distributed: DistributedConfig
+        log: LogConfig
+        reward_shaping: RewardShapingConfig
+        async_: AsyncConfig
+
+        def __getattr__(self, name: str) -> Any: ...  # the chosen algorithm's sections: ppo, q, replay, ...
+
+    _ConfigBase = _Typed
+else:
+    _ConfigBase = object
+
+
+class Config(_ConfigBase):
     """One training run: every registered part (the core's and each layer's), then the chosen
     algorithm's sections. A flat part's fields are attributes (`config.num_envs`), a nested part is
     one (`config.mesh.seed`), and so is each section (`config.ppo.clip_eps`; the `async` section as

@@ -388,3 +388,23 @@ def test_each_layer_declares_its_section_and_config_yaml_keeps_its_order():
     assert config.part("checkpoint") == CheckpointConfig() and config.checkpoint_every == 100
     with pytest.raises(ValueError, match=r"keys already registered by another part: \['num_envs'\]"):
         register_part(Part("clash", dataclasses.make_dataclass("Clash", [("num_envs", int, 1)]), order=99, flat=True))
+
+
+def test_what_a_type_checker_sees_of_config_names_every_registered_part():
+    """`Config` reads its attributes from the registered parts at run time; a type checker sees
+    them through `config._Typed` (only under TYPE_CHECKING). A part registered without being
+    added there would reach mypy as `Any`: every flat part must be a base, every nested one an
+    annotation (`async` as `async_`)."""
+    import ast
+    import inspect
+
+    import marljax.config
+    from marljax.schema import _PARTS
+
+    tree = ast.parse(inspect.getsource(marljax.config))
+    typed = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "_Typed")
+    bases = {b.id for b in typed.bases if isinstance(b, ast.Name)}
+    nested = {n.target.id for n in typed.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    assert bases == {p.cls.__name__ for p in _PARTS.values() if p.flat}
+    assert nested == {p.key + "_" if p.key == "async" else p.key for p in _PARTS.values() if not p.flat}
+    assert len(bases) >= 5 and {"mesh", "async_"} <= nested  # the control: the walk found the class's parts
