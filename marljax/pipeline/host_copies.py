@@ -392,8 +392,9 @@ class IndependentHostCollector:
         of the copies whose floor is within it; whether those are cheap: their sum at most
         CHEAP_SHARE of a policy call, every live copy timed)."""
         timed = [c for c in self.copies if c.step_s is not None and not c.retired]
-        below = SteppingChoice.inline_below([_floor(c) for c in timed])
-        equal = [c.step_s for c in timed if _floor(c) <= below]
+        floors = [_floor(c) for c in timed]
+        below = SteppingChoice.inline_below(floors)
+        equal = [c.step_s for c, floor in zip(timed, floors) if floor <= below]
         timed_all = len(timed) == sum(not c.retired for c in self.copies)
         return below, equal, bool(equal) and timed_all and sum(equal) <= CHEAP_SHARE * self.policy_s
 
