@@ -201,11 +201,15 @@ def _shaping(run: _Run, value: Any) -> None:  # JaxMARL's Overcooked: info["shap
 
 
 def _norm_type(run: _Run, value: Any) -> None:
-    if value == "batch_norm":
-        run.unknown.append("NORM_TYPE=batch_norm (marljax's Q-networks have layer_norm or none: batch norm's "
-                           "running statistics are not carried in its training state)")  # fmt: skip
-    else:
-        run.set("NORM_TYPE", "none" if value in (None, "none", "None") else value)
+    run.set("NORM_TYPE", "none" if value in (None, "none", "None") else value)
+
+
+def _scale_inputs(run: _Run, value: Any) -> None:
+    """TransfQMix's batch norm of the raw entity features; its embeddings end in batch norm too
+    (JaxMARL's embedder has no other), set in the same section."""
+    run.set("SCALE_INPUTS", value)
+    if "SCALE_INPUTS" in run.table:
+        run.flat[run.table["SCALE_INPUTS"].rsplit(".", 1)[0] + ".embed_norm"] = "batch_norm"
 
 
 def _gradient_steps(run: _Run) -> int:
@@ -259,17 +263,13 @@ RULES: dict[str, Callable[[_Run, Any], None]] = {
     "TEST_INTERVAL": _test_interval, "EPS_DECAY": _eps_decay, "REW_SHAPING_HORIZON": _shaping,
     "NORM_TYPE": _norm_type, "LR_WARMUP": _lr_warmup, "HIDDEN_SIZE": _hidden_size,
     "MANUAL_ALPHA_ESTIMATES": _manual_alpha, "LR_DECAY_TYPE": _lr_decay_type, "LR_EXP_DECAY_RATE": _lr_exp_decay_rate,
+    "SCALE_INPUTS": _scale_inputs,
 }  # fmt: skip
 # keys accepted at the one value that is what marljax computes; another value is refused, saying why
 ONLY: dict[str, tuple[Any, str]] = {
     "SCALE_CLIP_EPS": (False, "marljax does not scale the clip range by the agent count"),
-    "NORM_INPUT": (False, "input normalisation is batch norm in JaxMARL's PQN, which marljax does not carry"),
     "MEMORY_WINDOW": (0, "marljax replays no steps of the previous rollout into the GRU's horizon"),
     "OBS_WITH_AGENT_ID": (True, "marljax's MAPPO critic always sees the agent's one-hot id"),
-    "SCALE_INPUTS": (
-        False,
-        "batch norm of the entity features, whose running statistics marljax's state does not carry",
-    ),
 }
 
 

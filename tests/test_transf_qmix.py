@@ -168,7 +168,7 @@ TRANSF_QMIX_MPE = """"NUM_ENVS": 8
 "MIXER_TRANSF_NUM_HEADS": 4
 "MIXER_TRANSF_DIM_FF": 64
 "USE_FAST_ATTENTION": True
-"SCALE_INPUTS": False
+"SCALE_INPUTS": True
 "EMBEDDER_USE_RELU": False
 "EPSILON_START": 1.0
 "EPSILON_FINISH": 0.05
@@ -184,7 +184,7 @@ TRANSF_QMIX_MPE = """"NUM_ENVS": 8
 "GAMMA": 0.9
 "ENV_NAME": "MPE_simple_spread_v3"
 "ENV_KWARGS": {}
-"""  # the shape of JaxMARL's transf_qmix_mpe.yaml (some values changed; SCALE_INPUTS: True is refused, see the module)
+"""  # the shape of JaxMARL's transf_qmix_mpe.yaml (some values changed)
 
 
 def test_jaxmarl_transf_qmix_keys_map_to_its_settings(tmp_path):
@@ -195,6 +195,7 @@ def test_jaxmarl_transf_qmix_keys_map_to_its_settings(tmp_path):
     t = c.transf
     assert (t.agent_layers, t.agent_heads, t.agent_ff) == (2, 8, 128)
     assert (t.mixer_layers, t.mixer_heads, t.mixer_ff, t.mixer_init_scale, t.relu_embed) == (3, 4, 64, 0.01, False)
+    assert (t.scale_inputs, t.embed_norm) == (True, "batch_norm")  # JaxMARL's embedders: batch norm, always
     assert (c.q.init_scale, c.adam_eps, c.lr_decay) == (2.0, 1e-6, "exponential")
     assert c.lr_exp_decay_rate == pytest.approx(1 - (1 - 2e-5) ** 2)  # 2 gradient steps per update
 

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from marljax.config import Config
 from marljax.envs.adapter import AgentGroup, EnvAdapter
+from marljax.nn.networks import STATS
 from marljax.nn.ops import linear_schedule
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats
@@ -118,22 +119,47 @@ class GroupNetworks:
               *extra: Array | None):  # fmt: skip
         """Group g's parameter sets (leaves [1 or A_g, ...]) on obs [B, A_g, ...] (hidden [B, A_g, H],
         reset [B, A_g], extra inputs [B, A_g, ...]) -> (out, leaves [B, A_g, ...]; hidden' [B, A_g, H] | None)."""
+        out, h, _ = self._apply(params, g, obs, hidden, reset, extra, learning=False)
+        return out, h
+
+    def apply_learning(self, params, g: AgentGroup, obs: Array, hidden: Array | None = None,
+                       reset: Array | None = None, *extra: Array | None):  # fmt: skip
+        """`apply` as a learning step sees it: batch norm (`networks.BatchNorm`) on this batch's
+        statistics. -> (out, hidden' | None, the group's running statistics moved towards them,
+        leaves [1 or A_g, ...]; {} for a network without batch norm, which is applied as `apply` does)."""
+        return self._apply(params, g, obs, hidden, reset, extra, learning=STATS in params)
+
+    def _apply(self, params, g: AgentGroup, obs: Array, hidden, reset, extra: tuple, learning: bool):
         net = self.nets[g.name]
+
+        def call(p, *inputs):  # -> (out, hidden', statistics)
+            if not learning:
+                return (*self._outputs(net.apply(p, *inputs)), {})
+            result, mutated = net.apply(p, *inputs, mutable=[STATS])
+            return (*self._outputs(result), mutated[STATS])
+
         if not self.independent:
             p = jax.tree.map(lambda x: x[0], params)
             ids = agent_ids(g, obs.shape[:1], self.agent_id)
             merge = lambda x: None if x is None else flat(x, 2)  # noqa: E731
             inputs = self._inputs(flat(obs, 2), ids, merge(hidden), merge(reset), tuple(map(merge, extra)))
-            out, h = self._outputs(net.apply(p, *inputs))
+            out, h, stats = call(p, *inputs)
             per_agent = lambda x: x.reshape(obs.shape[:2] + x.shape[1:])  # noqa: E731
-            return jax.tree.map(per_agent, out), None if h is None else per_agent(h)
+            set_axis = lambda x: x[None]  # noqa: E731 - the shared set's statistics regain its parameter-set axis
+            return jax.tree.map(per_agent, out), None if h is None else per_agent(h), jax.tree.map(set_axis, stats)
 
         def one_agent(p, o, h, r, *x):  # o [B, *obs]: one agent's slice
-            return self._outputs(net.apply(p, *self._inputs(o, None, h, r, x)))
+            return call(p, *self._inputs(o, None, h, r, x))
 
         axis = lambda x: None if x is None else 1  # noqa: E731 - the agent axis of [B, A_g, ...]
         in_axes = (0, 1, axis(hidden), axis(reset), *map(axis, extra))
-        return jax.vmap(one_agent, in_axes=in_axes, out_axes=1)(params, obs, hidden, reset, *extra)
+        return jax.vmap(one_agent, in_axes=in_axes, out_axes=(1, 1, 0))(params, obs, hidden, reset, *extra)
+
+
+def with_stats(params: dict, stats: dict) -> dict:
+    """group -> parameter sets, with the running statistics of the groups in `stats` (group ->
+    `apply_learning`'s statistics) in place of theirs: the learner's parameters after a step."""
+    return {k: {**v, STATS: stats[k]} if stats.get(k) else v for k, v in params.items()}
 
 
 def act_by_group(groups: tuple[AgentGroup, ...], keys: Array, choose: Callable) -> tuple[dict, dict]:

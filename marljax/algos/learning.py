@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from marljax.algos.acting import local_keys
+from marljax.algos.acting import local_keys, with_stats
 from marljax.algos.api import CostPiece, EpochSchedule, hparams_from_config
 from marljax.config import Config
 from marljax.nn import ops
@@ -77,6 +77,19 @@ def descend(tx: optax.GradientTransformation, layout: Layout, split: frozenset[s
         grads, grad_norm = layout.reduce_grads(grads, split)
         params, opt_state = ops.descend(params, opt_state, grads, grad_norm, tx, lr, hp["max_grad_norm"])
     return params, opt_state, grad_norm
+
+
+def keep_stats(layout: Layout, split: frozenset[str], params: dict, stats: dict) -> dict:
+    """`params` (after a descent step) with the batch-norm statistics the step's loss moved (group
+    -> statistics, `GroupNetworks.apply_learning`), averaged over the devices that share each group's
+    sets, as their gradients are (`Layout.reduce_grads`). No statistics: `params` unchanged."""
+    if not any(stats.values()):
+        return params
+    stats = ops.pmean_tree(stats, layout.data_axis)
+    if layout.agent_parallel:
+        shared = {k: v for k, v in stats.items() if k not in split}
+        stats = {**stats, **ops.pmean_tree(shared, layout.agent_axis)}
+    return with_stats(params, stats)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, EpochSchedule, hparams_from_config, split_groups
-from marljax.algos.learning import Minibatches, adam, descend, init_keys, init_learner, learning_rate
+from marljax.algos.learning import Minibatches, adam, descend, init_keys, init_learner, keep_stats, learning_rate
 from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
@@ -63,14 +63,19 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     def init_actors(key: Array) -> ActorState:
         return q.init_actors(init_keys(key).env)
 
-    def group_q(params, g, batch) -> Array:
-        """Group g's values on time-major data [L, B, A_g, ...] -> [L, B, A_g, n]."""
-        return q.unroll(params, g, batch["obs"][g.name], batch["reset"].get(g.name), batch["hidden"].get(g.name))
+    def group_q(params, g, batch, learning: bool = False):
+        """Group g's values on time-major data [L, B, A_g, ...] -> [L, B, A_g, n] (`learning`: and
+        its moved batch-norm statistics, q_acting's `unroll`)."""
+        return q.unroll(params, g, batch["obs"][g.name], batch["reset"].get(g.name), batch["hidden"].get(g.name),
+                        learning=learning)  # fmt: skip
 
-    def team_q(params, batch) -> Array:
-        """Q_tot of the taken actions [L, B]."""
-        taken = lambda g: jnp.take_along_axis(group_q(params, g, batch), batch["action"][g.name][..., None], axis=-1)  # noqa: E731
-        return cast(Array, sum(jnp.sum(taken(g)[..., 0], axis=-1) for g in groups))  # groups is never empty
+    def team_q(params, batch) -> tuple[Array, dict]:
+        """Q_tot of the taken actions [L, B], as a learning step sees it; group -> moved statistics."""
+        taken, stats = [], {}
+        for g in groups:
+            values, stats[g.name] = group_q(params, g, batch, learning=True)
+            taken.append(jnp.sum(jnp.take_along_axis(values, batch["action"][g.name][..., None], -1)[..., 0], -1))
+        return cast(Array, sum(taken)), stats  # groups is never empty
 
     def team_max(params, batch) -> Array:
         """sum_i max_a Q_i over available actions [L, B]."""
@@ -80,22 +85,22 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         )
 
     def loss_fn(params, batch, target):
-        q_tot = team_q(params, batch)  # [L, E_learn]
+        q_tot, stats = team_q(params, batch)  # [L, E_learn]
         if split:  # this device's agents' part of Q_tot, plus (no gradient) the other devices' parts
             q_tot = q_tot + jax.lax.stop_gradient(jax.lax.psum(q_tot, layout.agent_axis) - q_tot)
         loss = 0.5 * jnp.mean((q_tot - target) ** 2)
         # reduce_grads divides split sets' gradients by K (it expects per-agent means); the team
         # loss is whole on every agent device, so its gradient is scaled up by K first
-        return loss * K if split else loss, (loss, jnp.mean(q_tot))
+        return loss * K if split else loss, (loss, jnp.mean(q_tot), stats)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def minibatch_step(carry, minibatch, lr: Array, hp: HParams):
         params, opt_state = carry
         batch, target = minibatch
-        (_, (loss, q_mean)), grads = grad_fn(params, batch, target)
+        (_, (loss, q_mean, stats)), grads = grad_fn(params, batch, target)
         params, opt_state, grad_norm = descend(adam(config), layout, split, params, opt_state, grads, lr, hp)
-        return (params, opt_state), (loss, q_mean, grad_norm)
+        return (keep_stats(layout, split, params, stats), opt_state), (loss, q_mean, grad_norm)
 
     def shuffle(data, key):
         """[T, E_learn, ...] -> [M, L, E_learn, ...]: L time steps of every environment per minibatch.

@@ -30,7 +30,7 @@ from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats
 
 Array = jax.Array
-Q_NORMS = ("layer_norm", "none")  # (batch norm's running statistics are not carried: jaxmarl_config.py says so)
+Q_NORMS = ("layer_norm", "batch_norm", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +46,11 @@ class QConfig:
                                    jaxmarl="EPSILON_ANNEAL_TIME")  # fmt: skip
     td_lambda: float = setting(0.65, "lambda of Peng's Q(lambda) targets (0: one-step targets)", minimum=0.0, maximum=1.0,
                                jaxmarl=("TD_LAMBDA", "LAMBDA"))  # fmt: skip
-    norm: str = setting("layer_norm", "normalisation of the Q-network's hidden layers: layer_norm | none",
-                        choices=Q_NORMS, jaxmarl="NORM_TYPE")  # fmt: skip
+    norm: str = setting("layer_norm", "normalisation of the Q-network's hidden layers: layer_norm | batch_norm (running "
+                        "statistics for acting and targets, the batch's while learning) | none", choices=Q_NORMS,
+                        jaxmarl="NORM_TYPE")  # fmt: skip
+    norm_input: bool = setting(False, "batch norm of the Q-network's observations (as q.norm=batch_norm's)",
+                               jaxmarl="NORM_INPUT")  # fmt: skip
     dueling: bool = setting(False, "dueling head: Q = V(s) + A(s, a) - mean_a A(s, a)", jaxmarl="DUELING")
     reward_scale: float = setting(1.0, "multiply the rewards learned from (the returns reported stay the env's)",
                                   above=0.0, jaxmarl="REW_SCALE")  # fmt: skip
@@ -78,7 +81,8 @@ class QActing(NamedTuple):
     # (params, group, obs [T, B, A_g, ...], reset [T, B, A_g], hidden0 [B, A_g, H] | None, full=False, states=False)
     #   -> q [T, B, A_g, n_actions]: whole sequences, time-major (the GRU starts from hidden0;
     #   full: its scan unrolled, so that XLA's cost analysis counts every step; states: recurrent
-    #   only, (q, the hidden states after each step [T, B, A_g, H]))
+    #   only, (q, the hidden states after each step [T, B, A_g, H]); learning: (that, the group's
+    #   moved batch-norm statistics, {} without batch norm))
     unroll: Callable
     epsilon: Callable  # update [] -> epsilon []
     act: Callable  # evaluation: (params, obs, reset, hidden, mask, key, greedy) -> (actions, hidden)
@@ -98,7 +102,8 @@ def make_q_acting(
     groups = env.groups  # Discrete only: make_adapter refuses Box groups from Supports.actions (train/wiring.py)
     rnn, H = config.recurrent, config.gru_hidden_size
     size = config.group_network  # group -> (hidden_size, num_layers), network.<group>.* over the global sizes
-    head = dict(norm=config.q.norm, dueling=config.q.dueling, init_scale=config.q.init_scale)
+    head = dict(norm=config.q.norm, dueling=config.q.dueling, init_scale=config.q.init_scale,
+                norm_input=config.q.norm_input)  # fmt: skip
     nets = nets or GroupNetworks.of(config, {
         g.name: RecurrentQNetwork(g.action_dim, size(g.name)[0], H, config.activation, uses_cnn(config, g), config.dtype,
                                   **head)
@@ -115,18 +120,26 @@ def make_q_acting(
         return nets.apply(params[g.name], g, obs, hidden, reset)
 
     def unroll(params, g: AgentGroup, obs: Array, reset: Array | None, hidden0: Array | None, full: bool = False,
-               states: bool = False):  # fmt: skip
+               states: bool = False, learning: bool = False):  # fmt: skip
         """Time-major sequences: obs [T, B, A_g, ...], reset [T, B, A_g] -> q [T, B, A_g, n]
-        (`states`: and the hidden states after each step [T, B, A_g, H])."""
+        (`states`: and the hidden states after each step [T, B, A_g, H]). `learning`: -> (that,
+        the group's batch-norm statistics moved towards this batch's, {} without batch norm): a
+        recurrent network normalises each step by its own batch and moves the statistics once,
+        towards the mean of the steps' (JaxMARL's, whose norms precede the GRU, take the whole
+        sequence as one batch)."""
+        apply = nets.apply_learning if learning else lambda *a: (*nets.apply(*a), {})
         if not rnn:  # every step on its own: one flat batch
-            q, _ = q_values(params, g, flat(obs, 2))
-            return q.reshape(obs.shape[:3] + q.shape[2:])
+            q, _, stats = apply(params[g.name], g, flat(obs, 2))
+            q = q.reshape(obs.shape[:3] + q.shape[2:])
+            return (q, stats) if learning else q
 
         def step(h, x):
-            q, h = q_values(params, g, x[0], h, x[1])
-            return h, (q, h) if states else q
+            q, h, stats = apply(params[g.name], g, x[0], h, x[1])
+            return h, ((q, h) if states else q, stats)
 
-        return jax.lax.scan(step, hidden0, (obs, reset), unroll=True if full else 1)[1]
+        out, stats = jax.lax.scan(step, hidden0, (obs, reset), unroll=True if full else 1)[1]
+        # each step moved the same statistics: their mean over the steps is one move towards the steps' mean
+        return (out, jax.tree.map(lambda x: jnp.mean(x, axis=0), stats)) if learning else out
 
     def epsilon(update: Array) -> Array:
         frac = jnp.minimum(update.astype(jnp.float32) / decay_updates, 1.0)

@@ -62,7 +62,7 @@ from marljax.algos.api import (
     hparams_from_config,
     split_groups,
 )
-from marljax.algos.learning import adam, descend, init_keys, init_learner, learning_rate
+from marljax.algos.learning import adam, descend, init_keys, init_learner, keep_stats, learning_rate
 from marljax.algos.mixers import MixerConfig, QMixer
 from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
@@ -92,6 +92,9 @@ class TeamValue(NamedTuple):
     # value and target also take the (recurrent) agents' hidden states after each step [B, T, N, H], last:
     # value's of the online network at t, target's of the target network at t + 1; init takes hs [1, N, H]
     states: bool = False
+    # value returns (Q_tot, its parameters' batch-norm statistics moved towards this batch's, {} if none):
+    # it learns them (TransfQMix's mixer); target normalises by the running ones
+    stats: bool = False
 
 
 def default_team(config: Config, num_agents: int) -> TeamValue | None:
@@ -232,18 +235,19 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         buffer = replay.init(config.replay.buffer_size, example_sequence(init_keys(key).env))
         return QExtra(learner.params, buffer)
 
-    def chosen_and_next(params, target, seq, full: bool = False) -> tuple[Array, Array, Array, tuple]:
+    def chosen_and_next(params, target, seq, full: bool = False) -> tuple[Array, Array, Array, tuple, dict]:
         """Per agent, over a batch of sequences: Q(o_t, a_t) [B, T, N], the double-Q value of
         o_{t+1} [B, T, N] (online argmax among available actions, target network's value),
-        whether a_t is the greedy action among the available ones [B, T, N] (float 0/1) and, for a
+        whether a_t is the greedy action among the available ones [B, T, N] (float 0/1), for a
         team value on `states`, the online hidden states at t and the target's at t + 1 ([B, T, N, H]
-        each; else ()). `full`: the GRU's scans unrolled (for XLA's cost analysis)."""
-        taken, nxt, greedy, hs_now, hs_next = [], [], [], [], []
+        each; else ()), and group -> the online networks' moved batch-norm statistics ({} without).
+        `full`: the GRU's scans unrolled (for XLA's cost analysis)."""
+        taken, nxt, greedy, hs_now, hs_next, stats = [], [], [], [], [], {}
         states = team is not None and team.states
         for g in groups:
             obs, mask, reset = seq["obs"][g.name], seq["mask"][g.name], seq["reset"][g.name]  # [B, T+1, A, ...]
             hidden0 = seq["hidden"][g.name] if config.recurrent else None  # [B, A, H]
-            online = q.unroll(params, g, swap(obs), swap(reset), hidden0, full, states)  # [T+1, B, A, n]
+            online, stats[g.name] = q.unroll(params, g, swap(obs), swap(reset), hidden0, full, states, learning=True)
             tgt = q.unroll(target, g, swap(obs), swap(reset), hidden0, full, states)
             if states:  # (q, hidden states [T+1, B, A, H])
                 (online, h_online), (tgt, h_tgt) = online, tgt
@@ -257,7 +261,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             greedy.append((best == action).astype(jnp.float32))
         nxt_all = jax.lax.stop_gradient(jnp.concatenate(nxt, axis=-1))
         hs = (jnp.concatenate(hs_now, axis=-2), jnp.concatenate(hs_next, axis=-2)) if states else ()
-        return jnp.concatenate(taken, axis=-1), nxt_all, jnp.concatenate(greedy, axis=-1), hs
+        return jnp.concatenate(taken, axis=-1), nxt_all, jnp.concatenate(greedy, axis=-1), hs, stats
 
     def every_agent(local: Array) -> Array:
         """[..., N/K] this device's agents' values, group after group -> [..., N] every agent's, in
@@ -275,7 +279,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return jnp.concatenate(parts, axis=-1)
 
     def loss_fn(params, target, seq, hp: HParams, key: Array, full: bool = False):
-        taken, nxt, greedy, hs = chosen_and_next(params, target, seq, full)  # [B, T, N/K]: this device's agents
+        taken, nxt, greedy, hs, stats = chosen_and_next(params, target, seq, full)  # [B, T, N/K]: this device's agents
         if split:  # every agent's values, in one collective
             taken, nxt, greedy = every_agent(jnp.stack([taken, nxt, greedy]))  # [B, T, N] each
         done = seq["done"]  # [B, T]
@@ -286,12 +290,14 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             now, later = ((hs[0],), (hs[1],)) if hs else ((), ())  # (team values on the agents' hidden states)
             q_now = team.value(params.get(MIXER), taken, None if world is None else world[:, :-1], greedy > 0, key,
                                *now)  # fmt: skip
+            if team.stats:
+                q_now, stats[MIXER] = q_now
             q_next = jax.lax.stop_gradient(
                 team.target(target.get(MIXER), nxt, None if world is None else world[:, 1:], *later)
             )
             reward = jnp.sum(seq["reward"], axis=-1)  # the team's reward, summed like the values
         returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp["gamma"], config.q.td_lambda))
-        return 0.5 * jnp.mean((q_now - jax.lax.stop_gradient(returns)) ** 2), jnp.mean(q_now)
+        return 0.5 * jnp.mean((q_now - jax.lax.stop_gradient(returns)) ** 2), (jnp.mean(q_now), stats)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -300,7 +306,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         """One gradient step on batch_size/D sequences sampled from `buffer`
         -> (params, opt_state, (loss, q_mean, grad_norm))."""
         seq, _ = replay.sample(buffer, key, config.replay.batch_size // D)
-        (loss, q_mean), grads = grad_fn(params, target, seq, hp, jax.random.fold_in(key, 1), full=full)
+        (loss, (q_mean, stats)), grads = grad_fn(params, target, seq, hp, jax.random.fold_in(key, 1), full=full)
         # the loss is whole on every agent device, its gradient exact for the device's own agents;
         # reduce_grads divides split sets by K (it expects per-agent means), so scale them up first
         # (not the mixer's: replicated, averaged over `agent` as it is)
@@ -309,7 +315,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         if team is not None and team.lr is not None:  # its own base rate: its step scaled by lr_team / lr
             scale = team.lr / hp["lr"]
             new[MIXER] = jax.tree.map(lambda p, n: p + scale * (n - p), params[MIXER], new[MIXER])
-        return new, opt_state, (loss, q_mean, grad_norm)
+        return keep_stats(layout, split, new, stats), opt_state, (loss, q_mean, grad_norm)
 
     def gradient_steps(learner: LearnerState, extra: QExtra, key: Array, lr: Array):
         if D > 1:  # each shard samples its own slots; the gradient is averaged over shards

@@ -12,9 +12,13 @@ Multi-Agent Reinforcement Learning Problems"), built on the replay-based Q-learn
   token's output z gives b1 = z, w2 = |z| / H and b2 = Dense(relu(z)):
   Q_tot = w2 . elu(q W1 + b1) + b2, monotonic in every agent's value as QMIX's.
 
-Differences from JaxMARL's transf_qmix.py: LayerNorm after the entity embedding where it uses
-batch norm (no running statistics are carried in marljax's state; for the same reason its batch norm
-of the raw entity features, SCALE_INPUTS: True, is refused), softmax attention (not its
+Normalisation: LayerNorm after the entity embedding (`transf.embed_norm=batch_norm`: batch norm, as
+JaxMARL's), and `transf.scale_inputs`: batch norm of the raw entity features first (JaxMARL's
+SCALE_INPUTS), both in the agents and the mixer. Batch norm learns its running statistics in the
+learning steps (`marljax.nn.networks.BatchNorm`); acting and the target network use them.
+
+Differences from JaxMARL's transf_qmix.py: LayerNorm after the entity embedding by default (its
+batch norm with `transf.embed_norm=batch_norm`; a JaxMARL file translates to that), softmax attention (not its
 Performer "fast attention"), w2 is scaled by 1/H (the mixer starts near the agents' sum rather than
 H times it), the mixer's token is learned and not carried over time, and the
 agents' Q-values all come from h_t (its SMAX agent values attacks from the enemies' embeddings).
@@ -38,7 +42,7 @@ from marljax.algos.qlearning import REPLAY_DEFAULTS, ReplayConfig, TeamValue
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.entities import EntityView, entity_view
-from marljax.nn.networks import dense, orthogonal
+from marljax.nn.networks import STATS, BatchNorm, dense, normalise, orthogonal
 from marljax.parallel.layouts import Layout
 
 Array = jax.Array
@@ -60,6 +64,10 @@ class TransfConfig:
     relu_embed: bool = setting(True, "relu on the entity embeddings", jaxmarl="EMBEDDER_USE_RELU")
     mixer_init_scale: float = setting(1.0, "orthogonal scale of the mixer's embedding and its b2 layer", above=0.0,
                                       jaxmarl="MIXER_INIT_SCALE")  # fmt: skip
+    embed_norm: str = setting("layer_norm", "normalisation of the entity embeddings: layer_norm | batch_norm (JaxMARL's)",
+                              choices=("layer_norm", "batch_norm"))  # fmt: skip
+    scale_inputs: bool = setting(False, "batch norm of the raw entity features before the embedding",
+                                 jaxmarl="SCALE_INPUTS")  # fmt: skip
 
     def check(self, config: Config) -> None:
         if not config.recurrent:
@@ -93,10 +101,14 @@ class Encoder(nn.Module):
         return nn.LayerNorm()(x + mlp)
 
 
-def _embed(x: Array, width: int, relu: bool, dtype: str, scale: float = 1.0) -> Array:
-    """Entities [B, n, F] -> [B, n, H]: Dense, relu (optional), LayerNorm."""
-    x = dense(width, dtype, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)(x)
-    return nn.LayerNorm()(nn.relu(x) if relu else x)
+def _embed(x: Array, width: int, relu: bool, dtype: str, scale: float = 1.0, norm: str = "layer_norm",
+           scale_inputs: bool = False) -> Array:  # fmt: skip
+    """Entities [B, n, F] -> [B, n, H]: batch norm of the features (`scale_inputs`), Dense, relu
+    (optional), `norm` (layer_norm | batch_norm)."""
+    x = dense(width, dtype, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)(
+        BatchNorm()(x) if scale_inputs else x
+    )
+    return normalise(nn.relu(x) if relu else x, norm)
 
 
 class TransformerQNetwork(nn.Module):
@@ -112,6 +124,8 @@ class TransformerQNetwork(nn.Module):
     view: Callable[[Array], Array]  # obs [B, D] -> entities [B, n_e, F]
     dtype: str = "float32"
     init_scale: float = 1.0  # orthogonal scale of the entity embedding and the head (JaxMARL's AGENT_INIT_SCALE)
+    norm: str = "layer_norm"  # of the entity embeddings (TransfConfig.embed_norm)
+    scale_inputs: bool = False
 
     @nn.compact
     def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None) -> tuple[Array, Array]:
@@ -120,7 +134,7 @@ class TransformerQNetwork(nn.Module):
         tokens = [jnp.where(reset[:, None], 0.0, h)[:, None]]  # the hidden state, zeros at an episode's start
         if agent_id is not None:  # shared parameters told apart by an id token
             tokens.append(dense(self.width, self.dtype)(agent_id)[:, None])
-        embedded = _embed(ents, self.width, self.relu_embed, self.dtype, self.init_scale)
+        embedded = _embed(ents, self.width, self.relu_embed, self.dtype, self.init_scale, self.norm, self.scale_inputs)
         x = jnp.concatenate([*tokens, embedded], axis=1)  # [B, L, H]
         valid = jnp.concatenate([jnp.ones((obs.shape[0], len(tokens)), bool), seen], axis=1)
         for _ in range(self.layers):
@@ -143,11 +157,14 @@ class TransformerMixer(nn.Module):
     view: Callable[[Array], Array]  # world [B, W] -> entities [B, n_s, F_s]
     init_scale: float = 1.0
     dtype: str = "float32"
+    norm: str = "layer_norm"
+    scale_inputs: bool = False
 
     @nn.compact
     def __call__(self, q: Array, hs: Array, world: Array) -> Array:
         B, N = q.shape
-        state = _embed(self.view(world), self.width, self.relu_embed, self.dtype, self.init_scale)  # [B, n_s, H]
+        state = _embed(self.view(world), self.width, self.relu_embed, self.dtype, self.init_scale, self.norm,
+                       self.scale_inputs)  # [B, n_s, H]  # fmt: skip
         token = jnp.broadcast_to(self.param("token", nn.initializers.zeros, (self.width,)), (B, 1, self.width))
         x = jnp.concatenate([token, state, hs], axis=1)  # [B, 1 + n_s + N, H]
         for _ in range(self.layers):
@@ -165,16 +182,21 @@ def transformer_team(config: Config, view: EntityView) -> TeamValue:
     their hidden states and the world state's entities (the target network's at t + 1 for the bootstrap)."""
     c = config.transf
     mixer = TransformerMixer(config.hidden_size, c.mixer_layers, c.mixer_heads, c.mixer_ff, c.relu_embed, view.world,
-                             c.mixer_init_scale, config.dtype)  # fmt: skip
+                             c.mixer_init_scale, config.dtype, c.embed_norm, c.scale_inputs)  # fmt: skip
+    learns_stats = c.embed_norm == "batch_norm" or c.scale_inputs
 
-    def mixed(params, values: Array, world: Array, hs: Array) -> Array:
-        """values [B, T, N], world [B, T, W], hs [B, T, N, H] -> [B, T]."""
+    def mixed(params, values: Array, world: Array, hs: Array, learning: bool = False):
+        """values [B, T, N], world [B, T, W], hs [B, T, N, H] -> [B, T] (`learning`: and the batch-norm
+        statistics moved towards this batch's)."""
         B, T, N = values.shape
-        out = mixer.apply(params, values.reshape(B * T, N), hs.reshape(B * T, N, -1), world.reshape(B * T, -1))
-        return cast(Array, out).reshape(B, T)
+        inputs = (values.reshape(B * T, N), hs.reshape(B * T, N, -1), world.reshape(B * T, -1))
+        if not learning:
+            return cast(Array, mixer.apply(params, *inputs)).reshape(B, T)
+        out, mutated = mixer.apply(params, *inputs, mutable=[STATS])
+        return cast(Array, out).reshape(B, T), mutated[STATS]
 
-    def value(params, taken: Array, world: Array | None, greedy: Array, key: Array, hs: Array) -> Array:
-        return mixed(params, taken, cast(Array, world), hs)
+    def value(params, taken: Array, world: Array | None, greedy: Array, key: Array, hs: Array):
+        return mixed(params, taken, cast(Array, world), hs, learning=learns_stats)
 
     def target(params, nxt: Array, world: Array | None, hs: Array) -> Array:
         return mixed(params, nxt, cast(Array, world), hs)
@@ -182,14 +204,15 @@ def transformer_team(config: Config, view: EntityView) -> TeamValue:
     def init(key: Array, q: Array, world: Array, hs: Array) -> Any:
         return mixer.init(key, q, hs, world)
 
-    return TeamValue(True, value, target, init, states=True)
+    return TeamValue(True, value, target, init, states=True, stats=learns_stats)
 
 
 def agent_networks(config: Config, env: EnvAdapter, view: EntityView) -> GroupNetworks:
     """Every group's transformer Q-network; the recurrent state is the transformer's width."""
     c = config.transf
     nets = {g.name: TransformerQNetwork(g.action_dim, config.hidden_size, c.agent_layers, c.agent_heads, c.agent_ff,
-                                        c.relu_embed, view.obs, config.dtype, config.q.init_scale or 1.0)
+                                        c.relu_embed, view.obs, config.dtype, config.q.init_scale or 1.0, c.embed_norm,
+                                        c.scale_inputs)
             for g in env.groups}  # fmt: skip
     return GroupNetworks(nets, config.param_sharing == "independent", config.agent_id, config.hidden_size)
 

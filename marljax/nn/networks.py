@@ -5,7 +5,7 @@
 * `RecurrentActorCritic`: an embedding, a GRU whose hidden state resets where
   `reset` is true (the observation starts a new episode), then the two heads.
 * `QNetwork` / `RecurrentQNetwork`: per-agent action values for the Q-learning family, with
-  LayerNorm in every hidden layer.
+  LayerNorm (or batch norm, `BatchNorm`) in every hidden layer.
 * The torso is an MLP, or a small CNN for image-like `[H, W, C]` observations.
 * `dtype`: the compute dtype of every matmul and convolution. "float32" (the default) leaves
   flax's own ops untouched; "bfloat16" casts the two operands of each matmul/conv to bf16 and
@@ -124,6 +124,30 @@ def einsum(spec: str, a: Array, b: Array, dtype: str = "float32") -> Array:
     if dtype == "float32":
         return jnp.einsum(spec, a, b)
     return jnp.einsum(spec, a.astype(dtype), b.astype(dtype), preferred_element_type=jnp.float32)
+
+
+STATS = "batch_stats"  # the variable collection of BatchNorm's running statistics
+
+
+class BatchNorm(nn.Module):
+    """Batch norm that learns its statistics only when asked to: applied with
+    `mutable=["batch_stats"]` (a learning step) it normalises by the batch's own mean and variance
+    (every axis but the last) and returns the running averages moved towards them (flax's
+    `nn.BatchNorm`, momentum 0.99, epsilon 1e-5: JaxMARL's PQN and TransfQMix); applied without
+    (acting, evaluation, targets) it normalises by the running averages. Its statistics live in the
+    parameter tree's "batch_stats" collection beside "params"; the learner keeps them there and
+    replaces them after each step (`marljax.algos.acting.with_stats`), so they need no other state."""
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        return nn.BatchNorm(use_running_average=not self.is_mutable_collection(STATS), momentum=0.99, epsilon=1e-5)(x)
+
+
+def normalise(x: Array, norm: str) -> Array:
+    """x [..., F] through `norm`: layer_norm | batch_norm | none (inside a compact module)."""
+    if norm == "layer_norm":
+        return nn.LayerNorm()(x)
+    return BatchNorm()(x) if norm == "batch_norm" else x
 
 
 def _dense(features: int, scale: float, dtype: str = "float32") -> nn.Dense:
@@ -277,8 +301,9 @@ class RecurrentActorCritic(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """Per-agent action values, PQN style: MLP with LayerNorm before each activation (`norm="none"`:
-    without). obs [B, *obs_shape] (+ one-hot id) -> q [B, action_dim]."""
+    """Per-agent action values, PQN style: MLP with LayerNorm before each activation (`norm`:
+    batch_norm or none instead; `norm_input`: batch norm of the observation first). obs
+    [B, *obs_shape] (+ one-hot id) -> q [B, action_dim]."""
 
     action_dim: int
     hidden_size: int = 64
@@ -286,13 +311,16 @@ class QNetwork(nn.Module):
     activation: str = "relu"
     cnn: bool = False
     dtype: str = "float32"
-    norm: str = "layer_norm"  # layer_norm | none
+    norm: str = "layer_norm"  # layer_norm | batch_norm | none
     dueling: bool = False  # values as V(s) + A(s, a) - mean_a A(s, a)
     init_scale: float = 0.0  # 0: orthogonal sqrt(2) hidden layers, 1 heads; > 0: every Dense orthogonal(init_scale)
+    norm_input: bool = False  # batch norm of the observation (JaxMARL's NORM_INPUT)
 
     @nn.compact
     def __call__(self, obs: Array, agent_id: Array | None = None) -> Array:
-        x = _features(obs, agent_id, self.cnn, self.activation, "q", self.dtype)
+        x = _features(
+            BatchNorm()(obs) if self.norm_input else obs, agent_id, self.cnn, self.activation, "q", self.dtype
+        )
         for _ in range(self.num_layers):
             x = _normed(x, self.hidden_size, self.activation, self.dtype, self.norm, self.init_scale or np.sqrt(2))
         head = _dense(self.action_dim, self.init_scale or 1.0, self.dtype)
@@ -303,7 +331,7 @@ class RecurrentQNetwork(nn.Module):
     """GRU action values, one time step: (h [B, H], obs [B, ...], reset [B]) -> (h', q [B, action_dim]).
 
     A LayerNorm'd embedding, a GRU whose state resets where `reset` is true (the observation
-    starts a new episode), then a LayerNorm'd layer and the value head (`norm="none"`: no LayerNorm)."""
+    starts a new episode), then a LayerNorm'd layer and the value head (`norm`, `norm_input`: as QNetwork's)."""
 
     action_dim: int
     hidden_size: int = 64
@@ -314,11 +342,14 @@ class RecurrentQNetwork(nn.Module):
     norm: str = "layer_norm"
     dueling: bool = False
     init_scale: float = 0.0  # as QNetwork's (the GRU keeps its own initialisers)
+    norm_input: bool = False
 
     @nn.compact
     def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None):
         hidden, out = self.init_scale or np.sqrt(2), self.init_scale or 1.0
-        x = _features(obs, agent_id, self.cnn, self.activation, "q", self.dtype)
+        x = _features(
+            BatchNorm()(obs) if self.norm_input else obs, agent_id, self.cnn, self.activation, "q", self.dtype
+        )
         x = _normed(x, self.hidden_size, self.activation, self.dtype, self.norm, hidden)
         h = jnp.where(reset[:, None], jnp.zeros_like(h), h)
         h, x = GRUCell(self.gru_hidden_size, self.dtype, name="gru")(h, x)
@@ -340,6 +371,6 @@ def _q_head(x: Array, head: nn.Dense, dueling: bool, dtype: str, scale: float = 
 def _normed(
     x: Array, features: int, activation: str, dtype: str, norm: str = "layer_norm", scale: float = np.sqrt(2)
 ) -> Array:
-    """Dense (orthogonal(scale)) -> LayerNorm -> activation: PQN's layer, which keeps bootstrapped targets stable."""
-    x = _dense(features, scale, dtype)(x)
-    return _act(activation)(nn.LayerNorm()(x) if norm == "layer_norm" else x)
+    """Dense (orthogonal(scale)) -> LayerNorm (`norm`) -> activation: PQN's layer, which keeps bootstrapped
+    targets stable."""
+    return _act(activation)(normalise(_dense(features, scale, dtype)(x), norm))
