@@ -204,12 +204,25 @@ def _norm_type(run: _Run, value: Any) -> None:
     run.set("NORM_TYPE", "none" if value in (None, "none", "None") else value)
 
 
+def _beside(run: _Run, key: str, name: str) -> str:
+    """The dotted setting `name` in the section of the one JaxMARL's `key` maps to."""
+    return run.table[key].rsplit(".", 1)[0] + "." + name
+
+
 def _scale_inputs(run: _Run, value: Any) -> None:
     """TransfQMix's batch norm of the raw entity features; its embeddings end in batch norm too
     (JaxMARL's embedder has no other), set in the same section."""
     run.set("SCALE_INPUTS", value)
     if "SCALE_INPUTS" in run.table:
-        run.flat[run.table["SCALE_INPUTS"].rsplit(".", 1)[0] + ".embed_norm"] = "batch_norm"
+        run.flat[_beside(run, "SCALE_INPUTS", "embed_norm")] = "batch_norm"
+
+
+def _num_minibatches(run: _Run, value: Any) -> None:
+    """marljax's minibatches are slices of time by default; where the file's count does not divide
+    its steps (JaxMARL's PPO splits the actors), they are slices of the environments."""
+    run.set("NUM_MINIBATCHES", value)
+    if "NUM_MINIBATCHES" in run.table and "NUM_STEPS" in run.table and run.given("NUM_STEPS") % _int(value):
+        run.flat[_beside(run, "NUM_MINIBATCHES", "minibatch_split")] = "envs"
 
 
 def _gradient_steps(run: _Run) -> int:
@@ -263,7 +276,7 @@ RULES: dict[str, Callable[[_Run, Any], None]] = {
     "TEST_INTERVAL": _test_interval, "EPS_DECAY": _eps_decay, "REW_SHAPING_HORIZON": _shaping,
     "NORM_TYPE": _norm_type, "LR_WARMUP": _lr_warmup, "HIDDEN_SIZE": _hidden_size,
     "MANUAL_ALPHA_ESTIMATES": _manual_alpha, "LR_DECAY_TYPE": _lr_decay_type, "LR_EXP_DECAY_RATE": _lr_exp_decay_rate,
-    "SCALE_INPUTS": _scale_inputs,
+    "SCALE_INPUTS": _scale_inputs, "NUM_MINIBATCHES": _num_minibatches,
 }  # fmt: skip
 # keys accepted at the one value that is what marljax computes; another value is refused, saying why
 ONLY: dict[str, tuple[Any, str]] = {

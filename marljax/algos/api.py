@@ -316,25 +316,32 @@ class AlgorithmSpec:
 
 @dataclasses.dataclass(frozen=True)
 class EpochSchedule:
-    """Section fields of algorithms that learn each rollout in epochs of minibatches, where a
-    minibatch takes num_steps/num_minibatches time steps of every environment."""
+    """Section fields of algorithms that learn each rollout in epochs of minibatches: by default a
+    minibatch takes num_steps/num_minibatches time steps of every environment; `minibatch_split=envs`:
+    every time step of num_envs/num_minibatches environments (`learning.Minibatches`)."""
 
     update_epochs: int = setting(4, "passes over each rollout", minimum=1, jaxmarl=("UPDATE_EPOCHS", "NUM_EPOCHS"))
-    num_minibatches: int = setting(4, "minibatches per epoch, each num_steps/num_minibatches steps of every env",
-                                   minimum=1, jaxmarl="NUM_MINIBATCHES")  # fmt: skip
+    num_minibatches: int = setting(4, "minibatches per epoch, each num_steps/num_minibatches steps of every env "
+                                   "(minibatch_split=envs: every step of num_envs/num_minibatches envs)", minimum=1,
+                                   jaxmarl="NUM_MINIBATCHES")  # fmt: skip
+    minibatch_split: str = setting("time", "what a minibatch is a slice of: time (steps of every env) | envs (whole "
+                                   "rollouts of some envs: a recurrent network replays each from its first step, as "
+                                   "JaxMARL's recurrent PPO does)", choices=("time", "envs"))  # fmt: skip
 
     def check(self, config: Config) -> None:
-        if config.num_steps % self.num_minibatches:
-            name = next(k for k, s in config.sections.items() if s is self)
+        name = next(k for k, s in config.sections.items() if s is self)
+        split, count = ("envs", config.num_envs) if self.minibatch_split == "envs" else ("steps", config.num_steps)
+        if count % self.num_minibatches:
             raise ConfigError(
                 f"{name}.num_minibatches",
-                f"must divide num_steps={config.num_steps} (each minibatch takes num_steps/num_minibatches steps of "
-                f"every environment); allowed: {divisors(config.num_steps)}",
+                f"must divide num_{split}={count} (each minibatch takes num_{split}/num_minibatches "
+                f"{'environments' if split == 'envs' else 'steps of every environment'}); allowed: {divisors(count)}"
+                + ("" if split == "envs" else f", or {name}.minibatch_split=envs for a divisor of num_envs"),
             )
 
     def minibatch_steps(self, config: Config) -> int:
-        """Time steps of every environment that one minibatch takes."""
-        return config.num_steps // self.num_minibatches
+        """Time steps of every environment (of its share) that one minibatch takes."""
+        return config.num_steps if self.minibatch_split == "envs" else config.num_steps // self.num_minibatches
 
 
 def hparams_from_config(config: Config) -> dict:

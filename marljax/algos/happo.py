@@ -223,7 +223,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     def block_log_ratio(actor_params: dict, data: dict, block: Array) -> Array:
         """sum over block `block`'s agents of log pi_now - log pi_old on every sample -> [T, E].
 
-        Evaluated in the minibatches' runs of L steps (a GRU restarts from each run's stored state)."""
+        Evaluated in the minibatches' runs of L steps (a GRU restarts from each run's stored state;
+        minibatch_split=envs: one run of T)."""
 
         def run(d):  # leaves [L, E, ...]
             out = 0.0
@@ -234,7 +235,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
                 out = out + (w * (logp - flat(b.logp, 3))).reshape(adv.shape).sum(-1)  # [L, E]
             return out
 
-        runs = jax.tree.map(lambda x: x.reshape((M, L) + x.shape[1:]), {g.name: data[g.name] for g in groups})
+        runs = jax.tree.map(lambda x: x.reshape((T // L, L) + x.shape[1:]), {g.name: data[g.name] for g in groups})
         return jax.lax.map(run, runs).reshape((T,) + data["factor"].shape[1:])
 
     # ------------------------------------------------------------------ learn
@@ -307,11 +308,11 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         params, opt_state, actors = state.learner.params, state.learner.opt_state, state.actors
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
         _, traj = jax.eval_shape(base.collect, params, actors, key)  # leaves [T, E, ...]
-        rows = lambda x: jax.ShapeDtypeStruct((1, L * x.shape[1]) + x.shape[2:], x.dtype)  # noqa: E731
+        rows = lambda x: jax.ShapeDtypeStruct((1, batches.rows(x.shape[1])) + x.shape[2:], x.dtype)  # noqa: E731
         b0 = traj.batch[groups[0].name]
         batch = {g.name: traj.batch[g.name] for g in groups}
         mb = {**{name: jax.tree.map(rows, (b._replace(world=None), b.value, b.value)) for name, b in batch.items()},
-              "factor": jax.ShapeDtypeStruct((1, L * b0.value.shape[1]), jnp.float32)}  # fmt: skip
+              "factor": jax.ShapeDtypeStruct((1, batches.rows(b0.value.shape[1])), jnp.float32)}  # fmt: skip
         critic_mb = {**{name: (rows(b.value), rows(b.value)) for name, b in batch.items()}, "world": rows(b0.world)}
         hp = hparams_from_config(config)
         lr = jax.ShapeDtypeStruct((), jnp.float32)
@@ -326,9 +327,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return [
             base.cost_pieces(state)[0],
             CostPiece("actor gradient step", "learn", actor_gradient_step, (params, opt_state, mb, lr), K * trips,
-                      transitions=L * batches.num_envs),
+                      transitions=batches.rows(batches.num_envs)),
             CostPiece("critic gradient step", "learn", critic_gradient_step, (params, opt_state, critic_mb, lr), trips,
-                      transitions=L * batches.num_envs),
+                      transitions=batches.rows(batches.num_envs)),
         ]  # fmt: skip
 
     return dataclasses.replace(base, init_learner=init_learner, learn=learn, cost_pieces=cost_pieces, policy_step=None)

@@ -16,7 +16,7 @@ import optax
 
 from marljax.algos.acting import local_keys, with_stats
 from marljax.algos.api import CostPiece, EpochSchedule, hparams_from_config
-from marljax.config import Config
+from marljax.config import Config, ConfigError, divisors
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
 from marljax.types import HParams, LearnerState
@@ -94,9 +94,11 @@ def keep_stats(layout: Layout, split: frozenset[str], params: dict, stats: dict)
 
 @dataclasses.dataclass(frozen=True)
 class Minibatches:
-    """Epochs of minibatches that each take L = T/M time steps of *every* environment, shuffled
-    per environment with keys per global environment index: a minibatch never crosses a device
-    boundary, and the numbers do not depend on `mesh.data`."""
+    """Epochs of minibatches. By time (the default): each takes L = T/M time steps of *every*
+    environment, shuffled per environment with keys per global environment index. By envs: each
+    takes all T steps of E/M environments, every block of M consecutive global environments dealt
+    one to each minibatch in an order keyed by the block's global index. Either way a minibatch
+    never crosses a device boundary, and the numbers do not depend on `mesh.data`."""
 
     num_steps: int  # T
     num_minibatches: int  # M
@@ -104,24 +106,47 @@ class Minibatches:
     num_envs: int  # E, global
     local_envs: int  # E_learn: this device's environments while learning
     data_axis: str | tuple[str, ...] | None  # the axes that split them (data; data x agent for a replicated group)
+    by_envs: bool = False  # minibatch_split=envs
+
+    def __post_init__(self) -> None:
+        if self.by_envs and self.local_envs % self.num_minibatches:  # (EpochSchedule.check saw the global count)
+            raise ConfigError("num_minibatches", f"minibatch_split=envs deals each device's {self.local_envs} "
+                              f"environments into {self.num_minibatches} minibatches: it must divide them; allowed: "
+                              f"{divisors(self.local_envs)}")  # fmt: skip
 
     @classmethod
     def of(cls, config: Config, schedule: EpochSchedule, layout: Layout) -> Minibatches:
         E = config.num_envs
         return cls(config.num_steps, schedule.num_minibatches, schedule.update_epochs, E, E // layout.num_data,
-                   layout.data_axis)  # fmt: skip
+                   layout.data_axis, schedule.minibatch_split == "envs")  # fmt: skip
 
     @property
     def steps(self) -> int:
-        """L: time steps of every environment in one minibatch."""
-        return self.num_steps // self.num_minibatches
+        """L: time steps of each environment in one minibatch (T by envs)."""
+        return self.num_steps if self.by_envs else self.num_steps // self.num_minibatches
+
+    def rows(self, envs: int) -> int:
+        """Samples (env steps) in one minibatch of a rollout over `envs` environments."""
+        return self.steps * envs // (self.num_minibatches if self.by_envs else 1)
 
     def shuffle(self, data: Any, key: Array, runs: bool = False) -> Any:
-        """Leaves [T, E_learn, ...] -> [M, L, E_learn, ...]: minibatch m holds L steps of every env.
+        """Leaves [T, E_learn, ...] -> [M, L, E_learn, ...]: minibatch m holds L steps of every env
+        (by envs: [M, T, E_learn/M, ...], every step of its environments, in their time order).
 
         Each environment's time steps in its own random order; `runs`: each environment's M runs
         of L consecutive steps in its own random order (recurrent networks replay a run)."""
         M, L, T = self.num_minibatches, self.steps, self.num_steps
+        if self.by_envs:
+            blocks = self.local_envs // M
+            keys = local_keys(key, self.num_envs // M, blocks, self.data_axis)
+            deal = jax.vmap(lambda k: jax.random.permutation(k, M))(keys)  # [blocks, M]: block b's env for minibatch m
+            block_idx = jnp.arange(blocks)[:, None]
+
+            def dealt(x):
+                y = x.reshape((T, blocks, M) + x.shape[2:])[:, block_idx, deal]  # [T, blocks, M, ...]
+                return jnp.moveaxis(y, 2, 0)  # [M, T, blocks, ...]
+
+            return jax.tree.map(dealt, data)
         keys = local_keys(key, self.num_envs, self.local_envs, self.data_axis)
         env_idx = jnp.arange(self.local_envs)
         if runs:
@@ -154,7 +179,7 @@ def epoch_cost_pieces(config: Config, batches: Minibatches, rollout_step: Callab
     params, opt_state, actors = state.learner.params, state.learner.opt_state, state.actors
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
     _, step_batch = jax.eval_shape(rollout_step, params, actors, key)  # group -> GroupBatch [E, A_g, ...]
-    rows = lambda x: jax.ShapeDtypeStruct((1, batches.steps * x.shape[0]) + x.shape[1:], x.dtype)  # noqa: E731
+    rows = lambda x: jax.ShapeDtypeStruct((1, batches.rows(x.shape[0])) + x.shape[1:], x.dtype)  # noqa: E731
     minibatch = {g: (jax.tree.map(rows, b), rows(b.value), rows(b.value), *extra) for g, b in step_batch.items()}
     hp = hparams_from_config(config)
 
@@ -165,5 +190,5 @@ def epoch_cost_pieces(config: Config, batches: Minibatches, rollout_step: Callab
     return [
         CostPiece("rollout step", "rollout", rollout_step, (params, actors, key), config.num_steps),
         CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, lr),
-                  batches.epochs * batches.num_minibatches, transitions=batches.steps * batches.num_envs),
+                  batches.epochs * batches.num_minibatches, transitions=batches.rows(batches.num_envs)),
     ]  # fmt: skip

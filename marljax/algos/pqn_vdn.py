@@ -25,6 +25,7 @@ device's gradient is exactly the team loss's gradient for its own agents.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import cast
 
 import jax
@@ -108,6 +109,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         Feed-forward: each environment's steps in a random order (keyed by global env index).
         Recurrent: M runs of L consecutive steps, in a random order, each replayed from the
         GRU state recorded before its first step."""
+        if rnn and batches.by_envs:  # whole rollouts of E/M envs, each replayed from its first step's GRU state
+            batch, target = batches.shuffle(data, key)
+            return {**batch, "hidden": jax.tree.map(lambda h: h[:, 0], batch["hidden"])}, target
         if rnn:
             chunks = jax.tree.map(lambda x: x.reshape((M, L) + x.shape[1:]), data)
             batch, target = chunks
@@ -169,20 +173,21 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         key, scalar = jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct((), jnp.float32)
         _, step = jax.eval_shape(q.rollout_step, params, scalar, actors, key)  # leaves [E, ...]
 
-        def rows(n: int, tree):  # [E, ...] -> [1, n * E, ...]
-            return jax.tree.map(lambda x: jax.ShapeDtypeStruct((1, n * x.shape[0]) + x.shape[1:], x.dtype), tree)
+        def rows(n: Callable[[int], int], tree):  # [E, ...] -> [1, n(E), ...]
+            return jax.tree.map(lambda x: jax.ShapeDtypeStruct((1, n(x.shape[0])) + x.shape[1:], x.dtype), tree)
 
-        def states(n: int, tree):  # [E, A, H] -> [n * E, A, H]: a GRU state per row
-            return jax.tree.map(lambda x: jax.ShapeDtypeStruct((n * x.shape[0],) + x.shape[1:], x.dtype), tree)
+        def states(n: Callable[[int], int], tree):  # [E, A, H] -> [n(E), A, H]: a GRU state per row
+            return jax.tree.map(lambda x: jax.ShapeDtypeStruct((n(x.shape[0]),) + x.shape[1:], x.dtype), tree)
 
-        def batch(n: int, fields: tuple[str, ...]) -> dict:
+        def batch(n: Callable[[int], int], fields: tuple[str, ...]) -> dict:
             b = {k: rows(n, step[k]) for k in fields}
             b["reset"] = rows(n, step["reset"]) if rnn else {}
             b["hidden"] = states(n, step["hidden"]) if rnn else {}
             return b
 
-        everything = batch(T + 1, ("obs", "mask"))
-        minibatch = (batch(L, ("obs", "action")), jax.ShapeDtypeStruct((1, L * step["done"].shape[0]), jnp.float32))
+        everything = batch(lambda e: (T + 1) * e, ("obs", "mask"))
+        minibatch = (batch(batches.rows, ("obs", "action")),
+                     jax.ShapeDtypeStruct((1, batches.rows(step["done"].shape[0])), jnp.float32))  # fmt: skip
         hp = hparams_from_config(config)
 
         def gradient_step(params, opt_state, minibatch, lr):
@@ -192,7 +197,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             CostPiece("rollout step", "rollout", q.rollout_step, (params, scalar, actors, key), T),
             CostPiece("target pass", "learn", team_max, (params, everything), 1),
             CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, scalar),
-                      batches.epochs * M, transitions=L * batches.num_envs),
+                      batches.epochs * M, transitions=batches.rows(batches.num_envs)),
         ]  # fmt: skip
 
     return Algorithm(
