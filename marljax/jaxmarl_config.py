@@ -217,6 +217,14 @@ def _scale_inputs(run: _Run, value: Any) -> None:
         run.flat[_beside(run, "SCALE_INPUTS", "embed_norm")] = "batch_norm"
 
 
+def _memory_window(run: _Run, value: Any) -> None:
+    """PQN's steps of the previous rollout leading each sequence; JaxMARL's recurrent PQN learns
+    whole sequences of environments, which marljax needs for it."""
+    run.set("MEMORY_WINDOW", value)
+    if "MEMORY_WINDOW" in run.table and _int(value):
+        run.flat[_beside(run, "MEMORY_WINDOW", "minibatch_split")] = "envs"
+
+
 def _num_minibatches(run: _Run, value: Any) -> None:
     """marljax's minibatches are slices of time by default; where the file's count does not divide
     its steps (JaxMARL's PPO splits the actors), they are slices of the environments."""
@@ -276,12 +284,11 @@ RULES: dict[str, Callable[[_Run, Any], None]] = {
     "TEST_INTERVAL": _test_interval, "EPS_DECAY": _eps_decay, "REW_SHAPING_HORIZON": _shaping,
     "NORM_TYPE": _norm_type, "LR_WARMUP": _lr_warmup, "HIDDEN_SIZE": _hidden_size,
     "MANUAL_ALPHA_ESTIMATES": _manual_alpha, "LR_DECAY_TYPE": _lr_decay_type, "LR_EXP_DECAY_RATE": _lr_exp_decay_rate,
-    "SCALE_INPUTS": _scale_inputs, "NUM_MINIBATCHES": _num_minibatches,
+    "SCALE_INPUTS": _scale_inputs, "NUM_MINIBATCHES": _num_minibatches, "MEMORY_WINDOW": _memory_window,
 }  # fmt: skip
 # keys accepted at the one value that is what marljax computes; another value is refused, saying why
 ONLY: dict[str, tuple[Any, str]] = {
     "SCALE_CLIP_EPS": (False, "marljax does not scale the clip range by the agent count"),
-    "MEMORY_WINDOW": (0, "marljax replays no steps of the previous rollout into the GRU's horizon"),
     "OBS_WITH_AGENT_ID": (True, "marljax's MAPPO critic always sees the agent's one-hot id"),
 }
 

@@ -227,7 +227,8 @@ KEYS = [  # (file name, the key's line, {marljax key: value})
     ("pqn_vdn_ff_mpe.yaml", '"NORM_INPUT": False', {"q.norm": "none", "q.norm_input": False}),
     ("pqn_vdn_rnn_smax.yaml", '"NORM_INPUT": True', {"q.norm_input": True}),
     ("pqn_vdn_rnn_smax.yaml", '"NORM_TYPE": "batch_norm"', {"q.norm": "batch_norm"}),
-    ("pqn_vdn_ff_mpe.yaml", '"MEMORY_WINDOW": 0', {"recurrent": False}),
+    ("pqn_vdn_ff_mpe.yaml", '"MEMORY_WINDOW": 0', {"recurrent": False, "pqn.memory_window": 0}),
+    ("pqn_vdn_rnn_smax.yaml", '"MEMORY_WINDOW": 4', {"pqn.memory_window": 4, "pqn.minibatch_split": "envs"}),
     ("pqn_vdn_ff_mpe.yaml", '"EPS_START": 0.5', {"q.eps_start": 0.5}),
     ("pqn_vdn_ff_mpe.yaml", '"EPS_FINISH": 0.01', {"q.eps_finish": 0.01}),
     ("pqn_vdn_ff_mpe.yaml", '"EPS_DECAY": 0.1', {"q.eps_decay_steps": 2560}),  # 10% of the 100 updates x 256 steps
@@ -302,7 +303,6 @@ def test_a_ql_file_serves_three_algorithms_and_ignores_the_mixer_keys_for_iql_an
 
 
 @pytest.mark.parametrize("name, line, message", [
-    ("pqn_vdn_rnn_smax.yaml", '"MEMORY_WINDOW": 4', "MEMORY_WINDOW=4 (marljax replays no steps"),
     ("mappo_rnn_smax.yaml", '"OBS_WITH_AGENT_ID": False', "OBS_WITH_AGENT_ID=False (marljax's MAPPO critic always"),
     ("ippo_rnn_smax.yaml", '"SCALE_CLIP_EPS": True', "SCALE_CLIP_EPS=True (marljax does not scale"),
     ("ippo_ff_mpe.yaml", '"EPS_DECAY": 0.1', "algo=ippo: EPS_DECAY; remove them"),

@@ -26,18 +26,28 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 
-from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, EpochSchedule, hparams_from_config, split_groups
+from marljax.algos.api import (
+    REPLICATED,
+    Algorithm,
+    AlgorithmSpec,
+    CostPiece,
+    EpochSchedule,
+    ExtraPart,
+    hparams_from_config,
+    split_groups,
+)
 from marljax.algos.learning import Minibatches, adam, descend, init_keys, init_learner, keep_stats, learning_rate
 from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
-from marljax.config import AlgorithmSchema, Config, Supports
+from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
+from marljax.parallel.mesh import AGENTS, ENVS, Placed
 from marljax.types import ActorState, HParams, LearnerState, TrainState
 
 Array = jax.Array
@@ -47,13 +57,28 @@ Array = jax.Array
 class PQNConfig(EpochSchedule):
     """`pqn.*`: each rollout is learned in update_epochs x num_minibatches gradient steps."""
 
+    memory_window: int = setting(0, "recurrent: steps of the previous rollout that lead every learning sequence (their "
+                                 "targets, taken an update ago, learned again; the GRU replays them first); needs "
+                                 "pqn.minibatch_split=envs", minimum=0, jaxmarl="MEMORY_WINDOW")  # fmt: skip
+
+    def check(self, config: Config) -> None:
+        super().check(config)
+        if self.memory_window and not config.recurrent:
+            raise ConfigError("pqn.memory_window", "leads a recurrent network's sequences: it needs recurrent=true "
+                                                   f"(or 0); got {self.memory_window}")  # fmt: skip
+        if self.memory_window and self.minibatch_split != "envs":
+            raise ConfigError("pqn.memory_window", "makes each learning sequence memory_window + num_steps long: it "
+                                                   "needs pqn.minibatch_split=envs (whole sequences per minibatch)")  # fmt: skip
+
 
 def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
     del correction  # on-policy rollouts on device only
     groups = env.groups
     q = make_q_acting(config, env, layout)
     T, rnn = config.num_steps, config.recurrent
-    batches = Minibatches.of(config, config.pqn, layout)
+    W = config.pqn.memory_window  # steps of the previous rollout leading each learning sequence
+    # with a memory window a learning sequence is W + T steps (minibatch_split=envs: whole sequences)
+    batches = dataclasses.replace(Minibatches.of(config, config.pqn, layout), num_steps=T + W)
     M, L = batches.num_minibatches, batches.steps
     K = layout.num_agent
     split = split_groups(groups, layout)
@@ -85,11 +110,15 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             sum(jnp.sum(ops.masked_max(group_q(params, g, batch), batch["mask"][g.name]), axis=-1) for g in groups),
         )
 
-    def loss_fn(params, batch, target):
+    def loss_fn(params, batch, target, weight=None):
+        """`weight` [L, E_learn]: of each step (a memory window's before it holds any: 0), else all 1."""
         q_tot, stats = team_q(params, batch)  # [L, E_learn]
         if split:  # this device's agents' part of Q_tot, plus (no gradient) the other devices' parts
             q_tot = q_tot + jax.lax.stop_gradient(jax.lax.psum(q_tot, layout.agent_axis) - q_tot)
-        loss = 0.5 * jnp.mean((q_tot - target) ** 2)
+        if weight is None:
+            loss = 0.5 * jnp.mean((q_tot - target) ** 2)
+        else:
+            loss = 0.5 * jnp.sum(weight * (q_tot - target) ** 2) / jnp.sum(weight)
         # reduce_grads divides split sets' gradients by K (it expects per-agent means); the team
         # loss is whole on every agent device, so its gradient is scaled up by K first
         return loss * K if split else loss, (loss, jnp.mean(q_tot), stats)
@@ -98,8 +127,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
     def minibatch_step(carry, minibatch, lr: Array, hp: HParams):
         params, opt_state = carry
-        batch, target = minibatch
-        (_, (loss, q_mean, stats)), grads = grad_fn(params, batch, target)
+        (_, (loss, q_mean, stats)), grads = grad_fn(params, *minibatch)  # (batch, target(, weight))
         params, opt_state, grad_norm = descend(adam(config), layout, split, params, opt_state, grads, lr, hp)
         return (keep_stats(layout, split, params, stats), opt_state), (loss, q_mean, grad_norm)
 
@@ -110,8 +138,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         Recurrent: M runs of L consecutive steps, in a random order, each replayed from the
         GRU state recorded before its first step."""
         if rnn and batches.by_envs:  # whole rollouts of E/M envs, each replayed from its first step's GRU state
-            batch, target = batches.shuffle(data, key)
-            return {**batch, "hidden": jax.tree.map(lambda h: h[:, 0], batch["hidden"])}, target
+            batch, *rest = batches.shuffle(data, key)
+            return {**batch, "hidden": jax.tree.map(lambda h: h[:, 0], batch["hidden"])}, *rest
         if rnn:
             chunks = jax.tree.map(lambda x: x.reshape((M, L) + x.shape[1:]), data)
             batch, target = chunks
@@ -138,8 +166,25 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         # (in the acting layout, where every agent of an environment is at hand)
         return actors, batch._replace(bootstrap=team_max(params, everything)[1:])  # [T, E_act]
 
-    def learn(learner: LearnerState, extra: None, batch: QRollout, k_epochs: Array) -> tuple[LearnerState, None, dict]:
-        """Q(lambda) targets from the bootstrap values, then epochs of minibatches on 0.5 (Q_tot - G)^2."""
+    def init_extra(key: Array, learner: LearnerState) -> dict:
+        """The memory window: W steps of the learning data (zeros) and whether they hold a rollout's yet."""
+        _, rollout = jax.eval_shape(collect, learner.params, init_actors(key), key)
+        fields = {k: rollout.traj[k] for k in ("obs", "action", "reset", "hidden")}  # leaves [T, E, A_g, ...]
+        zeros = lambda x: jnp.zeros((W,) + x.shape[1:], x.dtype)  # noqa: E731
+        target = jnp.zeros((W, config.num_envs), jnp.float32)
+        return {"steps": (jax.tree.map(zeros, fields), target), "filled": jnp.float32(0.0)}
+
+    def memory_layout() -> dict:
+        """The window's per-agent fields [W, E, A_g, ...] over data and agent, its targets [W, E] over data."""
+        per_agent = {g.name: Placed((None, ENVS, AGENTS), g.name) for g in groups}
+        steps = {"obs": per_agent, "action": per_agent, "reset": per_agent, "hidden": per_agent}
+        return {"steps": (steps, Placed((None, ENVS))), "filled": REPLICATED}
+
+    def learn(
+        learner: LearnerState, extra: dict | None, batch: QRollout, k_epochs: Array
+    ) -> tuple[LearnerState, Any, dict]:
+        """Q(lambda) targets from the bootstrap values, then epochs of minibatches on 0.5 (Q_tot - G)^2
+        (a memory window: on its W steps, then the rollout's T)."""
         traj, next_q, stats = batch.traj, batch.bootstrap, batch.stats
         assert next_q is not None  # collect above always sets it
         eps = q.epsilon(learner.update)
@@ -150,7 +195,13 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         per_agent, target = layout.to_learning({k: traj[k] for k in fields}, jax.lax.stop_gradient(target))
 
         lr = learning_rate(config, learner)
-        data = ({"reset": {}, "hidden": {}, **per_agent}, target)
+        data: tuple = ({"reset": {}, "hidden": {}, **per_agent}, target)
+        if W:  # the window leads; its steps count once it holds a rollout's
+            assert extra is not None  # init_extra's
+            data = jax.tree.map(lambda m, x: jnp.concatenate([m, x]), extra["steps"], data)  # [W + T, E_learn, ...]
+            weight = jnp.concatenate([jnp.full((W,), extra["filled"]), jnp.ones((T,))])  # [W + T]
+            data = (*data, jnp.broadcast_to(weight[:, None], (W + T, target.shape[1])))  # weight [W + T, E_learn]
+            extra = {"steps": jax.tree.map(lambda x: x[-W:], data[:2]), "filled": jnp.float32(1.0)}
         step = lambda c, mb: minibatch_step(c, mb, lr, learner.hparams)  # noqa: E731
         (params, opt_state), (loss, q_mean, grad_norm) = batches.run(
             step, (learner.params, learner.opt_state), k_epochs, lambda k: shuffle(data, k)
@@ -200,9 +251,11 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
                       batches.epochs * M, transitions=batches.rows(batches.num_envs)),
         ]  # fmt: skip
 
+    window = (ExtraPart("memory window", ("pqn.memory_window",), lambda extra: extra),)
     return Algorithm(
         networks=q.nets, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn, act=q.act,
-        cost_pieces=cost_pieces,
+        cost_pieces=cost_pieces, init_extra=init_extra if W else None, extra_layout=memory_layout() if W else None,
+        extra_parts=window if W else (),
     )  # fmt: skip
 
 
