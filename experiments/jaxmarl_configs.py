@@ -37,10 +37,12 @@ SMOKE_ENVS = 8  # a run's check steps at most this many envs (1024 Hanabi envs w
 
 
 def tiny(path: Path, overrides: list[str]) -> list[str]:
-    """Overrides that make a run one update of at most SMOKE_ENVS envs (the file as shipped has
+    """Overrides that make a run one update of at most SMOKE_ENVS envs, or one per minibatch (the file as shipped has
     validated already: load_config), one seed, no plot or progress bar, one chunk."""
     config = load_config(path, overrides)
-    envs = min(config.num_envs, SMOKE_ENVS)
+    # minibatches of environments (minibatch_split=envs) need at least one environment each
+    dealt = [s.num_minibatches for s in config.sections.values() if getattr(s, "minibatch_split", "") == "envs"]
+    envs = min(config.num_envs, max(SMOKE_ENVS, *dealt))
     return [f"num_envs={envs}", f"total_timesteps={envs * config.num_steps}", "num_seeds=1", "num_chunks=1",
             "progress=false", "plot=false", "checkpoint_every=0"]  # fmt: skip
 
