@@ -42,7 +42,7 @@ def tiny(path: Path, overrides: list[str]) -> list[str]:
     config = load_config(path, overrides)
     # minibatches of environments (minibatch_split=envs) need at least one environment each
     dealt = [s.num_minibatches for s in config.sections.values() if getattr(s, "minibatch_split", "") == "envs"]
-    envs = min(config.num_envs, max(SMOKE_ENVS, *dealt))
+    envs = min(config.num_envs, max([SMOKE_ENVS, *dealt]))
     return [f"num_envs={envs}", f"total_timesteps={envs * config.num_steps}", "num_seeds=1", "num_chunks=1",
             "progress=false", "plot=false", "checkpoint_every=0"]  # fmt: skip
 
