@@ -33,7 +33,10 @@ EPISODES = 64
 # (about 2-4 CPU-minutes each here): python -m pytest -m nightly tests/test_defaults_learn.py -s
 IN_CI = {("ippo", False)}
 # measured not to learn yet (tests/test_learns.py, transf-qmix-spread: -44.0 against no-op -25.0 at 3e5 steps)
-NOT_YET = {"transf_qmix": pytest.mark.xfail(reason="TransfQMix does not learn spread yet (issue 41)", strict=False)}
+# Sable at 1M steps: -24.77 against no-op -26.40 (+1.63); +2.98 at 2M, +3.60 at 3M (docs/guide/algorithms.md)
+NOT_YET = {"transf_qmix": pytest.mark.xfail(reason="TransfQMix does not learn spread yet (issue 41)", strict=False),
+           "sable": pytest.mark.xfail(reason="Sable's defaults gain +1.63 over no-op at 1M steps (issue 42)",
+                                      strict=False)}  # fmt: skip
 
 
 def _marks(algo: str, recurrent: bool) -> list:
