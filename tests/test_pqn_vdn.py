@@ -68,7 +68,7 @@ def test_a_memory_window_leads_the_sequences_once_it_holds_a_rollout():
     close = lambda a, b: jax.tree.all(jax.tree.map(lambda x, y: bool(np.allclose(x, y, rtol=1e-5, atol=1e-6)), a, b))  # noqa: E731
     assert close(one0.learner.params, one3.learner.params)
     assert not close(two0.learner.params, two3.learner.params)
-    assert one0.extra is None and float(one3.extra["filled"]) == 1.0
+    assert one0.extra is None and int(one3.learner.update) == 1  # the window counts from the second update on
     window = one3.extra["steps"][0]  # the first rollout's last 3 steps, in the learning layout [3, E, A, ...]
     assert window["obs"]["agents"].shape[:3] == (3, 8, 3) and np.any(window["obs"]["agents"] != 0)
 

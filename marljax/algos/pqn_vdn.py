@@ -32,7 +32,6 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos.api import (
-    REPLICATED,
     Algorithm,
     AlgorithmSpec,
     CostPiece,
@@ -167,18 +166,18 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return actors, batch._replace(bootstrap=team_max(params, everything)[1:])  # [T, E_act]
 
     def init_extra(key: Array, learner: LearnerState) -> dict:
-        """The memory window: W steps of the learning data (zeros) and whether they hold a rollout's yet."""
+        """The memory window: W steps of the learning data (zeros until the first update writes them)."""
         _, rollout = jax.eval_shape(collect, learner.params, init_actors(key), key)
         fields = {k: rollout.traj[k] for k in ("obs", "action", "reset", "hidden")}  # leaves [T, E, A_g, ...]
         zeros = lambda x: jnp.zeros((W,) + x.shape[1:], x.dtype)  # noqa: E731
         target = jnp.zeros((W, config.num_envs), jnp.float32)
-        return {"steps": (jax.tree.map(zeros, fields), target), "filled": jnp.float32(0.0)}
+        return {"steps": (jax.tree.map(zeros, fields), target)}
 
     def memory_layout() -> dict:
         """The window's per-agent fields [W, E, A_g, ...] over data and agent, its targets [W, E] over data."""
         per_agent = {g.name: Placed((None, ENVS, AGENTS), g.name) for g in groups}
         steps = {"obs": per_agent, "action": per_agent, "reset": per_agent, "hidden": per_agent}
-        return {"steps": (steps, Placed((None, ENVS))), "filled": REPLICATED}
+        return {"steps": (steps, Placed((None, ENVS)))}
 
     def learn(
         learner: LearnerState, extra: dict | None, batch: QRollout, k_epochs: Array
@@ -199,9 +198,10 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         if W:  # the window leads; its steps count once it holds a rollout's
             assert extra is not None  # init_extra's
             data = jax.tree.map(lambda m, x: jnp.concatenate([m, x]), extra["steps"], data)  # [W + T, E_learn, ...]
-            weight = jnp.concatenate([jnp.full((W,), extra["filled"]), jnp.ones((T,))])  # [W + T]
+            filled = (learner.update > 0).astype(jnp.float32)  # every update but the first found it written
+            weight = jnp.concatenate([jnp.full((W,), filled), jnp.ones((T,))])  # [W + T]
             data = (*data, jnp.broadcast_to(weight[:, None], (W + T, target.shape[1])))  # weight [W + T, E_learn]
-            extra = {"steps": jax.tree.map(lambda x: x[-W:], data[:2]), "filled": jnp.float32(1.0)}
+            extra = {"steps": jax.tree.map(lambda x: x[-W:], data[:2])}
         step = lambda c, mb: minibatch_step(c, mb, lr, learner.hparams)  # noqa: E731
         (params, opt_state), (loss, q_mean, grad_norm) = batches.run(
             step, (learner.params, learner.opt_state), k_epochs, lambda k: shuffle(data, k)
