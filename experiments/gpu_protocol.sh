@@ -5,14 +5,15 @@
 #
 #   bash experiments/gpu_protocol.sh OUT [--step NAME] [--small] [--kit DIR | --jaxmarl PATH] [--dry-run]
 #
-# Steps, each under its own time limit (`timeout`; together about 25 minutes), each writing
+# Steps, each under its own time limit (`timeout`; together about 29 minutes), each writing
 # OUT/<step>.log (every command it ran, after "$ ", then its output) and a line of OUT/steps.tsv
 # (step, exit code, seconds, limit); a failing step is recorded and the next one still runs.
 # --step NAME runs that step alone (the others' records stay), so each step can be its own
 # 10-minute command. Last, OUT/summary.txt: every figure with the command that printed it, and
 # the table of steps (experiments/protocol_summary.py).
 #   doctor              marljax doctor --expect $EXPECT (default gpu)
-#   tests               the fast tests (not slow, not nightly) on the default backend, -n 4; a test
+#   tests               the fast tests (not slow, not nightly) on the default backend, -n $TEST_WORKERS
+#                       (12), each failure's traceback written to OUT/tests_failures.log as it ends; a test
 #                       needing a package the kit leaves out (Jupyter, wandb, neptune, mlflow) skips
 #   bench_scale         marljax bench scale: 64 .. 64k envs per device (env-steps/s, MFU, memory, compile)
 #   train               the default run (marljax train), whole process timed
@@ -34,7 +35,7 @@ SELF="$HERE/$(basename "${BASH_SOURCE[0]}")"
 PY="${PYTHON:-python3}"
 EXPECT="${EXPECT:-gpu}"
 STEPS=(doctor tests bench_scale train jaxmarl_own_config jaxmarl_4096_envs dtype async)
-declare -A LIMIT=([doctor]=60 [tests]=330 [bench_scale]=330 [train]=180 [jaxmarl_own_config]=300
+declare -A LIMIT=([doctor]=60 [tests]=570 [bench_scale]=330 [train]=180 [jaxmarl_own_config]=300
   [jaxmarl_4096_envs]=120 [dtype]=120 [async]=180)
 declare -A SMALL_LIMIT=([doctor]=60 [tests]=240 [bench_scale]=150 [train]=90 [jaxmarl_own_config]=150
   [jaxmarl_4096_envs]=150 [dtype]=240 [async]=240)
@@ -57,9 +58,11 @@ commands() {  # NAME SMALL JAXMARL: the step's commands, one shell line each
     doctor) echo "$cli doctor --expect $EXPECT" ;;
     tests)
       if ((small)); then
-        echo "$(q "$PY")-m pytest -q -rs -n 1 -p absent_extras -m 'not slow and not nightly' tests/test_trackers.py tests/test_offline_kit.py"
+        echo "MARLJAX_FAILURES_LOG=$(q "$OUT/tests_failures.log")$(q "$PY")-m pytest -q -rs -n 1 -p absent_extras -p failures_as_they_end -m 'not slow and not nightly' tests/test_trackers.py tests/test_offline_kit.py"
       else
-        echo "$(q "$PY")-m pytest -q -rs -n 4 -p absent_extras -m 'not slow and not nightly'"
+        # -v: a line per test as it ends, and each failure's traceback in OUT/tests_failures.log as it
+        # ends, so that a step stopped at its limit still says what passed and why the rest failed
+        echo "MARLJAX_FAILURES_LOG=$(q "$OUT/tests_failures.log")$(q "$PY")-m pytest -v -rfEs -n ${TEST_WORKERS:-12} -p absent_extras -p failures_as_they_end -m 'not slow and not nightly'"
       fi ;;
     bench_scale)
       if ((small)); then echo "$cli bench scale num_steps=8 --max-envs 64 --timeout 120"

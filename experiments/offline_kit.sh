@@ -31,7 +31,7 @@ NODE_MIRROR=("jax==$JAX_NODE" "jaxlib==$JAX_NODE" "numpy==2.5.2" "jaxtyping==0.3
   pytest-timeout six seaborn pandas cloudpickle absl-py attrs wrapt protobuf packaging typing-extensions)
 SOURCE_ONLY=(antlr4-python3-runtime)  # no wheel on PyPI: built here from its source archive (pure Python)
 PROTOCOL_FILES=(offline_kit.sh offline_kit.txt offline_node.txt gpu_protocol.sh protocol_summary.py
-  absent_extras.py jaxmarl_side_by_side.py jaxmarl_ippo_ff_mpe.yaml)
+  absent_extras.py failures_as_they_end.py jaxmarl_side_by_side.py jaxmarl_ippo_ff_mpe.yaml)
 JAXMARL_FILES=(baselines/IPPO/ippo_ff_mpe.py baselines/IPPO/config/ippo_ff_mpe.yaml)
 
 die() { echo "offline_kit: $*" >&2; exit 1; }

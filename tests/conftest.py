@@ -21,7 +21,10 @@ the tolerance it uses); those left optimised used 0.3 or more of it unoptimised
 (test_multidevice 0.47 and 0.60, the replayed agent axis 0.30) or have a history across CPUs (a
 sweep's vmapped row). Bitwise comparisons of one program with itself hold either way. Measured
 side by side on 2 cores: the GRU data8 multidevice test 118 -> 92 s unoptimised, MAPPO's three
-actor kinds 70 -> 56 s; IPPO at 1M steps 107 -> 159 s. JAX_DISABLE_MOST_OPTIMIZATIONS=0 compiles every test as a user's run does."""
+actor kinds 70 -> 56 s; IPPO at 1M steps 107 -> 159 s. JAX_DISABLE_MOST_OPTIMIZATIONS=0 compiles every test as a user's run does.
+
+Where JAX_PLATFORMS is set to anything but "cpu" (an accelerator), float32 matmuls run at full
+float32 precision rather than JAX's TF32 default there (below)."""
 
 import atexit
 import os
@@ -32,6 +35,13 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if os.environ["JAX_PLATFORMS"] != "cpu":
+    # on an accelerator (the GPU protocol's tests step) float32 matmuls run as full float32, in this
+    # process and the runs it starts: JAX's default there is TF32 (10-bit mantissas), and the tests'
+    # tolerances are float32's (acting's Q-values and log-probs against learning's, 1e-5; an
+    # orthogonal init's W^T W, 1e-4). What a user's run computes on the card (TF32) is what the
+    # protocol's bench and train steps measure. A CPU computes float32 either way.
+    os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _cache = tempfile.mkdtemp(prefix="marljax-tests-jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache

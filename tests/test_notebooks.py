@@ -17,10 +17,12 @@ NOTEBOOKS = sorted(p.name for p in COLAB.glob("*.ipynb"))
 
 
 def test_committed_notebooks_match_their_sources_and_carry_no_outputs():
+    # first, so that a missing nbformat (a dev extra; colab/build.py needs it too) fails as itself
+    import nbformat
+
     assert NOTEBOOKS == ["01_quickstart.ipynb", "02_agent_parallel_and_async.ipynb", "03_seeded_ablation.ipynb"]
     proc = subprocess.run([sys.executable, str(COLAB / "build.py"), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    import nbformat
 
     for name in NOTEBOOKS:
         nb = nbformat.read(COLAB / name, as_version=4)
