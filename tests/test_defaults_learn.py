@@ -1,4 +1,4 @@
-"""Every algorithm's bare defaults learn: `marljax train algo=A total_timesteps=1e6` on the default
+"""Every algorithm's bare defaults learn: `marljax train algo=A total_timesteps=1e6` (Sable: 2e6) on the default
 env (MPE_simple_spread_v3) ends at least MARGIN per agent above the no-op policy, both evaluated
 greedily on the same EPISODES episodes (the same evaluation keys, so the same initial states);
 so do the recurrent networks of IPPO and VDN at smaller budgets.
@@ -33,10 +33,11 @@ EPISODES = 64
 # (about 2-4 CPU-minutes each here): python -m pytest -m nightly tests/test_defaults_learn.py -s
 IN_CI = {("ippo", False)}
 # measured not to learn yet (tests/test_learns.py, transf-qmix-spread: -44.0 against no-op -25.0 at 3e5 steps)
-# Sable at 1M steps: -24.77 against no-op -26.40 (+1.63); +2.98 at 2M, +3.60 at 3M (docs/guide/algorithms.md)
-NOT_YET = {"transf_qmix": pytest.mark.xfail(reason="TransfQMix does not learn spread yet (issue 41)", strict=False),
-           "sable": pytest.mark.xfail(reason="Sable's defaults gain +1.63 over no-op at 1M steps (issue 42)",
-                                      strict=False)}  # fmt: skip
+NOT_YET = {"transf_qmix": pytest.mark.xfail(reason="TransfQMix does not learn spread yet (issue 41)", strict=False)}
+# Sable learns spread more slowly per env step than the PPO family: at its MPE family defaults (64-step
+# rollouts, lr 4e-3) seed 0 gains +2.57 over no-op at 1M steps (two seeds +3.58) and +3.28 at 2M, so its
+# case gets 2M (docs/guide/algorithms.md)
+STEPS = {"sable": "2e6"}
 
 
 def _marks(algo: str, recurrent: bool) -> list:
@@ -48,7 +49,7 @@ def _marks(algo: str, recurrent: bool) -> list:
 CASES = [
     pytest.param(algo, recurrent, steps, marks=_marks(algo, recurrent))
     for algo, recurrent, steps in [
-        *[(algo, False, "1e6") for algo in algorithms()],
+        *[(algo, False, STEPS.get(algo, "1e6")) for algo in algorithms()],
         ("ippo", True, "5e5"),
         ("vdn", True, "3e5"),
     ]
