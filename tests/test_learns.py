@@ -104,7 +104,8 @@ CASES = [
     # Does not learn yet. measured: learned -44.03, no-op -25.00, random -27.98 at 3e5 steps (the training return
     # fell from -27 to -45 by 160k steps, the loss rising from 20 to 47); with the mixer's w2 unscaled it sat at -25;
     # with JaxMARL's batch norm (transf.embed_norm=batch_norm transf.scale_inputs=true) the training return fell
-    # from -27.34 to -38.93
+    # from -27.34 to -38.93. With JaxMARL's own transf_qmix_mpe.yaml settings (width 32, layer norm; docs/guide/
+    # algorithms.md) at 3e5 steps: -25.06 against no-op -24.66 (stands still, no longer below random)
     pytest.param(
         ["algo=transf_qmix", *TRANSF_SMALL, "num_steps=26", "q.eps_decay_steps=1e5", "total_timesteps=3e5"],
         1.0,
