@@ -5,7 +5,7 @@
 #
 #   bash experiments/gpu_protocol.sh OUT [--step NAME] [--small] [--kit DIR | --jaxmarl PATH] [--dry-run]
 #
-# Steps, each under its own time limit (`timeout`; together about 29 minutes), each writing
+# Steps, each under its own time limit (`timeout`; together about 31 minutes), each writing
 # OUT/<step>.log (every command it ran, after "$ ", then its output) and a line of OUT/steps.tsv
 # (step, exit code, seconds, limit); a failing step is recorded and the next one still runs.
 # --step NAME runs that step alone (the others' records stay), so each step can be its own
@@ -51,19 +51,17 @@ checkout() {  # the marljax checkout whose tests/ the tests step runs: this scri
 q() { printf '%q ' "$@"; }  # a command as one line that the shell reads back as it was
 
 commands() {  # NAME SMALL JAXMARL: the step's commands, one shell line each
-  local name=$1 small=$2 jaxmarl=$3 cli side
+  local name=$1 small=$2 jaxmarl=$3 cli side pytest
   cli="$(q "$PY")-m marljax.cli"
   side="$(q "$PY" "$HERE/jaxmarl_side_by_side.py" --jaxmarl "$jaxmarl")"
   case $name in
     doctor) echo "$cli doctor --expect $EXPECT" ;;
     tests)
-      if ((small)); then
-        echo "MARLJAX_FAILURES_LOG=$(q "$OUT/tests_failures.log")$(q "$PY")-m pytest -q -rs -n 1 -p absent_extras -p failures_as_they_end -m 'not slow and not nightly' tests/test_trackers.py tests/test_offline_kit.py"
-      else
-        # -v: a line per test as it ends, and each failure's traceback in OUT/tests_failures.log as it
-        # ends, so that a step stopped at its limit still says what passed and why the rest failed
-        echo "MARLJAX_FAILURES_LOG=$(q "$OUT/tests_failures.log")$(q "$PY")-m pytest -v -rfEs -n ${TEST_WORKERS:-12} -p absent_extras -p failures_as_they_end -m 'not slow and not nightly'"
-      fi ;;
+      # each failure's traceback in OUT/tests_failures.log as it ends, so that a step stopped at its
+      # limit still says why; the full suite -v: a line per test as it ends, to say what passed
+      pytest="MARLJAX_FAILURES_LOG=$(q "$OUT/tests_failures.log")$(q "$PY")-m pytest -p absent_extras -p failures_as_they_end -m 'not slow and not nightly'"
+      if ((small)); then echo "$pytest -q -rs -n 1 tests/test_trackers.py tests/test_offline_kit.py"
+      else echo "$pytest -n ${TEST_WORKERS:-12} -v -rfEs"; fi ;;
     bench_scale)
       if ((small)); then echo "$cli bench scale num_steps=8 --max-envs 64 --timeout 120"
       else echo "$cli bench scale --timeout 100"; fi ;;

@@ -31,9 +31,9 @@ def _bash(*args: str, env: dict | None = None, timeout: float = 120) -> subproce
 
 def _dry_run(*flags: str, extra: dict | None = None) -> dict[str, tuple[int, list[str]]]:
     """gpu_protocol.sh --dry-run: {step: (limit, commands)}, and 'total'."""
-    env = {k: v for k, v in os.environ.items() if k != "TEST_WORKERS"}  # the protocol's own default
-    proc = subprocess.run(["bash", "experiments/gpu_protocol.sh", "/tmp/protocol-out", "--dry-run", "--kit", "/kit", *flags],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120, env={**env, **(extra or {})})  # fmt: skip
+    # an empty TEST_WORKERS is the protocol's own default (`${TEST_WORKERS:-12}`), whatever this process has
+    proc = _bash("experiments/gpu_protocol.sh", "/tmp/protocol-out", "--dry-run", "--kit", "/kit", *flags,
+                 env={"TEST_WORKERS": "", **(extra or {})})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     steps: dict[str, tuple[int, list[str]]] = {}
     step = None  # the step the command lines that follow belong to
