@@ -98,7 +98,7 @@ def test_cpu_actors_move_only_the_actors_to_the_host():
     if jax.default_backend() == "cpu":
         assert a.actor_devices == b.actor_devices
     else:
-        assert all(d.platform != "cpu" for d in b.actor_devices + list(b.learner_mesh.devices.flat))
+        assert all(d.platform != "cpu" for d in list(b.actor_devices) + list(b.learner_mesh.devices.flat))
 
 
 def test_an_unknown_backend_is_refused_with_the_choices():
