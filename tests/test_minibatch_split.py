@@ -63,8 +63,8 @@ def test_the_split_names_what_must_divide_what():
 @pytest.mark.parametrize("overrides", [
     ["algo=ippo"], ["algo=ippo", "recurrent=true"], ["algo=mappo", "recurrent=true"],
     ["algo=happo", "recurrent=true"], ["algo=pqn_vdn", "recurrent=true", "pqn.minibatch_split=envs"],
-    ["algo=sable"],
-], ids=["ippo", "ippo-rnn", "mappo-rnn", "happo-rnn", "pqn-rnn", "sable"])  # fmt: skip
+    ["algo=sable"], ["algo=sable", "recurrent=true"],
+], ids=["ippo", "ippo-rnn", "mappo-rnn", "happo-rnn", "pqn-rnn", "sable", "sable-rnn"])  # fmt: skip
 def test_every_epoch_learner_takes_minibatches_of_environments(overrides):
     split = [] if any("pqn" in o for o in overrides) else ["ppo.minibatch_split=envs", "ppo.num_minibatches=4"]
     config = load_config(

@@ -137,7 +137,6 @@ def test_every_agent_s_value_sees_every_observation_of_its_own_environment():
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
-        (["recurrent=true"], "recurrent"),
         (["param_sharing=independent"], "param_sharing"),
         (["sable.embed_dim=10", "sable.num_heads=4"], "sable.num_heads"),
         (["sable.chunk_size=0"], "sable.chunk_size"),
@@ -281,14 +280,15 @@ RESUME = ["algo=sable", "num_envs=4", "num_steps=8", "total_timesteps=256", "num
           "checkpoint_every=2", "sable.embed_dim=8", "progress=false", "plot=false"]  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_a_killed_run_resumes_bitwise(tmp_path, dtype):
+@pytest.mark.parametrize("setting", ["dtype=float32", "dtype=bfloat16", "recurrent=true"])
+def test_a_killed_run_resumes_bitwise(tmp_path, setting):
     """8 updates straight against 6 ("killed" after chunk 3, checkpoint at update 4) plus a resume:
-    the whole final state and every metrics row equal bitwise, in float32 and with bfloat16 matmuls."""
+    the whole final state and every metrics row equal bitwise, in float32, with bfloat16 matmuls,
+    and recurrent (the actors' memory restored with them)."""
     from marljax.train.loop import train
 
     def cfg(out, *extra):
-        return load_config(None, [*RESUME, f"dtype={dtype}", f"out_dir={out}", *extra])
+        return load_config(None, [*RESUME, setting, f"out_dir={out}", *extra])
 
     straight = train(cfg(tmp_path / "a"), log=lambda s: None)
     train(cfg(tmp_path / "b"), log=lambda s: None, max_chunks=3)

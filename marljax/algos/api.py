@@ -93,6 +93,7 @@ InitLearner = Callable[[Key], LearnerState]  # the seed's key -> the learner (no
 InitActors = Callable[[Key], ActorState]  # the seed's key -> every environment reset
 InitExtra = Callable[[Key, LearnerState], Extra]  # the seed's key and its learner -> the extra state
 CostPieces = Callable[[TrainState], "list[CostPiece]"]  # a seed's state (arrays or shapes) -> pieces of one update
+InitialHidden = Callable[[int], GroupArrays]  # B -> `act`'s recurrent state of B environments before their episodes
 
 
 class CostPiece(NamedTuple):
@@ -194,6 +195,19 @@ class Algorithm:
     extra_layout: ExtraLayout = None  # how each part of init_extra's state lies on the mesh: a pytree prefix of Placed
     policy_step: PolicyStep | None = None  # host envs and mode=async: acting on the host's copies
     extra_parts: tuple[ExtraPart, ...] = ()  # parts of the extra state the memory estimate names apart
+    initial_hidden: InitialHidden | None = None  # None: the GRU networks' (`gru_hidden`)
+
+
+def gru_hidden(config: Config, env: Any) -> InitialHidden:
+    """`act`'s recurrent state where the networks are GRUs: group -> zeros [B, A_g, gru_hidden_size]
+    (recurrent=true), else {}."""
+
+    def initial(batch: int) -> GroupArrays:
+        if not config.recurrent:
+            return {}
+        return {g.name: jnp.zeros((batch, g.size, config.gru_hidden_size)) for g in env.groups}
+
+    return initial
 
 
 class MakeAlgorithm(Protocol):
@@ -229,6 +243,7 @@ class Trainer:
     losses: tuple[str, ...]  # the metrics the NaN guard watches (AlgorithmSpec.losses)
     extra_layout: ExtraLayout  # the extra state's declared layout (None: no extra state)
     extra_parts: tuple[ExtraPart, ...]  # what the memory estimate reports of it apart
+    initial_hidden: InitialHidden  # `act`'s recurrent state of B environments (evaluation, exported policies)
 
     def extra_places(self, extra_shape: Any, lead: int = 0) -> Any:
         """`placed_leaves` of this trainer's declaration on `extra_shape` (checked)."""
@@ -280,7 +295,7 @@ def derive(config: Config, env: Any, layout: Layout, algo: Algorithm, losses: tu
         config=config, env=env, networks=algo.networks, init=init, init_learner=algo.init_learner, update=update,
         run_updates=run_updates, train=train, act=algo.act, cost_pieces=algo.cost_pieces,
         init_actors=algo.init_actors, collect=algo.collect, losses=tuple(losses), extra_layout=algo.extra_layout,
-        extra_parts=algo.extra_parts,
+        extra_parts=algo.extra_parts, initial_hidden=algo.initial_hidden or gru_hidden(config, env),
     )  # fmt: skip
     if algo.policy_step is None or algo.init_extra is not None:
         return Trainer(**common)

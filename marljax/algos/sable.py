@@ -12,10 +12,15 @@ pi(a_i | o, a_<i), its advantage is GAE on its own value and reward, and the los
 surrogate, clipped value loss, entropy bonus) are IPPO's (`ops.ppo_loss`), in epochs of
 minibatches of L = T/M steps of every environment (`learning.Minibatches`).
 
-What this version leaves out: Sable's memory across time steps (the recurrent Sable: retention
-over time as well, reset at episode ends; `recurrent=true` is refused), continuous actions, the
-agent mesh axis (one network serves every agent: nothing to split per agent), mode=async and
-host envs. The agents' order is fixed (groups as the env lists them, then agents).
+Recurrent (`recurrent=true`, Sable's memory across time steps): every retention also reads a
+memory of the earlier steps of its episode, decayed once per step and reset where an episode
+starts (`marljax.nn.retention`); the actors carry it (`hidden["sable"]`), the rollout records it
+before every step, and learning replays each minibatch's runs of consecutive steps from the
+memory recorded at a run's first step, through the run (as the GRU networks replay theirs).
+
+What this version leaves out: continuous actions, the agent mesh axis (one network serves every
+agent: nothing to split per agent), mode=async and host envs. The agents' order is fixed
+(groups as the env lists them, then agents).
 """
 
 from __future__ import annotations
@@ -34,12 +39,12 @@ from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setti
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.nn.networks import Categorical
-from marljax.nn.sable import GroupShape, SableNetwork
+from marljax.nn.sable import GroupShape, SableNetwork, decoder_memory_after, zero_memory, zero_step_state
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
 Array = jax.Array
-NETWORK = "sable"  # params[NETWORK]: the one network of the team
+NETWORK = "sable"  # params[NETWORK]: the one network of the team; hidden[NETWORK]: the recurrent one's memory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,23 +85,40 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         raise ValueError("sable has no agent-parallel learner (mesh.agent=1)")
     groups = env.groups
     net = network(config, env)
+    recurrent = config.recurrent
     vec = VecEnv.of(config, env, layout)
     T, E = config.num_steps, vec.local
     # no agent axis: the learner's environments are the acting ones
     batches = dataclasses.replace(Minibatches.of(config, config.ppo, layout), local_envs=E, data_axis=layout.env_axes)
 
-    def observations(obs: dict) -> tuple[Array, ...]:
-        """group -> [B, A_g, *obs] -> per group [B, A_g, O_g] (flattened)."""
-        return tuple(obs[g.name].reshape(obs[g.name].shape[:2] + (-1,)) for g in groups)
+    def observations(obs: dict, lead: int = 2) -> tuple[Array, ...]:
+        """group -> [B, A_g, *obs] -> per group [B, A_g, O_g] (flattened; `lead` axes kept)."""
+        return tuple(obs[g.name].reshape(obs[g.name].shape[:lead] + (-1,)) for g in groups)
+
+    def forget(memory: dict, reset: dict) -> dict:
+        """The memory zeroed where an episode starts: reset group -> [..., A_g] bool (every agent's)."""
+        starts = jnp.all(jnp.concatenate([reset[g.name] for g in groups], axis=-1), axis=-1)  # [...]
+        return jax.tree.map(lambda m: jnp.where(starts.reshape(starts.shape + (1,) * (m.ndim - starts.ndim)), 0.0, m),
+                            memory)  # fmt: skip
 
     # ------------------------------------------------------------------ acting, one agent at a time
-    def act_joint(params, obs: dict, masks: dict, keys: Array, greedy: bool = False):
-        """The team's actions on B environments, agent after agent: keys [B, 2] one per environment.
-        -> group -> (actions [B, A_g], logp [B, A_g], value [B, A_g])."""
+    def act_joint(params, obs: dict, masks: dict, keys: Array, greedy: bool = False, memory: dict | None = None):
+        """The team's actions on B environments, agent after agent: keys [B, 2] one per environment;
+        `memory` the recurrent one's (leaves [B, ...]). -> (group -> (actions [B, A_g], logp [B, A_g],
+        value [B, A_g]), memory after this step | None)."""
         p = params[NETWORK]
-        values, rep = cast(tuple, net.apply(p, observations(obs), method=SableNetwork.encode))  # rep [B, N, D]
-        B = rep.shape[0]
-        state = net.apply(p, B, method=SableNetwork.zero_state)
+        B = keys.shape[0]
+        if memory is None:
+            values, rep = cast(tuple, net.apply(p, observations(obs), method=SableNetwork.encode))  # rep [B, N, D]
+            state = net.apply(p, B, method=SableNetwork.zero_state)
+            decode_step = lambda s, x, r, gi: net.apply(p, s, x, r, gi, method=SableNetwork.decode_step)  # noqa: E731
+        else:
+            values, rep, encoded = cast(tuple, net.apply(p, memory["encoder"], observations(obs),
+                                                         method=SableNetwork.encode_with_memory))  # fmt: skip
+            state = zero_step_state(net, B)
+            decode_step = lambda s, x, r, gi: net.apply(  # noqa: E731
+                p, s, memory["decoder"], x, r, gi, method=SableNetwork.decode_step_with_memory
+            )
         x = net.apply(p, B, method=SableNetwork.start_token)  # [B, D]
         out, first = {}, 0
         for gi, g in enumerate(groups):
@@ -107,7 +129,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             def one_agent(carry, xs, gi=gi):
                 state, x = carry
                 rep_i, mask_i, key_i = xs  # [B, D], [B, n] | None, [B, 2]
-                state, logits = net.apply(p, state, x, rep_i, gi, method=SableNetwork.decode_step)
+                state, logits = decode_step(state, x, rep_i, gi)
                 dist = Categorical.masked(logits, mask_i)
                 action = dist.mode() if greedy else jax.vmap(lambda d, k: d.sample(k))(dist, key_i)
                 x = net.apply(p, gi, action, method=SableNetwork.embed_action)
@@ -118,13 +140,20 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             (state, x), (action, logp) = jax.lax.scan(one_agent, (state, x), (rep_g, mask_g, agent_keys))
             out[g.name] = (action.T, logp.T, values[gi])  # [B, A_g] each
             first += g.size
-        return out
+        if memory is None:
+            return out, None
+        return out, {"encoder": encoded, "decoder": decoder_memory_after(net, memory["decoder"], state)}
 
     def act(params, obs, reset, hidden, mask, key, greedy: bool = False):
-        """Every group's actions on a batch of environments (obs: group -> [B, A_g, ...]); no hidden state."""
+        """Every group's actions on a batch of environments (obs: group -> [B, A_g, ...]); the
+        recurrent one's memory in hidden[NETWORK] (`initial_hidden`), forgotten where reset."""
         keys = jax.random.split(key, obs[groups[0].name].shape[0])
-        out = act_joint(params, obs, mask, keys, greedy)
-        return {name: a for name, (a, _, _) in out.items()}, {}
+        memory = forget(hidden[NETWORK], reset) if recurrent else None
+        out, memory = act_joint(params, obs, mask, keys, greedy, memory)
+        return {name: a for name, (a, _, _) in out.items()}, ({NETWORK: memory} if recurrent else {})
+
+    def initial_hidden(batch: int) -> dict:
+        return {NETWORK: zero_memory(net, batch)} if recurrent else {}
 
     # ------------------------------------------------------------------ init and rollout
     def init_params(key: Array) -> dict:
@@ -136,15 +165,20 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return init_learner(config, key, init_params)
 
     def init_actors(key: Array) -> ActorState:
-        return vec.init_actors(init_keys(key).env, None)
+        actors = vec.init_actors(init_keys(key).env, None)
+        return actors.replace(hidden=initial_hidden(E))
 
     def step_policy(params):
         def choose(actors: ActorState, masks: dict, keys: Array):
-            out = act_joint(params, actors.obs, masks, keys)
+            memory = forget(actors.hidden[NETWORK], actors.reset) if recurrent else None
+            out, after = act_joint(params, actors.obs, masks, keys, memory=memory)
+            # recurrent: every group's reset flags and, in the first group's record, the memory before the step
             batch = {g.name: dict(obs=actors.obs[g.name], action=out[g.name][0], logp=out[g.name][1],
                                   value=out[g.name][2], mask=masks.get(g.name) if g.has_mask else None,
-                                  reset=None, hidden=None, world=None) for g in groups}  # fmt: skip
-            return {name: a for name, (a, _, _) in out.items()}, {}, batch
+                                  reset=actors.reset[g.name] if recurrent else None,
+                                  hidden=memory if recurrent and gi == 0 else None, world=None)
+                     for gi, g in enumerate(groups)}  # fmt: skip
+            return {name: a for name, (a, _, _) in out.items()}, ({NETWORK: after} if recurrent else {}), batch
 
         return choose
 
@@ -157,18 +191,47 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     def collect(params, actors: ActorState, key: Array, update: Array | None = None) -> tuple[ActorState, Trajectory]:
         actors, stats, batch = vec.rollout(step_policy(params), record, actors, key, T, update)
         with jax.named_scope("policy"):
-            values, _ = net.apply(params[NETWORK], observations(actors.obs), method=SableNetwork.encode)
+            if recurrent:
+                memory = forget(actors.hidden[NETWORK], actors.reset)["encoder"]
+                values = cast(tuple, net.apply(params[NETWORK], memory, observations(actors.obs),
+                                               method=SableNetwork.encode_with_memory))[0]  # fmt: skip
+            else:
+                values = cast(tuple, net.apply(params[NETWORK], observations(actors.obs), method=SableNetwork.encode))[
+                    0
+                ]
         return actors, Trajectory(batch, {g.name: v for g, v in zip(groups, values, strict=True)}, stats)
 
     # ------------------------------------------------------------------ learning
+    def replay(p, minibatch: dict) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
+        """The recurrent network through a minibatch's runs (leaves [L, E, A_g, ...], consecutive
+        steps), from the memory recorded at their first step -> (values per group [L, E, A_g],
+        logits per group [L, E, A_g, n_g])."""
+        batches = [minibatch[g.name][0] for g in groups]
+        first = jax.tree.map(lambda m: m[0], batches[0].hidden)  # leaves [E, ...]
+
+        def one_step(memory, xs):
+            obs, actions, reset = xs
+            memory = forget(memory, reset)
+            values, rep, encoded = net.apply(p, memory["encoder"], obs, method=SableNetwork.encode_with_memory)
+            logits, decoded = net.apply(p, memory["decoder"], rep, actions, method=SableNetwork.decode_with_memory)
+            return {"encoder": encoded, "decoder": decoded}, (values, logits)
+
+        xs = (observations({g.name: b.obs for g, b in zip(groups, batches, strict=True)}, 3),
+              tuple(b.action for b in batches), {g.name: b.reset for g, b in zip(groups, batches, strict=True)})  # fmt: skip
+        _, (values, logits) = jax.lax.scan(one_step, first, xs)
+        return values, logits
+
     def loss_fn(params, minibatch: dict, hp: HParams):
         """PPO per agent on a minibatch (group -> (GroupBatch, adv, target), leaves [L, E, A_g, ...]),
         every agent's log-prob from the decoder given the taken actions of the agents before it."""
         merged = {g.name: jax.tree.map(lambda x: flat(x, 2), minibatch[g.name]) for g in groups}  # [L*E, A_g, ...]
-        obs = observations({name: b.obs for name, (b, _, _) in merged.items()})
-        values, rep = net.apply(params[NETWORK], obs, method=SableNetwork.encode)
-        logits = net.apply(params[NETWORK], rep, tuple(merged[g.name][0].action for g in groups),
-                           method=SableNetwork.decode)  # fmt: skip
+        if recurrent:
+            values, logits = jax.tree.map(lambda x: flat(x, 2), replay(params[NETWORK], minibatch))
+        else:
+            obs = observations({name: b.obs for name, (b, _, _) in merged.items()})
+            values, rep = net.apply(params[NETWORK], obs, method=SableNetwork.encode)
+            logits = net.apply(params[NETWORK], rep, tuple(merged[g.name][0].action for g in groups),
+                               method=SableNetwork.decode)  # fmt: skip
         cat = lambda xs: jnp.concatenate([x.reshape(-1) for x in xs])  # noqa: E731  every agent's samples [L*E*N]
         logp, entropy = [], []
         for g, lg in zip(groups, logits, strict=True):
@@ -205,7 +268,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         lr = learning_rate(config, learner)
         step = lambda c, mb: minibatch_step(c[0], c[1], mb, hp, lr)  # noqa: E731  (c: params, opt_state)
         (params, opt_state), (parts, grad_norm) = batches.run(
-            step, (learner.params, learner.opt_state), key, lambda k: batches.shuffle(data, k)
+            step, (learner.params, learner.opt_state), key, lambda k: batches.shuffle(data, k, runs=recurrent)
         )
         parts, stats = ops.psum_tree(
             (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), traj.stats), layout.env_axes
@@ -226,16 +289,17 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
     return Algorithm(
         networks={NETWORK: net}, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn,
-        act=act, cost_pieces=cost_pieces,
+        act=act, cost_pieces=cost_pieces, initial_hidden=initial_hidden,
     )  # fmt: skip
 
 
 SPEC = AlgorithmSpec(
     AlgorithmSchema(
         "sable",
-        "Sable (feed-forward): one retention sequence model over the agents, actions chosen one agent after another",
+        "Sable: one retention sequence model over the agents, actions chosen one agent after another (recurrent=true: "
+        "and over the time steps of an episode)",
         {"ppo": ippo.PPOConfig, "sable": SableConfig},
-        supports=Supports(actions=("discrete",), recurrent=False, param_sharing=("shared",)),
+        supports=Supports(actions=("discrete",), recurrent=True, param_sharing=("shared",)),
         # searched on MPE spread at 1M steps, 2 seeds (docs/guide/algorithms.md): the best of seven settings,
         # +3.58 per agent over no-op where Sable's own defaults gain about +1.6; more epochs or a wider model did worse
         family_defaults={"mpe": ippo.SHORT_ROLLOUTS},

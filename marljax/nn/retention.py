@@ -10,6 +10,11 @@ one token at a time costs O(dk dv) whatever the sequence length, and memory grow
 it. `causal` computes it in chunks of C tokens (within a chunk the quadratic form, C x C; across
 chunks the state), `causal_step` one token at a time; the two agree to float reduction order
 (tests/test_sable.py). C = N is the fully parallel form (memory N^2), C = 1 the recurrent one.
+
+Across time steps (the recurrent Sable) each retention also keeps a memory of the earlier steps'
+tokens, decayed once per step and reset at episode starts: M_t = gamma M_{t-1} + sum_j k_j v_j^T
+over step t's tokens, and every token of step t adds q . (gamma M_{t-1}) to what it mixes within
+its step (`memory_read`, `memory_write`). With a zero memory that is the feed-forward form.
 """
 
 from __future__ import annotations
@@ -68,6 +73,18 @@ def causal_step(state: Array, q: Array, k: Array, v: Array, gamma: Array) -> tup
     return state, jnp.einsum("bhd,bhdv->bhv", q, state)
 
 
+def memory_read(q: Array, memory: Array, gamma: Array) -> Array:
+    """What the earlier time steps add to each token: q [B, N, H, dk], memory [B, H, dk, dv] ->
+    gamma q . memory [B, N, H, dv] (the memory is one time step older than the tokens)."""
+    return jnp.einsum("bihd,bhdv->bihv", q, memory * gamma[None, :, None, None])
+
+
+def memory_write(memory: Array, k: Array, v: Array, gamma: Array) -> Array:
+    """The memory after one time step of N tokens: gamma memory + sum_j k_j v_j^T; k [B, N, H, dk],
+    v [B, N, H, dv] -> [B, H, dk, dv]. Every token of a step weighs the same: the decay is per step."""
+    return memory * gamma[None, :, None, None] + jnp.einsum("bjhd,bjhv->bhdv", k, v)
+
+
 def full(q: Array, k: Array, v: Array) -> Array:
     """Every token mixes every token, undecayed: q, k [B, N, H, dk], v [B, N, H, dv] -> [B, N, H, dv]."""
     return jnp.einsum("bihd,bhdv->bihv", q, jnp.einsum("bjhd,bjhv->bhdv", k, v))
@@ -104,11 +121,20 @@ class MultiScaleRetention(nn.Module):
         mixed = self.norm(mixed).reshape(x.shape)  # [..., H, dv] -> [..., D]
         return self.out(nn.swish(self.gate(x)) * mixed)
 
+    def _mix(self, q: Array, k: Array, v: Array) -> Array:
+        return causal(q, k, v, self.gamma, self.chunk) if self.causal else full(q, k, v)
+
     def __call__(self, x: Array, kv: Array | None = None) -> Array:
         """x [B, N, D] (kv [B, N, D]) -> [B, N, D]."""
         q, k, v = self._qkv(x, x if kv is None else kv)
-        mixed = causal(q, k, v, self.gamma, self.chunk) if self.causal else full(q, k, v)
-        return self._finish(x, mixed)
+        return self._finish(x, self._mix(q, k, v))
+
+    def with_memory(self, memory: Array, x: Array, kv: Array | None = None) -> tuple[Array, Array]:
+        """One time step's N tokens after the earlier steps' memory [B, H, dk, dv]: x [B, N, D]
+        (kv [B, N, D]) -> (memory', [B, N, D])."""
+        q, k, v = self._qkv(x, x if kv is None else kv)
+        mixed = self._mix(q, k, v) + memory_read(q, memory, self.gamma)
+        return memory_write(memory, k, v, self.gamma), self._finish(x, mixed)
 
     def step(self, state: Array, x: Array, kv: Array | None = None) -> tuple[Array, Array]:
         """One token of the causal form: state [B, H, dk, dv], x [B, D] (kv [B, D]) -> (state', [B, D])."""
@@ -116,6 +142,24 @@ class MultiScaleRetention(nn.Module):
         state, mixed = causal_step(state, q, k, v, self.gamma)
         return state, self._finish(x, mixed)
 
+    def step_with_memory(self, state: tuple[Array, Array], memory: Array, x: Array,
+                         kv: Array | None = None) -> tuple[tuple[Array, Array], Array]:  # fmt: skip
+        """One token of the causal form after the earlier steps' memory: state (within the step
+        [B, H, dk, dv], this step's sum of k v^T so far [B, H, dk, dv]), x [B, D] (kv [B, D]) ->
+        (state', [B, D]). After a step's last token, `memory_after` gives the next memory."""
+        within, written = state
+        q, k, v = self._qkv(x, x if kv is None else kv)
+        within, mixed = causal_step(within, q, k, v, self.gamma)
+        mixed = mixed + memory_read(q[:, None], memory, self.gamma)[:, 0]
+        written = written + jnp.einsum("bhd,bhv->bhdv", k, v)
+        return (within, written), self._finish(x, mixed)
+
     def zero_state(self, batch: int) -> Array:
         d = self.embed_dim // self.num_heads
         return jnp.zeros((batch, self.num_heads, d, d), jnp.float32)
+
+
+def memory_after(memory: Array, written: Array, num_heads: int) -> Array:
+    """The memory after a step acted token by token (`step_with_memory`): gamma memory + the
+    step's sum of k v^T, as `memory_write` computes it from the whole step at once."""
+    return memory * jnp.asarray(decays(num_heads))[None, :, None, None] + written

@@ -13,10 +13,15 @@ Model for MARL"), feed-forward: one environment step's agents form a sequence of
 Training (`decode`) takes every agent's taken action at once, in chunks of `chunk` agents
 (memory linear in N for a fixed chunk); acting (`decode_step`) runs one agent at a time with
 the retention states as carry. Both give the same log-probabilities (tests/test_sable.py).
+
+Recurrent (the `*_with_memory` methods): every retention also reads a memory of the earlier time
+steps of its episode (`marljax.nn.retention`, decayed once per step), and returns it updated.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import flax.linen as nn
@@ -24,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from marljax.nn.networks import dense, orthogonal
-from marljax.nn.retention import MultiScaleRetention
+from marljax.nn.retention import MultiScaleRetention, memory_after
 
 Array = jax.Array
 
@@ -62,6 +67,12 @@ class EncoderBlock(nn.Module):
         x = x + self.mix(self.norm_mix(x))
         return x + self.ff(self.norm_ff(x))
 
+    def with_memory(self, memory: Array, x: Array) -> tuple[Array, Array]:
+        """x [B, N, D] after the earlier steps' memory [B, H, dk, dv] -> (memory', [B, N, D])."""
+        memory, mixed = self.mix.with_memory(memory, self.norm_mix(x))
+        x = x + mixed
+        return memory, x + self.ff(self.norm_ff(x))
+
 
 class DecoderBlock(nn.Module):
     embed_dim: int
@@ -83,17 +94,35 @@ class DecoderBlock(nn.Module):
         y = rep + self.cross_mix(self.norm_obs(rep), self.norm_cross(x))
         return y + self.ff(self.norm_ff(y))
 
-    def step(self, state: tuple[Array, Array], x: Array, rep: Array) -> tuple[tuple[Array, Array], Array]:
-        """One agent: x, rep [B, D]; state (self, cross), each [B, H, dk, dv]."""
-        s_self, s_cross = state
-        s_self, mixed = self.self_mix.step(s_self, self.norm_self(x))
+    def _wired(self, mix_self: Callable, mix_cross: Callable, x: Array, rep: Array) -> tuple[tuple, Array]:
+        """__call__'s wiring for one token or one step, each retention a callable returning
+        (its state', its output): mix_self(x), mix_cross(queries, keys and values)."""
+        s_self, mixed = mix_self(self.norm_self(x))
         x = x + mixed
-        s_cross, mixed = self.cross_mix.step(s_cross, self.norm_obs(rep), self.norm_cross(x))
+        s_cross, mixed = mix_cross(self.norm_obs(rep), self.norm_cross(x))
         y = rep + mixed
         return (s_self, s_cross), y + self.ff(self.norm_ff(y))
 
+    def step(self, state: tuple[Array, Array], x: Array, rep: Array) -> tuple[tuple[Array, Array], Array]:
+        """One agent: x, rep [B, D]; state (self, cross), each [B, H, dk, dv]."""
+        return self._wired(partial(self.self_mix.step, state[0]), partial(self.cross_mix.step, state[1]), x, rep)
+
     def zero_state(self, batch: int) -> tuple[Array, Array]:
         return self.self_mix.zero_state(batch), self.cross_mix.zero_state(batch)
+
+    def with_memory(self, memory: tuple[Array, Array], x: Array, rep: Array) -> tuple[tuple[Array, Array], Array]:
+        """As __call__ after the earlier steps' memory (self, cross), each [B, H, dk, dv] -> (memory', out)."""
+        mix_self, mix_cross = (
+            partial(self.self_mix.with_memory, memory[0]),
+            partial(self.cross_mix.with_memory, memory[1]),
+        )
+        return self._wired(mix_self, mix_cross, x, rep)
+
+    def step_with_memory(self, state: tuple, memory: tuple[Array, Array], x: Array, rep: Array) -> tuple[tuple, Array]:
+        """As `step` after the earlier steps' memory; state per retention (within, written)."""
+        mix_self = partial(self.self_mix.step_with_memory, state[0], memory[0])
+        mix_cross = partial(self.cross_mix.step_with_memory, state[1], memory[1])
+        return self._wired(mix_self, mix_cross, x, rep)
 
 
 def _head(features: int, embed_dim: int, scale: float, dtype: str) -> nn.Sequential:
@@ -129,29 +158,59 @@ class SableNetwork(nn.Module):
         bounds = [sum(g.size for g in self.groups[:i]) for i in range(len(self.groups) + 1)]
         return [x[:, a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
+    def _embed(self, obs: tuple[Array, ...]) -> Array:
+        return jnp.concatenate([embed(o) for embed, o in zip(self.obs_in, obs, strict=True)], axis=1)
+
+    def _values(self, x: Array) -> tuple[tuple[Array, ...], Array]:
+        rep = self.norm_rep(x)
+        return tuple(head(r)[..., 0] for head, r in zip(self.value_out, self._split(rep), strict=True)), rep
+
     def encode(self, obs: tuple[Array, ...]) -> tuple[tuple[Array, ...], Array]:
         """obs: per group [B, A_g, O_g] -> (values per group [B, A_g], encoded agents [B, N, D])."""
-        x = jnp.concatenate([embed(o) for embed, o in zip(self.obs_in, obs, strict=True)], axis=1)
+        x = self._embed(obs)
         for block in self.encoder:
             x = block(x)
-        rep = self.norm_rep(x)
-        values = tuple(head(r)[..., 0] for head, r in zip(self.value_out, self._split(rep), strict=True))
-        return values, rep
+        return self._values(x)
+
+    def encode_with_memory(self, memory: tuple[Array, ...], obs: tuple[Array, ...]):
+        """As `encode` after the earlier steps' memory (one [B, H, dk, dv] per block) ->
+        (values, rep, memory')."""
+        x, out = self._embed(obs), []
+        for block, m in zip(self.encoder, memory, strict=True):
+            m, x = block.with_memory(m, x)
+            out.append(m)
+        values, rep = self._values(x)
+        return values, rep, tuple(out)
 
     def embed_action(self, group: int, action: Array) -> Array:
         """Group `group`'s actions [...] int -> their embedding [..., D]."""
         return self.action_in[group](jax.nn.one_hot(action, self.groups[group].num_actions))
 
+    def _tokens(self, rep: Array, actions: tuple[Array, ...]) -> Array:
+        """The decoder's input: the start token, then every agent's taken action but the last [B, N, D]."""
+        taken = jnp.concatenate([self.embed_action(i, a) for i, a in enumerate(actions)], axis=1)  # [B, N, D]
+        start = jnp.broadcast_to(self.start, (rep.shape[0], 1, self.embed_dim))
+        return jnp.concatenate([start, taken[:, :-1]], axis=1)
+
+    def _logits(self, x: Array) -> tuple[Array, ...]:
+        x = self.norm_out(x)
+        return tuple(head(y) for head, y in zip(self.policy_out, self._split(x), strict=True))
+
     def decode(self, rep: Array, actions: tuple[Array, ...]) -> tuple[Array, ...]:
         """Every agent's logits given the actions of the agents before it (teacher forcing):
         rep [B, N, D], actions per group [B, A_g] -> logits per group [B, A_g, n_g]."""
-        taken = jnp.concatenate([self.embed_action(i, a) for i, a in enumerate(actions)], axis=1)  # [B, N, D]
-        start = jnp.broadcast_to(self.start, (rep.shape[0], 1, self.embed_dim))
-        x = jnp.concatenate([start, taken[:, :-1]], axis=1)
+        x = self._tokens(rep, actions)
         for block in self.decoder:
             x = block(x, rep)
-        x = self.norm_out(x)
-        return tuple(head(y) for head, y in zip(self.policy_out, self._split(x), strict=True))
+        return self._logits(x)
+
+    def decode_with_memory(self, memory: tuple, rep: Array, actions: tuple[Array, ...]):
+        """As `decode` after the earlier steps' memory (per block (self, cross)) -> (logits, memory')."""
+        x, out = self._tokens(rep, actions), []
+        for block, m in zip(self.decoder, memory, strict=True):
+            m, x = block.with_memory(m, x, rep)
+            out.append(m)
+        return self._logits(x), tuple(out)
 
     def zero_state(self, batch: int) -> tuple:
         return tuple(block.zero_state(batch) for block in self.decoder)
@@ -168,7 +227,40 @@ class SableNetwork(nn.Module):
             out.append(s)
         return tuple(out), self.policy_out[group](self.norm_out(x))
 
+    def decode_step_with_memory(self, state: tuple, memory: tuple, x: Array, rep: Array, group: int):
+        """`decode_step` after the earlier steps' decoder memory -> (state', logits [B, n_g])."""
+        out = []
+        for block, s, m in zip(self.decoder, state, memory, strict=True):
+            s, x = block.step_with_memory(s, m, x, rep)
+            out.append(s)
+        return tuple(out), self.policy_out[group](self.norm_out(x))
+
     def __call__(self, obs: tuple[Array, ...], actions: tuple[Array, ...]):
         """Every parameter touched once (for init): (values, logits) per group."""
         values, rep = self.encode(obs)
         return values, self.decode(rep, actions)
+
+
+def _zeros(net: SableNetwork, batch: int) -> Array:
+    d = net.embed_dim // net.num_heads
+    return jnp.zeros((batch, net.num_heads, d, d), jnp.float32)  # [B, H, dk, dv]
+
+
+def zero_memory(net: SableNetwork, batch: int) -> dict:
+    """The recurrent Sable's memory of B environments before an episode's first step (no
+    parameters needed): {"encoder": one [B, H, dk, dv] per block, "decoder": per block (self, cross)}."""
+    z = _zeros(net, batch)
+    return {"encoder": tuple(z for _ in range(net.num_blocks)), "decoder": tuple((z, z) for _ in range(net.num_blocks))}
+
+
+def zero_step_state(net: SableNetwork, batch: int) -> tuple:
+    """`decode_step_with_memory`'s state before a step's first agent: per block, per retention,
+    (within the step, this step's sum of k v^T)."""
+    z = _zeros(net, batch)
+    return tuple(((z, z), (z, z)) for _ in range(net.num_blocks))
+
+
+def decoder_memory_after(net: SableNetwork, memory: tuple, state: tuple) -> tuple:
+    """The decoder's memory after a step acted agent by agent, from the step's final state."""
+    return tuple(tuple(memory_after(m, written, net.num_heads) for m, (_, written) in zip(mb, sb, strict=True))
+                 for mb, sb in zip(memory, state, strict=True))  # fmt: skip

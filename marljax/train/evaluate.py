@@ -62,7 +62,7 @@ def make_evaluator(
     the trainer's policy (same signature as `Trainer.act`), e.g. a `baseline_act` reference policy.
     """
     act = trainer.act if act is None else act
-    env, config = trainer.env, trainer.config
+    env = trainer.env
     groups = env.groups
     E = episodes
 
@@ -70,7 +70,7 @@ def make_evaluator(
         k_reset, k_run = jax.random.split(key)
         obs, state = jax.vmap(env.reset)(jax.random.split(k_reset, E))
         reset = {g.name: jnp.ones((E, g.size), bool) for g in groups}
-        hidden = {g.name: jnp.zeros((E, g.size, config.gru_hidden_size)) for g in groups} if config.recurrent else {}
+        hidden = trainer.initial_hidden(E)
         zeros, no = jnp.zeros((E,), jnp.float32), jnp.zeros((E,), bool)
         carry = (obs, state, reset, hidden, zeros, jnp.zeros((E,), jnp.int32), no, no, 0, k_run)
 

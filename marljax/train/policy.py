@@ -216,7 +216,7 @@ def load_policy(path: str | Path, trust_code: bool = False, log: Callable = prin
     def init_carry() -> dict | None:
         if not config.recurrent:
             return None
-        return {g.name: jnp.zeros((1, g.size, config.gru_hidden_size)) for g in env.groups}
+        return trainer.initial_hidden(1)
 
     def act(obs: dict, key: Array, carry: dict | None = None, avail_actions: dict | None = None, greedy: bool = False):
         """obs: the env's agent name -> observation; returns (the actions as the env's `step` takes them:
