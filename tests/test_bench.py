@@ -134,6 +134,20 @@ def test_q_bench_reports_env_and_gradient_steps(capfd, monkeypatch):
     assert math.isfinite(result["train_env_steps_per_s"]) and result["train_env_steps_per_s"] > 0
 
 
+@pytest.mark.parametrize("recurrent", ["false", "true"])
+def test_a_team_network_is_benched_without_per_group_figures(monkeypatch, recurrent):
+    """Sable's one network serves the team: the bench counts its FLOPs and leaves out the per-group
+    rows (it failed with a KeyError on the group's name before); IPPO, the control, has them."""
+    monkeypatch.setattr(measure, "MATMUL_SIZES", {"cpu": (256,), "default": (256,)})  # keep it quick
+    common = ["num_envs=4", "num_steps=8", "total_timesteps=1024", "progress=false"]
+    result = run_bench(load_config(None, ["algo=sable", f"recurrent={recurrent}", "sable.embed_dim=8", *common]),
+                       log=lambda s: None)  # fmt: skip
+    assert result["learn_flops_per_env_step"] > 0 and result["rollout_flops_per_env_step"] > 0
+    assert not [k for k in result if k.startswith("group_")]
+    control = run_bench(load_config(None, ["algo=ippo", *common]), log=lambda s: None)
+    assert control["group_agents_params"] > 0
+
+
 def test_async_bench_sync_baseline_uses_the_same_threads(monkeypatch):
     """The sync baseline's generation runs on as many actor threads as the async pipeline: the
     bench's thread pool has num_actor_threads workers, and every one of them collects (the old baseline, one collector, used one). No timing is asserted (the ratio

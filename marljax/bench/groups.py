@@ -46,10 +46,13 @@ def _forward_flops(nets: GroupNetworks, params: Any, g: AgentGroup) -> float:
 
 def group_costs(config: Config, trainer: Trainer, state: Any) -> dict[str, Any]:
     """Flat figures per group g: `group_<g>_agents`, `group_<g>_params` (all its sets),
-    `group_<g>_forward_flops_per_agent_step`. `state`: the unsharded state's shapes (one seed)."""
+    `group_<g>_forward_flops_per_agent_step`. `state`: the unsharded state's shapes (one seed).
+    None for an algorithm whose one network serves the team (Sable: no group has its own)."""
     nets = GroupNetworks.of(config, trainer.networks)
     out: dict[str, Any] = {}
     for g in trainer.env.groups:
+        if g.name not in trainer.networks:
+            continue
         params = state.learner.params[g.name]
         out[f"group_{g.name}_agents"] = g.size
         out[f"group_{g.name}_params"] = sum(int(x.size) for x in jax.tree.leaves(params))
