@@ -112,6 +112,34 @@ def test_collects_until_learning_starts_then_moves_the_target_by_tau(algo):
     assert float(m["alpha"]) != pytest.approx(0.1, abs=1e-9) and np.isfinite(float(m["loss_actor"]))
 
 
+JAXNAV_SMALL = ["env=jaxnav", "env_kwargs.map_params={map_size: [7, 7], fill: 0.1}", "env_kwargs.lidar_num_beams=32",
+                "env_kwargs.max_steps=100"]  # fmt: skip
+
+
+@pytest.mark.parametrize("algo, env", [("isac", ["env=MPE_simple_facmac_v1"]), ("masac", JAXNAV_SMALL)],
+                         ids=["isac-facmac", "masac-jaxnav"])  # fmt: skip
+def test_learns_a_step_on_the_other_box_action_envs(algo, env):
+    """The Box-action envs beside continuous spread (facmac's predators with heuristic prey; JaxNav's
+    robots): three updates, the third past learning_starts, move the critics with finite losses,
+    and every action the policy takes lies inside the env's bounds."""
+    sizes = TINY[len(CONTINUOUS) :]  # TINY's sizes without continuous spread
+    config = load_config(None, [*sizes, f"algo={algo}", *env, "sac.learning_starts=64", "sac.gradient_steps=1"])
+    trainer = make_trainer(config, make_adapter(config))
+    update = jax.jit(trainer.update)
+    state = trainer.init(jax.random.PRNGKey(0))
+    p0 = state.learner.params
+    for _ in range(3):
+        state, m = update(state)
+    assert not _leaves_equal(state.learner.params[sac.CRITIC], p0[sac.CRITIC])
+    assert all(np.isfinite(float(m[k])) for k in ("loss_critic", "loss_actor", "alpha")) and float(m["loss_critic"]) > 0
+    actions, _ = trainer.act(state.learner.params, state.actors.obs, {}, {}, {}, jax.random.PRNGKey(1))
+    for g in trainer.env.groups:
+        low = -np.inf if g.action_low is None else g.action_low
+        high = np.inf if g.action_high is None else g.action_high
+        a = np.asarray(actions[g.name])
+        assert a.shape[-1] == g.action_dim and np.all(a >= low - 1e-6) and np.all(a <= high + 1e-6), g.name
+
+
 def test_fixed_temperature_stays():
     trainer = _trainer("isac", "sac.learning_starts=0", "sac.autotune=false", "sac.init_alpha=0.3")
     state = trainer.init(jax.random.PRNGKey(0))
