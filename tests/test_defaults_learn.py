@@ -44,7 +44,9 @@ STEPS = {"sable": "2e6"}
 def _marks(algo: str, recurrent: bool) -> list:
     if (algo, recurrent) in IN_CI:
         return []
-    return [pytest.mark.nightly, *([NOT_YET[algo]] if algo in NOT_YET else [])]
+    # Sable's 2M steps: 10-15 CPU-minutes here, more than the default 900 s limit on a shared machine
+    longer = [pytest.mark.timeout(3600)] if algo in STEPS else []
+    return [pytest.mark.nightly, *longer, *([NOT_YET[algo]] if algo in NOT_YET else [])]
 
 
 CASES = [
