@@ -244,7 +244,8 @@ MARGIN = 1.8  # per agent, over the better of no-op and random on the same episo
 # python -m pytest -m nightly tests/test_sac.py -s
 # MPE_simple_facmac_v1 (3 predators, Box actions, heuristic prey), 2e5 steps, seed 0, 64 episodes, 2026-11-27:
 # isac learned 16.60, masac 16.21, against no-op -0.60 and random 0.28 (65 s and 73 s here); IPPO's Gaussian policy
-# at the same steps 8.62 (its no-op -0.55, random 0.41: other episodes, as its updates differ). Margin 8.0: about half
+# at the same steps 8.62 (its no-op -0.55, random 0.41: other episodes, as its updates differ). Margin 8.0: about half.
+# JaxNav's 7x7 map (JAXNAV_SMALL), isac 1e6: 0.13 against no-op -1.00 and random -4.91 (215 s); 3e5: -0.47. Margin 0.5
 FACMAC = ["env=MPE_simple_facmac_v1"]
 LEARNS = [
     pytest.param("isac", CONTINUOUS, "1e5", 1.8, id="isac-1e5"),
@@ -252,6 +253,7 @@ LEARNS = [
     pytest.param("masac", CONTINUOUS, "2e5", 2.0, id="masac-2e5", marks=pytest.mark.nightly),
     pytest.param("isac", FACMAC, "2e5", 8.0, id="isac-facmac-2e5", marks=pytest.mark.nightly),
     pytest.param("masac", FACMAC, "2e5", 8.0, id="masac-facmac-2e5", marks=pytest.mark.nightly),
+    pytest.param("isac", JAXNAV_SMALL, "1e6", 0.5, id="isac-jaxnav-1e6", marks=pytest.mark.nightly),
 ]
 
 
