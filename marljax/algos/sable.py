@@ -193,12 +193,11 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         with jax.named_scope("policy"):
             if recurrent:
                 memory = forget(actors.hidden[NETWORK], actors.reset)["encoder"]
-                values = cast(tuple, net.apply(params[NETWORK], memory, observations(actors.obs),
-                                               method=SableNetwork.encode_with_memory))[0]  # fmt: skip
+                encoded = net.apply(params[NETWORK], memory, observations(actors.obs),
+                                    method=SableNetwork.encode_with_memory)  # fmt: skip
             else:
-                values = cast(tuple, net.apply(params[NETWORK], observations(actors.obs), method=SableNetwork.encode))[
-                    0
-                ]
+                encoded = net.apply(params[NETWORK], observations(actors.obs), method=SableNetwork.encode)
+            values = cast(tuple, encoded)[0]
         return actors, Trajectory(batch, {g.name: v for g, v in zip(groups, values, strict=True)}, stats)
 
     # ------------------------------------------------------------------ learning

@@ -82,7 +82,13 @@ def memory_read(q: Array, memory: Array, gamma: Array) -> Array:
 def memory_write(memory: Array, k: Array, v: Array, gamma: Array) -> Array:
     """The memory after one time step of N tokens: gamma memory + sum_j k_j v_j^T; k [B, N, H, dk],
     v [B, N, H, dv] -> [B, H, dk, dv]. Every token of a step weighs the same: the decay is per step."""
-    return memory * gamma[None, :, None, None] + jnp.einsum("bjhd,bjhv->bhdv", k, v)
+    return memory_after(memory, jnp.einsum("bjhd,bjhv->bhdv", k, v), gamma)
+
+
+def memory_after(memory: Array, written: Array, gamma: Array) -> Array:
+    """gamma memory + the step's sum of k v^T `written` [B, H, dk, dv]: `memory_write` from the
+    whole step at once, or after a step acted token by token (`step_with_memory` sums `written`)."""
+    return memory * gamma[None, :, None, None] + written
 
 
 def full(q: Array, k: Array, v: Array) -> Array:
@@ -157,9 +163,3 @@ class MultiScaleRetention(nn.Module):
     def zero_state(self, batch: int) -> Array:
         d = self.embed_dim // self.num_heads
         return jnp.zeros((batch, self.num_heads, d, d), jnp.float32)
-
-
-def memory_after(memory: Array, written: Array, num_heads: int) -> Array:
-    """The memory after a step acted token by token (`step_with_memory`): gamma memory + the
-    step's sum of k v^T, as `memory_write` computes it from the whole step at once."""
-    return memory * jnp.asarray(decays(num_heads))[None, :, None, None] + written

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from marljax.nn.networks import dense, orthogonal
-from marljax.nn.retention import MultiScaleRetention, memory_after
+from marljax.nn.retention import MultiScaleRetention, decays, memory_after
 
 Array = jax.Array
 
@@ -218,22 +218,25 @@ class SableNetwork(nn.Module):
     def start_token(self, batch: int) -> Array:
         return jnp.broadcast_to(self.start, (batch, self.embed_dim))
 
-    def decode_step(self, state: tuple, x: Array, rep: Array, group: int) -> tuple[tuple, Array]:
-        """One agent of group `group`: x (the previous agent's embedded action, or the start token)
-        and rep (this agent's encoded observation) [B, D] -> (state', logits [B, n_g])."""
+    def _decode_step(self, steps: list[Callable], state: tuple, x: Array, group: int) -> tuple[tuple, Array]:
+        """One agent through every decoder block, `steps` each block's (state, x) -> (state', x')."""
         out = []
-        for block, s in zip(self.decoder, state, strict=True):
-            s, x = block.step(s, x, rep)
+        for step, s in zip(steps, state, strict=True):
+            s, x = step(s, x)
             out.append(s)
         return tuple(out), self.policy_out[group](self.norm_out(x))
 
+    def decode_step(self, state: tuple, x: Array, rep: Array, group: int) -> tuple[tuple, Array]:
+        """One agent of group `group`: x (the previous agent's embedded action, or the start token)
+        and rep (this agent's encoded observation) [B, D] -> (state', logits [B, n_g])."""
+        return self._decode_step([partial(b.step, rep=rep) for b in self.decoder], state, x, group)
+
     def decode_step_with_memory(self, state: tuple, memory: tuple, x: Array, rep: Array, group: int):
         """`decode_step` after the earlier steps' decoder memory -> (state', logits [B, n_g])."""
-        out = []
-        for block, s, m in zip(self.decoder, state, memory, strict=True):
-            s, x = block.step_with_memory(s, m, x, rep)
-            out.append(s)
-        return tuple(out), self.policy_out[group](self.norm_out(x))
+        steps = [
+            lambda s, x, b=b, m=m: b.step_with_memory(s, m, x, rep) for b, m in zip(self.decoder, memory, strict=True)
+        ]
+        return self._decode_step(steps, state, x, group)
 
     def __call__(self, obs: tuple[Array, ...], actions: tuple[Array, ...]):
         """Every parameter touched once (for init): (values, logits) per group."""
@@ -262,5 +265,6 @@ def zero_step_state(net: SableNetwork, batch: int) -> tuple:
 
 def decoder_memory_after(net: SableNetwork, memory: tuple, state: tuple) -> tuple:
     """The decoder's memory after a step acted agent by agent, from the step's final state."""
-    return tuple(tuple(memory_after(m, written, net.num_heads) for m, (_, written) in zip(mb, sb, strict=True))
+    gamma = jnp.asarray(decays(net.num_heads))  # [H], as each retention's
+    return tuple(tuple(memory_after(m, written, gamma) for m, (_, written) in zip(mb, sb, strict=True))
                  for mb, sb in zip(memory, state, strict=True))  # fmt: skip
