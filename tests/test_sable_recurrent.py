@@ -18,17 +18,8 @@ from marljax.nn import retention
 from marljax.nn.sable import SableNetwork, decoder_memory_after, zero_memory, zero_step_state
 from marljax.train.wiring import make_adapter
 from tests._learning import learned_vs_baselines
+from tests._trees import assert_bitwise, max_abs_diff
 from tests.test_sable import GROUPS, network, qkv, reference
-
-
-def _tree_equal(a, b) -> bool:
-    return all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b),
-                                                                               strict=True))  # fmt: skip
-
-
-def _tree_max_diff(a, b) -> float:
-    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
-               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))  # fmt: skip
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -114,12 +105,12 @@ def test_acting_agent_by_agent_with_memory_gives_what_learning_computes_for_the_
         v_learn, l_learn, m_learn = _whole_step(net, params, m_learn, obs, actions)
         for a, b in zip(jax.tree.leaves((v_act, l_act)), jax.tree.leaves((v_learn, l_learn)), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
-        assert _tree_max_diff(m_act, m_learn) < 1e-4
+        assert max_abs_diff(m_act, m_learn) < 1e-4
     # negative control: the memory changes the last step's logits (against the feed-forward network)
     obs, actions = seq[-1]
     _, rep = net.apply(params, obs, method=SableNetwork.encode)
     ff = net.apply(params, rep, actions, method=SableNetwork.decode)
-    assert _tree_max_diff(ff, l_learn) > 1e-3
+    assert max_abs_diff(ff, l_learn) > 1e-3
 
 
 def test_a_zero_memory_is_the_feed_forward_network_bitwise():
@@ -128,7 +119,7 @@ def test_a_zero_memory_is_the_feed_forward_network_bitwise():
     values, logits, _ = _whole_step(net, params, zero_memory(net, 6), obs, actions)
     ff_values, rep = net.apply(params, obs, method=SableNetwork.encode)
     ff_logits = net.apply(params, rep, actions, method=SableNetwork.decode)
-    assert _tree_equal((values, logits), (ff_values, ff_logits))
+    assert_bitwise((values, logits), (ff_values, ff_logits))
 
 
 SPREAD = ["algo=sable", "recurrent=true", "num_envs=2", "num_steps=32", "total_timesteps=64", "sable.embed_dim=8",
@@ -152,12 +143,12 @@ def test_the_memory_is_carried_and_forgotten_where_an_episode_starts():
     starts = {g.name: jnp.ones((cfg.num_envs, g.size), bool) for g in env.groups}
     going = {g.name: jnp.zeros((cfg.num_envs, g.size), bool) for g in env.groups}
     _, after = act(params, obs, starts, fresh, {}, jax.random.PRNGKey(1))
-    assert _tree_max_diff(after, fresh) > 1e-3
+    assert max_abs_diff(after, fresh) > 1e-3
     _, from_fresh = act(params, obs, starts, fresh, {}, jax.random.PRNGKey(2))
     _, forgotten = act(params, obs, starts, after, {}, jax.random.PRNGKey(2))
     _, carried = act(params, obs, going, after, {}, jax.random.PRNGKey(2))
-    assert _tree_equal(forgotten, from_fresh)
-    assert _tree_max_diff(carried, from_fresh) > 1e-3  # negative control
+    assert_bitwise(forgotten, from_fresh)
+    assert max_abs_diff(carried, from_fresh) > 1e-3  # negative control
 
 
 def _replay(net, params, batch, reset, first):
@@ -258,8 +249,8 @@ def test_an_exported_recurrent_policy_carries_the_memory_as_the_trainer_does(tmp
                                trainer.initial_hidden(1), {}, key, greedy=True)  # fmt: skip
         assert {a: int(x) for a, x in actions.items()} == {a: int(x) for a, x in env.agent_actions(
             {k: v[0] for k, v in expected.items()}).items()}  # fmt: skip
-        assert _tree_max_diff(carry, hidden) < 1e-5
-        differs_from_fresh.append(_tree_max_diff(hidden, fresh) > 1e-4)
+        assert max_abs_diff(carry, hidden) < 1e-5
+        differs_from_fresh.append(max_abs_diff(hidden, fresh) > 1e-4)
         obs, state, _, dones, _ = env.env.step(jax.random.PRNGKey(t), state, actions)
         ended = bool(dones["__all__"])
         reset = {g.name: jnp.full((1, g.size), ended) for g in env.groups}
