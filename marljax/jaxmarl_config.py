@@ -38,7 +38,6 @@ IGNORED = {
     "DEVICE", "DISABLE_JIT", "LOG_AGENTS_SEPARATELY",
     "TEST_NUM_STEPS",  # the evaluation's step budget: marljax's evaluation plays whole episodes
     "NORM_INPUTS", "LOSS_TYPE",  # read by no JaxMARL script (PQN reads NORM_INPUT): they change nothing there either
-    "USE_FAST_ATTENTION",  # TransfQMix's Performer kernel for its attention; marljax's transformers compute softmax attention
 }  # fmt: skip
 
 

@@ -258,6 +258,8 @@ KEYS = [  # (file name, the key's line, {marljax key: value})
     ("shaq_mpe.yaml", '"EPS_ADAM": 0.001', {"adam_eps": 0.001}),
     ("shaq_mpe.yaml", '"AGENT_INIT_SCALE": 2.', {"q.init_scale": 2.0}),
     ("transf_qmix_mpe.yaml", '"AGENT_INIT_SCALE": 1.', {"q.init_scale": 1.0}),
+    ("transf_qmix_mpe.yaml", '"USE_FAST_ATTENTION": True', {"transf.fast_attention": True}),
+    ("transf_qmix_smax.yaml", '"USE_FAST_ATTENTION": False', {"transf.fast_attention": False}),
     # JaxMARL's entity embedders always end in batch norm; SCALE_INPUTS adds one on the raw features
     (
         "transf_qmix_mpe.yaml",
@@ -280,7 +282,7 @@ def test_every_key_of_the_baselines_maps_to_its_setting(tmp_path, name, line, ex
 IGNORED_KEYS = ['"DEVICE": 0', '"DISABLE_JIT": False', '"VERBOSE": False', '"WANDB_ONLINE_REPORT": True',
                 '"WANDB_LOG_ALL_SEEDS": False', '"SAVE_PATH": "models"', '"ALG_NAME": "vdn_ff"', '"TUNE": False',
                 '"HYP_TUNE": False', '"LOG_AGENTS_SEPARATELY": True', '"TEST_NUM_STEPS": 30', '"NORM_INPUTS": False',
-                '"LOSS_TYPE": "vdn"', '"USE_FAST_ATTENTION": True']  # fmt: skip
+                '"LOSS_TYPE": "vdn"']  # fmt: skip
 
 
 def test_run_plumbing_keys_are_accepted_with_one_note_line(tmp_path, capsys):

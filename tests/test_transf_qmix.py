@@ -131,6 +131,49 @@ def test_agents_ignore_the_order_of_what_they_see_and_carry_their_hidden_token()
     assert float(jnp.max(jnp.abs(q_zero - q1))) > 1e-4
 
 
+def _attention_by_sums(q, k, v, valid):
+    """relu linear attention written as its defining sums, one query, head and key at a time (float64)."""
+    phi = lambda x: np.maximum(x, 0.0) + transf_qmix.RELU_FEATURE_FLOOR  # noqa: E731
+    B, L, H, _ = q.shape
+    out = np.zeros((B, L, H, v.shape[-1]))
+    for b, i, h in np.ndindex(B, L, H):
+        w = [phi(q[b, i, h]) @ phi(k[b, j, h]) if valid[b, j] else 0.0 for j in range(k.shape[1])]
+        out[b, i, h] = sum(wj * v[b, j, h] for j, wj in enumerate(w)) / sum(w)
+    return out
+
+
+def test_fast_attention_is_relu_linear_attention_over_the_keys_the_mask_lets_through():
+    r = np.random.default_rng(0)
+    q, k, v = (r.normal(size=(3, 5, 2, 4)) for _ in range(3))  # [B, L, heads, d]
+    valid = r.random((3, 5)) < 0.6
+    valid[:, 0] = True  # the hidden-state token is always there
+    args = [jnp.asarray(a, jnp.float32) for a in (q, k, v)]
+    got = np.asarray(transf_qmix.relu_linear_attention(*args, jnp.asarray(valid)[:, None, None]))  # mask [B, 1, 1, S]
+    unmasked = np.asarray(transf_qmix.relu_linear_attention(*args))
+    # float32 against the float64 sums
+    np.testing.assert_allclose(got, _attention_by_sums(q, k, v, valid), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(unmasked, _attention_by_sums(q, k, v, np.ones_like(valid)), rtol=1e-5, atol=1e-6)
+    assert np.abs(got - unmasked).max() > 1e-2  # control: the mask removes keys
+    soft = np.asarray(jax.nn.dot_product_attention(*args))
+    assert np.abs(soft - unmasked).max() > 1e-2  # control: not softmax attention
+
+
+def test_a_fast_attention_layer_ignores_masked_tokens_and_is_not_the_softmax_layer():
+    x = jax.random.normal(jax.random.PRNGKey(0), (4, 6, 16))  # [B, L, H]
+    valid = jax.random.uniform(jax.random.PRNGKey(1), (4, 6)) < 0.6
+    valid = valid.at[:, 0].set(True)
+    layer = transf_qmix.Encoder(heads=4, ff=32, fast_attention=True)
+    params = layer.init(jax.random.PRNGKey(2), x, valid)
+    out = layer.apply(params, x, valid)
+    junk = jnp.where(valid[..., None], x, 5.0 * jax.random.normal(jax.random.PRNGKey(3), x.shape))
+    # the tokens the mask lets through see only each other (to float32 rounding)
+    seen = np.asarray(valid)
+    np.testing.assert_allclose(np.asarray(layer.apply(params, junk, valid))[seen], np.asarray(out)[seen], atol=1e-5)
+    assert float(jnp.max(jnp.abs(layer.apply(params, junk) - layer.apply(params, x)))) > 1e-2  # control: no mask
+    softmax = layer.clone(fast_attention=False)  # the same parameters, softmax attention
+    assert float(jnp.max(jnp.abs(softmax.apply(params, x, valid) - out))) > 1e-2
+
+
 def test_a_short_run_trains_on_spread():
     config = load_config(None, ["algo=transf_qmix", "num_envs=4", "num_steps=8", "total_timesteps=320",
                                 "replay.buffer_size=8", "replay.batch_size=4", "replay.learning_starts=0",
@@ -196,6 +239,7 @@ def test_jaxmarl_transf_qmix_keys_map_to_its_settings(tmp_path):
     assert (t.agent_layers, t.agent_heads, t.agent_ff) == (2, 8, 128)
     assert (t.mixer_layers, t.mixer_heads, t.mixer_ff, t.mixer_init_scale, t.relu_embed) == (3, 4, 64, 0.01, False)
     assert (t.scale_inputs, t.embed_norm) == (True, "batch_norm")  # JaxMARL's embedders: batch norm, always
+    assert t.fast_attention is True
     assert (c.q.init_scale, c.adam_eps, c.lr_decay) == (2.0, 1e-6, "exponential")
     assert c.lr_exp_decay_rate == pytest.approx(1 - (1 - 2e-5) ** 2)  # 2 gradient steps per update
 

@@ -18,8 +18,9 @@ SCALE_INPUTS), both in the agents and the mixer. Batch norm learns its running s
 learning steps (`marljax.nn.networks.BatchNorm`); acting and the target network use them.
 
 Differences from JaxMARL's transf_qmix.py: LayerNorm after the entity embedding by default (its
-batch norm with `transf.embed_norm=batch_norm`; a JaxMARL file translates to that), softmax attention (not its
-Performer "fast attention"), w2 is scaled by 1/H (the mixer starts near the agents' sum rather than
+batch norm with `transf.embed_norm=batch_norm`; a JaxMARL file translates to that), softmax attention by
+default (`transf.fast_attention=true`: its "fast attention", relu linear attention, with the mask
+honoured where it ignores it), its layers' outputs not doubled (it adds x to x after each norm), w2 is scaled by 1/H (the mixer starts near the agents' sum rather than
 H times it), the mixer's token is learned and not carried over time, and the
 agents' Q-values all come from h_t (its SMAX agent values attacks from the enemies' embeddings).
 """
@@ -68,6 +69,8 @@ class TransfConfig:
                               choices=("layer_norm", "batch_norm"))  # fmt: skip
     scale_inputs: bool = setting(False, "batch norm of the raw entity features before the embedding",
                                  jaxmarl="SCALE_INPUTS")  # fmt: skip
+    fast_attention: bool = setting(False, "linear attention with relu features (JaxMARL's USE_FAST_ATTENTION) "
+                                          "instead of softmax attention", jaxmarl="USE_FAST_ATTENTION")  # fmt: skip
 
     def check(self, config: Config) -> None:
         if not config.recurrent:
@@ -82,18 +85,44 @@ class TransfConfig:
                               f"to hidden_size={config.hidden_size}, got {config.gru_hidden_size}")  # fmt: skip
 
 
+RELU_FEATURE_FLOOR = 1e-3  # added to every relu feature, so no query's weights all vanish (JaxMARL's kernel_epsilon)
+
+
+def relu_linear_attention(query: Array, key: Array, value: Array, mask: Array | None = None) -> Array:
+    """Linear attention with the feature map phi(x) = relu(x) + 1e-3 (no 1/sqrt(d) scaling):
+    out_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j), over the keys `mask` lets through.
+    What JaxMARL's USE_FAST_ATTENTION computes (its Performer code with deterministic features and
+    renormalisation), except that the mask is honoured here (it ignores it). Costs O(L d^2), not O(L^2 d).
+
+    query [B, L, heads, d], key [B, S, heads, d], value [B, S, heads, dv], mask broadcastable to
+    [B, heads, L, S] and the same for every query (key padding) -> [B, L, heads, dv]."""
+    phi_q = nn.relu(query) + RELU_FEATURE_FLOOR
+    phi_k = nn.relu(key) + RELU_FEATURE_FLOOR  # [B, S, heads, d]
+    if mask is not None:
+        keys = jnp.broadcast_to(mask, (*mask.shape[:-1], key.shape[1]))[..., 0, :]  # [B, heads | 1, S]
+        phi_k = phi_k * jnp.moveaxis(keys, -1, -2)[..., None].astype(phi_k.dtype)
+    kv = jnp.einsum("bshm,bshd->bhmd", phi_k, value)  # [B, heads, d, dv]
+    numerator = jnp.einsum("blhm,bhmd->blhd", phi_q, kv)  # [B, L, heads, dv]
+    denominator = jnp.einsum("blhm,bhm->blh", phi_q, phi_k.sum(axis=1))  # [B, L, heads]
+    return numerator / denominator[..., None]
+
+
 class Encoder(nn.Module):
     """A transformer encoder layer (post-norm): x + attention, LayerNorm, x + MLP, LayerNorm."""
 
     heads: int
     ff: int
     dtype: str = "float32"
+    fast_attention: bool = False  # relu_linear_attention in place of softmax attention
 
     @nn.compact
     def __call__(self, x: Array, valid: Array | None = None) -> Array:
         """x [B, L, H], valid [B, L] (the keys attended to; None: all) -> [B, L, H]."""
         mask = None if valid is None else valid[:, None, None, :]  # [B, 1 head, 1 query, L keys]
-        att = nn.MultiHeadDotProductAttention(num_heads=self.heads, use_bias=False, kernel_init=XAVIER)(x, x, mask=mask)
+        how = {"attention_fn": relu_linear_attention} if self.fast_attention else {}
+        att = nn.MultiHeadDotProductAttention(num_heads=self.heads, use_bias=False, kernel_init=XAVIER, **how)(
+            x, x, mask=mask
+        )
         x = nn.LayerNorm()(x + att)
         mlp = dense(x.shape[-1], self.dtype, kernel_init=XAVIER)(
             nn.relu(dense(self.ff, self.dtype, kernel_init=XAVIER)(x))
@@ -126,6 +155,7 @@ class TransformerQNetwork(nn.Module):
     init_scale: float = 1.0  # orthogonal scale of the entity embedding and the head (JaxMARL's AGENT_INIT_SCALE)
     norm: str = "layer_norm"  # of the entity embeddings (TransfConfig.embed_norm)
     scale_inputs: bool = False
+    fast_attention: bool = False
 
     @nn.compact
     def __call__(self, h: Array, obs: Array, reset: Array, agent_id: Array | None = None) -> tuple[Array, Array]:
@@ -138,7 +168,7 @@ class TransformerQNetwork(nn.Module):
         x = jnp.concatenate([*tokens, embedded], axis=1)  # [B, L, H]
         valid = jnp.concatenate([jnp.ones((obs.shape[0], len(tokens)), bool), seen], axis=1)
         for _ in range(self.layers):
-            x = Encoder(self.heads, self.ff, self.dtype)(x, valid)
+            x = Encoder(self.heads, self.ff, self.dtype, self.fast_attention)(x, valid)
         h = x[:, 0]
         q = dense(
             self.action_dim, self.dtype, kernel_init=orthogonal(self.init_scale), bias_init=nn.initializers.zeros
@@ -159,6 +189,7 @@ class TransformerMixer(nn.Module):
     dtype: str = "float32"
     norm: str = "layer_norm"
     scale_inputs: bool = False
+    fast_attention: bool = False
 
     @nn.compact
     def __call__(self, q: Array, hs: Array, world: Array) -> Array:
@@ -168,7 +199,7 @@ class TransformerMixer(nn.Module):
         token = jnp.broadcast_to(self.param("token", nn.initializers.zeros, (self.width,)), (B, 1, self.width))
         x = jnp.concatenate([token, state, hs], axis=1)  # [B, 1 + n_s + N, H]
         for _ in range(self.layers):
-            x = Encoder(self.heads, self.ff, self.dtype)(x)
+            x = Encoder(self.heads, self.ff, self.dtype, self.fast_attention)(x)
         z, w1 = x[:, 0], jnp.abs(x[:, -N:])  # [B, H], [B, N, H]
         hidden = nn.elu(jnp.einsum("bn,bnh->bh", q, w1) + z)  # b1 = z
         b2 = dense(1, self.dtype, kernel_init=orthogonal(self.init_scale), bias_init=nn.initializers.zeros)(nn.relu(z))
@@ -182,7 +213,7 @@ def transformer_team(config: Config, view: EntityView) -> TeamValue:
     their hidden states and the world state's entities (the target network's at t + 1 for the bootstrap)."""
     c = config.transf
     mixer = TransformerMixer(config.hidden_size, c.mixer_layers, c.mixer_heads, c.mixer_ff, c.relu_embed, view.world,
-                             c.mixer_init_scale, config.dtype, c.embed_norm, c.scale_inputs)  # fmt: skip
+                             c.mixer_init_scale, config.dtype, c.embed_norm, c.scale_inputs, c.fast_attention)  # fmt: skip
     learns_stats = c.embed_norm == "batch_norm" or c.scale_inputs
 
     def mixed(params, values: Array, world: Array, hs: Array, learning: bool = False):
@@ -212,7 +243,7 @@ def agent_networks(config: Config, env: EnvAdapter, view: EntityView) -> GroupNe
     c = config.transf
     nets = {g.name: TransformerQNetwork(g.action_dim, config.hidden_size, c.agent_layers, c.agent_heads, c.agent_ff,
                                         c.relu_embed, view.obs, config.dtype, config.q.init_scale or 1.0, c.embed_norm,
-                                        c.scale_inputs)
+                                        c.scale_inputs, c.fast_attention)
             for g in env.groups}  # fmt: skip
     return GroupNetworks(nets, config.param_sharing == "independent", config.agent_id, config.hidden_size)
 
