@@ -119,10 +119,9 @@ class Encoder(nn.Module):
     def __call__(self, x: Array, valid: Array | None = None) -> Array:
         """x [B, L, H], valid [B, L] (the keys attended to; None: all) -> [B, L, H]."""
         mask = None if valid is None else valid[:, None, None, :]  # [B, 1 head, 1 query, L keys]
-        how = {"attention_fn": relu_linear_attention} if self.fast_attention else {}
-        att = nn.MultiHeadDotProductAttention(num_heads=self.heads, use_bias=False, kernel_init=XAVIER, **how)(
-            x, x, mask=mask
-        )
+        how = relu_linear_attention if self.fast_attention else nn.dot_product_attention  # (flax's default)
+        att = nn.MultiHeadDotProductAttention(num_heads=self.heads, use_bias=False, kernel_init=XAVIER,
+                                              attention_fn=how)(x, x, mask=mask)  # fmt: skip
         x = nn.LayerNorm()(x + att)
         mlp = dense(x.shape[-1], self.dtype, kernel_init=XAVIER)(
             nn.relu(dense(self.ff, self.dtype, kernel_init=XAVIER)(x))
