@@ -161,5 +161,10 @@ class MultiScaleRetention(nn.Module):
         return (within, written), self._finish(x, mixed)
 
     def zero_state(self, batch: int) -> Array:
-        d = self.embed_dim // self.num_heads
-        return jnp.zeros((batch, self.num_heads, d, d), jnp.float32)
+        return zero_state(batch, self.embed_dim, self.num_heads)
+
+
+def zero_state(batch: int, embed_dim: int, num_heads: int) -> Array:
+    """A retention's empty state or memory (no sum of k v^T yet): [B, H, dk, dv]."""
+    d = embed_dim // num_heads
+    return jnp.zeros((batch, num_heads, d, d), jnp.float32)

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from marljax.nn.networks import dense, orthogonal
-from marljax.nn.retention import MultiScaleRetention, decays, memory_after
+from marljax.nn.retention import MultiScaleRetention, decays, memory_after, zero_state
 
 Array = jax.Array
 
@@ -244,22 +244,17 @@ class SableNetwork(nn.Module):
         return values, self.decode(rep, actions)
 
 
-def _zeros(net: SableNetwork, batch: int) -> Array:
-    d = net.embed_dim // net.num_heads
-    return jnp.zeros((batch, net.num_heads, d, d), jnp.float32)  # [B, H, dk, dv]
-
-
 def zero_memory(net: SableNetwork, batch: int) -> dict:
     """The recurrent Sable's memory of B environments before an episode's first step (no
     parameters needed): {"encoder": one [B, H, dk, dv] per block, "decoder": per block (self, cross)}."""
-    z = _zeros(net, batch)
+    z = zero_state(batch, net.embed_dim, net.num_heads)  # [B, H, dk, dv]
     return {"encoder": tuple(z for _ in range(net.num_blocks)), "decoder": tuple((z, z) for _ in range(net.num_blocks))}
 
 
 def zero_step_state(net: SableNetwork, batch: int) -> tuple:
     """`decode_step_with_memory`'s state before a step's first agent: per block, per retention,
     (within the step, this step's sum of k v^T)."""
-    z = _zeros(net, batch)
+    z = zero_state(batch, net.embed_dim, net.num_heads)  # [B, H, dk, dv]
     return tuple(((z, z), (z, z)) for _ in range(net.num_blocks))
 
 
