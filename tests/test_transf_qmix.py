@@ -195,6 +195,38 @@ def test_a_short_run_trains_on_spread():
     assert np.isfinite(np.asarray(result.returns)).all()
 
 
+def _with_zero_heads(state):
+    """The agents' Q heads (their last dense layer) zeroed: their values no longer depend on the transformer."""
+    params = state.learner.params
+    head = jax.tree.map(jnp.zeros_like, params["agents"]["params"]["Dense_1"])
+    agents = {**params["agents"], "params": {**params["agents"]["params"], "Dense_1": head}}
+    return state.replace(learner=state.learner.replace(params={**params, "agents": agents}))
+
+
+def test_the_mixer_reads_the_agents_hidden_states_without_training_them():
+    config = load_config(None, ["algo=transf_qmix", "num_envs=4", "num_steps=8", "total_timesteps=320",
+                                "replay.buffer_size=8", "replay.batch_size=4", "replay.learning_starts=0",
+                                "replay.gradient_steps=1", "hidden_size=16", "gru_hidden_size=16",
+                                "transf.agent_heads=4", "transf.mixer_heads=4"])  # fmt: skip
+    trainer = make_trainer(config, make_adapter(config))
+    one_update = jax.jit(lambda s: trainer.run_updates(s, 1)[0])
+    start = trainer.init(jax.random.PRNGKey(0))
+
+    def moved(state, before) -> dict:
+        now, then = state.learner.params["agents"]["params"], before.learner.params["agents"]["params"]
+        return {k: max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(now[k]), jax.tree.leaves(then[k])))
+                for k in now}  # fmt: skip
+
+    # with zero heads the agents' values do not depend on the transformer, which the mixer still reads:
+    # no gradient reaches it (Adam moves a zero-gradient parameter by exactly 0)
+    zeroed = _with_zero_heads(start)
+    after = moved(one_update(zeroed), zeroed)
+    assert after["Dense_1"] > 0  # the head learns
+    assert {k: v for k, v in after.items() if k != "Dense_1"} == {k: 0.0 for k in after if k != "Dense_1"}
+    # control: through their values, the agents' transformers learn
+    assert min(moved(one_update(start), start).values()) > 0
+
+
 TRANSF_QMIX_MPE = """"NUM_ENVS": 8
 "N_MINI_UPDATES": 2
 "NUM_STEPS": 25

@@ -251,7 +251,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             tgt = q.unroll(target, g, swap(obs), swap(reset), hidden0, full, states)
             if states:  # (q, hidden states [T+1, B, A, H])
                 (online, h_online), (tgt, h_tgt) = online, tgt
-                hs_now.append(swap(h_online)[:, :-1])
+                # the mixer reads the agents' states, it does not train them (JaxMARL's TransfQMix stops
+                # this gradient too): the agents learn their values, not the mixing weights they induce
+                hs_now.append(jax.lax.stop_gradient(swap(h_online)[:, :-1]))
                 hs_next.append(jax.lax.stop_gradient(swap(h_tgt)[:, 1:]))
             online, tgt = swap(online), swap(tgt)  # [B, T+1, A, n]
             action = seq["action"][g.name]  # [B, T, A]
