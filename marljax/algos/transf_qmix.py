@@ -11,6 +11,8 @@ Multi-Agent Reinforcement Learning Problems"), built on the replay-based Q-learn
   agents' hidden states h_t. The agents' outputs give the mixing weights W1 = |.| [N, H], the
   token's output z gives b1 = z, w2 = |z| / H and b2 = Dense(relu(z)):
   Q_tot = w2 . elu(q W1 + b1) + b2, monotonic in every agent's value as QMIX's.
+  The mixer reads h_t without training the agents through it (`qlearning` stops that gradient,
+  as JaxMARL's script does): they learn from their values only.
 
 Normalisation: LayerNorm after the entity embedding (`transf.embed_norm=batch_norm`: batch norm, as
 JaxMARL's), and `transf.scale_inputs`: batch norm of the raw entity features first (JaxMARL's
