@@ -91,8 +91,9 @@ CASES = [
         id="shaq-smax-3m",
         marks=pytest.mark.nightly,
     ),
-    # TransfQMix on SMAX 3m at the same CPU-sized setting as on spread. measured: learned 1.166 (wins 0.34),
-    # no-op 0.000 (0.00), random 0.186 (0.00) at 3e5 steps; 4 min on an idle CPU here, 20+ when it is shared
+    # TransfQMix on SMAX 3m at the same CPU-sized setting as on spread. measured: learned 1.295 (wins 0.41),
+    # no-op 0.000 (0.00), random 0.186 (0.00) at 3e5 steps (2026-11-27, with the mixer's stop-gradient; 1.166,
+    # wins 0.34, before); 3-4 min on an idle CPU here, 20+ when it is shared
     pytest.param(
         [*SMAX_3M, "algo=transf_qmix", *TRANSF_SMALL, "gamma=0.99", "q.eps_decay_steps=1e5", "total_timesteps=3e5"],
         0.5,
