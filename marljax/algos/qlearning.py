@@ -251,10 +251,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             tgt = q.unroll(target, g, swap(obs), swap(reset), hidden0, full, states)
             if states:  # (q, hidden states [T+1, B, A, H])
                 (online, h_online), (tgt, h_tgt) = online, tgt
-                # the mixer reads the agents' states, it does not train them (JaxMARL's TransfQMix stops
-                # this gradient too): the agents learn their values, not the mixing weights they induce
-                hs_now.append(jax.lax.stop_gradient(swap(h_online)[:, :-1]))
-                hs_next.append(jax.lax.stop_gradient(swap(h_tgt)[:, 1:]))
+                hs_now.append(swap(h_online)[:, :-1])
+                hs_next.append(swap(h_tgt)[:, 1:])
             online, tgt = swap(online), swap(tgt)  # [B, T+1, A, n]
             action = seq["action"][g.name]  # [B, T, A]
             taken.append(jnp.take_along_axis(online[:, :-1], action[..., None], axis=-1)[..., 0])
@@ -262,7 +260,13 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             best = jnp.argmax(jnp.where(mask[:, :-1], online[:, :-1], -jnp.inf), axis=-1)  # [B, T, A]
             greedy.append((best == action).astype(jnp.float32))
         nxt_all = jax.lax.stop_gradient(jnp.concatenate(nxt, axis=-1))
-        hs = (jnp.concatenate(hs_now, axis=-2), jnp.concatenate(hs_next, axis=-2)) if states else ()
+        # the team value reads the agents' states, it does not train them (JaxMARL's TransfQMix stops this
+        # gradient too): the agents learn from their values, not from the mixing weights their states induce
+        hs = (
+            jax.lax.stop_gradient((jnp.concatenate(hs_now, axis=-2), jnp.concatenate(hs_next, axis=-2)))
+            if states
+            else ()
+        )
         return jnp.concatenate(taken, axis=-1), nxt_all, jnp.concatenate(greedy, axis=-1), hs, stats
 
     def every_agent(local: Array) -> Array:

@@ -20,11 +20,13 @@ SCALE_INPUTS), both in the agents and the mixer. Batch norm learns its running s
 learning steps (`marljax.nn.networks.BatchNorm`); acting and the target network use them.
 
 Differences from JaxMARL's transf_qmix.py: LayerNorm after the entity embedding by default (its
-batch norm with `transf.embed_norm=batch_norm`; a JaxMARL file translates to that), softmax attention by
-default (`transf.fast_attention=true`: its "fast attention", relu linear attention, with the mask
-honoured where it ignores it), its layers' outputs not doubled (it adds x to x after each norm), w2 is scaled by 1/H (the mixer starts near the agents' sum rather than
-H times it), the mixer's token is learned and not carried over time, and the
-agents' Q-values all come from h_t (its SMAX agent values attacks from the enemies' embeddings).
+batch norm with `transf.embed_norm=batch_norm`; a JaxMARL file translates to that), softmax
+attention by default (`transf.fast_attention=true`: its "fast attention", relu linear attention,
+with the mask honoured where it ignores it), the layers' outputs not doubled (it adds x to x after
+each norm), w2 scaled by 1/H (the mixer starts near the agents' sum rather than H times it), the
+mixer's token learned and not carried over time, the target network normalising with its own
+batch statistics (its uses the online network's), a spread agent's own row carrying its velocity,
+and the agents' Q-values all from h_t (its SMAX agent values attacks from the enemies' embeddings).
 """
 
 from __future__ import annotations
