@@ -15,7 +15,8 @@ all of them in one message, rather than silently dropped: a run that ignored one
 the run its file describes.
 
 Units agree where JaxMARL counts env steps of one seed (`TOTAL_TIMESTEPS`, `EPSILON_ANNEAL_TIME`,
-`LEARNING_STARTS`); `TARGET_UPDATE_INTERVAL` counts updates, as in JaxMARL's current QLearning
+`LEARNING_STARTS`), except `EPSILON_ANNEAL_TIME` in SHAQ's and TransfQMix's files, whose scripts
+count steps of the vectorised env (x NUM_ENVS here); `TARGET_UPDATE_INTERVAL` counts updates, as in JaxMARL's current QLearning
 baselines; `EPS_DECAY`, `LR_WARMUP` and a `TEST_INTERVAL` of at most 1 are fractions of the run.
 A file that gives no `NUM_STEPS` (SHAQ's: JaxMARL's script steps an episode's length) counts
 updates with the rollout the run will have: the algorithm's default on the file's env.
@@ -189,6 +190,18 @@ def _test_interval(run: _Run, value: Any) -> None:
         run.flat["eval_every"] = max(1, round(value / run.per_update()))
 
 
+# JaxMARL scripts (by their config files' stems) whose epsilon counts steps of the vectorised env, each
+# NUM_ENVS env steps (shaq.py and transf_qmix.py pass their scan's step count; the other QLearning
+# scripts count env steps)
+PER_VECTOR_STEP_EPSILON = ("shaq", "transf_qmix")
+
+
+def _eps_anneal_time(run: _Run, value: Any) -> None:
+    """Env steps of one seed, or steps of the vectorised env in the scripts that count those."""
+    vector_steps = run.path.stem.lower().startswith(PER_VECTOR_STEP_EPSILON)
+    run.set("EPSILON_ANNEAL_TIME", _int(value) * (run.given("NUM_ENVS") if vector_steps else 1))
+
+
 def _eps_decay(run: _Run, value: Any) -> None:
     """A fraction of the updates -> env steps of one seed."""
     run.set("EPSILON_ANNEAL_TIME", max(1, round(float(_number(value)) * run.updates() * run.per_update())))
@@ -280,7 +293,8 @@ def _hidden_size(run: _Run, value: Any) -> None:
 RULES: dict[str, Callable[[_Run, Any], None]] = {
     "ENV_KWARGS": _env_kwargs, "MAP_NAME": _map_name, "WANDB_MODE": _wandb_mode, "PARAMETERS_SHARING": _sharing,
     "TAU": _tau, "TD_LAMBDA_LOSS": _td_lambda_loss, "TEST_DURING_TRAINING": _test_during_training,
-    "TEST_INTERVAL": _test_interval, "EPS_DECAY": _eps_decay, "REW_SHAPING_HORIZON": _shaping,
+    "TEST_INTERVAL": _test_interval, "EPS_DECAY": _eps_decay, "EPSILON_ANNEAL_TIME": _eps_anneal_time,
+    "REW_SHAPING_HORIZON": _shaping,
     "NORM_TYPE": _norm_type, "LR_WARMUP": _lr_warmup, "HIDDEN_SIZE": _hidden_size,
     "MANUAL_ALPHA_ESTIMATES": _manual_alpha, "LR_DECAY_TYPE": _lr_decay_type, "LR_EXP_DECAY_RATE": _lr_exp_decay_rate,
     "SCALE_INPUTS": _scale_inputs, "NUM_MINIBATCHES": _num_minibatches, "MEMORY_WINDOW": _memory_window,

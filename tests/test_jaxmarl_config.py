@@ -248,6 +248,9 @@ KEYS = [  # (file name, the key's line, {marljax key: value})
     ("vdn_ff_mpe.yaml", '"EPSILON_START": 0.9', {"q.eps_start": 0.9}),
     ("vdn_ff_mpe.yaml", '"EPSILON_FINISH": 0.1', {"q.eps_finish": 0.1}),
     ("vdn_ff_mpe.yaml", '"EPSILON_ANNEAL_TIME": 5000', {"q.eps_decay_steps": 5000}),
+    # SHAQ's and TransfQMix's scripts count epsilon's steps per step of the vectorised env (NUM_ENVS = 16 here)
+    ("shaq_mpe.yaml", '"EPSILON_ANNEAL_TIME": 5000', {"q.eps_decay_steps": 80000}),
+    ("transf_qmix_smax.yaml", '"EPSILON_ANNEAL_TIME": 5000', {"q.eps_decay_steps": 80000}),
     ("vdn_ff_mpe.yaml", '"TD_LAMBDA": 0.6', {"q.td_lambda": 0.6}),
     ("vdn_ff_mpe.yaml", '"TD_LAMBDA_LOSS": False\n"TD_LAMBDA": 0.6', {"q.td_lambda": 0.0}),
     ("vdn_ff_mpe.yaml", '"AGENT_HIDDEN_DIM": 48', {"hidden_size": 48}),

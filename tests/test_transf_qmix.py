@@ -272,6 +272,7 @@ def test_jaxmarl_transf_qmix_keys_map_to_its_settings(tmp_path):
     assert (t.mixer_layers, t.mixer_heads, t.mixer_ff, t.mixer_init_scale, t.relu_embed) == (3, 4, 64, 0.01, False)
     assert (t.scale_inputs, t.embed_norm) == (True, "batch_norm")  # JaxMARL's embedders: batch norm, always
     assert t.fast_attention is True
+    assert c.q.eps_decay_steps == 100_000 * 8  # its script's epsilon counts steps of the 8 vectorised envs
     assert (c.q.init_scale, c.adam_eps, c.lr_decay) == (2.0, 1e-6, "exponential")
     assert c.lr_exp_decay_rate == pytest.approx(1 - (1 - 2e-5) ** 2)  # 2 gradient steps per update
 
