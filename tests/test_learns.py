@@ -110,7 +110,8 @@ CASES = [
     # 2026-11-27, with the mixer no longer training the agents (stop-gradient) and JaxMARL's fast attention,
     # that file: eval -24.36 at 300k, -34.90 at 460k, -24.62 at 600k, where JaxMARL's own script reaches
     # -23.60, -17.39, -14.79 (docs/guide/algorithms.md); with w2 = |z| and doubled layer outputs patched in
-    # as JaxMARL's: -67.95 at 300k
+    # as JaxMARL's: -67.95 at 300k. With the file's epsilon read as JaxMARL counts it (over 800k env steps, not
+    # 100k): -27.20 at 160k, -21.44 at 600k, -26.95 at 1M, where JaxMARL's reaches -12.26
     pytest.param(
         ["algo=transf_qmix", *TRANSF_SMALL, "num_steps=26", "q.eps_decay_steps=1e5", "total_timesteps=3e5"],
         1.0,
