@@ -190,15 +190,16 @@ def _test_interval(run: _Run, value: Any) -> None:
         run.flat["eval_every"] = max(1, round(value / run.per_update()))
 
 
-# JaxMARL scripts (by their config files' stems) whose epsilon counts steps of the vectorised env, each
-# NUM_ENVS env steps (shaq.py and transf_qmix.py pass their scan's step count; the other QLearning
-# scripts count env steps)
-PER_VECTOR_STEP_EPSILON = ("shaq", "transf_qmix")
+# JaxMARL's shaq.py and transf_qmix.py (by their config files' stems) differ from its other QLearning
+# scripts twice: their epsilon counts steps of the vectorised env (EPSILON_ANNEAL_TIME is x NUM_ENVS env
+# steps; the others count env steps), and they reset every environment after each update
+# (replay.reset_each_update)
+SHAQ_TRANSF_SCRIPTS = ("shaq", "transf_qmix")
 
 
 def _eps_anneal_time(run: _Run, value: Any) -> None:
     """Env steps of one seed, or steps of the vectorised env in the scripts that count those."""
-    vector_steps = run.path.stem.lower().startswith(PER_VECTOR_STEP_EPSILON)
+    vector_steps = run.path.stem.lower().startswith(SHAQ_TRANSF_SCRIPTS)
     run.set("EPSILON_ANNEAL_TIME", _int(value) * (run.given("NUM_ENVS") if vector_steps else 1))
 
 
@@ -356,6 +357,8 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
         run.set("TD_LAMBDA", 0.0)  # JaxMARL's Q scripts that name no lambda learn from one-step targets
     if run.recurrent:
         run.flat["recurrent"] = True
+    if path.stem.lower().startswith(SHAQ_TRANSF_SCRIPTS) and "replay.reset_each_update" in run.types:
+        run.flat["replay.reset_each_update"] = True
     if run.unknown:
         raise ConfigError(str(path), f"JaxMARL keys with no marljax equivalent for algo={algo}: {', '.join(run.unknown)}; "
                                      "remove them from the file (marljax's own keys: marljax train --help)")  # fmt: skip

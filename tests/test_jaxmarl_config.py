@@ -327,6 +327,15 @@ def test_shaq_and_transf_qmix_configs_answer_to_their_algorithms(tmp_path, name,
     assert load_config(_write(tmp_path, name, BASE + line + "\n")).algo == algo  # (their own keys: test_shaq.py, ...)
 
 
+@pytest.mark.parametrize("name, algo", [("shaq_mpe.yaml", "shaq"), ("transf_qmix_mpe.yaml", "transf_qmix"),
+                                        ("transf_qmix_smax.yaml", "transf_qmix"), ("ql_rnn_mpe.yaml", "vdn"),
+                                        ("vdn_ff_mpe.yaml", "vdn")])  # fmt: skip
+def test_shaq_and_transf_qmix_files_reset_every_environment_after_each_update(tmp_path, name, algo):
+    # their scripts reset every env after each update; JaxMARL's other QLearning scripts (the controls) do not
+    c = load_config(_write(tmp_path, name, BASE), [f"algo={algo}"])
+    assert c.replay.reset_each_update is name.startswith(("shaq", "transf_qmix"))
+
+
 @pytest.mark.parametrize(
     "env, needs", [("JaxRobotarium_navigation", "jaxrobotarium package"), ("ant_4x2", "jaxmarl[mabrax]")]
 )

@@ -47,6 +47,33 @@ def test_replay_waits_for_learning_starts_and_the_target_follows_its_schedule():
     assert _leaves_equal(state.extra.target, state.learner.params)
 
 
+@pytest.mark.parametrize("reset", [True, False])
+def test_reset_each_update_starts_every_rollout_afresh_and_counts_the_cut_episodes(reset):
+    # MPE's episodes last 26 steps: 8-step rollouts never end one, so only the reset (JaxMARL's SHAQ and
+    # TransfQMix scripts') starts them; without it (the control) the second rollout continues the first's
+    trainer = _tiny("vdn", f"replay.reset_each_update={str(reset).lower()}", "recurrent=true", "replay.buffer_size=12")
+    update = jax.jit(trainer.update)
+    state = trainer.init(jax.random.PRNGKey(0))
+    episodes = []
+    for _ in range(3):
+        state, m = update(state)
+        episodes.append(jax.device_get(m["episodes"]))
+    data = jax.device_get(state.extra.buffer.data)  # 3 rollouts x 4 envs: every slot written once
+    starts = data["reset"]["agents"][:, 0]  # [12, A]: the first observation of each stored sequence starts an episode
+    assert not data["done"].any()  # no episode ends inside a rollout either way
+    actors = jax.device_get(state.actors)
+    if reset:
+        assert starts.all()
+        for i, ep in enumerate(episodes):  # each cut episode counted: 4 envs x 8 steps, its rewards so far
+            assert float(ep.count) == 4 and float(ep.length_sum) == 32 and float(ep.won_sum) == 0
+            np.testing.assert_allclose(ep.return_sum, data["reward"][4 * i : 4 * i + 4].sum(axis=(0, 1)), rtol=1e-5)
+        assert not actors.ep_length.any() and actors.reset["agents"].all() and not actors.hidden["agents"].any()
+    else:
+        assert starts[:4].all() and not starts[4:].any()
+        assert all(float(ep.count) == 0 for ep in episodes)
+        assert (actors.ep_length == 24).all() and np.abs(actors.hidden["agents"]).max() > 0
+
+
 def test_polyak_target_moves_by_tau():
     trainer = _tiny("qmix", "replay.learning_starts=0", "replay.target_update_interval=0", "replay.tau=0.25")
     state = trainer.init(jax.random.PRNGKey(0))

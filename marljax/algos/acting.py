@@ -250,6 +250,21 @@ class VecEnv:
             ep_return=jnp.zeros((E, self.env.num_agents), jnp.float32), ep_length=jnp.zeros((E,), jnp.int32),
         )  # fmt: skip
 
+    def restart(self, key: Array, actors: ActorState, stats: EpisodeStats) -> tuple[ActorState, EpisodeStats]:
+        """Every local environment reset, its recurrent state zeroed (JaxMARL's SHAQ and TransfQMix
+        scripts do this after each update); the episodes under way are counted in `stats` as ended
+        (cut: their return and length so far, not won)."""
+        keys = self.keys(key)  # [E_local, 2]
+        obs, env_state = jax.vmap(self.env.reset)(keys)
+        under_way = actors.ep_length > 0  # [E_local]
+        stats = stats.add(actors.ep_return, actors.ep_length, under_way, jnp.zeros_like(under_way))
+        actors = actors.replace(
+            env_state=env_state, obs=obs, reset=jax.tree.map(jnp.ones_like, actors.reset),
+            hidden=jax.tree.map(jnp.zeros_like, actors.hidden), ep_return=jnp.zeros_like(actors.ep_return),
+            ep_length=jnp.zeros_like(actors.ep_length),
+        )  # fmt: skip
+        return actors, stats
+
     def step(self, policy: StepPolicy, record: StepRecord, carry: tuple[ActorState, EpisodeStats], key_t: Array,
              factor: Array | None = None):  # fmt: skip
         """One env step of every local environment (the body of the rollout scan):

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from marljax.algos import replay
-from marljax.algos.acting import GroupNetworks
+from marljax.algos.acting import GroupNetworks, VecEnv
 from marljax.algos.api import (
     AGENTS,
     ENVS,
@@ -132,6 +132,11 @@ class ReplayConfig:
     tau: float = setting(
         0.005, "Polyak rate of the target network (target_update_interval=0)", minimum=0.0, maximum=1.0
     )
+    reset_each_update: bool = setting(
+        False, "reset every environment after each rollout (JaxMARL's SHAQ and TransfQMix scripts): a rollout shorter "
+        "than an episode then never ends one, so its last step bootstraps; the training return counts the episodes "
+        "the reset cut, up to the cut"
+    )  # fmt: skip
 
     def check(self, config: Config) -> None:
         if self.buffer_size < config.num_envs:
@@ -190,6 +195,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
                                               f"share); got {getattr(config.replay, name)}")  # fmt: skip
     groups = env.groups
     q = make_q_acting(config, env, layout, world=world, nets=agents)
+    vec = VecEnv.of(config, env, layout)  # (restarts the environments with replay.reset_each_update)
     H = agents.gru_size if agents is not None and agents.gru_size else config.gru_hidden_size  # recurrent state width
     T, E, N = config.num_steps, config.num_envs, env.num_agents
     K = layout.num_agent  # agent devices: each learns A_g/K agents of every group
@@ -353,6 +359,16 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             sequences["hidden"] = jax.tree.map(lambda h: h[:, 0], sequences["hidden"])  # [E/D, A_g/K, H]
         return sequences
 
+    def collect(params, actors: ActorState, key: Array, update: Array | None = None) -> tuple[ActorState, QRollout]:
+        """q_acting's rollout; with `replay.reset_each_update`, every environment reset after it (after
+        the rollout's last observation was kept, so that the sequence bootstraps from it)."""
+        if not config.replay.reset_each_update:
+            return q.collect(params, actors, key, update)
+        key, k_reset = jax.random.split(key)
+        actors, batch = q.collect(params, actors, key, update)
+        actors, stats = vec.restart(k_reset, actors, batch.stats)
+        return actors, batch._replace(stats=stats)
+
     def learn(
         learner: LearnerState, extra: QExtra, batch: QRollout, k_learn: Array
     ) -> tuple[LearnerState, QExtra, dict]:
@@ -412,7 +428,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         ]  # fmt: skip
 
     return Algorithm(
-        networks=q.nets, init_learner=learner_init, init_actors=init_actors, collect=q.collect, learn=learn, act=q.act,
+        networks=q.nets, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn, act=q.act,
         cost_pieces=cost_pieces, init_extra=init_extra,
         extra_layout=extra_layout(groups, world, config.recurrent, team is not None and team.init is not None),
         extra_parts=(ExtraPart("replay buffer", ("replay.buffer_size",), lambda extra: extra.buffer),),
