@@ -227,6 +227,60 @@ def test_the_mixer_reads_the_agents_hidden_states_without_training_them():
     assert min(moved(one_update(start), start).values()) > 0
 
 
+def _bn_unroll():
+    """A learning unroll of the agents (JaxMARL's batch norms) on a sequence whose steps differ in
+    distribution (step t's observations shifted by t) -> (params, obs, reset, q [T, B, A, n], the hidden
+    states after each step, the moved running statistics, the group, the acting pieces)."""
+    from marljax.algos.q_acting import make_q_acting
+    from marljax.parallel.layouts import Layout
+
+    config = load_config(None, ["algo=transf_qmix", "transf.embed_norm=batch_norm", "transf.scale_inputs=true",
+                                "hidden_size=16", "gru_hidden_size=16", "transf.agent_heads=4"])  # fmt: skip
+    env = make_adapter(config)
+    nets = transf_qmix.agent_networks(config, env, entity_view(env))
+    q = make_q_acting(config, env, Layout(), nets=nets)
+    g = env.groups[0]
+    params = q.init_params(jax.random.PRNGKey(0))
+    T, B, A, D = 6, 3, g.size, g.obs_shape[0]
+    obs = jax.random.normal(jax.random.PRNGKey(1), (T, B, A, D)) + jnp.arange(T, dtype=jnp.float32)[:, None, None, None]
+    reset = jnp.zeros((T, B, A), bool).at[0].set(True)
+    (values, hs), stats = q.unroll(params, g, obs, reset, jnp.zeros((B, A, 16)), states=True, learning=True)
+    return params, obs, reset, values, hs, stats, g, nets
+
+
+def test_learning_normalises_a_sequence_by_the_moments_of_all_its_steps():
+    # JaxMARL's embedder normalises a learning sequence [T x B] as one batch; marljax's agents, whose batch
+    # norms all precede the hidden state, do the same: every step's values are those of one flat learning
+    # pass over all the steps (each step given the hidden state before it)
+    params, obs, reset, values, hs, stats, g, nets = _bn_unroll()
+    T, B, A = obs.shape[:3]
+    before = jnp.concatenate([jnp.zeros((1, B, A, 16)), hs[:-1]])  # [T, B, A, H]: the state each step starts from
+    flat = lambda x: x.reshape((T * B,) + x.shape[2:])  # noqa: E731
+    whole, _, whole_stats = nets.apply_learning(params[g.name], g, flat(obs), flat(before), flat(reset))
+    np.testing.assert_allclose(np.asarray(values).reshape(whole.shape), np.asarray(whole), rtol=1e-4, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(stats), jax.tree.leaves(whole_stats)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    # by the defining sums: the raw features' norm moved 1% of the way to the mean and variance of every
+    # entity row of every step (from mean 0, variance 1)
+    view = entity_view(make_adapter(load_config(None, ["algo=transf_qmix"])))
+    rows = np.asarray(view.obs(obs), np.float64)  # [T, B, A, n_e, F]
+    rows = rows.reshape(-1, rows.shape[-1])
+    first = stats["BatchNorm_0"]["BatchNorm_0"]
+    np.testing.assert_allclose(np.asarray(first["mean"])[0], 0.01 * rows.mean(0), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(first["var"])[0], 0.99 + 0.01 * rows.var(0), rtol=1e-4, atol=1e-6)
+
+
+def test_per_step_moments_would_differ_the_control(monkeypatch):
+    # control: normalising each step by its own batch (what a network that declares no norms_before_state
+    # gets) gives other values and a smaller variance (the spread between the steps' means is lost)
+    _, _, _, by_sequence, _, seq_stats, _, _ = _bn_unroll()
+    monkeypatch.setattr(transf_qmix.TransformerQNetwork, "norms_before_state", False)
+    _, _, _, per_step, _, step_stats, _, _ = _bn_unroll()
+    assert float(jnp.max(jnp.abs(by_sequence - per_step))) > 1e-2
+    seq_var, step_var = (np.asarray(s["BatchNorm_0"]["BatchNorm_0"]["var"]) for s in (seq_stats, step_stats))
+    assert (seq_var > step_var).any()
+
+
 TRANSF_QMIX_MPE = """"NUM_ENVS": 8
 "N_MINI_UPDATES": 2
 "NUM_STEPS": 25

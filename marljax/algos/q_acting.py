@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, uses_cnn
 from marljax.config import Config, ConfigError, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
-from marljax.nn.networks import QNetwork, RecurrentQNetwork
+from marljax.nn.networks import BN_MOMENTUM, STATS, QNetwork, RecurrentQNetwork
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats
 
@@ -126,7 +126,11 @@ def make_q_acting(
         the group's batch-norm statistics moved towards this batch's, {} without batch norm): a
         recurrent network normalises each step by its own batch and moves the statistics once,
         towards the mean of the steps' (JaxMARL's, whose norms precede the GRU, take the whole
-        sequence as one batch)."""
+        sequence as one batch); one whose norms all precede its state (`norms_before_state`) is
+        normalised by the whole sequence's moments, as JaxMARL's (`unroll_by_sequence_moments`)."""
+        by_sequence = learning and STATS in params[g.name] and getattr(nets.nets[g.name], "norms_before_state", False)
+        if by_sequence and reset is not None and hidden0 is not None:
+            return unroll_by_sequence_moments(params, g, obs, reset, hidden0, full, states)
         apply = nets.apply_learning if learning else lambda *a: (*nets.apply(*a), {})
         if not rnn:  # every step on its own: one flat batch
             q, _, stats = apply(params[g.name], g, flat(obs, 2))
@@ -140,6 +144,30 @@ def make_q_acting(
         out, stats = jax.lax.scan(step, hidden0, (obs, reset), unroll=True if full else 1)[1]
         # each step moved the same statistics: their mean over the steps is one move towards the steps' mean
         return (out, jax.tree.map(lambda x: jnp.mean(x, axis=0), stats)) if learning else out
+
+    def unroll_by_sequence_moments(params, g: AgentGroup, obs: Array, reset: Array, hidden0: Array, full: bool,
+                                   states: bool):  # fmt: skip
+        """`unroll`'s learning pass of a recurrent network whose batch norms all precede its state
+        (`norms_before_state`: TransfQMix's agents): every step normalised by the moments of the whole
+        sequence [T x B] as one batch, as JaxMARL's (whose embedder sees the sequence at once) does, and
+        the running statistics moved once towards them. Per-step moments would centre each step on its own
+        batch: with sequences that start together (replay.reset_each_update) that removes what changes
+        along an episode, which acting (on the running averages) still sees.
+
+        Pass 1 applies the network to all T x B steps at once from zero running statistics: what it moves
+        them to is (1 - momentum) x the sequence's moments (the state's input does not reach the norms).
+        Pass 2 unrolls the steps with those moments in the place of the running ones (differentiable:
+        the gradient flows through them as through a learning step's batch moments)."""
+        p = params[g.name]
+        T_, B = obs.shape[:2]
+        zeroed = {**p, STATS: jax.tree.map(jnp.zeros_like, p[STATS])}
+        zeros = jnp.zeros((T_ * B,) + hidden0.shape[1:], hidden0.dtype)
+        moved = nets.apply_learning(zeroed, g, flat(obs, 2), zeros, flat(reset, 2))[2]
+        moments = jax.tree.map(lambda m: m / (1.0 - BN_MOMENTUM), moved)
+        by_moments = {**params, g.name: {**p, STATS: moments}}
+        q = unroll(by_moments, g, obs, reset, hidden0, full, states)
+        running = jax.tree.map(lambda r, m: BN_MOMENTUM * r + m, p[STATS], jax.lax.stop_gradient(moved))
+        return q, running
 
     def epsilon(update: Array) -> Array:
         frac = jnp.minimum(update.astype(jnp.float32) / decay_updates, 1.0)

@@ -17,7 +17,9 @@ Multi-Agent Reinforcement Learning Problems"), built on the replay-based Q-learn
 Normalisation: LayerNorm after the entity embedding (`transf.embed_norm=batch_norm`: batch norm, as
 JaxMARL's), and `transf.scale_inputs`: batch norm of the raw entity features first (JaxMARL's
 SCALE_INPUTS), both in the agents and the mixer. Batch norm learns its running statistics in the
-learning steps (`marljax.nn.networks.BatchNorm`); acting and the target network use them.
+learning steps (`marljax.nn.networks.BatchNorm`); acting and the target network use them. A learning
+sequence's steps are normalised by the moments of the whole sequence as one batch (the agents' norms
+all precede their hidden state: `norms_before_state`, `q_acting.unroll`), as JaxMARL's are.
 
 Differences from JaxMARL's transf_qmix.py: LayerNorm after the entity embedding by default (its
 batch norm with `transf.embed_norm=batch_norm`; a JaxMARL file translates to that), softmax
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import flax.linen as nn
 import jax
@@ -146,6 +148,10 @@ def _embed(x: Array, width: int, relu: bool, dtype: str, scale: float = 1.0, nor
 class TransformerQNetwork(nn.Module):
     """One agent's step, recurrent signature (marljax.algos.acting): (h [B, H], obs [B, D], reset [B],
     one-hot id [B, A] | None) -> (h' [B, H], q [B, action_dim])."""
+
+    # its batch norms (the entity embedding's) all precede the hidden state: learning normalises a sequence's
+    # steps by the whole sequence's moments (q_acting.unroll), as JaxMARL's embedder does
+    norms_before_state: ClassVar[bool] = True
 
     action_dim: int
     width: int

@@ -129,6 +129,9 @@ def einsum(spec: str, a: Array, b: Array, dtype: str = "float32") -> Array:
 STATS = "batch_stats"  # the variable collection of BatchNorm's running statistics
 
 
+BN_MOMENTUM = 0.99  # of every BatchNorm's running statistics (flax's default)
+
+
 class BatchNorm(nn.Module):
     """Batch norm that learns its statistics only when asked to: applied with
     `mutable=["batch_stats"]` (a learning step) it normalises by the batch's own mean and variance
@@ -140,7 +143,9 @@ class BatchNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        return nn.BatchNorm(use_running_average=not self.is_mutable_collection(STATS), momentum=0.99, epsilon=1e-5)(x)
+        return nn.BatchNorm(
+            use_running_average=not self.is_mutable_collection(STATS), momentum=BN_MOMENTUM, epsilon=1e-5
+        )(x)
 
 
 def normalise(x: Array, norm: str) -> Array:
