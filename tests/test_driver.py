@@ -146,3 +146,15 @@ def test_several_processes_agree_to_stop_at_chunk_ends_only(monkeypatch):
     with pytest.raises(driver_module.Stopped, match="SIGTERM at update 3"):
         together.raise_if_stopped(3, 4, Path("ckpt"))
     together.raise_if_stopped(4, 4, Path("ckpt"))  # the last update: finished, not stopped
+
+
+def test_the_run_summary_line_gives_a_slow_rate_in_full():
+    from marljax.train.loop import summary
+
+    def rows(rate: float) -> list[dict]:
+        return [{"return_mean": -27.0, "env_steps_per_s": rate, "wall_s": 10.0},
+                {"return_mean": -10.0, "env_steps_per_s": rate, "wall_s": 10.0}]  # fmt: skip
+
+    assert summary(rows(350.0)) == "return per agent -27.00 -> -10.00 (+17.00); 350 env-steps/s"  # was "0k"
+    assert summary(rows(61_000.0)).endswith("; 61k env-steps/s")
+    assert summary([{"return_mean": None, "wall_s": 1.0}]) == "no episode finished"

@@ -371,4 +371,5 @@ def summary(rows: list[dict]) -> str:
     first, last = scored[0]["return_mean"], scored[-1]["return_mean"]
     steps = sum(r["env_steps_per_s"] * r["wall_s"] for r in rows if r.get("env_steps_per_s"))  # every seed's
     sps = steps / max(sum(r["wall_s"] for r in rows), 1e-9)
-    return f"return per agent {first:.2f} -> {last:.2f} ({last - first:+.2f}); {sps / 1e3:.0f}k env-steps/s"
+    rate = f"{sps / 1e3:.0f}k" if sps >= 1e4 else f"{sps:,.0f}"  # (a slow run's 350 is not "0k")
+    return f"return per agent {first:.2f} -> {last:.2f} ({last - first:+.2f}); {rate} env-steps/s"
