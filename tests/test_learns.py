@@ -101,28 +101,10 @@ CASES = [
         id="transf-qmix-smax-3m",
         marks=[pytest.mark.nightly, pytest.mark.timeout(3600)],
     ),
-    # TransfQMix on MPE spread at a CPU-sized setting (width 16, one gradient step of 16 sequences per update).
-    # Does not learn yet. measured: learned -44.03, no-op -25.00, random -27.98 at 3e5 steps (the training return
-    # fell from -27 to -45 by 160k steps, the loss rising from 20 to 47); with the mixer's w2 unscaled it sat at -25;
-    # with JaxMARL's batch norm (transf.embed_norm=batch_norm transf.scale_inputs=true) the training return fell
-    # from -27.34 to -38.93. With JaxMARL's own transf_qmix_mpe.yaml settings (width 32, layer norm; docs/guide/
-    # algorithms.md) at 3e5 steps: -25.06 against no-op -24.66 (stands still, no longer below random)
-    # 2026-11-27, with the mixer no longer training the agents (stop-gradient) and JaxMARL's fast attention,
-    # that file: eval -24.36 at 300k, -34.90 at 460k, -24.62 at 600k, where JaxMARL's own script reaches
-    # -23.60, -17.39, -14.79 (docs/guide/algorithms.md); with w2 = |z| and doubled layer outputs patched in
-    # as JaxMARL's: -67.95 at 300k. With the file's epsilon read as JaxMARL counts it (over 800k env steps, not
-    # 100k): -27.20 at 160k, -21.44 at 600k, -26.95 at 1M, where JaxMARL's reaches -12.26
-    pytest.param(
-        ["algo=transf_qmix", *TRANSF_SMALL, "num_steps=26", "q.eps_decay_steps=1e5", "total_timesteps=3e5"],
-        1.0,
-        None,
-        id="transf-qmix-spread",
-        marks=[
-            pytest.mark.nightly,
-            pytest.mark.timeout(3600),
-            pytest.mark.xfail(reason="TransfQMix does not learn spread yet (issue 41)", strict=False),
-        ],
-    ),
+    # TransfQMix on MPE spread: tests/test_defaults_learn.py (its MPE family defaults, JaxMARL's spread file with
+    # layer norm, at 1M steps: -11.04 per agent, seed 0, where no-op scores about -25; nightly). Smaller settings
+    # did not learn: width 16 at 3e5 steps -44.03 (before the fixes of 2026-11-27); the defaults with epsilon over
+    # 3e5 at 5e5 steps -24.71 against no-op -24.74 (docs/guide/algorithms.md)
     # Box actions (no-op: the zero action; random: uniform within the bounds). A 7x7 map with 10% of cells
     # filled, 32 lidar beams, 100-step episodes (standing still: 100 x -0.01). measured: learned 1.43,
     # no-op -1.00, random -5.38 at 1M steps (4 min here); -0.83 at 5e5. On the default 11x11 map (30%
