@@ -9,6 +9,9 @@ and samples batch_size/D of them, and the gradient is averaged over shards); the
 sequence (td_lambda=0: one-step), bootstrapped with double-Q values: the online network picks
 the next action among the available ones, the target network values it. The target network is
 copied every `target_update_interval` updates, or Polyak-averaged with `tau` when that is 0.
+With `replay.reset_each_update` every environment is reset after each rollout (JaxMARL's SHAQ and
+TransfQMix scripts): a rollout shorter than the env's time limit then never ends an episode, and its
+last step bootstraps from the observation that follows it.
 
 * `iql`: every agent learns its own values from its own reward.
 * `vdn`: Q_tot = sum_i Q_i against the summed team reward.
