@@ -133,12 +133,35 @@ def make_jumanji(name: str, env_kwargs: Mapping[str, Any] | None = None) -> Juma
     generator = {**spec.defaults, **{k: v for k, v in kwargs.items() if k in gen_args}}
     own = {k: v for k, v in kwargs.items() if k in env_args}
     try:
-        env = env_cls(generator=gen_cls(**generator), **own)
+        built = gen_cls(**generator)
+        env = env_cls(generator=built, **own)
+        _check_warehouse(name, built)
+        return JumanjiEnv(env, name)  # traces a reset: more agents than cells fails here
+    except ConfigError:
+        raise
     except Exception as exc:  # noqa: BLE001 - e.g. a grid too small for its agents
         given = ", ".join(f"{k}={v!r}" for k, v in {**generator, **own}.items())
         raise ConfigError("env_kwargs", f"building the env failed: {name}({given}) raised "
                                         f"{type(exc).__name__}: {first_line(exc)}; check env_kwargs") from exc  # fmt: skip
-    return JumanjiEnv(env, name)
+
+
+def _check_warehouse(name: str, generator) -> None:
+    """RobotWarehouse's generator builds any layout but fails only inside the first jitted step: with
+    no shelves (one shelf column, the middle one left free for the goals), or a request queue as long
+    as the shelves (a delivery then draws its replacement from an empty set)."""
+    if name != f"{PREFIX}RobotWarehouse-v0":
+        return
+    shelves, queue = len(generator.shelf_ids), int(generator.request_queue_size)
+    if shelves == 0:
+        layout = {k: int(getattr(generator, k)) for k in ("shelf_rows", "shelf_columns", "column_height")}
+        field = "shelf_columns" if layout["shelf_columns"] < 3 else min(layout, key=layout.__getitem__)
+        given = ", ".join(f"{k}={v}" for k, v in layout.items())
+        raise ConfigError(f"env_kwargs.{field}", f"{name}({given}) has no shelves (the middle shelf column is left "
+                                                 "free for the goals): it takes shelf_columns >= 3 and the others >= 1")  # fmt: skip
+    if not 1 <= queue < shelves:
+        raise ConfigError(
+            "env_kwargs.request_queue_size", f"{name}: {queue} is not allowed; this layout has {shelves} shelves, "
+            f"so it takes 1 to {shelves - 1}")  # fmt: skip
 
 
 class Discrete(NamedTuple):
