@@ -94,6 +94,13 @@ def _types(algo: str) -> dict[str, type]:
     return {dotted: type(default) for dotted, _, default in schema_fields(algo)}
 
 
+# JaxMARL's shaq.py and transf_qmix.py (by their config files' stems) differ from its other QLearning
+# scripts twice: their epsilon counts steps of the vectorised env (EPSILON_ANNEAL_TIME is x NUM_ENVS env
+# steps; the others count env steps), and they reset every environment after each update
+# (replay.reset_each_update)
+SHAQ_TRANSF_SCRIPTS = ("shaq", "transf_qmix")
+
+
 class _Run:
     """One translation: the file's values, what they map to, what was refused or ignored."""
 
@@ -106,6 +113,7 @@ class _Run:
         self.current = ""  # the file's key being read
         self.defaults: dict[str, Any] = {}  # dotted key -> the run's default, read when the file lacks a key (`given`)
         self.recurrent = "GRU_HIDDEN_DIM" in values or "_rnn_" in f"_{path.stem.lower()}_"
+        self.shaq_or_transf = path.stem.lower().startswith(SHAQ_TRANSF_SCRIPTS)  # see SHAQ_TRANSF_SCRIPTS
 
     def set(self, key: str, value: Any) -> None:
         """Set the setting that JaxMARL's `key` maps to; where this algorithm has none, the file's
@@ -190,17 +198,9 @@ def _test_interval(run: _Run, value: Any) -> None:
         run.flat["eval_every"] = max(1, round(value / run.per_update()))
 
 
-# JaxMARL's shaq.py and transf_qmix.py (by their config files' stems) differ from its other QLearning
-# scripts twice: their epsilon counts steps of the vectorised env (EPSILON_ANNEAL_TIME is x NUM_ENVS env
-# steps; the others count env steps), and they reset every environment after each update
-# (replay.reset_each_update)
-SHAQ_TRANSF_SCRIPTS = ("shaq", "transf_qmix")
-
-
 def _eps_anneal_time(run: _Run, value: Any) -> None:
     """Env steps of one seed, or steps of the vectorised env in the scripts that count those."""
-    vector_steps = run.path.stem.lower().startswith(SHAQ_TRANSF_SCRIPTS)
-    run.set("EPSILON_ANNEAL_TIME", _int(value) * (run.given("NUM_ENVS") if vector_steps else 1))
+    run.set("EPSILON_ANNEAL_TIME", _int(value) * (run.given("NUM_ENVS") if run.shaq_or_transf else 1))
 
 
 def _eps_decay(run: _Run, value: Any) -> None:
@@ -357,7 +357,7 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
         run.set("TD_LAMBDA", 0.0)  # JaxMARL's Q scripts that name no lambda learn from one-step targets
     if run.recurrent:
         run.flat["recurrent"] = True
-    if path.stem.lower().startswith(SHAQ_TRANSF_SCRIPTS) and "replay.reset_each_update" in run.types:
+    if run.shaq_or_transf and "replay.reset_each_update" in run.types:
         run.flat["replay.reset_each_update"] = True
     if run.unknown:
         raise ConfigError(str(path), f"JaxMARL keys with no marljax equivalent for algo={algo}: {', '.join(run.unknown)}; "
