@@ -141,6 +141,25 @@ def test_an_unknown_or_missing_tracker_is_a_config_error_naming_the_extra(monkey
         load_config(None, ["log.backends=[wandb]"])
 
 
+def test_streaming_without_a_login_is_refused_naming_log_offline_before_anything_compiles(tmp_path, monkeypatch):
+    """`log.offline=false` (JaxMARL's `WANDB_MODE: online`) with no credentials failed when the run opened its
+    trackers, after compiling; now the config is refused. Controls: with a key, or offline, it loads."""
+    pytest.importorskip("wandb")
+    netrc = tmp_path / "netrc"
+    netrc.write_text("")
+    for name, value in {"HOME": tmp_path, "NETRC": netrc, "WANDB_CONFIG_DIR": tmp_path / "wandb"}.items():
+        monkeypatch.setenv(name, str(value))
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "NEPTUNE_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for tracker, login in (("wandb", "WANDB_API_KEY"), ("neptune", "NEPTUNE_API_TOKEN")):
+        online = [f"log.backends=[{tracker}]", "log.offline=false"]
+        with pytest.raises(ConfigError, match=rf"^log\.offline: false streams to {tracker}, which finds no login here"):
+            load_config(None, online)
+        assert load_config(None, [f"log.backends=[{tracker}]"]).log.offline  # offline (the default) needs none
+        monkeypatch.setenv(login, "x" * 40)
+        assert not load_config(None, online).log.offline
+
+
 def test_each_tracker_gets_the_plot_and_the_config_with_its_record(logged):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

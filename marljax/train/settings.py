@@ -7,12 +7,31 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 from typing import Any
 
 from marljax.schema import ConfigError, Part, register_part, setting
 
 TRACKERS = ("tensorboard", "wandb", "neptune", "mlflow")  # besides jsonl, which is always on
 TRACKER_MODULES = {"tensorboard": "tensorboardX", "wandb": "wandb", "neptune": "neptune", "mlflow": "mlflow"}
+
+
+LOGIN = {"wandb": "`wandb login` or WANDB_API_KEY", "neptune": "NEPTUNE_API_TOKEN"}
+
+
+def _login_missing(tracker: str) -> bool:
+    """True when the tracker finds no credentials to stream a run with, by its own lookup (no network,
+    no prompt); False where it has no lookup to ask (its run then asks, as it would anyway)."""
+    if tracker == "neptune":
+        return not os.environ.get("NEPTUNE_API_TOKEN")
+    try:  # wandb: environment, .netrc, its settings file, for the server it is set up for
+        from wandb.sdk import wandb_setup
+        from wandb.sdk.lib.wbauth.authenticate import authenticate_session
+
+        host = wandb_setup.singleton().settings.base_url
+        return authenticate_session(host=host, source="marljax", prompt=False, update_session=False) is None
+    except Exception:  # noqa: BLE001 - another wandb version: leave it to wandb.init
+        return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +68,11 @@ class LogConfig:
                 raise ConfigError("log.backends", f"unknown tracker {b!r}; allowed: jsonl, {', '.join(TRACKERS)}")
             if importlib.util.find_spec(TRACKER_MODULES[b]) is None:
                 raise ConfigError("log.backends", f'{b} is not installed: pip install "marljax[{b}]"')
+        online = [b for b in self.backends if b in ("wandb", "neptune")] if not self.offline else []
+        for b in online:  # streaming needs a login: asked here, before anything compiles, not when the run opens
+            if _login_missing(b):
+                raise ConfigError("log.offline", f"false streams to {b}, which finds no login here ({LOGIN[b]}); "
+                                                 "log in, or keep log.offline=true (the run is written under out_dir, to sync later)")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
