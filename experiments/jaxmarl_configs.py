@@ -6,7 +6,9 @@ Walks PATH/baselines for YAML files, translates each as `marljax train FILE` wou
 serves three algorithms: once per algo=iql|vdn|qmix), and prints one row per config: `translates`
 (the file as shipped loads and validates) or, with --run, `runs` (then one update trained in a fresh
 process, at most 8 envs and one seed, the file's own settings otherwise) or `refused` with the
-one-line reason. Nothing of JaxMARL is copied: the files are read
+one-line reason. A file that streams to W&B (`WANDB_MODE: online`) is refused on a machine with no
+W&B login; it is then tried again with `log.offline=true`, which its row says. Hydra's records of
+earlier runs (`outputs/.../.hydra/*.yaml`) are not configs and are left out. Nothing of JaxMARL is copied: the files are read
 from the checkout given.
 """
 
@@ -26,6 +28,12 @@ NOT_CONFIGS = {
     "config.yaml": "hydra's top-level defaults (seed, W&B) that QLearning's scripts merge into every alg/*.yaml",
 }
 QL_ALGOS = ("iql", "vdn", "qmix")  # JaxMARL's ql_* files serve these three scripts
+OFFLINE = "log.offline=true"  # what a file that streams to W&B is retried with where no login is set up
+
+
+def hydra_record(path: Path) -> bool:
+    """A file hydra wrote about an earlier run of JaxMARL's scripts (outputs/DATE/TIME/.hydra/*.yaml)."""
+    return ".hydra" in path.parts
 
 
 def variants(path: Path) -> list[list[str]]:
@@ -85,11 +93,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows, skipped = [], []
     for path in files:
+        if hydra_record(path):
+            continue  # not JaxMARL's: left in the checkout by an earlier run of its scripts
         if path.name in NOT_CONFIGS:
             skipped.append(f"{path.relative_to(args.jaxmarl)} ({NOT_CONFIGS[path.name]})")
             continue
         for overrides in variants(path):
             status, why = run(path, overrides, args.timeout) if args.run else translate(path, overrides)
+            if status == "refused" and why.startswith("log.offline:"):  # WANDB_MODE online, no W&B login here
+                status, again = (
+                    run(path, [*overrides, OFFLINE], args.timeout)
+                    if args.run
+                    else translate(path, [*overrides, OFFLINE])
+                )
+                why = f"with {OFFLINE}: no W&B login here{'; ' + again if again else ''}"
             name = str(path.relative_to(args.jaxmarl / "baselines")) + "".join(f" {o}" for o in overrides)
             why = why.replace(str(path), path.name)  # the row names the file already
             rows.append((name, status, why))
