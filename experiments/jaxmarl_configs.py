@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for overrides in variants(path):
             status, why = run(path, overrides, args.timeout) if args.run else translate(path, overrides)
-            if status == "refused" and why.startswith("log.offline:"):  # WANDB_MODE online, no W&B login here
+            if status == "refused" and "log.offline: false streams" in why:  # WANDB_MODE online, no W&B login here
                 status, again = (
                     run(path, [*overrides, OFFLINE], args.timeout)
                     if args.run

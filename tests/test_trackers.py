@@ -143,8 +143,12 @@ def test_an_unknown_or_missing_tracker_is_a_config_error_naming_the_extra(monkey
 
 def test_streaming_without_a_login_is_refused_naming_log_offline_before_anything_compiles(tmp_path, monkeypatch):
     """`log.offline=false` (JaxMARL's `WANDB_MODE: online`) with no credentials failed when the run opened its
-    trackers, after compiling; now the config is refused. Controls: with a key, or offline, it loads."""
+    trackers, after compiling; now `train` refuses it first and writes nothing. The config itself still loads
+    (a streamed run's saved config is read elsewhere: export, load_policy). Controls: with a key, or offline,
+    the check passes."""
     import importlib.util
+
+    from marljax.train.settings import check_logins
 
     netrc = tmp_path / "netrc"
     netrc.write_text("")
@@ -156,12 +160,15 @@ def test_streaming_without_a_login_is_refused_naming_log_offline_before_anything
     lookup = importlib.util.find_spec("wandb") is not None and importlib.util.find_spec("wandb.sdk.lib.wbauth")
     trackers = (("wandb", "WANDB_API_KEY"),) if lookup else ()
     for tracker, login in (*trackers, ("neptune", "NEPTUNE_API_TOKEN")):
-        online = [f"log.backends=[{tracker}]", "log.offline=false"]
-        with pytest.raises(ConfigError, match=rf"^log\.offline: false streams to {tracker}, which finds no login here"):
-            load_config(None, online)
-        assert load_config(None, [f"log.backends=[{tracker}]"]).log.offline  # offline (the default) needs none
+        out = tmp_path / f"run_{tracker}"
+        online = load_config(None, [*BASE, f"log.backends=[{tracker}]", "log.offline=false", f"out_dir={out}"])
+        refused = rf"^log\.offline: false streams to {tracker}, which finds no login here"
+        with pytest.raises(ConfigError, match=refused):
+            train(online, log=lambda line: None)
+        assert not out.exists()
+        check_logins(load_config(None, [f"log.backends=[{tracker}]"]).log)  # offline (the default) needs none
         monkeypatch.setenv(login, "x" * 40)
-        assert not load_config(None, online).log.offline
+        check_logins(online.log)
 
 
 def test_each_tracker_gets_the_plot_and_the_config_with_its_record(logged):

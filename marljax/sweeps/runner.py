@@ -57,6 +57,7 @@ from marljax.train.evaluate import ABSOLUTE_FACTOR, Evaluation, eval_keys, keep_
 from marljax.train.memory import MemoryEstimate
 from marljax.train.metrics import plot_returns, read_jsonl
 from marljax.train.records import config_yaml
+from marljax.train.settings import check_logins
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import check_run, sync_estimate
 from marljax.train.wiring import prepare
@@ -180,6 +181,8 @@ def run_sweep(
     if not primary:  # multi-host: process 0 alone logs and writes files; all train and checkpoint
         log, progress = (lambda _line: None), False
     compile_cache.use(sweep.programs[0].config.compile_cache, log)  # before anything compiles
+    if primary:  # process 0 alone opens the trackers
+        check_logins(sweep.programs[0].config.log)
     prepared = [_prepare(p) for p in sweep.programs]  # errors before anything runs
     for program, (_, mesh, trainer) in zip(sweep.programs, prepared):  # programs run one after another
         with located(f"program {program.name}"):

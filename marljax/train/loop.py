@@ -44,6 +44,7 @@ from marljax.train.evaluate import Evaluation
 from marljax.train.marl_eval_run import write_run_marl_eval
 from marljax.train.metrics import plot_returns
 from marljax.train.records import config_yaml, family_note
+from marljax.train.settings import check_logins
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import async_estimate, check_run, sync_estimate
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare, warn_slow_dtype
@@ -93,6 +94,8 @@ def train(
     problem = check_writable_dir(out_dir)
     if problem:
         raise ConfigError("out_dir", problem)
+    if distributed.is_primary():  # process 0 alone opens the trackers
+        check_logins(config.log)
     record = config.async_.record_trajectories if config.mode == "async" else None  # only ippo/mappo have async.*
     if record and distributed.is_primary():  # refused now, not after compiling and starting the actors
         problem = check_writable_dir(Path(record))

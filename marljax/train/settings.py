@@ -34,6 +34,16 @@ def _login_missing(tracker: str) -> bool:
         return False
 
 
+def check_logins(log: LogConfig) -> None:
+    """ConfigError naming log.offline when a tracker set to stream finds no login. Asked by a run or sweep
+    before anything compiles (its trackers open only after compiling), not by config validation: a saved
+    run that streamed still loads elsewhere (export, load_policy)."""
+    for b in [b for b in log.backends if b in LOGIN] if not log.offline else []:
+        if _login_missing(b):
+            raise ConfigError("log.offline", f"false streams to {b}, which finds no login here ({LOGIN[b]}); "
+                                             "log in, or keep log.offline=true (the run is written under out_dir, to sync later)")  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True)
 class LogConfig:
     """`log.*`: experiment trackers that mirror every metrics row (marljax/train/trackers.py).
@@ -68,11 +78,6 @@ class LogConfig:
                 raise ConfigError("log.backends", f"unknown tracker {b!r}; allowed: jsonl, {', '.join(TRACKERS)}")
             if importlib.util.find_spec(TRACKER_MODULES[b]) is None:
                 raise ConfigError("log.backends", f'{b} is not installed: pip install "marljax[{b}]"')
-        online = [b for b in self.backends if b in ("wandb", "neptune")] if not self.offline else []
-        for b in online:  # streaming needs a login: asked here, before anything compiles, not when the run opens
-            if _login_missing(b):
-                raise ConfigError("log.offline", f"false streams to {b}, which finds no login here ({LOGIN[b]}); "
-                                                 "log in, or keep log.offline=true (the run is written under out_dir, to sync later)")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
