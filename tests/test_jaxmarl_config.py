@@ -391,3 +391,40 @@ def test_transf_qmix_lr_decay_type_maps_to_lr_decay_per_update(tmp_path, capsys)
     for decay_type in ('"linear"', "", "null"):  # no type decays linearly in JaxMARL's script too
         c = load_config(_write(tmp_path, "transf_qmix_mpe.yaml", BASE + f'"LR_DECAY_TYPE": {decay_type}\n'))
         assert (c.anneal_lr, c.lr_decay) == (True, "linear")
+
+
+def test_the_table_script_leaves_hydra_records_out_and_retries_a_streaming_file_offline(tmp_path, monkeypatch, capsys):
+    """experiments/jaxmarl_configs.py over a checkout laid out as JaxMARL's (written here): hydra's records of
+    earlier runs are not configs; a file refused only for streaming to W&B without a login is run again with
+    log.offline=true, and its row says so. Control: a file refused for anything else keeps its refusal."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "experiments"))
+    import jaxmarl_configs
+
+    config = tmp_path / "baselines" / "IPPO" / "config"
+    config.mkdir(parents=True)
+    (config / "ippo_ff_mpe.yaml").write_text(
+        IPPO_FF_MPE.replace('"WANDB_MODE" : "disabled"', '"WANDB_MODE" : "online"')
+    )
+    (config / "ippo_bad.yaml").write_text(IPPO_FF_MPE + '"LAYER_NORM": True\n')
+    hydra = tmp_path / "baselines" / "IPPO" / "outputs" / "2026-11-27" / "08-29-55" / ".hydra"
+    hydra.mkdir(parents=True)
+    (hydra / "config.yaml").write_text("SEED: 0\n")
+    streaming = "marljax: config error: log.offline: false streams to wandb, which finds no login here (...)"
+    tried = []
+
+    def run(path, overrides, timeout):  # what a run refused for want of a W&B login prints, then runs offline
+        tried.append((path.name, overrides))
+        if path.name == "ippo_bad.yaml":
+            return (
+                "refused",
+                "marljax: config error: ippo_bad.yaml: JaxMARL keys with no marljax equivalent: LAYER_NORM",
+            )
+        return ("runs", "") if jaxmarl_configs.OFFLINE in overrides else ("refused", streaming)
+
+    monkeypatch.setattr(jaxmarl_configs, "run", run)
+    assert jaxmarl_configs.main([str(tmp_path), "--run"]) == 0
+    out = capsys.readouterr().out
+    assert "| IPPO/config/ippo_ff_mpe.yaml | runs | with log.offline=true: no W&B login here |" in out, out
+    assert "| IPPO/config/ippo_bad.yaml | refused | marljax: config error: ippo_bad.yaml: JaxMARL keys" in out, out
+    assert ".hydra" not in out and "1 of 2 run" in out, out
+    assert tried == [("ippo_bad.yaml", []), ("ippo_ff_mpe.yaml", []), ("ippo_ff_mpe.yaml", ["log.offline=true"])]
