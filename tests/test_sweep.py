@@ -492,3 +492,19 @@ def test_sigterm_stops_a_sweep_at_a_chunk_end_with_a_checkpoint_and_a_rerun_resu
     partial = run_sweep(load_sweep(path, []), log=logs.append, progress=False, max_chunks=1)
     assert len(partial.ran) == 1 and partial.report == {}  # one program (lr is traced), stopped by the budget
     assert any(f"resumed at update {update} of 4000" in line for line in logs), logs
+
+
+def test_a_sweep_that_streams_to_a_tracker_without_a_login_is_refused_before_it_writes(tmp_path, monkeypatch):
+    """The run's pre-flight (tests/test_trackers.py), for a sweep: refused naming log.offline, nothing written.
+    Control: with the login set, the same check passes (the sweep itself is not run here)."""
+    from marljax.train.settings import check_logins
+
+    monkeypatch.delenv("NEPTUNE_API_TOKEN", raising=False)
+    spec = _spec(tmp_path / "sweep")
+    spec["base"] = {**spec["base"], "log": {"backends": ["neptune"], "offline": False}}
+    sweep = expand(spec)
+    with pytest.raises(ConfigError, match=r"^log\.offline: false streams to neptune, which finds no login here"):
+        run_sweep(sweep, log=lambda line: None, progress=False)
+    assert not (tmp_path / "sweep").exists()
+    monkeypatch.setenv("NEPTUNE_API_TOKEN", "x" * 40)
+    check_logins(sweep.programs[0].config.log)
