@@ -76,7 +76,7 @@ def test_the_family_defaults_apply_on_its_envs_only():
         load_config(None, ["algo=iql", "family_defaults=none"])
     )
     # a family named explicitly applies on any env
-    forced = load_config(None, ["env=hanabi", "family_defaults=mpe"])
+    forced = load_config(None, ["env=coin_game", "family_defaults=mpe"])  # coin_game declares none for ippo
     assert (forced.num_steps, forced.lr) == (64, 4e-3)
 
 
