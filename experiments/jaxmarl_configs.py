@@ -15,6 +15,7 @@ from the checkout given.
 from __future__ import annotations
 
 import argparse
+import functools
 import subprocess
 import sys
 import tempfile
@@ -98,14 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         if path.name in NOT_CONFIGS:
             skipped.append(f"{path.relative_to(args.jaxmarl)} ({NOT_CONFIGS[path.name]})")
             continue
+        attempt = functools.partial(run, path, timeout=args.timeout) if args.run else functools.partial(translate, path)
         for overrides in variants(path):
-            status, why = run(path, overrides, args.timeout) if args.run else translate(path, overrides)
+            status, why = attempt(overrides)
             if status == "refused" and "log.offline: false streams" in why:  # WANDB_MODE online, no W&B login here
-                status, again = (
-                    run(path, [*overrides, OFFLINE], args.timeout)
-                    if args.run
-                    else translate(path, [*overrides, OFFLINE])
-                )
+                status, again = attempt([*overrides, OFFLINE])
                 why = f"with {OFFLINE}: no W&B login here{'; ' + again if again else ''}"
             name = str(path.relative_to(args.jaxmarl / "baselines")) + "".join(f" {o}" for o in overrides)
             why = why.replace(str(path), path.name)  # the row names the file already

@@ -38,8 +38,10 @@ def check_logins(log: LogConfig) -> None:
     """ConfigError naming log.offline when a tracker set to stream finds no login. Asked by a run or sweep
     before anything compiles (its trackers open only after compiling), not by config validation: a saved
     run that streamed still loads elsewhere (export, load_policy)."""
-    for b in [b for b in log.backends if b in LOGIN] if not log.offline else []:
-        if _login_missing(b):
+    if log.offline:
+        return
+    for b in log.backends:
+        if b in LOGIN and _login_missing(b):
             raise ConfigError("log.offline", f"false streams to {b}, which finds no login here ({LOGIN[b]}); "
                                              "log in, or keep log.offline=true (the run is written under out_dir, to sync later)")  # fmt: skip
 
