@@ -13,7 +13,7 @@ from marljax.algos import sable
 from marljax.config import ConfigError, load_config
 from marljax.nn import retention
 from marljax.nn.networks import Categorical
-from marljax.nn.sable import GroupShape, SableNetwork
+from marljax.nn.sable import GroupShape, SableNetwork, distribution
 from marljax.train.wiring import make_adapter
 from tests._learning import learned_vs_baselines
 
@@ -64,13 +64,21 @@ def test_one_token_at_a_time_is_the_chunked_form_and_full_sees_every_token():
 
 
 GROUPS = (GroupShape("speaker", 1, 3, 3), GroupShape("listener", 4, 11, 5))  # heterogeneous groups, N = 5
+# a Discrete group before a Box group (2-d actions): the decoder's tokens mix one-hot and real-valued actions
+BOX_GROUPS = (GroupShape("speaker", 1, 3, 3), GroupShape("mover", 4, 11, 2, discrete=False))
 
 
-def network(chunk=2, blocks=2, heads=2):
-    net = SableNetwork(GROUPS, embed_dim=8, num_blocks=blocks, num_heads=heads, chunk=chunk)
+def sample_actions(key, g: GroupShape, batch: int = 6) -> jax.Array:
+    if g.discrete:
+        return jax.random.randint(key, (batch, g.size), 0, g.num_actions)  # [B, A_g]
+    return jax.random.normal(key, (batch, g.size, g.num_actions))  # [B, A_g, d]
+
+
+def network(chunk=2, blocks=2, heads=2, groups=GROUPS):
+    net = SableNetwork(groups, embed_dim=8, num_blocks=blocks, num_heads=heads, chunk=chunk)
     keys = jax.random.split(jax.random.PRNGKey(1), 4)
-    obs = tuple(jax.random.normal(k, (6, g.size, g.obs_dim)) for k, g in zip(keys, GROUPS, strict=False))
-    actions = tuple(jax.random.randint(k, (6, g.size), 0, g.num_actions) for k, g in zip(keys[2:], GROUPS, strict=True))
+    obs = tuple(jax.random.normal(k, (6, g.size, g.obs_dim)) for k, g in zip(keys, groups, strict=False))
+    actions = tuple(sample_actions(k, g) for k, g in zip(keys[2:], groups, strict=True))
     params = net.init(keys[3], obs, actions)
     return net, params, obs, actions
 
@@ -81,7 +89,7 @@ def stepwise_logits(net, params, obs, actions):
     state = net.apply(params, rep.shape[0], method=SableNetwork.zero_state)
     x = net.apply(params, rep.shape[0], method=SableNetwork.start_token)
     out, i = [], 0
-    for gi, g in enumerate(GROUPS):
+    for gi, g in enumerate(net.groups):
         per_agent = []
         for a in range(g.size):
             state, logits = net.apply(params, state, x, rep[:, i], gi, method=SableNetwork.decode_step)
@@ -106,6 +114,37 @@ def test_acting_agent_by_agent_gives_the_log_probs_learning_computes(chunk):
     other = (actions[0], (actions[1] + 1) % GROUPS[1].num_actions)
     moved = net.apply(params, rep, other, method=SableNetwork.decode)
     assert np.max(np.abs(np.asarray(moved[1][:, 1:]) - np.asarray(parallel[1][:, 1:]))) > 1e-4
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_box_actions_act_agent_by_agent_as_learning_computes_them(chunk):
+    """A Box group's Gaussian (mean from the decoder, a learned log-std): the log-probs of the same
+    real-valued actions agree between acting's one-agent path and learning's parallel one; an
+    earlier mover's action reaches the later movers' means, and the log-std parameter their
+    log-probs."""
+    net, params, obs, actions = network(chunk, groups=BOX_GROUPS)
+    _, rep = net.apply(params, obs, method=SableNetwork.encode)
+    parallel = net.apply(params, rep, actions, method=SableNetwork.decode)
+    stepwise = stepwise_logits(net, params, obs, actions)
+    mover = BOX_GROUPS[1]
+    assert parallel[1].shape == (6, mover.size, 2 * mover.num_actions)  # mean and log-std side by side
+    for g, p, s, a in zip(BOX_GROUPS, parallel, stepwise, actions, strict=True):
+        lp, ls = distribution(g, p).log_prob(a), distribution(g, s).log_prob(a)
+        assert lp.shape == (6, g.size)
+        np.testing.assert_allclose(np.asarray(lp), np.asarray(ls), rtol=1e-5, atol=1e-5)
+    # negative controls: the first mover's action moves the later movers' means (not its own)...
+    moved = net.apply(params, rep, (actions[0], actions[1].at[:, 0].add(1.0)), method=SableNetwork.decode)
+    means = lambda out: np.asarray(distribution(mover, out).mean)  # noqa: E731
+    assert np.array_equal(means(moved[1])[:, 0], means(parallel[1])[:, 0])
+    assert np.max(np.abs(means(moved[1])[:, 1:] - means(parallel[1])[:, 1:])) > 1e-4
+    # ...and the log-std is a parameter of the policy: shifted, the same actions get other log-probs
+    wider = jax.tree_util.tree_map_with_path(
+        lambda path, x: x + 0.5 if "log_std_mover" in jax.tree_util.keystr(path) else x, params
+    )
+    out = net.apply(wider, rep, actions, method=SableNetwork.decode)
+    np.testing.assert_allclose(np.asarray(distribution(mover, out[1]).log_std), 0.5)
+    assert np.max(np.abs(np.asarray(distribution(mover, out[1]).log_prob(actions[1]) -
+                                    distribution(mover, parallel[1]).log_prob(actions[1])))) > 1e-2  # fmt: skip
 
 
 def test_the_decoder_is_causal_over_the_agents():
@@ -148,25 +187,35 @@ def test_settings_sable_cannot_take_are_refused_in_one_line(overrides, field):
     assert info.value.field == field and "\n" not in str(info.value), str(info.value)
 
 
-def test_rollout_log_probs_are_the_learner_s_at_the_first_step():
+@pytest.mark.parametrize("env", [["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"], ["env_kwargs.action_type=Continuous"]],
+                         ids=["smax-masked", "spread-box"])  # fmt: skip
+def test_rollout_log_probs_are_the_learner_s_at_the_first_step(env):
     """The behaviour log-probs recorded while acting are those the loss recomputes (ratio 1 before
-    any gradient step): on SMAX 3m, whose action masks both paths apply."""
-    cfg = load_config(None, ["algo=sable", "env=HeuristicEnemySMAX", "env_kwargs.scenario=3m", "num_envs=4", "num_steps=8",
-                             "total_timesteps=32", "sable.embed_dim=16"])  # fmt: skip
+    any gradient step): on SMAX 3m, whose action masks both paths apply, and on continuous spread,
+    whose Gaussian actions are recorded as sampled (the env clips them to its bounds)."""
+    cfg = load_config(
+        None, ["algo=sable", *env, "num_envs=4", "num_steps=8", "total_timesteps=32", "sable.embed_dim=16"]
+    )
     env = make_adapter(cfg)
     trainer = sable.make_train(cfg, env)
     state = trainer.init(jax.random.PRNGKey(0))
     _, traj = jax.jit(trainer.collect)(state.learner.params, state.actors, jax.random.PRNGKey(1))
-    b = traj.batch[env.groups[0].name]
-    assert b.mask is not None and not bool(jnp.all(b.mask))  # some actions were unavailable
+    g = env.groups[0]
+    b = traj.batch[g.name]
     net = sable.network(cfg, env)
     flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
-    obs = (flat(b.obs),)  # [T*E, A, 75]
+    obs = (flat(b.obs),)  # [T*E, A, O]
     _, rep = net.apply(state.learner.params[sable.NETWORK], obs, method=SableNetwork.encode)
-    (logits,) = net.apply(state.learner.params[sable.NETWORK], rep, (flat(b.action),), method=SableNetwork.decode)
-    logp = Categorical.masked(logits, flat(b.mask)).log_prob(flat(b.action))
+    (out,) = net.apply(state.learner.params[sable.NETWORK], rep, (flat(b.action),), method=SableNetwork.decode)
+    mask = None if b.mask is None else flat(b.mask)
+    logp = distribution(net.groups[0], out, mask).log_prob(flat(b.action))
     np.testing.assert_allclose(np.asarray(logp), np.asarray(flat(b.logp)), rtol=1e-5, atol=1e-5)
-    assert bool(jnp.all(jnp.take_along_axis(flat(b.mask), flat(b.action)[..., None], -1)))  # masks honoured
+    if g.discrete:
+        assert mask is not None and not bool(jnp.all(mask))  # some actions were unavailable
+        assert bool(jnp.all(jnp.take_along_axis(mask, flat(b.action)[..., None], -1)))  # masks honoured
+    else:
+        assert b.action.shape == (8, 4, g.size, g.action_dim) and b.action.dtype == jnp.float32
+        assert bool(jnp.any((b.action < 0.0) | (b.action > 1.0)))  # sampled past spread's [0, 1], as recorded
 
 
 # speaker and listener are two groups with their own observation and action sizes: one sequence of two
@@ -280,7 +329,9 @@ RESUME = ["algo=sable", "num_envs=4", "num_steps=8", "total_timesteps=256", "num
           "checkpoint_every=2", "sable.embed_dim=8", "progress=false", "plot=false"]  # fmt: skip
 
 
-@pytest.mark.parametrize("setting", ["dtype=float32", "dtype=bfloat16", "recurrent=true"])
+@pytest.mark.parametrize(
+    "setting", ["dtype=float32", "dtype=bfloat16", "recurrent=true", "env_kwargs.action_type=Continuous"]
+)
 def test_a_killed_run_resumes_bitwise(tmp_path, setting):
     """8 updates straight against 6 ("killed" after chunk 3, checkpoint at update 4) plus a resume:
     the whole final state and every metrics row equal bitwise, in float32, with bfloat16 matmuls,

@@ -18,8 +18,12 @@ starts (`marljax.nn.retention`); the actors carry it (`hidden["sable"]`), the ro
 before every step, and learning replays each minibatch's runs of consecutive steps from the
 memory recorded at a run's first step, through the run (as the GRU networks replay theirs).
 
-What this version leaves out: continuous actions, the agent mesh axis (one network serves every
-agent: nothing to split per agent), mode=async and host envs. The agents' order is fixed
+Box actions (`env_kwargs.action_type=Continuous` on MPE, JaxNav, facmac): a Gaussian per agent
+whose mean the decoder gives and whose log-std is learned per group (as the PPO family's Gaussian
+head); the next agent's token embeds the sampled vector, and the env clips it to its bounds.
+
+What this version leaves out: the agent mesh axis (one network serves every agent: nothing to
+split per agent), mode=async and host envs. The agents' order is fixed
 (groups as the env lists them, then agents).
 """
 
@@ -38,8 +42,14 @@ from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces
 from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
-from marljax.nn.networks import Categorical
-from marljax.nn.sable import GroupShape, SableNetwork, decoder_memory_after, zero_memory, zero_step_state
+from marljax.nn.sable import (
+    GroupShape,
+    SableNetwork,
+    decoder_memory_after,
+    distribution,
+    zero_memory,
+    zero_step_state,
+)
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
@@ -66,7 +76,7 @@ class SableConfig:
 
 def network(config: Config, env: EnvAdapter) -> SableNetwork:
     s = config.sable
-    shapes = tuple(GroupShape(g.name, g.size, _obs_dim(g), g.action_dim) for g in env.groups)
+    shapes = tuple(GroupShape(g.name, g.size, _obs_dim(g), g.action_dim, g.discrete) for g in env.groups)
     return SableNetwork(shapes, s.embed_dim, s.num_blocks, s.num_heads, s.chunk_size, config.dtype)
 
 
@@ -129,8 +139,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             def one_agent(carry, xs, gi=gi):
                 state, x = carry
                 rep_i, mask_i, key_i = xs  # [B, D], [B, n] | None, [B, 2]
-                state, logits = decode_step(state, x, rep_i, gi)
-                dist = Categorical.masked(logits, mask_i)
+                state, out_i = decode_step(state, x, rep_i, gi)
+                dist = distribution(net.groups[gi], out_i, mask_i)
                 action = dist.mode() if greedy else jax.vmap(lambda d, k: d.sample(k))(dist, key_i)
                 x = net.apply(p, gi, action, method=SableNetwork.embed_action)
                 return (state, x), (action, dist.log_prob(action))
@@ -138,7 +148,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             rep_g = jnp.swapaxes(rep[:, first : first + g.size], 0, 1)  # [A_g, B, D]
             mask_g = None if mask is None else jnp.swapaxes(mask, 0, 1)
             (state, x), (action, logp) = jax.lax.scan(one_agent, (state, x), (rep_g, mask_g, agent_keys))
-            out[g.name] = (action.T, logp.T, values[gi])  # [B, A_g] each
+            out[g.name] = (jnp.swapaxes(action, 0, 1), logp.T, values[gi])  # [B, A_g(, d)], [B, A_g] x 2
             first += g.size
         if memory is None:
             return out, None
@@ -158,7 +168,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     # ------------------------------------------------------------------ init and rollout
     def init_params(key: Array) -> dict:
         obs = tuple(jnp.zeros((1, g.size, _obs_dim(g)), jnp.float32) for g in groups)
-        actions = tuple(jnp.zeros((1, g.size), jnp.int32) for g in groups)
+        actions = tuple(jnp.zeros((1, g.size), jnp.int32) if g.discrete else jnp.zeros((1, g.size, g.action_dim))
+                        for g in groups)  # fmt: skip
         return {NETWORK: net.init(key, obs, actions)}
 
     def learner_init(key: Array) -> LearnerState:
@@ -204,7 +215,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     def replay(p, minibatch: dict) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
         """The recurrent network through a minibatch's runs (leaves [L, E, A_g, ...], consecutive
         steps), from the memory recorded at their first step -> (values per group [L, E, A_g],
-        logits per group [L, E, A_g, n_g])."""
+        policy outputs per group [L, E, A_g, n_g | 2d])."""
         batches = [minibatch[g.name][0] for g in groups]
         first = jax.tree.map(lambda m: m[0], batches[0].hidden)  # leaves [E, ...]
 
@@ -233,9 +244,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
                                method=SableNetwork.decode)  # fmt: skip
         cat = lambda xs: jnp.concatenate([x.reshape(-1) for x in xs])  # noqa: E731  every agent's samples [L*E*N]
         logp, entropy = [], []
-        for g, lg in zip(groups, logits, strict=True):
-            b = merged[g.name][0]
-            dist = Categorical.masked(lg, b.mask)
+        for shape, lg in zip(net.groups, logits, strict=True):
+            b = merged[shape.name][0]
+            dist = distribution(shape, lg, b.mask)
             logp.append(dist.log_prob(b.action))
             entropy.append(dist.entropy())
         bs = [merged[g.name] for g in groups]
@@ -298,7 +309,7 @@ SPEC = AlgorithmSpec(
         "Sable: one retention sequence model over the agents, actions chosen one agent after another (recurrent=true: "
         "and over the time steps of an episode)",
         {"ppo": ippo.PPOConfig, "sable": SableConfig},
-        supports=Supports(actions=("discrete",), recurrent=True, param_sharing=("shared",)),
+        supports=Supports(actions=("discrete", "continuous"), recurrent=True, param_sharing=("shared",)),
         # searched on MPE spread at 1M steps, 2 seeds (docs/guide/algorithms.md): the best of seven settings,
         # +3.58 per agent over no-op where Sable's own defaults gain about +1.6; more epochs or a wider model did worse
         family_defaults={"mpe": ippo.SHORT_ROLLOUTS},

@@ -8,7 +8,8 @@ Model for MARL"), feed-forward: one environment step's agents form a sequence of
   then agents): token i is the embedded action of agent i - 1 (a learned start token for the
   first), mixed by causal retention over the earlier tokens; then agent i's encoded observation
   queries them (causal cross-retention, the stream continuing from the observation), and a
-  policy head per group reads the result.
+  policy head per group reads the result: logits (Discrete actions) or a Gaussian's mean beside a
+  learned log-std per action dimension (Box actions; `distribution` makes either one).
 
 Training (`decode`) takes every agent's taken action at once, in chunks of `chunk` agents
 (memory linear in N for a fixed chunk); acting (`decode_step`) runs one agent at a time with
@@ -28,7 +29,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from marljax.nn.networks import dense, orthogonal
+from marljax.nn.networks import Categorical, DiagGaussian, Distribution, dense, orthogonal
 from marljax.nn.retention import MultiScaleRetention, decays, memory_after, zero_state
 
 Array = jax.Array
@@ -40,7 +41,8 @@ class GroupShape(NamedTuple):
     name: str
     size: int  # A_g
     obs_dim: int  # one agent's flattened observation
-    num_actions: int  # Discrete actions
+    num_actions: int  # Discrete: the number of actions; Box: the action vector's length
+    discrete: bool = True
 
 
 class FeedForward(nn.Module):
@@ -152,6 +154,9 @@ class SableNetwork(nn.Module):
         self.decoder = [DecoderBlock(D, self.num_heads, self.chunk, dt) for _ in range(self.num_blocks)]
         self.norm_out = nn.LayerNorm()
         self.policy_out = [_head(g.num_actions, D, 0.01, dt) for g in self.groups]
+        # Box groups: a state-independent log-std per action dimension, as the PPO family's Gaussian head
+        self.log_std = {g.name: self.param(f"log_std_{g.name}", nn.initializers.zeros, (g.num_actions,))
+                        for g in self.groups if not g.discrete}  # fmt: skip
 
     def _split(self, x: Array) -> list[Array]:
         """[B, N, ...] -> one [B, A_g, ...] per group."""
@@ -183,8 +188,9 @@ class SableNetwork(nn.Module):
         return values, rep, tuple(out)
 
     def embed_action(self, group: int, action: Array) -> Array:
-        """Group `group`'s actions [...] int -> their embedding [..., D]."""
-        return self.action_in[group](jax.nn.one_hot(action, self.groups[group].num_actions))
+        """Group `group`'s actions, [...] int (Discrete) or [..., d] float (Box) -> their embedding [..., D]."""
+        g = self.groups[group]
+        return self.action_in[group](jax.nn.one_hot(action, g.num_actions) if g.discrete else action)
 
     def _tokens(self, rep: Array, actions: tuple[Array, ...]) -> Array:
         """The decoder's input: the start token, then every agent's taken action but the last [B, N, D]."""
@@ -192,25 +198,33 @@ class SableNetwork(nn.Module):
         start = jnp.broadcast_to(self.start, (rep.shape[0], 1, self.embed_dim))
         return jnp.concatenate([start, taken[:, :-1]], axis=1)
 
-    def _logits(self, x: Array) -> tuple[Array, ...]:
+    def _policy(self, group: int, x: Array) -> Array:
+        """One group's policy output from its decoded tokens [..., D] (after norm_out): logits
+        [..., n] (Discrete) or the Gaussian's mean and log-std side by side [..., 2d] (Box)."""
+        g, out = self.groups[group], self.policy_out[group](x)
+        if g.discrete:
+            return out
+        return jnp.concatenate([out, jnp.broadcast_to(self.log_std[g.name], out.shape).astype(out.dtype)], axis=-1)
+
+    def _policies(self, x: Array) -> tuple[Array, ...]:
         x = self.norm_out(x)
-        return tuple(head(y) for head, y in zip(self.policy_out, self._split(x), strict=True))
+        return tuple(self._policy(i, y) for i, y in enumerate(self._split(x)))
 
     def decode(self, rep: Array, actions: tuple[Array, ...]) -> tuple[Array, ...]:
-        """Every agent's logits given the actions of the agents before it (teacher forcing):
-        rep [B, N, D], actions per group [B, A_g] -> logits per group [B, A_g, n_g]."""
+        """Every agent's policy output (`distribution`) given the actions of the agents before it
+        (teacher forcing): rep [B, N, D], actions per group [B, A_g(, d)] -> per group [B, A_g, n_g | 2d]."""
         x = self._tokens(rep, actions)
         for block in self.decoder:
             x = block(x, rep)
-        return self._logits(x)
+        return self._policies(x)
 
     def decode_with_memory(self, memory: tuple, rep: Array, actions: tuple[Array, ...]):
-        """As `decode` after the earlier steps' memory (per block (self, cross)) -> (logits, memory')."""
+        """As `decode` after the earlier steps' memory (per block (self, cross)) -> (policy outputs, memory')."""
         x, out = self._tokens(rep, actions), []
         for block, m in zip(self.decoder, memory, strict=True):
             m, x = block.with_memory(m, x, rep)
             out.append(m)
-        return self._logits(x), tuple(out)
+        return self._policies(x), tuple(out)
 
     def zero_state(self, batch: int) -> tuple:
         return tuple(block.zero_state(batch) for block in self.decoder)
@@ -224,24 +238,32 @@ class SableNetwork(nn.Module):
         for step, s in zip(steps, state, strict=True):
             s, x = step(s, x)
             out.append(s)
-        return tuple(out), self.policy_out[group](self.norm_out(x))
+        return tuple(out), self._policy(group, self.norm_out(x))
 
     def decode_step(self, state: tuple, x: Array, rep: Array, group: int) -> tuple[tuple, Array]:
         """One agent of group `group`: x (the previous agent's embedded action, or the start token)
-        and rep (this agent's encoded observation) [B, D] -> (state', logits [B, n_g])."""
+        and rep (this agent's encoded observation) [B, D] -> (state', policy output [B, n_g | 2d])."""
         return self._decode_step([partial(b.step, rep=rep) for b in self.decoder], state, x, group)
 
     def decode_step_with_memory(self, state: tuple, memory: tuple, x: Array, rep: Array, group: int):
-        """`decode_step` after the earlier steps' decoder memory -> (state', logits [B, n_g])."""
+        """`decode_step` after the earlier steps' decoder memory -> (state', policy output [B, n_g | 2d])."""
         steps = [
             lambda s, x, b=b, m=m: b.step_with_memory(s, m, x, rep) for b, m in zip(self.decoder, memory, strict=True)
         ]
         return self._decode_step(steps, state, x, group)
 
     def __call__(self, obs: tuple[Array, ...], actions: tuple[Array, ...]):
-        """Every parameter touched once (for init): (values, logits) per group."""
+        """Every parameter touched once (for init): (values, policy outputs) per group."""
         values, rep = self.encode(obs)
         return values, self.decode(rep, actions)
+
+
+def distribution(group: GroupShape, out: Array, mask: Array | None = None) -> Distribution:
+    """A group's action distribution from the network's policy output for it (`SableNetwork.decode`)."""
+    if group.discrete:
+        return Categorical.masked(out, mask)
+    d = group.num_actions
+    return DiagGaussian(out[..., :d], out[..., d:])
 
 
 def zero_memory(net: SableNetwork, batch: int) -> dict:
