@@ -225,11 +225,18 @@ def test_rollout_log_probs_are_the_learner_s_at_the_first_step(env):
 SPEAKER_LISTENER = ["algo=sable", "env=MPE_simple_speaker_listener_v4", "total_timesteps=3e5"]
 
 
+# Box actions (no-op: the zero vector; random: uniform within the bounds). measured (seed 0, 64 episodes):
+# learned -8.12, no-op -30.81, random -32.11 per agent at 3e5 steps (78 s here); the margin 11.0 is half the gap
+SPEAKER_LISTENER_BOX = [*SPEAKER_LISTENER, "env_kwargs.action_type=Continuous"]
+
+
 @pytest.mark.slow
 @pytest.mark.optimized
-def test_learns_speaker_listener(tmp_path):
-    s = learned_vs_baselines(SPEAKER_LISTENER, tmp_path / "run")
-    assert s.learned >= s.best_baseline + 8.0, (s.learned, s.noop, s.random)
+@pytest.mark.parametrize("overrides, margin", [(SPEAKER_LISTENER, 8.0), (SPEAKER_LISTENER_BOX, 11.0)],
+                         ids=["discrete", "box"])  # fmt: skip
+def test_learns_speaker_listener(overrides, margin, tmp_path):
+    s = learned_vs_baselines(overrides, tmp_path / "run")
+    assert s.learned >= s.best_baseline + margin, (s.learned, s.noop, s.random)
 
 
 # SMAX 3m against the heuristic enemy, Sable's defaults, 1M steps. measured here (`num_seeds=1`, seed 0, 64
