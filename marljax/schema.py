@@ -305,7 +305,7 @@ def coerce(name: str, value: Any, annotation: Any) -> Any:
             return value if isinstance(value, bool) else value.lower() in ("true", "1", "yes")
         raise ConfigError(name, f"expected true or false, got {value!r}")
     if kind is int or kind is float:
-        value = parse_scalar(value) if isinstance(value, str) else value
+        value = parse_scalar(value, name) if isinstance(value, str) else value
         if kind is int and isinstance(value, float) and value.is_integer():
             return int(value)
         if (
@@ -325,14 +325,21 @@ def coerce(name: str, value: Any, annotation: Any) -> Any:
     return dict(value) if kind is dict else value
 
 
-def parse_scalar(text: str) -> Any:
-    """Parse a CLI value: numbers like 2e6 (which YAML reads as a string), else YAML."""
+def parse_scalar(text: str, field: str = "value") -> Any:
+    """Parse a CLI value: numbers like 2e6 (which YAML reads as a string), else YAML; text YAML cannot
+    read is ConfigError(field), naming the problem."""
     for cast in (int, float):
         try:
             return cast(text)
         except ValueError:
             pass
-    return yaml.safe_load(text) if text != "" else ""
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        # the usual cause: a value with spaces given unquoted, which the shell splits into several arguments
+        raise ConfigError(field, f"{text!r} is not a value YAML can read ({problem}); a value with spaces must "
+                          "be one shell argument: quote the whole key=value") from None  # fmt: skip
 
 
 def set_dotted(tree: dict, dotted: str, value: Any) -> None:
@@ -351,7 +358,7 @@ def parse_overrides(args: typing.Sequence[str]) -> dict:
         if "=" not in arg:
             raise ConfigError(arg, "expected key=value (for example lr=3e-4 or mesh.data=4)")
         key, text = arg.split("=", 1)
-        set_dotted(tree, key.strip(), parse_scalar(text.strip()))
+        set_dotted(tree, key.strip(), parse_scalar(text.strip(), key.strip()))
     return tree
 
 

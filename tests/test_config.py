@@ -9,6 +9,7 @@ import pytest
 from marljax.config import Config, ConfigError, MeshConfig, from_dict, load_config, parse_overrides, replace
 from marljax.envs.registry import check_env_name
 from marljax.parallel.mesh import resolve_mesh_shape
+from marljax.sweeps.spec import load_sweep
 
 
 def _mesh_shape(config, n_devices: int) -> tuple[int, int, int]:
@@ -175,6 +176,27 @@ def test_activation_did_you_mean():
 def test_override_without_equals():
     err = _error(["lr"])
     assert "key=value" in str(err)
+
+
+def test_a_value_yaml_cannot_read_is_refused_naming_its_key(tmp_path):
+    """A value with spaces given unquoted (the shell splits `map_params={map_size: [7, 7]}`), on the
+    command line, in a config file's number field and in a sweep's values: one line naming the key,
+    where PyYAML's ParserError named nothing. Control: the same value quoted as one argument loads."""
+    err = _error(["env=jaxnav", "env_kwargs.map_params={map_size:", "[7,", "7]}"])
+    assert err.field == "env_kwargs.map_params" and "\n" not in str(err), str(err)
+    assert "quote the whole key=value" in str(err)
+    loaded = load_config(None, ["env=jaxnav", "env_kwargs.map_params={map_size: [7, 7]}"])
+    assert loaded.env_kwargs["map_params"] == {"map_size": [7, 7]}
+    path = tmp_path / "run.yaml"
+    path.write_text("lr: '[1e-3'\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, [])
+    assert info.value.field == "lr" and "\n" not in str(info.value), str(info.value)
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("axes:\n  lr: ['{1e-3', 2e-3]\n")
+    with pytest.raises(ConfigError) as info:
+        load_sweep(sweep)
+    assert info.value.field == "axes.lr" and "\n" not in str(info.value), str(info.value)
 
 
 # ------------------------------------------------------------------ parsing

@@ -131,7 +131,7 @@ def _values_list(where: str, values: Any) -> list:
         raise ConfigError(where, f"expected a list of values, got {values!r}")
     if not values:
         raise ConfigError(where, "is empty; give at least one value")
-    values = [parse_scalar(v) if isinstance(v, str) else v for v in values]  # 1e-4 is a string to YAML
+    values = [parse_scalar(v, where) if isinstance(v, str) else v for v in values]  # 1e-4 is a string to YAML
     dupes = sorted({repr(v) for v in values if values.count(v) > 1})
     if dupes:
         raise ConfigError(where, f"repeats {', '.join(dupes)}; every value must be distinct")
@@ -147,10 +147,10 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
             raise ConfigError(arg, "expected key=value (for example seeds=4 or total_timesteps=2e5)")
         key, text = (s.strip() for s in arg.split("=", 1))
         if key in ("seeds", "out_dir", "name"):
-            spec[key] = parse_scalar(text)
+            spec[key] = parse_scalar(text, key)
         else:
             base = dict(spec.get("base") or {})
-            set_dotted(base, key, parse_scalar(text))
+            set_dotted(base, key, parse_scalar(text, key))
             spec["base"] = base
     return expand(spec)
 
