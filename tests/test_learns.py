@@ -107,8 +107,9 @@ CASES = [
     # did not learn: width 16 at 3e5 steps -44.03 (before the fixes of 2026-11-27); the defaults with epsilon over
     # 3e5 at 5e5 steps -24.71 against no-op -24.74 (docs/guide/algorithms.md)
     # Box actions (no-op: the zero action; random: uniform within the bounds). A 7x7 map with 10% of cells
-    # filled, 32 lidar beams, 100-step episodes (standing still: 100 x -0.01). measured: learned 1.43,
-    # no-op -1.00, random -5.38 at 1M steps (4 min here); -0.83 at 5e5. On the default 11x11 map (30%
+    # filled, 32 lidar beams, 100-step episodes (standing still: 100 x -0.01). measured with IPPO's JaxNav
+    # family defaults: learned 2.198, no-op -1.00, random -5.01 at 1M steps (2 min here); its own defaults:
+    # 1.43 (random -5.38), and -0.83 at 5e5. On the default 11x11 map (30%
     # filled) with the same beams and episodes: -0.60 at 1M; with the env's defaults (200 beams,
     # 500-step episodes) -5.11 against standing still's -5.00 at 1M steps (36 min)
     pytest.param(
