@@ -338,8 +338,8 @@ def parse_scalar(text: str, field: str = "value") -> Any:
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         # the usual cause: a value with spaces given unquoted, which the shell splits into several arguments
-        raise ConfigError(field, f"{text!r} is not a value YAML can read ({problem}); a value with spaces must "
-                          "be one shell argument: quote the whole key=value") from None  # fmt: skip
+        raise ConfigError(field, f"{text!r} is not a value YAML can read ({problem}); on the command line a value "
+                          "with spaces must be one shell argument: quote the whole key=value") from None  # fmt: skip
 
 
 def set_dotted(tree: dict, dotted: str, value: Any) -> None:
