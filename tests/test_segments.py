@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from marljax.config import load_config
+from marljax.pipeline import host_copies
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.host_copies import IndependentHostCollector
 from marljax.train.wiring import make_adapter
@@ -136,14 +137,29 @@ def _parked(slow: bool, items: int = 40) -> tuple[IndependentHostCollector, list
     return collector, parked
 
 
+# Parking reads wall-clock step times, so on a loaded machine (CI's two test workers on two cores) a stall can
+# leave a fast copy's segment stale twice in a row and park it for PARK_ITEMS[0] = 4 items: seen twice in CI
+# runs, once in each test below. So the tests count items parked per copy: measured on a quiet machine, the slow
+# copy is parked during 28-29 of the 40 items and every other copy during none, slow or not. A fast copy may be
+# parked twice (8 items, a fifth of the run) before either test fails; the slow one must be parked half the time.
+STALLS_ALLOWED = 2 * host_copies.PARK_ITEMS[0]  # items a fast copy may spend parked
+
+
+def _items_parked(parked: list[list[bool]]) -> list[int]:
+    """For every copy, the number of items during which it was parked."""
+    return [sum(p[i] for p in parked) for i in range(len(parked[0]))]
+
+
 def test_a_copy_too_slow_for_the_staleness_bound_is_parked():
     collector, parked = _parked(slow=True)
     assert collector.copies[0].worker.env.env.step_cost_s == 0.05  # the slow one is seed 0's first copy
     assert collector.health.snapshot()["env_copies_parked"] >= 1
-    assert any(p[0] for p in parked) and not any(any(p[1:]) for p in parked)  # only it, never another
+    counts = _items_parked(parked)
+    assert counts[0] >= len(parked) // 2 and max(counts[1:]) <= STALLS_ALLOWED, counts  # it, far more than another
     assert max(sum(p[s * E : (s + 1) * E]) for p in parked for s in range(S)) <= (E - 1) // 2
 
 
-def test_equal_copies_are_never_parked():  # the negative control of the test above
+def test_equal_copies_are_parked_no_longer_than_a_stall():  # the negative control of the test above
     collector, parked = _parked(slow=False)
-    assert collector.health.snapshot()["env_copies_parked"] == 0 and not any(any(p) for p in parked)
+    counts = _items_parked(parked)
+    assert max(counts) <= STALLS_ALLOWED, counts  # at most a stall's parking, where the slow copy's is >= 20 items
