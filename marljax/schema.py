@@ -268,13 +268,17 @@ def read_yaml_mapping(path: str | Path, field: str, expected: str) -> dict:
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(field, f"{path} is not valid YAML{line}: {problem}") from None
+        raise ConfigError(field, f"{path} is not valid YAML{line}: {_yaml_problem(exc)}") from None
     except OSError as exc:
         raise ConfigError(field, f"{path} cannot be read ({exc.strerror})") from None
     if not isinstance(loaded, dict):
         raise ConfigError(field, f"{path} must hold {expected}")
     return loaded
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What PyYAML found wrong, in a few words (its first line where it names no problem)."""
+    return getattr(exc, "problem", None) or str(exc).splitlines()[0]
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -336,10 +340,9 @@ def parse_scalar(text: str, field: str = "value") -> Any:
     try:
         return yaml.safe_load(text) if text != "" else ""
     except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         # the usual cause: a value with spaces given unquoted, which the shell splits into several arguments
-        raise ConfigError(field, f"{text!r} is not a value YAML can read ({problem}); on the command line a value "
-                          "with spaces must be one shell argument: quote the whole key=value") from None  # fmt: skip
+        raise ConfigError(field, f"{text!r} is not a value YAML can read ({_yaml_problem(exc)}); on the command "
+                          "line a value with spaces must be one shell argument: quote the whole key=value") from None  # fmt: skip
 
 
 def set_dotted(tree: dict, dotted: str, value: Any) -> None:
