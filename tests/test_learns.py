@@ -47,14 +47,14 @@ CASES = [
     # learned 0.562, no-op 0.00, random -0.41 at 2e5 steps (65 s); seed 0, 2026-11-27
     pytest.param(
         ["algo=mappo", "env=hanabi", "total_timesteps=3e5"], 1.4, None, id="mappo-hanabi", marks=pytest.mark.nightly
-    ),  # fmt: skip
+    ),
     pytest.param(
         ["algo=mappo", "env=switch_riddle", "recurrent=true", "total_timesteps=2e5"],
         0.25,
         None,
         id="mappo-switch-riddle",
         marks=pytest.mark.nightly,
-    ),  # fmt: skip
+    ),
     # Overcooked cramped_room: the sparse reward (20 per soup delivered) is out of a random policy's reach;
     # info["shaped_reward"] (reward_shaping.*) is added, annealed to 0 by half the run. Sampled actions:
     # the greedy policy deadlocks (0.00 at 5e5 and 1e6 steps; 240 at 2e6, before the family defaults).
