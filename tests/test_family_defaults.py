@@ -67,6 +67,8 @@ def test_the_family_defaults_apply_on_its_envs_only():
     assert differ == set(IPPO_MPE)
     storm = load_config(None, ["env=storm_2p"])  # ippo declares the same two for STORM
     assert family_defaults(storm) == ("storm", IPPO_MPE) and (storm.num_steps, storm.lr) == (64, 4e-3)
+    jumanji = load_config(None, ["env=jumanji:Connector-v3"])  # the learning rate alone there
+    assert family_defaults(jumanji) == ("jumanji", {"lr": 3e-3}) and (jumanji.num_steps, jumanji.lr) == (128, 3e-3)
     smax = load_config(None, ["env=HeuristicEnemySMAX"])
     assert family_defaults(smax) == ("smax", {})
     assert without_choice(smax) == without_choice(load_config(None, ["env=HeuristicEnemySMAX", "family_defaults=none"]))
