@@ -78,9 +78,9 @@ def main(argv: list[str]) -> int:
     print(f"{'candidate':<28} {'wall s':>8} {'compile s':>10} {'env steps':>11} {'return':>8}")
     for r in sorted(rows, key=lambda r: r["wall_s"] if r.get("reached") else float("inf")):
         if r.get("reached"):
-            print(
-                f"{r['candidate']:<28} {r['wall_s']:>8.1f} {r['compile_s']:>10.1f} {r['env_steps']:>11,} {r['return']:>8.2f}"
-            )
+            # mode=async reports no compile time (its programs compile on the actor and learner threads)
+            compile_s = "n/a" if r["compile_s"] is None else f"{r['compile_s']:.1f}"
+            print(f"{r['candidate']:<28} {r['wall_s']:>8.1f} {compile_s:>10} {r['env_steps']:>11,} {r['return']:>8.2f}")
         else:
             print(f"{r['candidate']:<28} {'not reached':>8}  {r.get('error', '')}")
     print(json.dumps({"bench": "target_search", "base": args.base,
