@@ -76,8 +76,8 @@ def test_the_family_defaults_apply_on_its_envs_only():
     assert family_defaults(load_config(None, ["algo=mappo"])) == ("mpe", IPPO_MPE)
     # and for Hanabi, where it was searched for MAPPO; on STORM and Coin Game its own defaults won the search
     assert family_defaults(load_config(None, ["algo=mappo", "env=hanabi"])) == ("hanabi", IPPO_MPE)
-    for env in ("storm_2p", "coin_game"):
-        assert family_defaults(load_config(None, ["algo=mappo", f"env={env}"])) == (env.split("_2p")[0], {})
+    for env, family in (("storm_2p", "storm"), ("coin_game", "coin_game")):
+        assert family_defaults(load_config(None, ["algo=mappo", f"env={env}"])) == (family, {})
     assert without_choice(load_config(None, ["algo=iql"])) == without_choice(
         load_config(None, ["algo=iql", "family_defaults=none"])
     )
