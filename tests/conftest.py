@@ -65,9 +65,31 @@ def pytest_runtest_setup(item) -> None:
     jax.config.update("jax_disable_most_optimizations", unoptimised)
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--each-test-once",
+        action="store_true",
+        help="run each selected test function once, with its first selected parameter set (CI's leg 2: every "
+        "check once on the newest jax; leg 1 runs every parameter set on the oldest)",
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k deselected theirs: "first" is the first parameter set left
 def pytest_collection_modifyitems(config, items) -> None:
-    """Slow tests first: the xdist workers' queues then end on quick tests, and neither waits
-    long for the other's last test. The order changes nothing a test checks."""
+    """With --each-test-once, one item per test function. Then slow tests first: the xdist workers'
+    queues end on quick tests, and neither waits long for the other's last test. Neither changes
+    anything a test checks."""
+    if config.getoption("each_test_once"):
+        seen: set[str] = set()
+        kept, dropped = [], []
+        for item in items:
+            function = item.nodeid.split("[", 1)[0]  # the node id without its parameter ids
+            once = item.get_closest_marker("every_param") is None
+            (dropped if once and function in seen else kept).append(item)
+            seen.add(function)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
 

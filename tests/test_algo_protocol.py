@@ -155,6 +155,7 @@ PROBE = api.AlgorithmSpec(
 )
 
 
+@pytest.mark.slow
 def test_an_algorithm_added_by_one_registration_runs_and_its_declared_losses_guard_it(tmp_path, monkeypatch):
     # the registries as they are, restored after the test: the probe must not reach the tests that list
     # every algorithm (an xdist worker runs them after this one in the same process)

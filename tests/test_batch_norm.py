@@ -81,6 +81,7 @@ def _moved(before: dict, after: dict) -> dict:
             for k in before if STATS in before[k]}  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recurrent", [False, True], ids=["ff", "rnn"])
 def test_pqn_learns_the_statistics_of_its_q_network(recurrent):
     before, after = _one_update("algo=pqn_vdn", "q.norm=batch_norm", "q.norm_input=true", f"recurrent={recurrent}")
@@ -90,6 +91,7 @@ def test_pqn_learns_the_statistics_of_its_q_network(recurrent):
     assert all(STATS not in p for p in before.learner.params.values())
 
 
+@pytest.mark.slow
 def test_transf_qmix_learns_the_statistics_of_its_agents_and_mixer_and_its_target_keeps_the_old_ones():
     before, after = _one_update("algo=transf_qmix", "replay.learning_starts=0", "replay.target_update_interval=5",
                                 "transf.embed_norm=batch_norm", "transf.scale_inputs=true")  # fmt: skip

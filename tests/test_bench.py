@@ -64,6 +64,7 @@ def _ippo_analytic(config, env) -> tuple[float, float]:
     return rollout, learn
 
 
+@pytest.mark.slow
 def test_bench_flops_match_an_analytic_count_and_the_figures_tie_together(monkeypatch):
     """A config whose matmuls dominate (hidden 256): the FLOPs per env step, rollout and learn
     apart, within 10% of the analytic count (with 2 seeds: the count is per env step of one seed
@@ -120,6 +121,7 @@ def test_checkpoint_bench_reports_both_ways_side_by_side():
     assert json.loads(lines[-1]) == result
 
 
+@pytest.mark.slow
 def test_q_bench_reports_env_and_gradient_steps(capfd, monkeypatch):
     monkeypatch.setattr(measure, "MATMUL_SIZES", {"cpu": (256,), "default": (256,)})  # keep it quick
     config = load_config(None, ["algo=qmix", "num_envs=4", "num_steps=8", "replay.gradient_steps=2", "replay.batch_size=4",
@@ -134,7 +136,8 @@ def test_q_bench_reports_env_and_gradient_steps(capfd, monkeypatch):
     assert math.isfinite(result["train_env_steps_per_s"]) and result["train_env_steps_per_s"] > 0
 
 
-@pytest.mark.parametrize("recurrent", ["false", "true"])
+@pytest.mark.slow
+@pytest.mark.parametrize("recurrent", ["false", pytest.param("true", marks=pytest.mark.nightly)])  # nightly: 80 s here
 def test_a_team_network_is_benched_without_per_group_figures(monkeypatch, recurrent):
     """Sable's one network serves the team: the bench counts its FLOPs and leaves out the per-group
     rows (it failed with a KeyError on the group's name before); IPPO, the control, has them."""

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from marljax.bench.scale import env_devices, row_overrides
 from marljax.config import load_config
 
@@ -34,6 +36,7 @@ def test_rows_hold_a_few_chunks_of_a_useful_size():
     assert env_devices(config, 8) == 8 and env_devices(load_config(None, ["mesh.seed=2", "num_seeds=2"]), 8) == 4
 
 
+@pytest.mark.slow
 def test_bench_scale_runs_a_row_then_the_protocol_summary_reads_it(tmp_path):
     proc = _cli("bench", "scale", "--max-envs", "64", *SMALL)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -13,6 +13,7 @@ TINY = ["num_envs=2", "num_steps=4", "ppo.num_minibatches=1", "ppo.update_epochs
         "hidden_size=8", "sable.chunk_size=2"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_rows_per_agent_count_and_model():
     lines: list[str] = []
     result = run_sequence_bench((4,), TINY, lines.append)

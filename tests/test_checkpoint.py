@@ -212,6 +212,7 @@ def test_nan_guard_stops_before_checkpointing_a_broken_state(tmp_path):
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(state.learner.params))
 
 
+@pytest.mark.slow
 def test_resume_refuses_structural_changes_and_allows_schedule_changes(tmp_path):
     out = tmp_path / "run"
     train(_cfg(out), log=lambda s: None, max_chunks=2)

@@ -126,6 +126,7 @@ def test_help_exits_0():
         assert "usage: marljax" in proc.stdout
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_the_run_with_a_clear_message(tmp_path):
     # An absurd step size drives the parameters to inf within a few updates.
     out = tmp_path / "nan"

@@ -309,6 +309,7 @@ def real_runs(tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 def test_real_runs(real_runs, tmp_path, capsys):
     long, short = real_runs["long"], real_runs["short"]
     assert (long / "metrics.json").is_file() and (short / "metrics.json").is_file()  # still runs to compare

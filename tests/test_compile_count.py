@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 from marljax.config import load_config
 from marljax.train.compile_cache import CompileLog
@@ -26,6 +27,7 @@ def test_the_counter_sees_a_fresh_jit_compile_again():  # the negative control
     assert log.repeats() == {("jit(<lambda>)", "(ShapedArray(float32[3]),)"): 3}
 
 
+@pytest.mark.slow
 def test_a_run_compiles_its_chunk_and_evaluation_programs_once(tmp_path):
     config = load_config(None, [*RUN, f"out_dir={tmp_path / 'run'}"])
     assert config.num_updates == 6 and config.updates_per_chunk == 2  # 3 chunks, 3 evaluations, 3 checkpoints

@@ -49,6 +49,7 @@ def test_train_in_both_modes_steps_through_the_driver(tmp_path, steps, mode):
     assert {rows for _, rows in steps} == {2}  # the run's seeds
 
 
+@pytest.mark.slow
 def test_a_sweep_steps_through_the_same_driver_with_cells_x_seeds_rows(tmp_path, steps):
     run_sweep(expand(SWEEP | {"out_dir": str(tmp_path)}), log=lambda s: None, progress=False)
     # one program of 2 cells x 2 seeds: 6 updates in chunks ending at every evaluation (3)

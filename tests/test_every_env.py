@@ -27,10 +27,10 @@ FF_ENVS = {"MPE_simple_spread_v3", "MPE_simple_facmac_v1", "HeuristicEnemySMAX",
            "overcooked_v2", "coin_game", "switch_riddle", "jaxnav"}  # fmt: skip
 CASES = [(name, recurrent) for name in sorted(ENVS) for recurrent in (False, True) if recurrent or name in FF_ENVS]
 # nightly: cases whose code CI runs elsewhere. The 3-, 6- and 9-agent facmac maps are simple_facmac_v1's
-# scenario with more agents; feed-forward spread, coin_game and HeuristicEnemySMAX train in other CI tests
-# (test_defaults_learn, test_learns, test_checkpoint's export and test_win_rate)
+# scenario with more agents; feed-forward spread and HeuristicEnemySMAX train in other CI tests
+# (test_defaults_learn, test_checkpoint's export and test_win_rate)
 NIGHTLY = {("MPE_simple_facmac_3a_v1", True), ("MPE_simple_facmac_6a_v1", True), ("MPE_simple_facmac_9a_v1", True),
-           ("MPE_simple_spread_v3", False), ("coin_game", False), ("HeuristicEnemySMAX", False)}  # fmt: skip
+           ("MPE_simple_spread_v3", False), ("HeuristicEnemySMAX", False)}  # fmt: skip
 PARAMS = [pytest.param(n, r, id=f"{'rnn' if r else 'ff'}-{n}", marks=pytest.mark.nightly if (n, r) in NIGHTLY else ())
           for n, r in CASES]  # fmt: skip
 

@@ -109,6 +109,7 @@ def test_bad_sizes_are_config_errors(bad, match):
         load_config(None, [SL, bad])
 
 
+@pytest.mark.slow
 def test_overrides_equal_to_the_globals_change_nothing_bitwise():
     """The setting absent and the setting naming the global sizes: same shapes, same 2 updates."""
     tiny = [o for o in TINY if not o.startswith("hidden_size")]  # the default width 64; 2 updates of 2 envs x 4 steps

@@ -101,6 +101,7 @@ def agent(params, i: int):
     return jax.tree.map(lambda x: x[i], params)
 
 
+@pytest.mark.slow
 def test_sequential_update_by_hand_in_fixed_order(full_f32_matmuls):
     cfg, env, algo, learner, traj = toy(["happo.fixed_order=true"])
     (g,) = env.groups
@@ -188,7 +189,9 @@ def test_one_vs_eight_devices(tmp_path):
 SPEAKER_LISTENER = ["algo=happo", "env=MPE_simple_speaker_listener_v4", "param_sharing=per_role", "total_timesteps=3e5"]
 
 
-@pytest.mark.slow
+# nightly (each learning case is 1.5-6 CPU-minutes; CI runs the default run's):
+# python -m pytest -m nightly -s tests/test_happo.py -k learns
+@pytest.mark.nightly
 @pytest.mark.optimized
 def test_learns_speaker_listener(tmp_path):
     s = learned_vs_baselines(SPEAKER_LISTENER, tmp_path / "run")

@@ -57,6 +57,7 @@ def _edit_policy(policy: Path, edit) -> None:
 # ---- saved files are data, not code
 
 
+@pytest.mark.slow
 def test_a_policy_naming_an_import_path_is_not_imported_without_trust_code(policy, tmp_path):
     marker = tmp_path / "ran"
     _edit_policy(policy, lambda i: i["config"].update(env="os:system", env_kwargs={"command": f"touch {marker}"}))
@@ -334,6 +335,7 @@ def test_overwrite_puts_the_old_run_back_when_the_new_one_fails_before_a_checkpo
 # ---- SIGINT and SIGTERM save at the next chunk boundary
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_at_the_next_chunk_and_resume_finishes(tmp_path):
     import os
     import signal
@@ -409,6 +411,7 @@ def test_an_edited_checkpoint_meta_is_unusable_and_resume_falls_back(run):
 ASYNC = ["mode=async", "num_envs=4", "num_steps=8", "hidden_size=16", "progress=false", "plot=false"]
 
 
+@pytest.mark.slow
 def test_a_host_env_that_never_returns_fails_the_run_naming_the_actor_and_copy(tmp_path):
     import time
 

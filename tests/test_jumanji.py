@@ -44,6 +44,7 @@ def _adapter(name: str) -> EnvAdapter:
 
 
 @needs_jumanji
+@pytest.mark.every_param  # each env's own code on the newest jax too (CI leg 2, --each-test-once)
 @pytest.mark.parametrize("name", sorted(ENVS))
 def test_builds_and_steps_under_jit_and_vmap_with_auto_reset(name):
     env = _adapter(name)
@@ -145,11 +146,13 @@ def _replay(algo: str) -> list[str]:
     return ["replay.buffer_size=64", "replay.batch_size=8"] if algo in ("iql", "vdn", "qmix") else []
 
 
-# nightly: mappo, iql and vdn beyond LevelBasedForaging (their code is ippo's and qmix's but for the
-# critic and the mixer, which CI trains on LevelBasedForaging); each case is a 15-70 s compile here
+# nightly: mappo, pqn_vdn, iql and vdn beyond LevelBasedForaging (their code is ippo's and qmix's but for the
+# critic, the online Q-targets and the mixer, which CI trains on LevelBasedForaging); each case is a 15-70 s
+# compile here
+NIGHTLY_OFF_FORAGING = ("mappo", "pqn_vdn", "iql", "vdn")
 TRAINS = [
     pytest.param(
-        name, algo, marks=pytest.mark.nightly if algo in ("mappo", "iql", "vdn") and "Foraging" not in name else ()
+        name, algo, marks=pytest.mark.nightly if algo in NIGHTLY_OFF_FORAGING and "Foraging" not in name else ()
     )
     for name in sorted(ENVS)
     for algo in ALGOS

@@ -3,8 +3,8 @@ ends above both the no-op and the random policy, all evaluated on the same episo
 (tests/_learning.py). Margins are per agent and about half the measured gap; the measurements
 (seed 0, 64 episodes, this 2-core CPU) are written beside each case.
 
-MPE simple_spread is shown for every algorithm in test_defaults_learn.py. Cases marked nightly
-cost minutes each: `python -m pytest -m nightly tests/test_learns.py -s`. The README's
+MPE simple_spread is shown for every algorithm in test_defaults_learn.py. CI runs the speaker-listener
+case (two roles, two networks); the cases marked nightly cost minutes each: `python -m pytest -m nightly tests/test_learns.py -s`. The README's
 support table names the case of each family and its figures."""
 
 from __future__ import annotations
@@ -27,10 +27,16 @@ CASES = [
     # measured with IPPO's Hanabi family defaults: learned 3.266, no-op 0.00, random 0.00 at 3e5 steps (49 s; own defaults: 2.91)
     pytest.param(["env=hanabi", "total_timesteps=3e5"], 1.4, None, id="hanabi", marks=pytest.mark.nightly),
     # measured (sampled actions: the greedy policy loops, 0.14): learned 0.63, no-op 0.20, random -0.38 at 3e5 steps (30 s)
-    pytest.param(["env=coin_game", "total_timesteps=3e5", "eval_greedy=false"], 0.2, None, id="coin-game"),
+    pytest.param(
+        ["env=coin_game", "total_timesteps=3e5", "eval_greedy=false"],
+        0.2,
+        None,
+        id="coin-game",
+        marks=pytest.mark.nightly,
+    ),
     # STORM's two-player grid (storm_2p): collect coins, then zap the other agent to be paid by the
     # matrix game on both inventories. measured: learned 1.82, no-op 0.00, random 0.79 at 3e5 steps (65 s)
-    pytest.param(["env=storm_2p", "total_timesteps=3e5"], 0.5, None, id="storm-2p"),
+    pytest.param(["env=storm_2p", "total_timesteps=3e5"], 0.5, None, id="storm-2p", marks=pytest.mark.nightly),
     # a GRU is needed: the observation (in the room, the light) carries no day count. measured with IPPO's
     # Switch Riddle family defaults: learned 0.625, no-op 0.00, random -0.41 at 2e5 steps (42 s). With its own
     # defaults 0.48 (0.54 on 256 episodes), about what saying "all have been here" on the last day gives:

@@ -106,6 +106,7 @@ def lockstep_runs(tmp_path_factory) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_one_micro_batch_is_todays_lockstep_bitwise(lockstep_runs):
     (m_replay, l_replay), (m_run, rows, l_run) = lockstep_runs["replay"], lockstep_runs["m1"]
     jax.tree.map(np.testing.assert_array_equal, m_replay, m_run)
@@ -136,6 +137,7 @@ def test_recorded_slices_keep_their_own_stamps(lockstep_runs):
     assert data["batch.agents.obs"].shape[1:4] == (1, 16, 4)  # [slices, S, T, E/M, ...]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [["async.correction=vtrace", "recurrent=true", "async.balance=rate"]],
                          ids=["vtrace-gru-2-actors-balanced"])  # fmt: skip
 def test_micro_batches_with_correction_learn_every_env_step(tmp_path, extra):

@@ -51,6 +51,7 @@ def test_one_update_runs_and_reports_q_metrics():
     assert float(metrics["epsilon"]) == pytest.approx(1.0) and int(state.learner.update) == 1
 
 
+@pytest.mark.slow
 def test_a_memory_window_leads_the_sequences_once_it_holds_a_rollout():
     """JaxMARL's MEMORY_WINDOW. The first update's window holds no rollout yet (weight 0, and the GRU
     restarts at the rollout's first step): it learns what no window learns, equal to float reduction

@@ -85,6 +85,7 @@ def test_polyak_target_moves_by_tau():
     assert "__mixer__" in state.learner.params  # QMIX's mixer trains with the agents' networks
 
 
+@pytest.mark.slow
 def test_checkpoint_with_replay_resumes_bitwise(tmp_path):
     """Recurrent QMIX (its state is the feed-forward one plus GRU states): the replay with the GRU
     states stored at each sequence's start, the target network, the mixer and the acting GRU

@@ -187,6 +187,7 @@ def test_settings_sable_cannot_take_are_refused_in_one_line(overrides, field):
     assert info.value.field == field and "\n" not in str(info.value), str(info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", [["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"], ["env_kwargs.action_type=Continuous"]],
                          ids=["smax-masked", "spread-box"])  # fmt: skip
 def test_rollout_log_probs_are_the_learner_s_at_the_first_step(env):
@@ -230,7 +231,9 @@ SPEAKER_LISTENER = ["algo=sable", "env=MPE_simple_speaker_listener_v4", "total_t
 SPEAKER_LISTENER_BOX = [*SPEAKER_LISTENER, "env_kwargs.action_type=Continuous"]
 
 
-@pytest.mark.slow
+# nightly (each learning case is 1.5-6 CPU-minutes; CI runs the default run's):
+# python -m pytest -m nightly -s tests/test_sable.py -k learns
+@pytest.mark.nightly
 @pytest.mark.optimized
 @pytest.mark.parametrize("overrides, margin", [(SPEAKER_LISTENER, 8.0), (SPEAKER_LISTENER_BOX, 11.0)],
                          ids=["discrete", "box"])  # fmt: skip
@@ -273,6 +276,7 @@ def test_chunks_bound_retention_s_memory():
     assert chunked * 8 < parallel, (chunked, parallel)
 
 
+@pytest.mark.slow
 def test_exported_policy_acts_as_the_trained_one(tmp_path):
     """train -> export -> load_policy: the loaded policy's greedy actions on SMAX 3m equal the
     trainer's, and every one is available; a policy of other parameters (seed 0) differs somewhere."""
@@ -337,8 +341,16 @@ RESUME = ["algo=sable", "num_envs=4", "num_steps=8", "total_timesteps=256", "num
           "checkpoint_every=2", "sable.embed_dim=8", "progress=false", "plot=false"]  # fmt: skip
 
 
+# CI resumes the float32 and recurrent runs; bfloat16 and Box actions are nightly (about 70 s each here)
+@pytest.mark.slow
 @pytest.mark.parametrize(
-    "setting", ["dtype=float32", "dtype=bfloat16", "recurrent=true", "env_kwargs.action_type=Continuous"]
+    "setting",
+    [
+        "dtype=float32",
+        pytest.param("dtype=bfloat16", marks=pytest.mark.nightly),
+        "recurrent=true",
+        pytest.param("env_kwargs.action_type=Continuous", marks=pytest.mark.nightly),
+    ],
 )
 def test_a_killed_run_resumes_bitwise(tmp_path, setting):
     """8 updates straight against 6 ("killed" after chunk 3, checkpoint at update 4) plus a resume:

@@ -192,6 +192,7 @@ def test_the_rollout_s_log_probs_and_values_are_what_learning_replays_across_epi
     assert float(jnp.max(jnp.abs(Categorical.masked(ff_logits, None).log_prob(b.action) - b.logp))) > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("minibatches", [1, 2])
 def test_learning_s_ratio_is_one_before_its_first_step(minibatches):
     """The algorithm's own replay: one epoch at a negligible learning rate, the approximate KL of
@@ -218,6 +219,7 @@ def trainer_learn(cfg, env, learner, traj):
     return metrics
 
 
+@pytest.mark.slow
 def test_an_exported_recurrent_policy_carries_the_memory_as_the_trainer_does(tmp_path):
     """train -> export -> load_policy: over 30 steps of spread (one episode end, where the policy's
     user starts a fresh carry and the trainer sees reset flags), the loaded policy's greedy
@@ -258,7 +260,9 @@ def test_an_exported_recurrent_policy_carries_the_memory_as_the_trainer_does(tmp
     assert sum(differs_from_fresh) > 20  # the memory mattered on most steps
 
 
-@pytest.mark.slow
+# nightly (each learning case is 1.5-6 CPU-minutes; CI runs the default run's):
+# python -m pytest -m nightly -s tests/test_sable_recurrent.py -k learns
+@pytest.mark.nightly
 @pytest.mark.optimized
 def test_learns_speaker_listener(tmp_path):
     s = learned_vs_baselines(["algo=sable", "recurrent=true", "env=MPE_simple_speaker_listener_v4",

@@ -116,6 +116,7 @@ JAXNAV_SMALL = ["env=jaxnav", "env_kwargs.map_params={map_size: [7, 7], fill: 0.
                 "env_kwargs.max_steps=100"]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo, env", [("isac", ["env=MPE_simple_facmac_v1"]), ("masac", JAXNAV_SMALL)],
                          ids=["isac-facmac", "masac-jaxnav"])  # fmt: skip
 def test_learns_a_step_on_the_other_box_action_envs(algo, env):
@@ -239,7 +240,7 @@ def test_mesh_data_two_against_one_device(tmp_path):
 # ------------------------------------------------------------------ learning
 MARGIN = 1.8  # per agent, over the better of no-op and random on the same episodes: the smallest below
 # (id, steps, margin: about half the measured gap). Measured with seed 0, 64 episodes, on this shared 2-core CPU:
-# isac 1e5: learned -23.75, no-op -27.43, random -28.80 (84 s; CI); isac 2e5: learned -19.98, no-op -27.13,
+# isac 1e5: learned -23.75, no-op -27.43, random -28.80 (84 s); isac 2e5: learned -19.98, no-op -27.13,
 # random -27.54 (282 s); masac 2e5: learned -22.86 on the same episodes (346 s). Nightly:
 # python -m pytest -m nightly tests/test_sac.py -s
 # MPE_simple_facmac_v1 (3 predators, Box actions, heuristic prey), 2e5 steps, seed 0, 64 episodes, 2026-11-27:
@@ -248,7 +249,7 @@ MARGIN = 1.8  # per agent, over the better of no-op and random on the same episo
 # JaxNav's 7x7 map (JAXNAV_SMALL), isac 1e6: 0.13 against no-op -1.00 and random -4.91 (215 s); 3e5: -0.47. Margin 0.5
 FACMAC = ["env=MPE_simple_facmac_v1"]
 LEARNS = [
-    pytest.param("isac", CONTINUOUS, "1e5", 1.8, id="isac-1e5"),
+    pytest.param("isac", CONTINUOUS, "1e5", 1.8, id="isac-1e5", marks=pytest.mark.nightly),
     pytest.param("isac", CONTINUOUS, "2e5", 3.5, id="isac-2e5", marks=pytest.mark.nightly),
     pytest.param("masac", CONTINUOUS, "2e5", 2.0, id="masac-2e5", marks=pytest.mark.nightly),
     pytest.param("isac", FACMAC, "2e5", 8.0, id="isac-facmac-2e5", marks=pytest.mark.nightly),
@@ -267,6 +268,7 @@ def test_learns_above_no_op_and_random(algo, env, steps, margin, tmp_path):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["isac", "masac"])
 def test_smoke_a_short_run_through_the_host_loop(algo, tmp_path):
     """Both algorithms through the host loop: 40 updates (learning from the 5th), every

@@ -98,6 +98,7 @@ def test_learned_alpha_is_at_least_one_and_greedy_agents_do_not_use_it():
     assert max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(grads)) > 0.0
 
 
+@pytest.mark.slow
 def test_a_fixed_alpha_of_one_is_vdn_and_a_learned_alpha_is_not():
     vdn_state, vdn_m = _run(_trainer("algo=vdn"), 3)
     one_state, one_m = _run(_trainer("algo=shaq", "shaq.manual_alpha=1"), 3)
@@ -113,6 +114,7 @@ def test_a_fixed_alpha_of_one_is_vdn_and_a_learned_alpha_is_not():
     assert diff > 1e-4
 
 
+@pytest.mark.slow
 def test_the_alpha_network_learns_at_its_own_rate():
     """One learning update from the same start: the alpha network's step scales with
     shaq.lr_alpha (Adam's first step is lr x a fixed direction); the agents' does not."""

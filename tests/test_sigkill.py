@@ -53,6 +53,7 @@ def _resume_and_compare(out, reference: FinishedRun, expected_start: int) -> Non
     assert difference is None, difference
 
 
+@pytest.mark.slow
 def test_sigkill_right_after_the_first_checkpoint_resumes_bitwise(tmp_path, reference):
     out = tmp_path / "run"
     proc = start_train(BASE + [f"out_dir={out}"])
@@ -63,6 +64,7 @@ def test_sigkill_right_after_the_first_checkpoint_resumes_bitwise(tmp_path, refe
     _resume_and_compare(out, reference, expected_start=steps[-1])
 
 
+@pytest.mark.slow
 def test_sigkill_while_a_save_is_in_flight_resumes_bitwise(tmp_path, reference):
     out = tmp_path / "run"
     proc = start_train(BASE + [f"out_dir={out}"], env={TEST_SAVE_DELAY: f"120@{HELD}"})

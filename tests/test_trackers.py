@@ -195,6 +195,7 @@ def test_each_tracker_gets_the_plot_and_the_config_with_its_record(logged):
     assert list((files / "media" / "images").glob("returns_plot_*.png"))
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_the_same_tracker_runs(tmp_path):
     out = tmp_path / "run"
     base = [*BASE, f"out_dir={out}", "log.backends=[mlflow]", "checkpoint_every=2"]
@@ -222,6 +223,7 @@ def test_a_failing_tracker_is_switched_off_and_the_run_goes_on(tmp_path, monkeyp
     assert printed.count("log.backends: tensorboard failed (OSError: disk full)") == 1
 
 
+@pytest.mark.slow
 def test_a_sweep_logs_one_tracker_run_per_cell_grouped_under_the_sweep(tmp_path):
     from marljax.sweeps.runner import run_sweep
     from marljax.sweeps.spec import expand

@@ -85,6 +85,7 @@ def _mixer(view, H: int = 16):
     return transf_qmix.TransformerMixer(H, 2, 4, 32, True, view.world)
 
 
+@pytest.mark.slow
 def test_the_mixer_is_monotonic_in_every_agents_value_and_no_plain_sum():
     env = _adapter()
     view = entity_view(env)
@@ -174,6 +175,7 @@ def test_a_fast_attention_layer_ignores_masked_tokens_and_is_not_the_softmax_lay
     assert float(jnp.max(jnp.abs(softmax.apply(params, x, valid) - out))) > 1e-2
 
 
+@pytest.mark.slow
 def test_a_short_run_trains_on_spread():
     config = load_config(None, ["algo=transf_qmix", "num_envs=4", "num_steps=8", "total_timesteps=320",
                                 "replay.buffer_size=8", "replay.batch_size=4", "replay.learning_starts=0",

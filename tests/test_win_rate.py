@@ -55,6 +55,7 @@ def test_won_matches_the_terminal_state_of_the_battle():
     np.testing.assert_array_equal(won, truth)
 
 
+@pytest.mark.slow
 def test_smax_rows_carry_win_rates_and_mpe_rows_do_not(tmp_path):
     settings = ["activation=relu", "num_envs=8", "num_steps=16", "num_chunks=2", "eval_every=2", "eval_episodes=4",
                 "progress=false", "plot=false"]  # fmt: skip
