@@ -189,7 +189,7 @@ def test_one_vs_eight_devices(tmp_path):
 SPEAKER_LISTENER = ["algo=happo", "env=MPE_simple_speaker_listener_v4", "param_sharing=per_role", "total_timesteps=3e5"]
 
 
-# nightly (each learning case is 1.5-6 CPU-minutes; CI runs the default run's):
+# nightly (each learning case is 1.5-6 CPU-minutes; CI's learning tests: IPPO's, test_defaults_learn.py and others):
 # python -m pytest -m nightly -s tests/test_happo.py -k learns
 @pytest.mark.nightly
 @pytest.mark.optimized

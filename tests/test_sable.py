@@ -231,7 +231,7 @@ SPEAKER_LISTENER = ["algo=sable", "env=MPE_simple_speaker_listener_v4", "total_t
 SPEAKER_LISTENER_BOX = [*SPEAKER_LISTENER, "env_kwargs.action_type=Continuous"]
 
 
-# nightly (each learning case is 1.5-6 CPU-minutes; CI runs the default run's):
+# nightly (each learning case is 1.5-6 CPU-minutes; CI's learning tests: IPPO's, test_defaults_learn.py and others):
 # python -m pytest -m nightly -s tests/test_sable.py -k learns
 @pytest.mark.nightly
 @pytest.mark.optimized

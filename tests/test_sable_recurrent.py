@@ -260,7 +260,7 @@ def test_an_exported_recurrent_policy_carries_the_memory_as_the_trainer_does(tmp
     assert sum(differs_from_fresh) > 20  # the memory mattered on most steps
 
 
-# nightly (each learning case is 1.5-6 CPU-minutes; CI runs the default run's):
+# nightly (each learning case is 1.5-6 CPU-minutes; CI's learning tests: IPPO's, test_defaults_learn.py and others):
 # python -m pytest -m nightly -s tests/test_sable_recurrent.py -k learns
 @pytest.mark.nightly
 @pytest.mark.optimized
