@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marljax.nn.networks import ActorCritic, Categorical, DiagGaussian, RecurrentActorCritic
+from marljax.nn.networks import ActorCritic, Categorical, CNNEncoder, DiagGaussian, RecurrentActorCritic
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from conv_gradient import FlaxConv  # noqa: E402  (CNNEncoder's layers with nn.Conv)
 
 
 def _random_mask(key, rows: int, k: int) -> jax.Array:
@@ -167,3 +172,41 @@ def test_gru_hidden_reset_equals_zero_hidden():
     h_mix, _, _ = net.apply(params, h_rand, obs, reset)
     np.testing.assert_allclose(np.asarray(h_mix)[[0, 2]], np.asarray(h_zero)[[0, 2]], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(np.asarray(h_mix)[[1, 3]], np.asarray(h_keep)[[1, 3]], rtol=1e-6, atol=1e-6)
+
+
+def _mirrored_conv(params: dict, x: jax.Array) -> jax.Array:
+    """The reference with each kernel mirrored in space (correlation and convolution mixed up)."""
+    for i in range(2):
+        layer = params["params"][f"Conv_{i}"]
+        dims = ("NHWC", "HWIO", "NHWC")
+        x = jax.lax.conv_general_dilated(x, layer["kernel"][::-1, ::-1], (1, 1), "SAME", dimension_numbers=dims)
+        x = jax.nn.relu(x + layer["bias"])
+    return x.reshape(x.shape[0], -1)
+
+
+@pytest.mark.parametrize("obs_shape", [(4, 5, 30), (5, 5, 14), (1, 7, 3)], ids=["overcooked_v2", "storm", "one-row"])
+def test_cnn_encoder_equals_flax_conv_per_agent(obs_shape):
+    """CNNEncoder convolves by patches and one matmul (vmapped per-agent kernels make XLA's CPU
+    convolution gradient slow): its output and its gradient, vmapped over 3 agents' own parameters,
+    equal flax's nn.Conv with the same parameters to float32 summation order; a mirrored kernel
+    (correlation vs convolution mixed up) does not."""
+    A, B = 3, 8
+    x = jax.random.normal(jax.random.PRNGKey(0), (A, B, *obs_shape))
+    enc, ref = CNNEncoder(), FlaxConv()  # the reference: flax's own nn.Conv layers
+    keys = jax.random.split(jax.random.PRNGKey(1), A)
+    params = jax.vmap(lambda k: enc.init(k, x[0]))(keys)
+    # the same parameter tree as nn.Conv's, and random biases so that they are exercised
+    assert jax.tree.structure(params) == jax.tree.structure(jax.vmap(lambda k: ref.init(k, x[0]))(keys))
+    params = jax.tree.map(lambda p: p + 0.1 * jax.random.normal(jax.random.PRNGKey(2), p.shape), params)
+
+    def loss(module):
+        return lambda p, x: (jax.vmap(module.apply)(p, x) ** 2).mean()
+
+    out, want = jax.vmap(enc.apply)(params, x), jax.vmap(ref.apply)(params, x)
+    assert out.shape == (A, B, obs_shape[0] * obs_shape[1] * 32)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-5, atol=1e-5)
+    grads, want_grads = jax.grad(loss(enc))(params, x), jax.grad(loss(ref))(params, x)
+    jax.tree.map(lambda g, w: np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-6),
+                 grads, want_grads)  # fmt: skip
+    mirrored = jax.vmap(_mirrored_conv)(params, x)
+    assert float(jnp.abs(mirrored - want).max()) > 1e-2  # the check above can tell the two apart

@@ -159,6 +159,35 @@ def _dense(features: int, scale: float, dtype: str = "float32") -> nn.Dense:
     return dense(features, dtype, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)
 
 
+def _patch_conv(dtype: str) -> Callable:
+    """A stand-in for `lax.conv_general_dilated` as nn.Conv calls it (NHWC input, HWIO kernel, stride
+    1, "SAME" padding, no dilation or groups): the input's k x k neighbourhoods concatenated on the
+    feature axis, then one matmul with the kernel flattened to `[k*k*C, F]`.
+
+    Why not the convolution itself: where agents have parameters of their own, the algorithms vmap
+    the network over the stacked parameters, and a vmapped kernel becomes a grouped convolution whose gradient XLA's CPU backend
+    runs 5-10x slower than this matmul's (docs/performance.md section 2, the CNN torso); a batched
+    matmul is what the per-agent Dense layers already compile to. The parameters are nn.Conv's own,
+    so checkpoints and initialisation are unchanged; the sums run in another order."""
+    dot = _low_precision(lax.dot_general, dtype) or lax.dot_general
+
+    def conv(lhs: Array, rhs: Array, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+             dimension_numbers=None, feature_group_count=1, precision=None) -> Array:  # fmt: skip
+        kh, kw, c, f = rhs.shape  # HWIO
+        if padding != "SAME" or tuple(window_strides) != (1, 1) or feature_group_count != 1:
+            raise NotImplementedError("_patch_conv: stride 1, SAME padding, one group only")
+        if any(d != 1 for d in (*(lhs_dilation or ()), *(rhs_dilation or ()))):
+            raise NotImplementedError("_patch_conv: no dilation")
+        b, h, w, _ = lhs.shape
+        padded = jnp.pad(lhs, ((0, 0), ((kh - 1) // 2, kh // 2), ((kw - 1) // 2, kw // 2), (0, 0)))
+        patches = jnp.concatenate(
+            [padded[:, i : i + h, j : j + w, :] for i in range(kh) for j in range(kw)], axis=-1
+        )  # [B, H, W, kh*kw*C], in the kernel's (i, j, c) order
+        return dot(patches, rhs.reshape(kh * kw * c, f), (((3,), (0,)), ((), ())), precision=precision)  # [B, H, W, F]
+
+    return conv
+
+
 class CNNEncoder(nn.Module):
     """Small conv torso for `[B, H, W, C]` observations -> `[B, F]`."""
 
@@ -169,7 +198,7 @@ class CNNEncoder(nn.Module):
     @nn.compact
     def __call__(self, x: Array) -> Array:
         act = _act(self.activation)
-        conv = _low_precision(lax.conv_general_dilated, self.dtype)
+        conv = _patch_conv(self.dtype)
         for c in self.channels:
             x = act(
                 nn.Conv(c, (3, 3), padding="SAME", kernel_init=orthogonal(np.sqrt(2)), conv_general_dilated=conv)(x)
