@@ -377,7 +377,8 @@ SPEC = AlgorithmSpec(
         # -20.3 per agent 1.6x sooner and end 2.0 better after 5M steps; on SMAX 3m they are 2.4x slower;
         # on STORM's storm_2p they alone reach 12 per agent within 1M steps (the defaults: best 9.7); on Hanabi
         # they reach 2.5 per agent 1.41x sooner; on Switch Riddle (recurrent) 0.45 per agent 1.31x sooner; on a
-        # small JaxNav map 0.5 per agent 1.46x sooner; on Overcooked 20 per agent 1.35x sooner. Not Coin Game:
+        # small JaxNav map 0.5 per agent 1.46x sooner; on Overcooked 20 per agent 1.35x sooner (overcooked_v2: 100 per
+        # agent 2.04x sooner). Not Coin Game:
         # the defaults alone reach 10. On Jumanji the winner was faster but RobotWarehouse's greedy policy
         # failed; lr 3e-3 alone is 1.20x sooner on LevelBasedForaging, level on RobotWarehouse, and its
         # greedy policies pass the three Jumanji learning tests (RobotWarehouse 6.0 against the defaults' 5.0)
