@@ -165,9 +165,9 @@ def _patch_conv(dtype: str) -> Callable:
     feature axis, then one matmul with the kernel flattened to `[k*k*C, F]`.
 
     Why not the convolution itself: where agents have parameters of their own, the algorithms vmap
-    the network over the stacked parameters, and a vmapped kernel becomes a grouped convolution whose gradient XLA's CPU backend
-    runs 5-10x slower than this matmul's (docs/performance.md section 2, the CNN torso); a batched
-    matmul is what the per-agent Dense layers already compile to. The parameters are nn.Conv's own,
+    the network over the stacked parameters, and a vmapped kernel becomes a grouped convolution
+    whose gradient XLA's CPU backend runs 6-10x slower than this matmul's (docs/performance.md
+    section 2, the CNN torso); a batched matmul is what the per-agent Dense layers compile to. The parameters are nn.Conv's own,
     so checkpoints and initialisation are unchanged; the sums run in another order."""
     dot = _low_precision(lax.dot_general, dtype) or lax.dot_general
 
@@ -178,7 +178,9 @@ def _patch_conv(dtype: str) -> Callable:
             raise NotImplementedError("_patch_conv: stride 1, SAME padding, one group only")
         if any(d != 1 for d in (*(lhs_dilation or ()), *(rhs_dilation or ()))):
             raise NotImplementedError("_patch_conv: no dilation")
-        b, h, w, _ = lhs.shape
+        if dimension_numbers != lax.conv_dimension_numbers(lhs.shape, rhs.shape, ("NHWC", "HWIO", "NHWC")):
+            raise NotImplementedError("_patch_conv: NHWC input and HWIO kernel only")
+        _, h, w, _ = lhs.shape
         padded = jnp.pad(lhs, ((0, 0), ((kh - 1) // 2, kh // 2), ((kw - 1) // 2, kw // 2), (0, 0)))
         patches = jnp.concatenate(
             [padded[:, i : i + h, j : j + w, :] for i in range(kh) for j in range(kw)], axis=-1
