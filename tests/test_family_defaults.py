@@ -78,6 +78,9 @@ def test_the_family_defaults_apply_on_its_envs_only():
     assert family_defaults(load_config(None, ["algo=mappo", "env=hanabi"])) == ("hanabi", IPPO_MPE)
     for env, family in (("storm_2p", "storm"), ("coin_game", "coin_game")):
         assert family_defaults(load_config(None, ["algo=mappo", f"env={env}"])) == (family, {})
+    # the Q-learners' own defaults won their SMAX 3m searches (docs/performance.md section 3)
+    for algo in ("pqn_vdn", "iql", "vdn", "qmix", "shaq"):
+        assert family_defaults(load_config(None, [f"algo={algo}", "env=HeuristicEnemySMAX"])) == ("smax", {})
     assert without_choice(load_config(None, ["algo=iql"])) == without_choice(
         load_config(None, ["algo=iql", "family_defaults=none"])
     )
