@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shlex
 import subprocess
 import sys
@@ -33,16 +35,38 @@ DEFAULT_CANDIDATES = [
 ]  # fmt: skip
 
 
+STOP_GRACE_S = 120.0  # how long a timed-out run may take to finish its chunk and clean up after SIGTERM
+# one row of `marljax bench target`'s curve: "      32,768 env steps     117.9 s  return 0.571"
+CURVE_ROW = re.compile(r"^\s*([\d,]+) env steps\s+([\d.]+) s\s+return (-?[\d.]+)\s*$")
+
+
+def best_so_far(stdout: str) -> str:
+    """The best return on a stopped run's printed curve, with when it came: 'best R at N env steps (T s)'."""
+    rows = [m.groups() for m in map(CURVE_ROW.match, stdout.splitlines()) if m]
+    if not rows:
+        return "no chunk finished"
+    steps, wall, value = max(rows, key=lambda row: float(row[2]))
+    return f"best {float(value):.3f} at {steps} env steps ({wall} s)"
+
+
 def bench_target(overrides: list[str], timeout_s: float) -> dict:
     """One `marljax bench target` process: its JSON line, or {"reached": False, "error": ...}."""
     cmd = [sys.executable, "-m", "marljax.cli", "bench", "target", *overrides]  # this interpreter's marljax
+    unbuffered = {**os.environ, "PYTHONUNBUFFERED": "1"}  # so a run stopped by the timeout leaves its curve
+    done = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=unbuffered)
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        stdout, stderr = done.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {"reached": False, "error": f"timed out after {timeout_s:.0f} s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        done.terminate()  # SIGTERM: marljax stops after its chunk and removes its temporary run directory
+        try:
+            stdout, _ = done.communicate(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:  # then SIGKILL; a retried communicate() loses no output
+            done.kill()
+            stdout, _ = done.communicate()
+        return {"reached": False, "error": f"timed out after {timeout_s:.0f} s; {best_so_far(stdout)}"}
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        tail = (stderr or stdout).strip().splitlines()[-1:] or ["no output"]
         return {"reached": False, "error": tail[0]}
     return json.loads(lines[-1])
 
