@@ -89,6 +89,7 @@ def _bench_throughput(args: list[str]) -> int:
 @_config_errors_exit_2
 def _bench_target(args: list[str]) -> int:
     from marljax.bench.target import TargetNotReached, default_target, run_target_bench, split_target
+    from marljax.train.chunks import Stopped
 
     target, rest = split_target(args)  # target=R is the benchmark's, not a config key
     config = _config(rest)
@@ -98,6 +99,9 @@ def _bench_target(args: list[str]) -> int:
     except TargetNotReached as exc:
         print(f"marljax: {exc}", file=sys.stderr)
         return 1
+    except Stopped as exc:  # SIGINT or SIGTERM, at a chunk boundary
+        print(f"marljax: {exc}", file=sys.stderr)
+        return exc.exit_code
     return 0
 
 

@@ -2,10 +2,12 @@
 with metrics.jsonl, and fails clearly when the budget runs out or the target is bad."""
 
 import json
+import signal
 
 import pytest
 
-from marljax.bench.target import TargetNotReached, default_target, run_target_bench, split_target
+from marljax.bench import target as target_module
+from marljax.bench.target import StoppedUnsaved, TargetNotReached, default_target, run_target_bench, split_target
 from marljax.cli import main
 from marljax.config import ConfigError, load_config
 
@@ -31,6 +33,27 @@ def test_a_target_not_reached_within_the_budget_is_a_clear_error(tmp_path):
     config = load_config(None, [*TINY, "num_chunks=2", f"out_dir={tmp_path / 'run'}"])
     with pytest.raises(TargetNotReached, match=r"target=1e\+06 not reached within total_timesteps=512 .*best -?\d"):
         run_target_bench(config, target=1e6, log=lambda line: None)
+
+
+def stopped_after_two_chunks(run, log, on_row, on_compiled):
+    """Stands in for train: two chunks' rows, then the stop SIGTERM causes at a chunk boundary."""
+    on_row({"env_steps": 128, "return_per_seed": [-30.0, -28.0]})
+    on_row({"env_steps": 256, "return_per_seed": [-25.0, -27.0]})
+    raise target_module.Stopped(signal.SIGTERM, 2, f"{run.out_dir}/checkpoints/2")
+
+
+def test_a_stopped_run_in_its_own_temporary_directory_offers_no_resume(monkeypatch, tmp_path):
+    monkeypatch.setattr(target_module, "train", stopped_after_two_chunks)
+    config = load_config(None, TINY)
+    with pytest.raises(StoppedUnsaved) as stopped:
+        run_target_bench(config, target=1e6, log=lambda line: None)
+    message = str(stopped.value)
+    assert "SIGTERM at update 2 (best -26.000 at 256 env steps)" in message and "temporary" in message
+    assert "resume=true" not in message and stopped.value.exit_code == 143
+    # negative control: with an out_dir of the caller's the checkpoint stays, and so does the resume hint
+    with pytest.raises(target_module.Stopped, match=r"continue with resume=true") as kept:
+        run_target_bench(load_config(None, [*TINY, f"out_dir={tmp_path}"]), target=1e6, log=lambda line: None)
+    assert not isinstance(kept.value, StoppedUnsaved)
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ target is the first part of the full run). Reaching the end of it first is `Targ
 from __future__ import annotations
 
 import math
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from typing import Any
 
 from marljax.bench.table import report
 from marljax.config import Config, ConfigError, replace
+from marljax.train.chunks import Stopped
 from marljax.train.loop import train
 
 # (env, env_kwargs.scenario) -> default target, return per agent. MPE simple_spread: what JaxMARL's
@@ -34,6 +36,23 @@ DEFAULT_TARGETS: dict[tuple[str, str | None], float] = {
 
 class TargetNotReached(RuntimeError):
     """The budget (`total_timesteps`) ran out before the mean training return reached the target."""
+
+
+class StoppedUnsaved(Stopped):
+    """SIGINT or SIGTERM stopped a benchmark run whose run directory was its own temporary one: the
+    checkpoint went with it, so there is nothing to resume; says how far the curve got instead."""
+
+    def __init__(self, stop: Stopped, seen: str):
+        self.signum, self.update = stop.signum, stop.update
+        Exception.__init__(self, f"stopped by {signal.Signals(stop.signum).name} at update {stop.update} ({seen}); "
+                           "its run directory was temporary and is removed (give out_dir=D to keep one)")  # fmt: skip
+
+
+def best_seen(curve: list[list[float]]) -> str:
+    """'best R at N env steps' over the curve's scored chunks, or that no episode finished."""
+    scored = [c for c in curve if c[2] is not None]
+    best = max(scored, key=lambda c: c[2], default=None)
+    return f"best {best[2]:.3f} at {best[0]:,} env steps" if best else "no episode finished"
 
 
 class _Reached(Exception):
@@ -106,13 +125,14 @@ def run_target_bench(config: Config, target: float | None = None, log: Callable[
             train(run, log=lambda _line: None, on_row=on_row, on_compiled=compile_s.append)
         except _Reached:
             pass
+        except Stopped as stop:
+            if run.out_dir != tmp:
+                raise  # its checkpoint is in the caller's out_dir: resumable as the message says
+            raise StoppedUnsaved(stop, best_seen(curve)) from None
         else:
-            scored = [c for c in curve if c[2] is not None]
-            best = max(scored, key=lambda c: c[2], default=None)
-            seen = f"best {best[2]:.3f} at {best[0]:,} env steps" if best else "no episode finished"
             raise TargetNotReached(
                 f"target={target:g} not reached within total_timesteps={config.total_timesteps:,} env steps per seed "
-                f"({time.perf_counter() - start:.1f} s; {seen}): raise total_timesteps or lower the target"
+                f"({time.perf_counter() - start:.1f} s; {best_seen(curve)}): raise total_timesteps or lower the target"
             )
     steps, wall, value = curve[-1]
     result = {
