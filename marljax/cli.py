@@ -52,6 +52,25 @@ def _config_errors_exit_2(handler: Callable[[list[str]], int]) -> Callable[[list
     return run
 
 
+def _stopped_exits_with_its_signal(handler: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
+    """A handler whose run SIGINT or SIGTERM stopped at a chunk boundary (`Stopped`) prints its one
+    line on stderr and exits 128 + the signal number, as a shell reports it."""
+
+    @functools.wraps(handler)
+    def run(args: list[str]) -> int:
+        try:
+            return handler(args)
+        except Exception as exc:
+            from marljax.train.chunks import Stopped  # imported here: it imports jax, not wanted at start-up
+
+            if not isinstance(exc, Stopped):
+                raise
+            print(f"marljax: {exc}", file=sys.stderr)
+            return exc.exit_code
+
+    return run
+
+
 def _config(args: Sequence[str], defaults: Sequence[str] = ()) -> Config:
     """The config of [CONFIG.yaml] [key=value ...]; `defaults` come first when no file is given."""
     path, overrides = _split_args(args)
@@ -59,11 +78,11 @@ def _config(args: Sequence[str], defaults: Sequence[str] = ()) -> Config:
 
 
 @_config_errors_exit_2
+@_stopped_exits_with_its_signal
 def _train(args: list[str]) -> int:
     from marljax.parallel.distributed import DistributedError
     from marljax.pipeline.watchdog import ActorStuck
     from marljax.train.checkpoint import CheckpointError
-    from marljax.train.chunks import Stopped
     from marljax.train.loop import TrainingDiverged, train
 
     config = _config(args)
@@ -72,9 +91,6 @@ def _train(args: list[str]) -> int:
     except (TrainingDiverged, CheckpointError, DistributedError, ActorStuck) as exc:
         print(f"marljax: {exc}", file=sys.stderr)
         return 1
-    except Stopped as exc:
-        print(f"marljax: {exc}", file=sys.stderr)
-        return exc.exit_code
     return 0
 
 
@@ -87,9 +103,9 @@ def _bench_throughput(args: list[str]) -> int:
 
 
 @_config_errors_exit_2
+@_stopped_exits_with_its_signal
 def _bench_target(args: list[str]) -> int:
     from marljax.bench.target import TargetNotReached, default_target, run_target_bench, split_target
-    from marljax.train.chunks import Stopped
 
     target, rest = split_target(args)  # target=R is the benchmark's, not a config key
     config = _config(rest)
@@ -99,9 +115,6 @@ def _bench_target(args: list[str]) -> int:
     except TargetNotReached as exc:
         print(f"marljax: {exc}", file=sys.stderr)
         return 1
-    except Stopped as exc:  # SIGINT or SIGTERM, at a chunk boundary
-        print(f"marljax: {exc}", file=sys.stderr)
-        return exc.exit_code
     return 0
 
 
@@ -180,6 +193,7 @@ def _looks_like_a_name(arg: str) -> bool:
     return re.fullmatch(r"[A-Za-z][\w-]*", arg) is not None and not arg.endswith((".yaml", ".yml"))
 
 
+@_stopped_exits_with_its_signal
 def _sweep(args: list[str]) -> int:
     if not args or "=" in args[0]:
         print(f"marljax: sweep takes a sweep file first\n\n{usage()}", file=sys.stderr)
@@ -200,16 +214,12 @@ def _sweep(args: list[str]) -> int:
         from marljax.parallel.distributed import DistributedError
         from marljax.sweeps.runner import run_sweep
         from marljax.sweeps.spec import load_sweep
-        from marljax.train.chunks import Stopped
 
         try:
             run_sweep(load_sweep(args[0], rest), **options)
         except (DistributedError, DamagedFile) as exc:
             print(f"marljax: {exc}", file=sys.stderr)
             return 1
-        except Stopped as exc:
-            print(f"marljax: {exc}", file=sys.stderr)
-            return exc.exit_code
     except ConfigError as exc:
         print(f"marljax: config error: {exc}", file=sys.stderr)
         return 2

@@ -14,7 +14,6 @@ target is the first part of the full run). Reaching the end of it first is `Targ
 from __future__ import annotations
 
 import math
-import signal
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -44,8 +43,8 @@ class StoppedUnsaved(Stopped):
 
     def __init__(self, stop: Stopped, seen: str):
         self.signum, self.update = stop.signum, stop.update
-        Exception.__init__(self, f"stopped by {signal.Signals(stop.signum).name} at update {stop.update} ({seen}); "
-                           "its run directory was temporary and is removed (give out_dir=D to keep one)")  # fmt: skip
+        Exception.__init__(self, f"{self.head} ({seen}); its run directory was temporary and is removed "
+                           "(give out_dir=D to keep one)")  # fmt: skip
 
 
 def best_seen(curve: list[list[float]]) -> str:

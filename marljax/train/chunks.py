@@ -53,8 +53,12 @@ class Stopped(Exception):
 
     def __init__(self, signum: int, update: int, where: str, again: str = "resume=true"):
         self.signum, self.update = signum, update
-        name = signal.Signals(signum).name
-        super().__init__(f"stopped by {name} at update {update}; its checkpoint is in {where}: continue with {again}")
+        super().__init__(f"{self.head}; its checkpoint is in {where}: continue with {again}")
+
+    @property
+    def head(self) -> str:
+        """What stopped the run, and where: 'stopped by SIGTERM at update 24'."""
+        return f"stopped by {signal.Signals(self.signum).name} at update {self.update}"
 
     @property
     def exit_code(self) -> int:
