@@ -44,6 +44,7 @@ from marljax.algos.learning import Minibatches, adam, learning_rate
 from marljax.config import AlgorithmSchema, Config, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
+from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
 from marljax.types import GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
@@ -250,13 +251,13 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             b = traj.batch[g.name]._replace(world=None)
             with jax.named_scope("gae"):
                 adv, target = ops.gae(b.reward, b.value, b.done, traj.last_value[g.name], hp["gamma"],
-                                      hp["ppo.gae_lambda"])  # fmt: skip
+                                      hp["ppo.gae_lambda"], choices().gae)  # fmt: skip
             data[g.name] = (b, adv, target)
         critic_data = {**{g.name: (data[g.name][0].value, data[g.name][2]) for g in groups}, "world": world}
         data["factor"] = jnp.ones(world.shape[:2], jnp.float32)  # M [T, E]: 1 before the first set
         order = jnp.arange(K) if config.happo.fixed_order else jax.random.permutation(k_order, K)  # [K]
         lr = learning_rate(config, learner)
-        shuffle = lambda d: lambda k: batches.shuffle(d, k, runs=rnn)  # noqa: E731
+        shuffle = lambda d, k: batches.shuffle(d, k, runs=rnn)  # noqa: E731
 
         def update_block(carry, xs):
             """Block `block`'s epochs of minibatches, then M times its agents' new ratios."""
@@ -265,7 +266,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             d = {**data, "factor": factor}
             k = jax.random.fold_in(k_actor, position)
             (params, opt_state), (parts, norm) = batches.run(actor_step(block, hp, lr), (params, opt_state), k,
-                                                             shuffle(d))  # fmt: skip
+                                                             shuffle, d)  # fmt: skip
             with jax.named_scope("factor"):
                 log_ratio = block_log_ratio({g.name: params[g.name] for g in groups}, d, block)
             factor = factor * jax.lax.stop_gradient(jnp.exp(log_ratio))
@@ -275,7 +276,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             update_block, (learner.params, learner.opt_state, data["factor"]), (jnp.arange(K), order)
         )
         (params, opt_state), (value_loss, critic_norm) = batches.run(
-            critic_step(hp, lr), (params, opt_state), k_critic, shuffle(critic_data)
+            critic_step(hp, lr), (params, opt_state), k_critic, shuffle, critic_data
         )
         mean = lambda x: jnp.mean(x) / layout.num_env_shards  # noqa: E731  (summed over the shards below)
         actor, ent, kl, clipped = (mean(parts[..., i]) for i in range(4))

@@ -33,6 +33,7 @@ from marljax.config import AlgorithmSchema, Config, Supports, setting
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.nn.networks import ActorCritic, RecurrentActorCritic
+from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
@@ -280,7 +281,9 @@ def build(
     def advantages(params, b: GroupBatch, last_value: Array, g: AgentGroup, hp: HParams):
         """(batch, advantages, value targets, importance weight or None), learning layout, [T, E, A]."""
         if correction == "none":
-            adv, target = ops.gae(b.reward, b.value, b.done, last_value, hp["gamma"], hp["ppo.gae_lambda"])
+            adv, target = ops.gae(
+                b.reward, b.value, b.done, last_value, hp["gamma"], hp["ppo.gae_lambda"], choices().gae
+            )
             return b, adv, target, None
         dist, value = evaluate_seq(params, g, b)  # the proximal policy: the learner now
         shape = b.reward.shape
@@ -289,7 +292,9 @@ def build(
         prox_value = jax.lax.stop_gradient(value.reshape(shape))
         b = b._replace(logp=prox_logp, value=prox_value)
         if correction == "ppo_clip":
-            adv, target = ops.gae(b.reward, prox_value, b.done, last_value, hp["gamma"], hp["ppo.gae_lambda"])
+            adv, target = ops.gae(
+                b.reward, prox_value, b.done, last_value, hp["gamma"], hp["ppo.gae_lambda"], choices().gae
+            )
             return b, adv, target, weight
         target, adv = ops.vtrace(b.reward, prox_value, b.done, last_value, weight, hp["gamma"])
         return b, adv, target, jnp.ones_like(weight)  # V-trace's advantages already carry rho
@@ -324,7 +329,7 @@ def build(
         step = lambda c, minibatch: minibatch_step(c[0], c[1], minibatch, hp, lr)  # noqa: E731  (c: params, opt_state)
         # recurrent: whole runs of L steps, each replayed from the GRU state stored at its start
         (params, opt_state), (parts, grad_norm) = batches.run(
-            step, (learner.params, learner.opt_state), k_epochs, lambda k: shuffle(data, k)
+            step, (learner.params, learner.opt_state), k_epochs, shuffle, data
         )
         # one collective for all metrics: loss means are averaged, episode counts summed
         parts, stats = ops.psum_tree(

@@ -50,6 +50,7 @@ from marljax.nn.sable import (
     zero_memory,
     zero_step_state,
 )
+from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
@@ -273,12 +274,12 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             b = traj.batch[g.name]
             with jax.named_scope("gae"):
                 adv, target = ops.gae(b.reward, b.value, b.done, traj.last_value[g.name], hp["gamma"],
-                                      hp["ppo.gae_lambda"])  # fmt: skip
+                                      hp["ppo.gae_lambda"], choices().gae)  # fmt: skip
             data[g.name] = (b, adv, target)
         lr = learning_rate(config, learner)
         step = lambda c, mb: minibatch_step(c[0], c[1], mb, hp, lr)  # noqa: E731  (c: params, opt_state)
         (params, opt_state), (parts, grad_norm) = batches.run(
-            step, (learner.params, learner.opt_state), key, lambda k: batches.shuffle(data, k, runs=recurrent)
+            step, (learner.params, learner.opt_state), key, lambda d, k: batches.shuffle(d, k, runs=recurrent), data
         )
         parts, stats = ops.psum_tree(
             (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), traj.stats), layout.env_axes

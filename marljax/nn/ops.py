@@ -23,8 +23,26 @@ def gae(
     last_value: Array,  # [...]  V(s_T)
     gamma: Array | float,
     lam: Array | float,
+    method: str = "scan",
 ) -> tuple[Array, Array]:
-    """Generalised advantage estimation. Returns (advantages, value targets), both [T, ...]."""
+    """Generalised advantage estimation. Returns (advantages, value targets), both [T, ...].
+
+    A_t = delta_t + gamma lam (1 - d_t) A_{t+1}, a linear recurrence: `method="scan"` runs it as a
+    T-trip loop, `"associative"` as log2(T) levels of an associative scan over the affine maps
+    A -> delta_t + c_t A (no loop; the same values up to float rounding, which sums in another order)."""
+    if method == "associative":
+        notdone = 1.0 - done.astype(jnp.float32)
+        next_value = jnp.concatenate([value[1:], last_value[None]], axis=0)  # V(s_{t+1})
+        delta = reward + gamma * next_value * notdone - value
+        decay = gamma * lam * notdone
+
+        def compose(later, earlier):  # the map of `earlier`'s steps applied after `later`'s
+            return earlier[0] * later[0], earlier[1] + earlier[0] * later[1]
+
+        _, adv = jax.lax.associative_scan(compose, (decay, delta), reverse=True)
+        return adv, adv + value
+    if method != "scan":
+        raise ValueError(f"gae: method must be 'scan' or 'associative', got {method!r}")
 
     def step(carry, xs):
         next_adv, next_value = carry
