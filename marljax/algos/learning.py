@@ -156,16 +156,28 @@ class Minibatches:
         perm = jax.vmap(lambda k: jax.random.permutation(k, T))(keys)  # [E_learn, T]
         return jax.tree.map(lambda x: x[perm.T, env_idx[None, :]].reshape((M, L) + x.shape[1:]), data)
 
-    def run(self, step: Callable, carry: Any, key: Array, minibatches: Callable[[Array], Any]):
-        """`epochs` passes, each a scan of `step(carry, minibatch) -> (carry, aux)` over
-        `minibatches(key_e)` (leaves [M, ...]). -> (carry, aux leaves [epochs, M, ...])."""
+    def run(self, step: Callable, carry: Any, key: Array, shuffle: Callable[[Any, Array], Any], data: Any):
+        """`epochs` passes over `data` (leaves [T, E, ...]) as ONE scan of `step(carry, minibatch)
+        -> (carry, aux)` over the epochs x M minibatches, where epoch e's M minibatches are
+        `shuffle(data, key_e)` (leaves [M, ...]). -> (carry, aux leaves [epochs, M, ...]).
 
-        def epoch(carry, key_e):
-            with jax.named_scope("shuffle"):
-                data = minibatches(key_e)
-            return jax.lax.scan(step, carry, data)
+        The shuffle only moves the leading [T, E] positions around, so it runs up front on their
+        indices (int32 [T, E] per leaf, every epoch at once), and each trip gathers its minibatch from
+        `data`: the same values as shuffling `data` itself, without an epoch loop around the
+        minibatch loop (on a GPU each loop level costs host round trips)."""
+        keys = jax.random.split(key, self.epochs)
+        positions = jax.tree.map(lambda x: jnp.arange(x.shape[0] * x.shape[1]).reshape(x.shape[:2]), data)
+        with jax.named_scope("shuffle"):
+            plan = jax.vmap(lambda k: shuffle(positions, k))(keys)  # leaves [epochs, M, ...] of positions
+        flat_plan = jax.tree.map(lambda p: p.reshape((-1,) + p.shape[2:]), plan)  # [epochs * M, ...]
+        rows = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), data)  # leaves [T * E, ...]
 
-        return jax.lax.scan(epoch, carry, jax.random.split(key, self.epochs))
+        def trip(carry, where):
+            minibatch = jax.tree.map(lambda r, w: r[w], rows, where)
+            return step(carry, minibatch)
+
+        carry, aux = jax.lax.scan(trip, carry, flat_plan)
+        return carry, jax.tree.map(lambda a: a.reshape((self.epochs, -1) + a.shape[1:]), aux)
 
 
 def epoch_cost_pieces(config: Config, batches: Minibatches, rollout_step: Callable, minibatch_step: Callable,

@@ -204,7 +204,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             extra = {"steps": jax.tree.map(lambda x: x[-W:], data[:2])}
         step = lambda c, mb: minibatch_step(c, mb, lr, learner.hparams)  # noqa: E731
         (params, opt_state), (loss, q_mean, grad_norm) = batches.run(
-            step, (learner.params, learner.opt_state), k_epochs, lambda k: shuffle(data, k)
+            step, (learner.params, learner.opt_state), k_epochs, shuffle, data
         )
         n = layout.num_env_shards
         (loss, q_mean), stats = ops.psum_tree(((jnp.mean(loss) / n, jnp.mean(q_mean) / n), stats), layout.env_axes)
