@@ -7,12 +7,14 @@
 * `QNetwork` / `RecurrentQNetwork`: per-agent action values for the Q-learning family, with
   LayerNorm (or batch norm, `BatchNorm`) in every hidden layer.
 * The torso is an MLP, or a small CNN for image-like `[H, W, C]` observations.
-* `dtype`: the compute dtype of every matmul and convolution. "float32" (the default) leaves
-  flax's own ops untouched; "bfloat16" casts the two operands of each matmul/conv to bf16 and
-  accumulates and returns float32 (`preferred_element_type`). Parameters stay float32 (the
-  master weights, and Adam's state with them), and biases, activations, LayerNorm, the GRU's
-  gates and every output (logits, values, Q-values) stay float32, so the losses, GAE, softmax
-  and the optimizer all run in float32.
+* `dtype`: the compute dtype. "float32" (the default) leaves flax's own ops untouched. With
+  "bfloat16" the MLP torsos' hidden layers compute and return bf16 (flax's `dtype`, parameters
+  cast per call): their activations, and the gradients flowing back through them, travel in bf16,
+  half the bytes per env step; every other matmul/conv (the heads, the GRU, the Q-networks' layers,
+  the CNN) casts its two operands to bf16 and returns float32 (`preferred_element_type`).
+  Parameters stay float32 (the master weights, and Adam's state with them), and every output
+  (logits, values, Q-values), LayerNorm and the GRU's gates stay float32, so the losses, GAE,
+  softmax and the optimizer all run in float32.
 
 Both take an optional agent-id one-hot that is joined to the torso's features.
 """
@@ -27,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from marljax.parallel.backend import choices
 
 Array = jax.Array
 _NEG = -1e9  # logit for an unavailable action (finite, so gradients stay finite)
@@ -159,6 +163,14 @@ def _dense(features: int, scale: float, dtype: str = "float32") -> nn.Dense:
     return dense(features, dtype, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)
 
 
+def _hidden_dense(features: int, scale: float, dtype: str) -> nn.Dense:
+    """A hidden layer whose output stays in `dtype` (bf16 activations end to end; float32
+    parameters, cast per call): the same parameters as `_dense`'s, so checkpoints do not change."""
+    if dtype == "float32":
+        return _dense(features, scale)
+    return nn.Dense(features, dtype=jnp.dtype(dtype), kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)
+
+
 def _patch_conv(dtype: str) -> Callable:
     """A stand-in for `lax.conv_general_dilated` as nn.Conv calls it (NHWC input, HWIO kernel, stride
     1, "SAME" padding, no dilation or groups): the input's k x k neighbourhoods concatenated on the
@@ -200,7 +212,12 @@ class CNNEncoder(nn.Module):
     @nn.compact
     def __call__(self, x: Array) -> Array:
         act = _act(self.activation)
-        conv = _patch_conv(self.dtype)
+        # the backend's choice (parallel/backend.py): patches on a CPU, the convolution itself on a card
+        conv = (
+            _patch_conv(self.dtype)
+            if choices().conv == "patch"
+            else _low_precision(lax.conv_general_dilated, self.dtype)
+        )
         for c in self.channels:
             x = act(
                 nn.Conv(c, (3, 3), padding="SAME", kernel_init=orthogonal(np.sqrt(2)), conv_general_dilated=conv)(x)
@@ -217,7 +234,7 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: Array) -> Array:
         for _ in range(self.num_layers):
-            x = _act(self.activation)(_dense(self.hidden_size, np.sqrt(2), self.dtype)(x))
+            x = _act(self.activation)(_hidden_dense(self.hidden_size, np.sqrt(2), self.dtype)(x))
         return x
 
 
