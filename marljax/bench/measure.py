@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import resource
 import sys
 import time
@@ -38,18 +39,54 @@ def flops(fn: Callable, *args: Any) -> float:
     program: XLA's GPU compiler hands matmuls to cuBLAS (`__cublas$lt$matmul` custom calls) that
     its cost analysis leaves out (measured on an NVIDIA H200: an IPPO gradient step, hidden 256,
     225.8M FLOPs compiled for the card, 324.5M for its CPU, which the analytic count matches).
-    Older JAX returns a list with one dict per program, newer a dict; a scan or while body
-    inside `fn` is counted ONCE, whatever its trip count.
+    A scan or while body inside `fn` is counted ONCE, whatever its trip count.
     """
     try:
         host = jax.devices("cpu")[0]
     except RuntimeError:  # JAX_PLATFORMS names the accelerator alone: count what it compiles
         host = None
-    with jax.default_device(host):
+    return _cost(fn, args, host).get("flops", 0.0)
+
+
+def bytes_accessed(fn: Callable, *args: Any) -> float:
+    """Bytes XLA's cost analysis models `jit(fn)(*args)` as reading and writing, compiled for the
+    default backend (its fusion decides what stays on chip): a model, not a measurement."""
+    return _cost(fn, args, None).get("bytes accessed", 0.0)
+
+
+def _cost(fn: Callable, args: tuple, device) -> dict[str, float]:
+    with jax.default_device(device):
         cost = jax.jit(fn).lower(*args).compile().cost_analysis()
-    if isinstance(cost, (list, tuple)):
-        return float(sum(c.get("flops", 0.0) for c in cost if c))
-    return float(cost.get("flops", 0.0)) if cost else 0.0
+    if isinstance(cost, (list, tuple)):  # older JAX: one dict per program
+        merged: dict[str, float] = {}
+        for c in filter(None, cost):
+            for k, v in c.items():
+                merged[k] = merged.get(k, 0.0) + float(v)
+        return merged
+    return {k: float(v) for k, v in (cost or {}).items()}
+
+
+# NVIDIA's datasheet figures per device kind (dense, without sparsity; TF32 for float32 matmuls,
+# which XLA runs on the card by default): GFLOP/s, and memory bandwidth in GB/s
+DATASHEET = {
+    "NVIDIA H200": {"float32": 494_700.0, "bfloat16": 989_400.0, "memory_gb_s": 4_800.0},
+    "NVIDIA H100 80GB HBM3": {"float32": 494_700.0, "bfloat16": 989_400.0, "memory_gb_s": 3_350.0},
+    "NVIDIA A100-SXM4-80GB": {"float32": 156_000.0, "bfloat16": 312_000.0, "memory_gb_s": 2_039.0},
+}
+
+
+def datasheet(mesh: Mesh, dtype: str) -> dict[str, Any]:
+    """The device kind's datasheet matmul peak for `dtype` and memory bandwidth (None where the kind is
+    not in `DATASHEET`, a CPU included)."""
+    kind = mesh.devices.flat[0].device_kind
+    sheet = DATASHEET.get(kind, {})
+    devices = mesh.devices.size
+    peak, bandwidth = sheet.get(dtype), sheet.get("memory_gb_s")
+    return {
+        "device_kind": kind,
+        "datasheet_matmul_gflops": None if peak is None else peak * devices,
+        "datasheet_memory_gb_s": None if bandwidth is None else bandwidth * devices,
+    }
 
 
 def peak_matmul_gflops(mesh: Mesh, sizes: tuple[int, ...] | None = None, reps: int = MATMUL_REPS,
@@ -99,3 +136,50 @@ def peak_device_mb(mesh: Mesh) -> float | None:
 def six_digits(result: dict[str, Any]) -> dict[str, Any]:
     """`result` with every finite float rounded to 6 significant digits, for the JSON line."""
     return {k: (float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v) for k, v in result.items()}
+
+
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$")
+_WHILE = re.compile(r"while\(.*body=%?([\w.\-]+)")
+_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+_CALLED = re.compile(r"(?:calls|to_apply|condition|true_computation|false_computation)=%?([\w.\-]+)")
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+# the random-bit hash's own loop: JAX lowers threefry's rounds as a 5-trip loop on a CPU (to compile
+# faster) and unrolled elsewhere, so it is not a sequential step of the algorithm
+_RNG = re.compile(
+    r'op_name="[^"]*jit\((_threefry\w*|_uniform|_normal\w*|_gumbel|_shuffle|_randint|_bernoulli|_random_bits\w*|_truncated_normal|_categorical|_split|_fold_in)\)'
+)
+
+
+def loop_trips(hlo_text: str) -> int:
+    """Sequential loop trips a compiled program runs: every while loop's body counted once per trip,
+    a nested loop once per trip of each loop around it (from `compiled.as_text()`; XLA records each
+    scan's trip count as `known_trip_count`), leaving out the random-bit hash's own loops (`_RNG`). A loop of unknown count counts one trip; a conditional its
+    longest branch."""
+    body: dict[str, list[str]] = {}
+    name, entry = "", ""
+    for line in hlo_text.splitlines():
+        match = _COMPUTATION.match(line)
+        if match:
+            name = match.group(1)
+            body[name] = []
+            entry = name if line.startswith("ENTRY") else entry
+        elif name:
+            body[name].append(line)
+
+    @functools.cache
+    def trips(computation: str) -> int:
+        total = 0
+        for line in body.get(computation, ()):
+            loop = _WHILE.search(line)
+            if loop and _RNG.search(line):
+                continue
+            if loop:
+                count = _TRIPS.search(line)
+                total += (int(count.group(1)) if count else 1) * (1 + trips(loop.group(1)))
+                continue
+            total += sum(trips(c) for c in _CALLED.findall(line))
+            for branches in _BRANCHES.findall(line):  # a conditional runs one branch: the longest counts
+                total += max(trips(b.strip().lstrip("%")) for b in branches.split(","))
+        return total
+
+    return trips(entry)

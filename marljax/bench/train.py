@@ -10,8 +10,11 @@
 * **the rollout ceiling** (`env_only.py`): the same environments stepped with random actions;
 * **FLOPs per environment step** from XLA's cost analysis of the unscanned
   pieces of one update, the algorithm's `cost_pieces` (see `count_flops`);
-* **a peak to compare with**: a float32 matmul timed on the same devices,
-  so that MFU = achieved / measured peak (not a datasheet number);
+* **a peak to compare with**: a matmul of the networks' dtype timed on the same devices, so that
+  MFU = achieved / measured peak, and beside it the device kind's datasheet peak where
+  `measure.DATASHEET` knows it;
+* **bytes per env step**, XLA's model of what the pieces read and write, and the traffic achieved;
+* **sequential loop trips per update**, counted in the compiled chunk (`measure.loop_trips`);
 * **peak resident memory** of the process;
 * **each agent group's parameters and forward FLOPs per agent step** (`groups.py`);
 * **the agent-parallel swap** (`swap.py`) and the learner bytes per device.
@@ -42,7 +45,10 @@ from marljax.bench.env_only import bench_env_only, random_step
 from marljax.bench.groups import group_costs, group_rows
 from marljax.bench.measure import (
     TIME_BUDGET_S,
+    bytes_accessed,
+    datasheet,
     flops,
+    loop_trips,
     peak_device_mb,
     peak_matmul_gflops,
     peak_rss_mb,
@@ -70,6 +76,7 @@ def bench_train(config: Config, mesh: Mesh, trainer: Trainer) -> dict[str, float
     state = fns.init(seed_keys(config.seed, config.num_seeds))
     n = max(1, min(config.updates_per_chunk, MAX_UPDATES_PER_CHUNK))
     compiled, compile_s, compile_warm = _compile_cold_and_warm(lambda: fns.chunk.lower(state, n).compile())
+    trips = loop_trips(compiled.as_text()) / n  # the chunk's own loop runs one trip per update
 
     _, (state, _) = timed(partial(compiled, state))  # warm-up chunk (first-run allocations, caches)
     times: list[float] = []
@@ -87,6 +94,7 @@ def bench_train(config: Config, mesh: Mesh, trainer: Trainer) -> dict[str, float
         "updates_per_chunk": n,
         "train_chunk_s_min": min(times),
         "train_chunk_s_max": max(times),
+        "loop_trips_per_update": trips,
     }
 
 
@@ -139,13 +147,16 @@ def count_flops(config: Config, env: EnvAdapter, state: Any, pieces: list[CostPi
     FLOPs multiplied by its trips per update (`state` and `pieces` from `unsharded_pieces`).
 
     Returns `flops_per_env_step` = (rollout + learn FLOPs of one update) / (num_steps * num_envs),
-    the same per env step for any number of seeds, with its parts, and `env_flops_per_env_step`
-    (the env step alone, with random actions).
+    the same per env step for any number of seeds, with its parts, `env_flops_per_env_step`
+    (the env step alone, with random actions) and `bytes_per_env_step`, XLA's model of the bytes
+    the same pieces read and write, compiled for the default backend.
     """
     E = config.num_envs
     totals = {"rollout": 0.0, "learn": 0.0}
+    moved = 0.0
     for piece in pieces:
         totals[piece.part] += flops(piece.fn, *piece.args) * piece.trips
+        moved += bytes_accessed(piece.fn, *piece.args) * piece.trips
 
     def env_step(actors, key):
         return jax.vmap(lambda k, s: random_step(env, k, s))(jax.random.split(key, E), actors.env_state)
@@ -158,6 +169,7 @@ def count_flops(config: Config, env: EnvAdapter, state: Any, pieces: list[CostPi
         "learn_flops_per_env_step": totals["learn"] / steps,
         "env_flops_per_env_step": env_only / E,
         "flops_per_update_per_seed": totals["rollout"] + totals["learn"],
+        "bytes_per_env_step": moved / steps,
     }
 
 
@@ -218,6 +230,10 @@ def run_bench(config: Config, log: Callable[[str], None] = print) -> dict[str, A
     result["achieved_gflops"] = result["flops_per_env_step"] * result["train_env_steps_per_s"] / 1e9
     result.update(peak_matmul_gflops(mesh, dtype=config.dtype))  # MFU against the peak of the networks' dtype
     result["mfu"] = result["achieved_gflops"] / result["peak_matmul_gflops"]
+    result.update(datasheet(mesh, config.dtype))
+    sheet = result["datasheet_matmul_gflops"]
+    result["mfu_datasheet"] = None if sheet is None else result["achieved_gflops"] / sheet
+    result["achieved_gb_s"] = result["bytes_per_env_step"] * result["train_env_steps_per_s"] / 1e9
     result["peak_rss_mb"] = peak_rss_mb()
     result["peak_device_mb"] = peak_device_mb(mesh)  # None on CPU
     result = six_digits(result)
@@ -254,6 +270,13 @@ def _rows(r: dict[str, Any]) -> list[Row]:
         ("achieved", f"{r['achieved_gflops']:.2f}", "GFLOP/s"),
         (f"peak {r['peak_matmul_dtype']} matmul", f"{r['peak_matmul_gflops']:.1f}", f"GFLOP/s (n={r['peak_matmul_n']})"),
         ("MFU", f"{100 * r['mfu']:.2f}%", "achieved / measured matmul peak"),
+        ("MFU (datasheet)", "n/a" if r["mfu_datasheet"] is None else f"{100 * r['mfu_datasheet']:.2f}%",
+         f"achieved / {r['device_kind']}'s datasheet {r['peak_matmul_dtype']} peak"
+         + ("" if r["datasheet_matmul_gflops"] is None else f" ({r['datasheet_matmul_gflops']:,.0f} GFLOP/s)")),
+        ("bytes per env step", f"{r['bytes_per_env_step']:,.0f}", "modelled (XLA's bytes accessed of the pieces)"),
+        ("achieved memory traffic", f"{r['achieved_gb_s']:,.1f}", "GB/s of that model"
+         + ("" if r["datasheet_memory_gb_s"] is None else f" (datasheet {r['datasheet_memory_gb_s']:,.0f})")),
+        ("loop trips per update", f"{r['loop_trips_per_update']:,.0f}", "sequential while-loop trips, compiled program"),
         ("compile", f"{r['compile_s']:.1f}", f"s (training chunk; compile cache {r['compile_cache']})"),
         ("compile cold / warm", f"{_seconds(r['compile_cold_s'])} / {_seconds(r['compile_warm_s'])}",
          "s (compiled / read back from the persistent cache; - where not seen)"),
