@@ -590,12 +590,21 @@ def config_help(name: str, args: str, description: str, algo: str, env: str | No
     """`marljax COMMAND --help` for a command that trains: every setting of the core schema and of
     algo's sections, with its default for that algorithm on env (its family's defaults marked) and
     its help line, generated from the config's dataclasses."""
-    from marljax.config import algorithm_schema, algorithms, family_defaults, load_config, schema_fields, to_flat
+    from marljax.config import (
+        algorithm_schema,
+        algorithms,
+        device_defaults,
+        family_defaults,
+        load_config,
+        schema_fields,
+        to_flat,
+    )
     from marljax.families import family_of
 
     schema = algorithm_schema(algo)
     chosen = load_config(None, [f"algo={algo}", *([f"env={env}"] if env else [])])
     family, kept = family_defaults(chosen)
+    device, on_device = device_defaults(chosen)
     declared = "; ".join(f"{f}: " + ", ".join(f"{k}={v}" for k, v in to_flat(dict(o)).items())
                          for f, o in sorted(schema.family_defaults.items()))  # fmt: skip
     lines = [
@@ -606,6 +615,8 @@ def config_help(name: str, args: str, description: str, algo: str, env: str | No
         f"(family {family or family_of(chosen.env)}); `algo=NAME --help` and `env=ID --help` show others'.",
         f"algorithms: {', '.join(algorithms())}",
         f"Defaults per env family (family_defaults=auto; * below: this env's): {declared or 'none declared'}.",
+        f"Defaults this machine's {device or 'device'} chose (device_defaults=auto; (device) below): "
+        + (", ".join(f"{k}={v}" for k, v in on_device.items()) or "none"),
         "Nested keys take dots (mesh.data=4, ppo.clip_eps=0.1, env_kwargs.scenario=3m).",
     ]
     heading = None
@@ -621,6 +632,7 @@ def config_help(name: str, args: str, description: str, algo: str, env: str | No
             lines += ["", f"{section}: {re.sub(r'^`[a-z_]+[.][*]`: ', '', doc)}"]
         shown = "''" if default == "" else str(default).lower() if isinstance(default, bool) else str(default)
         shown += " *" if key in kept else ""
+        shown += " (device)" if key in on_device else ""
         lines.append(f"  {key:<30} {shown:<21} {field.metadata.get('help', '')}")
     return "\n".join(lines)
 

@@ -30,6 +30,9 @@ import marljax.parallel.settings  # noqa: F401  (registers mesh.*, distributed.*
 import marljax.pipeline.settings  # noqa: F401  (registers async.*, a section of the algorithms that support it)
 import marljax.schema
 import marljax.train.settings  # noqa: F401  (registers the host loop, checkpoints, evaluation, log.*, ...)
+from marljax.device_defaults import DEVICES
+from marljax.device_defaults import overrides as device_overrides
+from marljax.device_defaults import platform as device_platform
 from marljax.families import FAMILY_NAMES, family_of
 from marljax.parallel.settings import DistributedConfig, MeshConfig
 from marljax.pipeline.settings import AsyncConfig
@@ -108,6 +111,9 @@ class CoreConfig:
     family_defaults: str = setting("auto", "whose defaults the algorithm starts from: auto (those it declares for "
                                    "the env's family, e.g. mpe), none (its own), or a family's name",
                                    choices=("auto", "none", *FAMILY_NAMES))  # fmt: skip
+    device_defaults: str = setting("auto", "whose defaults an accelerator adds over the family's: auto (those "
+                                   "declared for this machine's GPU or TPU; none on a CPU), none, or a device "
+                                   "(cpu, gpu, tpu)", choices=("auto", "none", *DEVICES))  # fmt: skip
     env_kwargs: dict = setting(
         factory=dict, mapping="shallow", help="keyword arguments of the env's constructor (env_kwargs.name=value)"
     )
@@ -358,14 +364,34 @@ def family_defaults(config: Config) -> tuple[str | None, dict[str, Any]]:
     return family, {key: value for key, value in declared.items() if config.value(key) == value}
 
 
+def _device(values: Mapping[str, Any]) -> str | None:
+    """The device whose defaults a mapping's run takes (`device_defaults`), or None."""
+    choice = coerce("device_defaults", values.get("device_defaults", "auto"), str)
+    one_of("device_defaults", choice, fields(CoreConfig)["device_defaults"].metadata["choices"])
+    if choice == "none":
+        return None
+    return device_platform() if choice == "auto" else choice
+
+
+def device_defaults(config: Config) -> tuple[str | None, dict[str, Any]]:
+    """(the device whose defaults apply, {dotted key: value} of those the run kept): what the run's
+    header, config.yaml and `--help` report. A key set explicitly to another value is left out."""
+    device = _device({"device_defaults": config.device_defaults})
+    family = _family({"env": config.env, "family_defaults": config.family_defaults})
+    declared = to_flat(dict(device_overrides(device, config.algo, family))) if device else {}
+    return device, {key: value for key, value in declared.items() if config.value(key) == value}
+
+
 def _build_config(values: Mapping[str, Any]) -> Config:
-    """The Config of a nested mapping: algo's defaults, those for the env's family over them, then
-    the mapping's values over both."""
+    """The Config of a nested mapping: algo's defaults, those for the env's family over them, the
+    device's over those, then the mapping's values over all."""
     algo = coerce("algo", values.get("algo", fields(CoreConfig)["algo"].default), str)
     schema = algorithm_schema(algo)
     family = _family(values)
     over = schema.family_defaults.get(family, {}) if family is not None else {}
-    return Config(*build(values, schema, merge(dict(schema.defaults), over)))
+    device = _device(values)
+    on_device = device_overrides(device, algo, family) if device else {}
+    return Config(*build(values, schema, merge(merge(dict(schema.defaults), over), on_device)))
 
 
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
@@ -518,7 +544,7 @@ def check_key(dotted: str, algo: str) -> None:
 __all__ = [
     "Config", "CoreConfig", "ExecutionConfig", "MeshConfig", "DistributedConfig", "LogConfig", "AsyncConfig",
     "RewardShapingConfig", "RunConfig", "CheckpointConfig", "EvaluationConfig", "ConfigError", "Supports",
-    "AlgorithmSchema", "FileFormat", "load_config", "family_defaults", "from_dict", "replace", "validate", "parse_overrides", "dump_yaml",
+    "AlgorithmSchema", "FileFormat", "load_config", "family_defaults", "device_defaults", "from_dict", "replace", "validate", "parse_overrides", "dump_yaml",
     "read_yaml_mapping", "register_schema", "register_file_format", "algorithm_schema", "algorithms", "algorithms_that", "setting",
     "traced_keys", "resumable_keys", "hparams_values", "schema_fields", "to_flat", "divisors", "check_key",
     "core_keys", "first_line", "listed", "merge", "parse_scalar", "set_dotted", "unknown_key", "check_field",

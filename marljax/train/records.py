@@ -11,7 +11,7 @@ import functools
 import subprocess
 from pathlib import Path
 
-from marljax.config import Config, dump_yaml, family_defaults
+from marljax.config import Config, device_defaults, dump_yaml, family_defaults
 from marljax.train.checkpoint import versions
 
 
@@ -42,11 +42,17 @@ def run_record() -> dict[str, str]:
 def family_note(config: Config) -> str | None:
     """'defaults for env family mpe: lr=0.004, num_steps=64 (...)' where the algorithm declares
     defaults for the env's family and the run kept some of them, else None."""
+    notes = []
     family, kept = family_defaults(config)
-    if not kept:
-        return None
-    settings = ", ".join(f"{key}={value}" for key, value in kept.items())
-    return f"defaults for env family {family}: {settings} (algo={config.algo}'s for it; family_defaults=none leaves them out)"
+    if kept:
+        settings = ", ".join(f"{key}={value}" for key, value in kept.items())
+        notes.append(f"defaults for env family {family}: {settings} (algo={config.algo}'s for it; "
+                     "family_defaults=none leaves them out)")  # fmt: skip
+    device, chosen = device_defaults(config)
+    if chosen:
+        settings = ", ".join(f"{key}={value}" for key, value in chosen.items())
+        notes.append(f"defaults for the {device}: {settings} (device_defaults=none leaves them out)")
+    return "; ".join(notes) or None
 
 
 def config_yaml(config: Config) -> str:
