@@ -11,6 +11,12 @@
 # --step NAME runs that step alone (the others' records stay), so each step can be its own
 # 10-minute command. Last, OUT/summary.txt: every figure with the command that printed it, and
 # the table of steps (experiments/protocol_summary.py).
+#   perf                what the card issue asks, in one command of at most 6 minutes (run it first): each
+#                       backend choice timed both ways (experiments/backend_choices.py), the bench at 65,536
+#                       envs, float32 vs bfloat16 at 16,384, 64 envs with and without XLA's command buffers
+#                       for loops, the default run twice (an empty compile cache, then warm), JaxMARL's own
+#                       script beside marljax (16 envs x 10 seeds, 1e6 steps; 4096 envs x 10 seeds), and
+#                       the time to -20.3 per agent at 64, 1024 and 4096 envs (the card's default candidates)
 #   doctor              marljax doctor --expect $EXPECT (default gpu)
 #   tests               the fast tests (not slow, not nightly) on the default backend, -n $TEST_WORKERS
 #                       (12), each failure's traceback written to OUT/tests_failures.log as it ends; a test
@@ -34,10 +40,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SELF="$HERE/$(basename "${BASH_SOURCE[0]}")"
 PY="${PYTHON:-python3}"
 EXPECT="${EXPECT:-gpu}"
-STEPS=(doctor tests bench_scale train jaxmarl_own_config jaxmarl_4096_envs dtype async)
-declare -A LIMIT=([doctor]=60 [tests]=570 [bench_scale]=330 [train]=180 [jaxmarl_own_config]=300
+STEPS=(perf doctor tests bench_scale train jaxmarl_own_config jaxmarl_4096_envs dtype async)
+declare -A LIMIT=([perf]=390 [doctor]=60 [tests]=570 [bench_scale]=330 [train]=180 [jaxmarl_own_config]=300
   [jaxmarl_4096_envs]=120 [dtype]=120 [async]=180)
-declare -A SMALL_LIMIT=([doctor]=60 [tests]=240 [bench_scale]=150 [train]=90 [jaxmarl_own_config]=150
+declare -A SMALL_LIMIT=([perf]=900 [doctor]=60 [tests]=240 [bench_scale]=150 [train]=90 [jaxmarl_own_config]=150
   [jaxmarl_4096_envs]=150 [dtype]=240 [async]=240)
 
 die() { echo "gpu_protocol: $*" >&2; exit 2; }
@@ -55,6 +61,32 @@ commands() {  # NAME SMALL JAXMARL: the step's commands, one shell line each
   cli="$(q "$PY")-m marljax.cli"
   side="$(q "$PY" "$HERE/jaxmarl_side_by_side.py" --jaxmarl "$jaxmarl")"
   case $name in
+    perf)
+      local cache envs cb target
+      cache="compile_cache=$(q "$OUT/perf_compile_cache")"
+      # command buffers for loops as well as XLA's default kinds (XLA runs a while loop's trips from the host otherwise)
+      cb="XLA_FLAGS=--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE"
+      if ((small)); then
+        echo "$(q "$PY" "$HERE/backend_choices.py") --small"
+        echo "$cli bench num_envs=64 num_steps=16 total_timesteps=8192"
+        for dt in float32 bfloat16; do echo "$cli bench num_envs=32 num_steps=16 total_timesteps=8192 dtype=$dt"; done
+        echo "$cb $cli bench num_envs=16 num_steps=16 total_timesteps=4096"
+        for envs in cold warm; do
+          echo "$cli train out_dir=$(q "$OUT/perf_train_$envs") overwrite=true progress=false $cache total_timesteps=16384 num_envs=16 num_chunks=2"
+        done
+        echo "$side--timesteps 8192 --seeds 1"
+        for envs in 16 32; do echo "$cli bench target num_envs=$envs total_timesteps=8192 target=-100 num_chunks=2"; done
+      else
+        echo "$(q "$PY" "$HERE/backend_choices.py")"
+        echo "$cli bench num_envs=65536"
+        for dt in float32 bfloat16; do echo "$cli bench num_envs=16384 dtype=$dt"; done
+        echo "$cli bench num_envs=64"
+        echo "$cb $cli bench num_envs=64"
+        for envs in cold warm; do echo "$cli train out_dir=$(q "$OUT/perf_train_$envs") overwrite=true progress=false $cache"; done
+        echo "$side--timesteps 1e6"
+        echo "$side--num-envs 4096"
+        for envs in 64 1024 4096; do echo "$cli bench target num_envs=$envs total_timesteps=2e7 num_chunks=100"; done
+      fi ;;
     doctor) echo "$cli doctor --expect $EXPECT" ;;
     tests)
       # each failure's traceback in OUT/tests_failures.log as it ends, so that a step stopped at its
