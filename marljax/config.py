@@ -212,6 +212,9 @@ class Supports:
     agent_replicate: bool = False  # a group replicated over mesh.agent (mesh.placement=balanced, mesh.replicate)
     async_mode: bool = False  # mode=async
     host_envs: bool = False  # PettingZoo envs stepped on the host (mode=async)
+    resume: bool = True  # resume=true from a checkpoint, bitwise
+    sweeps: bool = True  # marljax sweep (seeds and traced hyperparameters vmapped)
+    processes: bool = True  # several processes (distributed.num_processes > 1)
 
 
 @dataclasses.dataclass(frozen=True)
