@@ -16,10 +16,11 @@ import readme_figures  # noqa: E402
 # the README and the docs pages carved out of it (the other docs pages keep their own commands in prose)
 PAGES = [ROOT / "README.md", ROOT / "docs" / "getting-started.md", ROOT / "docs" / "benchmarks.md",
          *sorted((ROOT / "docs" / "guide").glob("*.md")), *sorted((ROOT / "docs" / "engineering").glob("*.md"))]  # fmt: skip
-# tables of what exists (no measured figures in them), exempt from needing a command
+# tables of what exists (no measured figures in them), exempt from needing a command (the support
+# table, "| `algo=` |", is generated from the code and checked by tests/test_support_table.py)
 EXEMPT = ("| section | algorithms | keys |", "| environment (JaxMARL id) | runs | learns (test) | notes |", "| feature | status |",
           "| tracker | where it writes (by default) | its settings |", "| Python | jax, jaxlib | how | where |",
-          "| algorithm | `algo=` | sections |", "| family (JaxMARL ids) | runs | learns (test) |",
+          "| `algo=` | what it is |", "| family (JaxMARL ids) | runs | learns (test) |",
           "| algo | family | defaults there (its own) |")  # fmt: skip
 WITHIN = 6  # lines after a table's last row in which its command must appear
 FIGURE_WITHIN = 12  # lines before or after an image in which a command that made it must appear
