@@ -335,3 +335,24 @@ def test_real_runs(real_runs, tmp_path, capsys):
     assert sorted(found) == sorted(_expected_long(str(long), rows["long"]) | _expected_long(str(short), rows["short"]))
     assert max(s for run, _, s, *_ in found if run == str(short)) == 128  # the short run's values stop there
     assert (out / "curves_eval_return.png").is_file() and (out / "curves_return_mean.png").is_file()
+
+
+def test_few_seeds_degenerate_intervals_and_ties_with_half_are_said(tmp_path, capsys):
+    """Fewer than 8 seeds, an interval of one value and a P(A > B) whose interval covers 0.5 each get
+    a line; 8 seeds apart, with every seed of one above the other's, get none (the control)."""
+    from marljax.sweeps.compare import MIN_SEEDS, compare
+
+    def run(name: str, finals: list[float]) -> Path:
+        return _write_run(tmp_path / name, [_row(1, 100, finals)], num_seeds=len(finals))
+
+    apart = [run("low", [float(i) for i in range(MIN_SEEDS)]), run("high", [100.0 + i for i in range(MIN_SEEDS)])]
+    compare([str(p) for p in apart], metric="return_mean", out_dir=tmp_path / "out1")
+    assert "warning" not in capsys.readouterr().out and "covers 0.5" not in (tmp_path / "out1/compare.md").read_text()
+
+    few = [run("a", [1.0, 2.0, 3.0, 4.0]), run("b", [1.5, 2.5, 3.5, 4.5]), run("flat", [5.0, 5.0, 5.0])]
+    compare([str(p) for p in few], metric="return_mean", out_dir=tmp_path / "out2")
+    out = capsys.readouterr().out
+    assert "/a has 4 seed(s) with a final value, fewer than 8" in out  # runs are named by their paths
+    assert "/flat's interval is degenerate ([5.0, 5.0])" in out
+    assert "/b: P(A > B) 0.38 [" in out and "covers 0.5: no significant difference" in out
+    assert "covers 0.5" in (tmp_path / "out2/compare.md").read_text()

@@ -255,6 +255,31 @@ def improvements(runs: list[Run], metric: str, num_resamples: int = 2000, seed: 
     return out
 
 
+MIN_SEEDS = 8  # fewer runs than this make a bootstrap interval little more than the runs' range
+
+
+def statistical_notes(rows: list[dict], pairs: list[dict]) -> list[str]:
+    """What the tables cannot claim, one line each: a run with fewer than MIN_SEEDS seeds (its bracket
+    is not a 95% interval), a degenerate interval (one value, or every seed equal), and a P(A > B)
+    whose interval covers 0.5 (no significant difference)."""
+    notes = []
+    for row in rows:
+        low, high = row.get("final_iqm_low"), row.get("final_iqm_high")
+        if row["seeds"] < MIN_SEEDS:
+            notes.append(f"warning: {row['run']} has {row['seeds']} seed(s) with a final value, fewer than "
+                         f"{MIN_SEEDS}: its brackets are not 95% intervals (rerun with num_seeds={MIN_SEEDS} or more)")  # fmt: skip
+        if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)) or low == high:
+            notes.append(
+                f"warning: {row['run']}'s interval is degenerate ([{low}, {high}]): it says nothing of the spread"
+            )
+    for pair in pairs:
+        low, high = pair["low"], pair["high"]
+        if math.isfinite(low) and math.isfinite(high) and low <= 0.5 <= high:
+            notes.append(f"{pair['run_a']} vs {pair['run_b']}: P(A > B) {pair['p_a_beats_b']:.2f} [{low:.2f}, "
+                         f"{high:.2f}] covers 0.5: no significant difference")  # fmt: skip
+    return notes
+
+
 def long_rows(runs: list[Run]) -> list[dict]:
     """Every value of every metric, seed and row: {run, seed, env_steps, metric, value}."""
     out = []
@@ -375,6 +400,9 @@ def compare(
             + format_final(rows, show_env=len(envs) > 1))  # fmt: skip
     if pairs:
         text += "\nprobability of improvement of the final value\n\n" + format_improvements(pairs)
+    notes = statistical_notes(rows, pairs)
+    if notes:
+        text += "\n" + "\n".join(notes) + "\n"
     log(text)
     paths = {"final.csv": write_csv(rows, out_dir / "final.csv")}
     if pairs:
