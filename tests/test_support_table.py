@@ -30,7 +30,12 @@ FEATURES = {
     "continuous": (lambda s: "continuous" in s.actions, ["env_kwargs.action_type=Continuous"], 1),
     "async": (lambda s: s.async_mode, ["mode=async"], 1),
     "host_envs": (lambda s: s.host_envs, ["mode=async", HOST_ENV], 1),
-    "agent_axis": (lambda s: s.agent_axis, ["param_sharing=independent", "mesh.agent=3"], 3),
+    # spread's 3 agents over 3 devices, which also split the environments while acting: 6 of them
+    "agent_axis": (
+        lambda s: s.agent_axis,
+        ["param_sharing=independent", "mesh.agent=3", "num_envs=6", "total_timesteps=48"],
+        3,
+    ),
     "resume": (lambda s: s.resume, [], 1),
     "sweeps": (lambda s: s.sweeps, [], 1),
     "processes": (lambda s: s.processes, [], 2),
@@ -75,7 +80,7 @@ def test_a_no_cell_is_refused_in_one_line(algo, feature):
 def _marljax(args: list[str], devices: int = 1, prelude: str = "") -> subprocess.CompletedProcess:
     code = ["-c", f"import sys\n{prelude}\nfrom marljax.cli import main\nsys.exit(main(sys.argv[1:]))"]
     return subprocess.run([sys.executable, *code, *args], env=device_env(devices), capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)  # fmt: skip
+                          timeout=1500, cwd=ROOT)  # fmt: skip
 
 
 def _rows(out: Path) -> list[dict]:
@@ -94,13 +99,14 @@ def smoke(algo: str, feature: str, out: Path, prelude: str = "") -> None:
 
     if feature == "sweeps":
         spec = out.parent / f"{out.name}.yaml"
-        base = {k: yaml.safe_load(v) for k, v in (a.split("=", 1) for a in args if not a.startswith("out_dir"))}
+        settings = (a.split("=", 1) for a in args if not a.startswith(("out_dir", "progress")))  # the sweep's own
+        base = {k: yaml.safe_load(v) for k, v in settings}
         spec.write_text(json.dumps({"base": base, "axes": {"lr": [1e-3, 3e-3]}, "seeds": 2}))
         ok(_marljax(["sweep", str(spec), f"out_dir={out}", "progress=false"], prelude=prelude))
         assert len(list(out.glob("cells/*/metrics.jsonl"))) == 2, f"{algo}: the sweep's cells"
         return
     if feature == "processes":
-        for result in two_processes(["train", *args], devices=1, timeout=600, prelude=prelude):
+        for result in two_processes(["train", *args], devices=1, timeout=1500, prelude=prelude):
             ok(result)
     else:
         ok(_marljax(["train", *args], devices, prelude))
