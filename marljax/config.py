@@ -454,9 +454,6 @@ def validate(config: Config) -> Config:
     return config
 
 
-NETWORK_KEYS = ("hidden_size", "num_layers")  # what network.<group>.* may override
-
-
 def _check_network(c: Config) -> None:
     """network.<group>.<size>: positive integers of known size fields. Group names need the env
     (marljax.train.wiring.check_group_networks checks them)."""

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 )
 # anchors (ids) the API reference must hold: the entry points, the algorithm protocol and its registry
 API_NAMES = ("marljax.train", "marljax.train.loop.train", "marljax.load_policy", "marljax.algos.api.Trainer",
-             "marljax.algos.api.MakeTrain", "marljax.algos.api.AlgorithmSpec", "marljax.algos.registry.register")  # fmt: skip
+             "marljax.algos.api.AlgorithmSpec", "marljax.algos.registry.register")  # fmt: skip
 
 
 def build(config: Path, site: Path) -> subprocess.CompletedProcess:

@@ -41,19 +41,6 @@ def test_q_lambda_one_is_the_discounted_return_to_the_end():
     np.testing.assert_allclose(out[0], 1 + G * 2 + G**2 * 3 + G**3 * 4 + G**4 * 40, rtol=1e-6)
 
 
-def test_n_step_returns_by_hand():
-    done = jnp.array([False, False, True, False])
-    out = ops.n_step_returns(R, done, NEXT_Q, G, 2)
-    expected = [
-        1 + G * 2 + G**2 * 20,  # r0 + g r1 + g^2 q(s2)
-        2 + G * 3,  # the episode ends after step 2: no bootstrap
-        3.0,  # ends right here
-        4 + G * 40,  # the window ends: one step, bootstrapped
-    ]
-    np.testing.assert_allclose(out, expected, rtol=1e-6)
-    np.testing.assert_allclose(ops.n_step_returns(R, done, NEXT_Q, G, 1), ops.q_lambda_returns(R, done, NEXT_Q, G, 0.0))
-
-
 def test_double_q_takes_the_online_argmax_among_available_actions():
     online = jnp.array([[1.0, 5.0, 3.0], [2.0, 0.0, 9.0]])
     target = jnp.array([[10.0, 20.0, 30.0], [40.0, 50.0, 60.0]])

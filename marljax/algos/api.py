@@ -307,10 +307,6 @@ def derive(config: Config, env: Any, layout: Layout, algo: Algorithm, losses: tu
     return AsyncTrainer(**common, learn=learn, policy_step=algo.policy_step)
 
 
-class MakeTrain(Protocol):
-    def __call__(self, config: Config, env: Any, *, layout: Layout = ..., correction: str = "none") -> Trainer: ...
-
-
 @dataclasses.dataclass(frozen=True)
 class AlgorithmSpec:
     """One registered algorithm: its config schema, its pieces' builder, and the metrics of its

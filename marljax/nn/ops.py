@@ -76,30 +76,6 @@ def q_lambda_returns(
     return returns
 
 
-def n_step_returns(reward: Array, done: Array, bootstrap: Array, gamma: Array | float, n: int) -> Array:
-    """n-step targets sum_{k<n} gamma^k r_{t+k} + gamma^n q_{t+n}, cut at episode ends and at T.
-
-    reward, done: [T, ...]; bootstrap: [T, ...] the value of s_{t+1} (max or double-Q) for every t.
-    Near the end of the window the horizon shrinks to what is left. Returns [T, ...].
-    """
-    T = reward.shape[0]
-    t = jnp.arange(T).reshape((T,) + (1,) * (reward.ndim - 1))
-
-    def shifted(x: Array, k: int) -> Array:  # x[t + k], zero past the end
-        return jnp.concatenate([x[k:], jnp.zeros((k,) + x.shape[1:], x.dtype)]) if k else x
-
-    g = jnp.zeros_like(reward)
-    alive = jnp.ones_like(reward)  # no episode end before step t + k
-    for k in range(n):  # n is static and small
-        inside = (t + k < T).astype(reward.dtype)
-        notdone = 1.0 - shifted(done, k).astype(reward.dtype)
-        g = g + inside * alive * gamma**k * shifted(reward, k)
-        last = jnp.logical_or(k == n - 1, t + k == T - 1).astype(reward.dtype)
-        g = g + inside * last * alive * notdone * gamma ** (k + 1) * shifted(bootstrap, k)
-        alive = alive * notdone
-    return g
-
-
 def double_q_value(q_online: Array, q_target: Array, mask: Array | None = None) -> Array:
     """Q_target(s, argmax_a Q_online(s, a)) over available actions. q_*: [..., A]; mask: [..., A] bool. [...]."""
     if mask is not None:
