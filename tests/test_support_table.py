@@ -100,7 +100,13 @@ def smoke(algo: str, feature: str, out: Path, prelude: str = "") -> None:
     if feature == "sweeps":
         spec = out.parent / f"{out.name}.yaml"
         settings = (a.split("=", 1) for a in args if not a.startswith(("out_dir", "progress")))  # the sweep's own
-        base = {k: yaml.safe_load(v) for k, v in settings}
+        base: dict = {}
+        for key, value in settings:  # dotted keys nest in a sweep file's base (replay.buffer_size=16)
+            *parents, leaf = key.split(".")
+            node = base
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[leaf] = yaml.safe_load(value)
         spec.write_text(json.dumps({"base": base, "axes": {"lr": [1e-3, 3e-3]}, "seeds": 2}))
         ok(_marljax(["sweep", str(spec), f"out_dir={out}", "progress=false"], prelude=prelude))
         assert len(list(out.glob("cells/*/metrics.jsonl"))) == 2, f"{algo}: the sweep's cells"
