@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import _nightly
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if os.environ["JAX_PLATFORMS"] != "cpu":
     # on an accelerator (the GPU protocol's tests step) float32 matmuls run as full float32, in this
@@ -67,30 +69,47 @@ def pytest_runtest_setup(item) -> None:
 
 def pytest_addoption(parser) -> None:
     parser.addoption(
-        "--each-test-once",
-        action="store_true",
-        help="run each selected test function once, with its first selected parameter set (CI's leg 2: every "
-        "check once on the newest jax; leg 1 runs every parameter set on the oldest)",
+        "--nightly-slice",
+        metavar="K/N",
+        help="run slice K of N of the nightly tests, in place of -m (CI's rotation: tests/_nightly.py, docs/nightly.md; "
+        "`python -m tests._nightly rotation` prints the commit's K/N)",
     )
 
 
-@pytest.hookimpl(trylast=True)  # after -m and -k deselected theirs: "first" is the first parameter set left
+def pytest_configure(config) -> None:
+    if spec := config.getoption("nightly_slice"):
+        try:
+            _nightly.parse_slice(spec)
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
+        config.option.markexpr = "nightly"  # the slice is the selection; -m 'not nightly' (addopts) would empty it
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects the nightly tests: the slices are over all of them
 def pytest_collection_modifyitems(config, items) -> None:
-    """With --each-test-once, one item per test function. Then slow tests first: the xdist workers'
-    queues end on quick tests, and neither waits long for the other's last test. Neither changes
-    anything a test checks."""
-    if config.getoption("each_test_once"):
-        seen: set[str] = set()
-        kept, dropped = [], []
-        for item in items:
-            function = item.nodeid.split("[", 1)[0]  # the node id without its parameter ids
-            once = item.get_closest_marker("every_param") is None
-            (dropped if once and function in seen else kept).append(item)
-            seen.add(function)
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = kept
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+    """Note every nightly test (tests/test_nightly.py checks the durations table against them). With
+    --nightly-slice K/N keep only slice K's tests, longest first; otherwise slow tests first. Either
+    way the xdist workers' queues end on quick tests, and neither waits long for the other's last
+    test. Neither changes anything a test checks."""
+    nightly = [item for item in items if item.get_closest_marker("nightly") is not None]
+    tests_dir = Path(__file__).parent
+    config.stash[_nightly.NIGHTLY_IDS] = [item.nodeid for item in nightly]
+    config.stash[_nightly.WHOLE_SUITE] = all(
+        Path(arg).resolve() in (tests_dir, tests_dir.parent) for arg in config.args
+    )
+    if not (spec := config.getoption("nightly_slice")):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable; -m and -k keep the order
+        return
+    k, n = _nightly.parse_slice(spec)
+    table = _nightly.load_table()
+    if missing := [item.nodeid for item in nightly if item.nodeid not in {**table.tests, **table.by_hand}]:
+        raise pytest.UsageError(f"{_nightly.TABLE.name} has no duration for {missing}: measure each "
+                                "(python -m pytest -m nightly --durations=0 NODEID) and add it")  # fmt: skip
+    slice_of = _nightly.partition({t: e.seconds for t, e in table.tests.items()}, n)
+    kept = sorted((i for i in nightly if slice_of.get(i.nodeid) == k), key=lambda i: -table.tests[i.nodeid].seconds)
+    chosen = {item.nodeid for item in kept}
+    config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in chosen])
+    items[:] = kept
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: harmless where xdist is not installed
@@ -104,12 +123,10 @@ def pytest_xdist_make_scheduler(config, log):
         return None  # the user chose another mode: xdist's own
     from xdist.scheduler import LoadScopeScheduling
 
-    here = Path(__file__).parent
-    shared = {f"{here.name}/{p.name}" for p in here.glob("test_*.py") if 'scope="module"' in p.read_text()}
+    shared = _nightly.shared_fixture_modules(Path(__file__).parent)
 
     class OneWorkerPerSharedFixture(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return module if module in shared else nodeid
+            return _nightly.scope_of(nodeid, shared)
 
     return OneWorkerPerSharedFixture(config, log)

@@ -59,7 +59,7 @@ def _actions(adapter: EnvAdapter, masks: dict) -> dict:
     return out
 
 
-@pytest.mark.every_param  # each env's own code on the newest jax too (CI leg 2, --each-test-once)
+@pytest.mark.newest_jax  # each env's own code meets the newest jax too (CI leg 2)
 @pytest.mark.parametrize("name", list(CASES))
 def test_adapter_shapes(name):
     kwargs, expected = CASES[name]

@@ -28,6 +28,7 @@ def test_the_counter_sees_a_fresh_jit_compile_again():  # the negative control
 
 
 @pytest.mark.slow
+@pytest.mark.newest_jax  # jax.monitoring's compile events and pxla's compile log on the newest jax too (CI leg 2)
 def test_a_run_compiles_its_chunk_and_evaluation_programs_once(tmp_path):
     config = load_config(None, [*RUN, f"out_dir={tmp_path / 'run'}"])
     assert config.num_updates == 6 and config.updates_per_chunk == 2  # 3 chunks, 3 evaluations, 3 checkpoints

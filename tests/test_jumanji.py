@@ -44,7 +44,7 @@ def _adapter(name: str) -> EnvAdapter:
 
 
 @needs_jumanji
-@pytest.mark.every_param  # each env's own code on the newest jax too (CI leg 2, --each-test-once)
+@pytest.mark.newest_jax  # each env's own code meets the newest jax too (CI leg 2)
 @pytest.mark.parametrize("name", sorted(ENVS))
 def test_builds_and_steps_under_jit_and_vmap_with_auto_reset(name):
     env = _adapter(name)

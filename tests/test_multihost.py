@@ -134,6 +134,7 @@ print(every_process(np.array([10 + p, 20 + p, 30], np.int64)).tolist(), any_proc
 """
 
 
+@pytest.mark.newest_jax  # jax.distributed, gloo's collectives and multihost_utils on the newest jax too (CI leg 2)
 def test_every_process_gathers_each_processs_values_in_process_order():
     """The all-gather behind the async rows' by_process and the agreed stop: on every process,
     process 0's values first, then process 1's (each sent its own)."""
