@@ -194,10 +194,12 @@ def run_sweep(
     log(sweep.describe())
     store = ResultsStore(sweep.out_dir / "results", _coords(sweep)) if primary else None
     done = _done(sweep.out_dir)
-    bar = Progress(  # in rows (cells x seeds) finished
+    bar = Progress(  # in runs (cells x seeds) finished
         progress,
         len(sweep.cells) * sweep.seeds,
         sum(len(p.cells) * sweep.seeds for p in sweep.programs if p.name in done),
+        unit=" runs",
+        desc="sweep, runs finished",
     )
     ran, skipped, budget = [], [], ChunkBudget(max_chunks)
     try:
@@ -320,7 +322,8 @@ def _run_program(
         driver = Driver(
             config, env, start=start, groups=[slice(ci * S, (ci + 1) * S) for ci in range(len(program.cells))],
             sinks=sinks, checkpoints=Checkpoints(checkpointer, config, lambda update: meta, start),
-            progress=Progress(progress, config.num_updates, start, leave=False, desc=program.name[:40]),
+            progress=Progress(progress, config.num_updates, start, len(program.cells) * S * config.run_steps_per_update,
+                              show_row=True, unit=" env-steps", desc=program.name[:40], leave=False),
             evaluation=Evaluation(trainer, seed_index, every, config.num_updates), on_eval=keep, on_rows=record,
             guard=trainer.losses if config.nan_guard else None, on_diverged=diverged,
         )  # fmt: skip

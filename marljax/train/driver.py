@@ -250,26 +250,44 @@ def _without_rows(result: EvalResult, rows) -> EvalResult:
                       result.won & ~rows[:, None])  # fmt: skip
 
 
+def pooled(rows: list[dict]) -> dict:
+    """The return and win rate averaged over rows (a sweep program's cells) that have them."""
+    out = {}
+    for key in ("return_mean", "win_rate"):
+        values = [r[key] for r in rows if r.get(key) is not None]
+        out[key] = sum(values) / len(values) if values else None
+    return out
+
+
 class Progress:
-    """A tqdm bar (none when disabled) advanced by `per_update` per update; `show_row`: the last
-    row's return and throughput beside it."""
+    """A tqdm bar (none when disabled) advanced by `per_update` per update of `unit` (a name, with
+    its leading space: " env-steps"): one rate, in those units, elapsed and remaining time.
+    `show_row`: after the bar, the last row's training return (kept until a chunk finishes an
+    episode again) and, where the env has a win condition, its win rate."""
 
     def __init__(self, enabled: bool, total: int, initial: int = 0, per_update: int = 1, show_row: bool = False,
-                 **tqdm_args):  # fmt: skip
+                 unit: str = " updates", desc: str = "", leave: bool = True):  # fmt: skip
         self.per_update, self.show_row, self.bar = per_update, show_row, None
+        self.shown: dict[str, str] = {}
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total * per_update, initial=initial * per_update, **tqdm_args)
+            bar_format = (
+                "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}{unit} [{elapsed}<{remaining}, {rate_fmt}]{postfix}"
+            )
+            self.bar = tqdm(total=total * per_update, initial=initial * per_update, unit=unit, unit_scale=True,
+                            desc=f"{desc}: " if desc else "", leave=leave, bar_format=bar_format)  # fmt: skip
 
     def advance(self, n: int, row: dict | None = None) -> None:
         if self.bar is None:
             return
         self.bar.update(n * self.per_update)
         if self.show_row and row is not None:
-            ret = row["return_mean"]
-            self.bar.set_postfix_str(f"return {ret:.2f}" if ret is not None else "return -", refresh=False)
-            self.bar.set_description_str(f"{row['env_steps_per_s'] / 1e3:.0f}k steps/s")
+            if row.get("return_mean") is not None:
+                self.shown["return"] = f"return {row['return_mean']:.2f}"
+            if row.get("win_rate") is not None:
+                self.shown["win"] = f"win rate {row['win_rate']:.2f}"
+            self.bar.set_postfix_str(", ".join(self.shown.values()) or "return: no episode finished yet", refresh=False)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -378,7 +396,7 @@ class Driver:
         if self.guard is not None and self.on_diverged is None:
             nan_guard(rows[0], chunk.params, self.update, self.checkpoints.checkpointer, self.guard)
         self.checkpoints.after_chunk(self.update, state, save, chunk.extra_meta)
-        self.progress.advance(chunk.n, rows[0])
+        self.progress.advance(chunk.n, rows[0] if len(rows) == 1 else pooled(rows))
 
     def _note_diverged(self, chunk: Chunk) -> None:
         """Rows that diverged in this chunk, marked and handed to on_diverged (each row once)."""

@@ -55,7 +55,7 @@ from marljax.train.metrics import plot_returns
 from marljax.train.records import config_yaml, family_note
 from marljax.train.settings import check_logins
 from marljax.train.summary import SUMMARY_FILE, RunSummary, return_line, summarize
-from marljax.train.timing import RunClock
+from marljax.train.timing import RunClock, Ticker
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import async_estimate, check_run, sync_estimate
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare, warn_slow_dtype
@@ -248,7 +248,8 @@ def _train_sync(
     metrics_path, ckpt_dir = out_dir / "metrics.jsonl", out_dir / "checkpoints"
     with clock.phase("build"):
         log(f"{clock.stamp()} building {config.env} and {config.algo}'s trainer")
-        env, mesh, trainer = prepare(config)
+        with Ticker("building", config.progress and distributed.is_primary()):
+            env, mesh, trainer = prepare(config)
         log(f"marljax {config.algo} on {env.describe()}")
         if note := family_note(config):
             log(note)
@@ -258,11 +259,21 @@ def _train_sync(
             f"in chunks of {config.updates_per_chunk}; out_dir {out_dir}"
         )
         fns = shard_trainer(trainer, mesh)
-        check_run(
-            config, lambda: sync_estimate(config, trainer, fns.shapes), mesh.devices.flat, log, config.updates_per_chunk
-        )
-        _ready(ckpt_dir)
-        checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
+        log(f"{clock.stamp()} checking memory and making the {'restored' if config.resume else 'initial'} state")
+        ticker = Ticker("setting up", config.progress and distributed.is_primary()).__enter__()
+        try:
+            check_run(
+                config,
+                lambda: sync_estimate(config, trainer, fns.shapes),
+                mesh.devices.flat,
+                log,
+                config.updates_per_chunk,
+            )
+            _ready(ckpt_dir)
+            checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
+        except BaseException:
+            ticker.__exit__()
+            raise
     try:
         with clock.phase("build"):
             target = abstract_like(fns.shapes, fns.shardings)
@@ -271,24 +282,25 @@ def _train_sync(
             if distributed.is_primary():
                 write_text_atomic(out_dir / "config.yaml", config_yaml(config))
             schedule = chunk_sizes(config.num_updates - start, config.updates_per_chunk)
+            ticker.__exit__()
         with clock.phase("compile"):
-            sizes = sorted(set(schedule))
+            sizes = " and ".join(map(str, sorted(set(schedule))))
             log(
-                f"{clock.stamp()} compiling the chunk program ({' and '.join(map(str, sizes))} updates a chunk; "
+                f"{clock.stamp()} compiling the chunk program (chunks of {sizes} update{'s' if sizes != '1' else ''}; "
                 "the first time on a machine takes longest, later runs read it back from the compile cache)"
             )
             t0 = time.perf_counter()
-            with CacheEvents() as cache:
+            with CacheEvents() as cache, Ticker("compiling", config.progress and distributed.is_primary()):
                 compiled = compile_chunks(fns, state, schedule)
             compile_s = time.perf_counter() - t0
             log(f"compiled in {compile_s:.1f}s{_cache_note(cache)}")
         if on_compiled is not None:
             on_compiled(compile_s)
-        driver = _driver(config, env, trainer, checkpointer, start, rows, on_row, clock)
         log(
             f"{clock.stamp()} training: updates {start + 1} to {config.num_updates}, "
             f"{(config.num_updates - start) * config.run_steps_per_update:,} env steps per seed"
         )
+        driver = _driver(config, env, trainer, checkpointer, start, rows, on_row, clock)
         plot = _Plot(config, out_dir, rows, clock)
         ok = False
         try:
@@ -297,6 +309,7 @@ def _train_sync(
         finally:
             driver.close(failed=not ok)
     finally:
+        ticker.__exit__()
         with clock.phase("checkpoints"):
             checkpointer.close()
     result = RunResult(state, rows, out_dir, compile_s, driver.checkpoints.saved_at)
@@ -326,7 +339,7 @@ def _driver(
         checkpointer, config, lambda update: {**meta, "env_steps": update * config.run_steps_per_update}, start, clock
     )
     progress = Progress(config.progress, config.num_updates, start, config.env_steps_per_update, show_row=True,
-                        unit="step", unit_scale=True, leave=True)  # fmt: skip
+                        unit=" env-steps", desc="training")  # fmt: skip
     return Driver(config, env, start=start, groups=[slice(0, config.num_seeds)], sinks=[sink], checkpoints=checkpoints,
                   progress=progress, evaluation=evaluation,
                   guard=trainer.losses if config.nan_guard else None)  # fmt: skip

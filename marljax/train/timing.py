@@ -144,6 +144,50 @@ class RunClock:
         return time_line(self.breakdown())
 
 
+class Ticker:
+    """While open (a context manager), `what` with the seconds since it opened, every `every`
+    seconds: in place on a terminal (stderr), else one line each time, so that a long step (a cold
+    compile: a minute on a 2-core CPU) is never silent for longer than that. `enabled=False`: nothing."""
+
+    def __init__(self, what: str, enabled: bool = True, every: float = 5.0, stream: Any = None):
+        import sys
+
+        self.what, self.enabled, self.every = what, enabled, every
+        self.stream = stream or sys.stderr
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._wrote = False
+
+    def __enter__(self) -> Ticker:
+        if self.enabled:
+            self._t0 = time.perf_counter()
+            self._thread = threading.Thread(target=self._tick, name="marljax-ticker", daemon=True)
+            self._thread.start()
+        return self
+
+    def _tick(self) -> None:
+        tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        step = 1.0 if tty else self.every
+        while not self._done.wait(step):
+            seconds = time.perf_counter() - self._t0
+            if tty:
+                self.stream.write(f"\r{self.what}: {seconds:.0f}s")
+            elif seconds >= self.every:
+                self.stream.write(f"{self.what}: {seconds:.0f}s so far\n")
+            self.stream.flush()
+            self._wrote = tty
+
+    def __exit__(self, *exc: Any) -> None:
+        """Stop (again: nothing more)."""
+        if self._thread is not None:
+            self._done.set()
+            self._thread.join()
+            self._thread = None
+            if self._wrote:
+                self.stream.write("\r\033[K")  # the counter's line cleared for what comes next
+                self.stream.flush()
+
+
 def time_line(record: dict) -> str:
     """The one-line form of a `breakdown()` record."""
     parts = [f"{k} {v:.1f} s ({record['shares'][k]:.0%})" for k, v in record["phases"].items() if v >= 0.05]
@@ -161,4 +205,4 @@ def _union(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-__all__ = ["PHASES", "RunClock", "process_start", "time_line"]
+__all__ = ["PHASES", "RunClock", "Ticker", "process_start", "time_line"]
