@@ -534,7 +534,7 @@ ALIASES = {sub.alias: (command.name, sub.name) for command in COMMANDS for sub i
 EXAMPLES = """\
   marljax train
   marljax train algo=qmix --help
-  marljax train algo=ippo env=MPE_simple_spread_v3 total_timesteps=2e6 num_envs=64 num_seeds=4 out_dir=runs/demo
+  marljax train algo=mappo env=MPE_simple_spread_v3 total_timesteps=2e6 num_seeds=4 out_dir=runs/demo
   marljax train env=HeuristicEnemySMAX env_kwargs.scenario=3m recurrent=true
   marljax bench num_envs=1024
   marljax bench target target=-20.3

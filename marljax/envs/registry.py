@@ -50,10 +50,13 @@ def _import_jaxmarl() -> None:
     saved = sys.stdout, sys.stderr, sys.__stdout__
     caught = io.StringIO()
     try:
-        sys.stdout = sys.__stdout__ = caught  # (the MABrax module sets sys.stdout back to sys.__stdout__)
+        # the MABrax module sets sys.stdout back to sys.__stdout__: both point at the catcher meanwhile
+        sys.stdout = caught
+        setattr(sys, "__stdout__", caught)  # noqa: B010 - a Final name to type checkers, plain to Python
         import jaxmarl.registration  # noqa: F401
     finally:
-        sys.stdout, sys.stderr, sys.__stdout__ = saved
+        sys.stdout, sys.stderr = saved[:2]
+        setattr(sys, "__stdout__", saved[2])  # noqa: B010
         kept = [line for line in caught.getvalue().splitlines(keepends=True) if line.strip() not in JAXMARL_BANNER]
         if kept:
             sys.stdout.write("".join(kept))

@@ -483,6 +483,7 @@ class _Plot:
         self.thread.start()
 
     def _draw(self, rows: list[dict]) -> None:
+        assert self.path is not None  # start() draws only with a path
         try:
             plot_returns(rows, self.path, self.title)
         except BaseException as exc:  # noqa: BLE001 - raised again by wait(), in the run's thread
