@@ -109,6 +109,13 @@ def shaping_note(config: Config, rows: list[dict]) -> str | None:
     """Under reward shaping, what the logged return is and why it can fall while the policy learns."""
     rs = config.reward_shaping
     if not rs.info_key:
+        if config.env.startswith("overcooked"):  # sparse: a soup is 20 only once it is delivered
+            return (
+                "overcooked pays only for delivered soups, which early, near-random play rarely earns; IPPO learns "
+                "it with a dense bonus annealed away, e.g. reward_shaping.info_key=shaped_reward "
+                "reward_shaping.horizon=2.5e5 torso=mlp total_timesteps=5e5 on cramped_room "
+                "(docs/guide/environments.md)"
+            )
         return None
     fade = (
         f"its weight falls from 1 to 0 over the first {rs.horizon:,} env steps (reward_shaping.horizon)"
