@@ -58,6 +58,7 @@ from marljax.train.memory import MemoryEstimate
 from marljax.train.metrics import plot_returns, read_jsonl
 from marljax.train.records import config_yaml
 from marljax.train.settings import check_logins
+from marljax.train.timing import Ticker
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import check_run, sync_estimate
 from marljax.train.wiring import prepare
@@ -283,7 +284,12 @@ def _run_program(
         done_chunks = len(chunk_sizes(start, every)) if start else 0
         todo = schedule[done_chunks:]
         t0 = time.perf_counter()
-        compiled = compile_chunks(fns, run["state"], todo)
+        log(
+            f"program {program.index + 1}/{len(sweep.programs)} {program.name}: compiling its chunk program "
+            f"({program.rows} rows)"
+        )
+        with Ticker("compiling", progress):
+            compiled = compile_chunks(fns, run["state"], todo)
         log(
             f"program {program.index + 1}/{len(sweep.programs)} {program.name}: {len(program.cells)} cell(s) x {S} seeds "
             f"= {program.rows} rows, {config.num_updates} updates, evaluation every {every}; compiled in "

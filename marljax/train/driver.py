@@ -265,8 +265,17 @@ class Progress:
     `show_row`: after the bar, the last row's training return (kept until a chunk finishes an
     episode again) and, where the env has a win condition, its win rate."""
 
-    def __init__(self, enabled: bool, total: int, initial: int = 0, per_update: int = 1, show_row: bool = False,
-                 unit: str = " updates", desc: str = "", leave: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        enabled: bool,
+        total: int,
+        initial: int = 0,
+        per_update: int = 1,
+        show_row: bool = False,
+        unit: str = " updates",
+        desc: str = "",
+        leave: bool = True,
+    ):
         self.per_update, self.show_row, self.bar = per_update, show_row, None
         self.shown: dict[str, str] = {}
         if enabled:
@@ -275,8 +284,15 @@ class Progress:
             bar_format = (
                 "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}{unit} [{elapsed}<{remaining}, {rate_fmt}]{postfix}"
             )
-            self.bar = tqdm(total=total * per_update, initial=initial * per_update, unit=unit, unit_scale=True,
-                            desc=f"{desc}: " if desc else "", leave=leave, bar_format=bar_format)  # fmt: skip
+            self.bar = tqdm(
+                total=total * per_update,
+                initial=initial * per_update,
+                unit=unit,
+                unit_scale=per_update > 1,
+                desc=f"{desc}: " if desc else "",
+                leave=leave,
+                bar_format=bar_format,
+            )
 
     def advance(self, n: int, row: dict | None = None) -> None:
         if self.bar is None:
