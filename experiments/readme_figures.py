@@ -450,6 +450,65 @@ def bench_sequence(o: Options) -> str:
     return "\n".join(line for line in printed.splitlines() if line.startswith("|") or not line.strip()).strip()
 
 
+# ---------------------------------------------------------------------------------------------
+# default-run: the one place the default run's figures come from
+
+DEFAULT_RUN = ROOT / "docs" / "benchmarks" / "default_run.json"
+
+
+def default_run(o: Options) -> str:
+    """`marljax train` as a new user runs it, twice from an empty compile cache (cold, then warm),
+    each in its own process: its summary lines, compile time and whole-process time. Writes
+    docs/benchmarks/default_run.json (not with --quick), which README.md and docs/getting-started.md
+    quote (tests/test_readme_figures.py holds them to it)."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(o.work / "default_run_cache")}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    runs = []
+    for name in ("cold", "warm"):
+        cwd = o.work / f"default_run_{name}"
+        cwd.mkdir(parents=True, exist_ok=True)
+        args = ["train", *(["total_timesteps=5e4"] if o.quick else [])]
+        print("$ marljax", " ".join(args), f"(in {cwd})", file=sys.stderr, flush=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "marljax.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"marljax train exited with {done.returncode}:\n{done.stderr[-3000:]}")
+        out_dir = next(cwd.glob("runs/ippo_MPE_simple_spread_v3_*"))
+        summary = json.loads((out_dir / "summary.json").read_text())
+        compiled = next(line for line in done.stdout.splitlines() if line.startswith("compiled in "))
+        runs.append({"name": name, "stdout": done.stdout, "compiled": compiled, "summary": summary})
+    record = {
+        "command": "marljax train",
+        "made_by": "python experiments/readme_figures.py default-run",
+        "machine": machine(),
+        "runs": runs,
+    }
+    if not o.quick:
+        DEFAULT_RUN.write_text(json.dumps(record, indent=1) + "\n")
+    rows = [
+        (r["name"], r["summary"]["returns"], r["compiled"], f"{r['summary']['timing']['total_s']:.1f} s") for r in runs
+    ]
+    return md_table(("compile cache", "summary", "compile", "whole process"), rows)
+
+
+def machine() -> dict:
+    """The CPU and jax a figure was measured on."""
+    import platform
+
+    import jax
+
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {"cpu": cpu, "cores": os.cpu_count(), "jax": jax.__version__, "python": platform.python_version()}
+
+
 SECTIONS = [
     Section("defaults", "per-algorithm defaults: greedy return after 1M steps", "about 2 h (6 runs of 1M steps)", defaults),
     Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
@@ -466,6 +525,8 @@ SECTIONS = [
             "about 1 h (8 runs)", algo_pairs),
     Section("bench-sequence", "`marljax bench sequence`: Sable and MAPPO over 4-128 agents", "about 10 min",
             bench_sequence),
+    Section("default-run", "the default run's summary, compile and whole-process time, cold and warm "
+            "(README, getting started)", "about 8 min", default_run),
 ]  # fmt: skip
 BY_NAME = {s.name: s for s in SECTIONS}
 

@@ -138,6 +138,14 @@ class CoreConfig:
     lr_warmup: float = setting(0.0, "fraction of the run's updates over which the learning rate first rises "
                                "linearly from 0 (then decays over the rest when anneal_lr)", minimum=0.0, maximum=0.99,
                                jaxmarl="LR_WARMUP")  # fmt: skip
+    lr_schedule_resumes: Any = setting(
+        factory=list,
+        resumable=True,
+        help="written by resume=true when "
+        "total_timesteps changed: one [update, updates planned before] per change; "
+        "the learning rate goes on from where it was, what was left of its schedule "
+        "stretched over the updates now left (docs/guide/checkpoints.md)",
+    )
     max_grad_norm: float = setting(0.5, "clip the global gradient norm to this", above=0.0, traced=True,
                                    jaxmarl="MAX_GRAD_NORM")  # fmt: skip
     adam_eps: float = setting(1e-5, "Adam's epsilon (added to the root of the second moment)", above=0.0,
@@ -179,11 +187,31 @@ class CoreConfig:
                 "total_timesteps",
                 f"must be at least num_steps*num_envs={c.num_steps * c.num_envs} (one update), got {c.total_timesteps}",
             )
+        _check_schedule_resumes(c.lr_schedule_resumes, c.num_updates)
         if c.num_updates > MAX_UPDATES:  # the learner's update counter is int32: it would wrap, or the program overflow
             per = c.num_steps * c.num_envs
             raise ConfigError("total_timesteps", f"{c.total_timesteps:,} env steps are {c.num_updates:,} updates of "
                               f"num_envs*num_steps={per:,}; at most {MAX_UPDATES:,} updates (int32), so total_timesteps "
                               f"<= {MAX_UPDATES * per:,} with this num_envs and num_steps")  # fmt: skip
+
+
+def _check_schedule_resumes(resumes: Any, num_updates: int) -> None:
+    """`lr_schedule_resumes`: [update, updates planned before] pairs, the updates rising, each
+    within the budget planned before it, and below this run's."""
+    pairs = resumes if isinstance(resumes, list) else None
+    ok = pairs is not None and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in p)
+        for p in pairs
+    )
+    if ok and pairs:
+        starts = [s for s, _ in pairs]
+        ok = starts == sorted(set(starts)) and all(0 < s <= n for s, n in pairs) and starts[-1] < num_updates
+    if not ok:
+        raise ConfigError(
+            "lr_schedule_resumes",
+            "a list of [update, updates planned before] pairs, as resume=true "
+            f"writes it (updates rising, below this run's {num_updates}); got {resumes!r}",
+        )
 
 
 @dataclasses.dataclass(frozen=True)

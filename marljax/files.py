@@ -74,7 +74,7 @@ def check_writable_dir(path: Path) -> str | None:
 class DirectoryLock:
     """An advisory lock on a directory (`<dir>/.marljax.lock`, flock): a second process that
     asks for it while it is held gets, from `acquire()`, a line naming the holder. Released on
-    `release()` or exit."""
+    `release()` (which removes the file: a finished run leaves none) or exit."""
 
     def __init__(self, directory: Path):
         self.path = Path(directory).absolute() / ".marljax.lock"
@@ -88,29 +88,40 @@ class DirectoryLock:
             missing = missing.parent
         self._created = None if missing.exists() else missing
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                return f"process {holder}"
-            raise
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    return f"process {holder}"
+                raise
+            if self._still_the_file(fd):
+                break
+            os.close(fd)  # its holder removed the file between our open and our lock: take the new one
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd
         return None
 
+    def _still_the_file(self, fd: int) -> bool:
+        try:
+            return os.fstat(fd).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return False
+
     def release(self) -> None:
-        """Unlock; where acquire() created the directory and nothing else was written there,
-        remove what it created (a failed command leaves nothing behind)."""
+        """Remove the lock file and unlock (in that order, so that no one locks a removed file:
+        see `acquire`); where acquire() created the directory and nothing else was written
+        there, remove the directory too (a failed command leaves nothing behind)."""
         if self._fd is not None:
+            self.path.unlink(missing_ok=True)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
-            if self._created is not None and [p.name for p in self.path.parent.iterdir()] == [self.path.name]:
-                self.path.unlink()
+            if self._created is not None and not any(self.path.parent.iterdir()):
                 directory = self.path.parent
                 while True:
                     directory.rmdir()

@@ -4,6 +4,7 @@ exists and has a formatter), a figure (an image) a command beside it. Every sect
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -110,3 +111,36 @@ def test_the_checks_can_fail():
     image = "![curves](docs/x.png)\n"
     assert figures_without_command("text\n" + image + "more\n", "f.md") == ["f.md:2: ![curves](docs/x.png)"]
     assert figures_without_command(image + "Made by `marljax sweep experiments/x.yaml`.\n", "f.md") == []
+
+
+def default_run_quotes() -> dict[str, str]:
+    """What README.md and docs/getting-started.md must quote of the default run, formatted from
+    docs/benchmarks/default_run.json (made by `python experiments/readme_figures.py default-run`)."""
+    record = json.loads(readme_figures.DEFAULT_RUN.read_text())
+    cold, warm = record["runs"]
+    seconds = [float(re.match(r"compiled in ([\d.]+)s", r["compiled"]).group(1)) for r in (cold, warm)]
+    return {
+        "returns": cold["summary"]["returns"],
+        "times": f"compiled in {seconds[0]:.1f} s, then {seconds[1]:.1f} s; {cold['summary']['timing']['total_s']:.1f} s, "
+        f"then {warm['summary']['timing']['total_s']:.1f} s for the whole process",
+    }
+
+
+def quoted_return_lines(text: str) -> list[str]:
+    """The `return per agent ...` lines of a page's fenced code blocks."""
+    blocks = re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.S)
+    return [
+        line.strip() for block in blocks for line in block.splitlines() if line.strip().startswith("return per agent")
+    ]
+
+
+def test_the_default_runs_figures_come_from_one_place():
+    quotes = default_run_quotes()
+    for page in (ROOT / "README.md", ROOT / "docs" / "getting-started.md"):
+        lines = quoted_return_lines(page.read_text())
+        assert lines == [quotes["returns"]], f"{page.name} quotes {lines}, default_run.json says {quotes['returns']}"
+    assert quotes["times"] in " ".join((ROOT / "docs" / "getting-started.md").read_text().split())
+    # the control: a page quoting another run's line is caught
+    assert quoted_return_lines("```\nreturn per agent -1.00 -> 0.00 (+1.00); 1k env-steps/s\n```") != [
+        quotes["returns"]
+    ]

@@ -63,9 +63,10 @@ def schedule(config: Config) -> Callable[[Array, Array], Array]:
     then, when `anneal_lr`, linear or cosine decay over the rest, clamped at 0 so that updates past the
     budget (a benchmark, a resumed run) never flip its sign, or exponential by `lr_exp_decay_rate` per
     update. Stepped once per update (JaxMARL's schedules step once per gradient step)."""
-    updates = max(config.num_updates, 1)
+    horizon, at = ops.schedule_position(config.lr_schedule_resumes, config.num_updates)  # a resumed run's budgets
+    updates = max(horizon, 1)
     warmup = int(config.lr_warmup * updates)  # JaxMARL's int(LR_WARMUP * NUM_UPDATES)
-    return lambda lr, update: ops.lr_schedule(lr, update, updates, config.anneal_lr, warmup, config.lr_decay,
+    return lambda lr, update: ops.lr_schedule(lr, at(update), updates, config.anneal_lr, warmup, config.lr_decay,
                                               config.lr_exp_decay_rate)  # fmt: skip
 
 

@@ -8,6 +8,7 @@ out for the algorithms.
 from __future__ import annotations
 
 import importlib
+import io
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -28,15 +29,37 @@ _NEEDS = {
 _ROBOTARIUM_PREFIX = "JaxRobotarium"
 
 
+# What jaxmarl 0.2.0 prints on import about its optional JaxRobotarium envs: noise to a user who
+# never asked for them (an id that needs them is refused in one line of our own, `check_env_name`).
+JAXMARL_BANNER = frozenset(
+    {
+        "Importing submoduled environments...",
+        "Submoduled environments not found. Skipping import.",
+        "Submoduled environments imported successfully.",
+    }
+)
+
+
 def _import_jaxmarl() -> None:
-    """Import jaxmarl without losing sys.stdout and sys.stderr: its MABrax module resets them to
+    """Import jaxmarl without its import banner (JAXMARL_BANNER; any other line it prints is passed
+    on) and without losing sys.stdout and sys.stderr: its MABrax module resets them to
     sys.__stdout__ / sys.__stderr__ after trying to import brax, which silenced every later print
     of a notebook (or any redirected output) once the first env was made."""
-    saved = sys.stdout, sys.stderr
+    if "jaxmarl.registration" in sys.modules:
+        return
+    saved = sys.stdout, sys.stderr, sys.__stdout__
+    caught = io.StringIO()
     try:
+        # the MABrax module sets sys.stdout back to sys.__stdout__: both point at the catcher meanwhile
+        sys.stdout = caught
+        setattr(sys, "__stdout__", caught)  # noqa: B010 - a Final name to type checkers, plain to Python
         import jaxmarl.registration  # noqa: F401
     finally:
-        sys.stdout, sys.stderr = saved
+        sys.stdout, sys.stderr = saved[:2]
+        setattr(sys, "__stdout__", saved[2])  # noqa: B010
+        kept = [line for line in caught.getvalue().splitlines(keepends=True) if line.strip() not in JAXMARL_BANNER]
+        if kept:
+            sys.stdout.write("".join(kept))
 
 
 def registered_env_ids() -> list[str]:
@@ -144,6 +167,7 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
         return make_jumanji(name, kwargs)
     if ":" in name:
         return _from_import_path(name, kwargs)
+    _import_jaxmarl()
     import jaxmarl
 
     if "SMAX" in name:

@@ -7,6 +7,7 @@ is a pure function of arrays with the shapes its docstring states.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
@@ -219,6 +220,36 @@ def linear_schedule(lr: Array, update: Array, num_updates: float, anneal: bool) 
     if not anneal:
         return lr
     return lr * jnp.maximum(1.0 - update.astype(jnp.float32) / num_updates, 0.0)
+
+
+def schedule_position(resumes: Sequence[Sequence[int]], num_updates: int) -> tuple[int, Callable[[Array], Array]]:
+    """(the schedule's horizon, update [] -> its position on the schedule []) of a run resumed with
+    other budgets (`lr_schedule_resumes`: one [update s, updates planned before] per change).
+
+    Until the first change an update is its own position, on a schedule over the first budget N.
+    From each change at update s on, the position goes on from where it was at s and reaches N at
+    the budget planned from there (the next change's "planned before", else `num_updates`): what
+    was left of the schedule is stretched (or shrunk) over the updates now left, so the rate never
+    jumps. No changes: (num_updates, the update itself), the same ops as ever."""
+    if not resumes:
+        return num_updates, lambda update: update
+    horizon = resumes[0][1]
+    starts = [s for s, _ in resumes]
+    ends = [n for _, n in resumes[1:]] + [num_updates]
+    positions, p = [], float(starts[0])
+    for k, (s, e) in enumerate(zip(starts, ends)):
+        positions.append(p)
+        if k + 1 < len(starts):
+            p += (starts[k + 1] - s) * (horizon - p) / max(e - s, 1)
+
+    def position(update: Array) -> Array:
+        u = jnp.asarray(update).astype(jnp.float32)
+        at = u
+        for s, e, p in zip(starts, ends, positions):
+            at = jnp.where(u >= s, p + (u - s) * ((horizon - p) / max(e - s, 1)), at)
+        return at
+
+    return horizon, position
 
 
 def lr_schedule(

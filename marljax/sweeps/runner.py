@@ -58,6 +58,7 @@ from marljax.train.memory import MemoryEstimate
 from marljax.train.metrics import plot_returns, read_jsonl
 from marljax.train.records import config_yaml
 from marljax.train.settings import check_logins
+from marljax.train.timing import Ticker
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import check_run, sync_estimate
 from marljax.train.wiring import prepare
@@ -194,10 +195,12 @@ def run_sweep(
     log(sweep.describe())
     store = ResultsStore(sweep.out_dir / "results", _coords(sweep)) if primary else None
     done = _done(sweep.out_dir)
-    bar = Progress(  # in rows (cells x seeds) finished
+    bar = Progress(  # in runs (cells x seeds) finished
         progress,
         len(sweep.cells) * sweep.seeds,
         sum(len(p.cells) * sweep.seeds for p in sweep.programs if p.name in done),
+        unit=" runs",
+        desc="sweep, runs finished",
     )
     ran, skipped, budget = [], [], ChunkBudget(max_chunks)
     try:
@@ -281,7 +284,12 @@ def _run_program(
         done_chunks = len(chunk_sizes(start, every)) if start else 0
         todo = schedule[done_chunks:]
         t0 = time.perf_counter()
-        compiled = compile_chunks(fns, run["state"], todo)
+        log(
+            f"program {program.index + 1}/{len(sweep.programs)} {program.name}: compiling its chunk program "
+            f"({program.rows} rows)"
+        )
+        with Ticker("compiling", progress):
+            compiled = compile_chunks(fns, run["state"], todo)
         log(
             f"program {program.index + 1}/{len(sweep.programs)} {program.name}: {len(program.cells)} cell(s) x {S} seeds "
             f"= {program.rows} rows, {config.num_updates} updates, evaluation every {every}; compiled in "
@@ -320,7 +328,8 @@ def _run_program(
         driver = Driver(
             config, env, start=start, groups=[slice(ci * S, (ci + 1) * S) for ci in range(len(program.cells))],
             sinks=sinks, checkpoints=Checkpoints(checkpointer, config, lambda update: meta, start),
-            progress=Progress(progress, config.num_updates, start, leave=False, desc=program.name[:40]),
+            progress=Progress(progress, config.num_updates, start, len(program.cells) * S * config.run_steps_per_update,
+                              show_row=True, unit=" env-steps", desc=program.name[:40], leave=False),
             evaluation=Evaluation(trainer, seed_index, every, config.num_updates), on_eval=keep, on_rows=record,
             guard=trainer.losses if config.nan_guard else None, on_diverged=diverged,
         )  # fmt: skip

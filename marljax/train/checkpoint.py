@@ -331,8 +331,30 @@ def check_resumable(saved_config: dict, config: Config, where: Path) -> None:
 
 
 def abstract_like(shapes: Any, shardings: Any) -> Any:
-    """ShapeDtypeStructs carrying target shardings (what orbax restores into)."""
-    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+    """ShapeDtypeStructs carrying target shardings (what orbax restores into) and weak types."""
+    return jax.tree.map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh, weak_type=getattr(s, "weak_type", False)),
+        shapes,
+        shardings,
+    )
+
+
+def with_weak_types(tree: Any, target: Any) -> Any:
+    """`tree` (restored: orbax gives every array a strong type) with the weak types of `target`'s
+    leaves again (an env's step counter made from a Python int is weakly typed in a fresh state).
+    Otherwise a resumed run traces another program than a fresh run of the same config, compiles
+    it again and cannot read it back from the compile cache."""
+    from jax._src.lax import lax as lax_internal  # the one public-free way to set an array's weak type
+
+    leaves, treedef = jax.tree.flatten(tree)
+    weak = [getattr(t, "weak_type", False) for t in jax.tree.leaves(target)]
+    if len(weak) != len(leaves) or not any(w and not x.weak_type for x, w in zip(leaves, weak)):
+        return tree
+    out = [
+        lax_internal._convert_element_type(x, x.dtype, weak_type=True) if w and not x.weak_type else x
+        for x, w in zip(leaves, weak)
+    ]
+    return jax.tree.unflatten(treedef, out)
 
 
 def config_from_meta(meta: dict) -> Config:
@@ -354,5 +376,6 @@ __all__ = [
     "fingerprint",
     "versions",
     "abstract_like",
+    "with_weak_types",
     "config_from_meta",
 ]

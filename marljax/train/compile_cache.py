@@ -5,7 +5,9 @@ next process that compiles it (a rerun, another seed, a resume, an evaluation, a
 `~/.cache/...`), unless JAX_COMPILATION_CACHE_DIR is set, which then wins; `compile_cache=false`
 turns it off; any other value is the directory to use. JAX keys every entry by the program, the
 jaxlib version, the backend and its version, the XLA flags, the compile options and the devices,
-so one directory serves every jax version and accelerator. It does not key a CPU program by the
+so one directory serves every jax version and accelerator (GPU and TPU programs, and on a GPU XLA's
+autotuning results, are kept the same way as CPU ones). Every program is kept, not only those JAX
+deems slow to compile (its default: over 1 s). It does not key a CPU program by the
 CPU's instruction set, so `<machine>` does: a hash of the CPU's model and feature flags, so that a
 home directory shared by machines of different CPUs never hands one an executable built for
 another. A damaged entry costs one compile: JAX's warning about it becomes one line on stderr.
@@ -86,6 +88,10 @@ def use(value: Any, log: Callable[[str], None] = print) -> Path | None:
         return None
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(path))
+    # every program, however quick to compile: JAX's default keeps only those over 1 s, which leaves
+    # out the ~90 small ones a run compiles (the env's import-time constants, init, the NaN guard, ...;
+    # 6 s of a warm default run on a 2-core CPU, where the chunk program read back takes 0.5 s)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     _one_line_notes()
     return path
 

@@ -36,10 +36,11 @@ import numpy as np
 from marljax.config import Config, ConfigError
 from marljax.parallel import distributed
 from marljax.parallel.distributed import any_process, host_values
-from marljax.train.checkpoint import Checkpointer, CheckpointError, check_resumable
+from marljax.train.checkpoint import Checkpointer, CheckpointError, check_resumable, with_weak_types
 from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, run_chunks
 from marljax.train.evaluate import EvalResult, Evaluation, eval_fields
 from marljax.train.metrics import JsonlWriter, chunk_row, first_non_finite, read_rows_kept, write_jsonl_atomic
+from marljax.train.timing import RunClock
 from marljax.train.trackers import Trackers
 
 
@@ -81,7 +82,7 @@ def restore(checkpointer: Checkpointer, target, check: Callable[[dict], None] | 
     if restored is None:
         raise CheckpointError(f"no checkpoint in {checkpointer.directory} could be read; see the warnings above")
     checkpointer.set_aside_newer(int(restored[1]["update"]))
-    return restored
+    return with_weak_types(restored[0], target), restored[1]
 
 
 def resume(config: Config, target, fresh: Callable, checkpointer: Checkpointer, metrics_path: Path, log):
@@ -169,17 +170,32 @@ class RowSink:
 
 
 class Checkpoints:
-    """A checkpoint at the last update, every `checkpoint_every` updates, and on a stop."""
+    """A checkpoint at the last update, every `checkpoint_every` updates, and on a stop (the time
+    the run waits for a save counted as `clock`'s "checkpoints")."""
 
-    def __init__(self, checkpointer: Checkpointer, config: Config, meta: Callable[[int], dict], saved: int):
+    def __init__(
+        self,
+        checkpointer: Checkpointer,
+        config: Config,
+        meta: Callable[[int], dict],
+        saved: int,
+        clock: RunClock | None = None,
+    ):
         self.checkpointer, self.config, self.meta, self.saved = checkpointer, config, meta, saved
+        self.clock = clock or RunClock()
         self.saved_at: list[int] = []  # updates at which this session saved
 
     def after_chunk(self, update: int, state, now: bool = False, extra_meta: dict | None = None) -> None:
         if now or checkpoint_due(self.config.checkpoint_every, self.config.num_updates, update, self.saved):
-            self.checkpointer.save(update, state, {**self.meta(update), **(extra_meta or {})})
+            with self.clock.phase("checkpoints"):
+                self.checkpointer.save(update, state, {**self.meta(update), **(extra_meta or {})})
             self.saved = update
             self.saved_at.append(update)
+
+    def wait(self) -> None:
+        """Until every save started is on disk."""
+        with self.clock.phase("checkpoints"):
+            self.checkpointer.wait()
 
 
 @jax.jit
@@ -234,26 +250,60 @@ def _without_rows(result: EvalResult, rows) -> EvalResult:
                       result.won & ~rows[:, None])  # fmt: skip
 
 
-class Progress:
-    """A tqdm bar (none when disabled) advanced by `per_update` per update; `show_row`: the last
-    row's return and throughput beside it."""
+def pooled(rows: list[dict]) -> dict:
+    """The return and win rate averaged over rows (a sweep program's cells) that have them."""
+    out = {}
+    for key in ("return_mean", "win_rate"):
+        values = [r[key] for r in rows if r.get(key) is not None]
+        out[key] = sum(values) / len(values) if values else None
+    return out
 
-    def __init__(self, enabled: bool, total: int, initial: int = 0, per_update: int = 1, show_row: bool = False,
-                 **tqdm_args):  # fmt: skip
+
+class Progress:
+    """A tqdm bar (none when disabled) advanced by `per_update` per update of `unit` (a name, with
+    its leading space: " env-steps"): one rate, in those units, elapsed and remaining time.
+    `show_row`: after the bar, the last row's training return (kept until a chunk finishes an
+    episode again) and, where the env has a win condition, its win rate."""
+
+    def __init__(
+        self,
+        enabled: bool,
+        total: int,
+        initial: int = 0,
+        per_update: int = 1,
+        show_row: bool = False,
+        unit: str = " updates",
+        desc: str = "",
+        leave: bool = True,
+    ):
         self.per_update, self.show_row, self.bar = per_update, show_row, None
+        self.shown: dict[str, str] = {}
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total * per_update, initial=initial * per_update, **tqdm_args)
+            bar_format = (
+                "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}{unit} [{elapsed}<{remaining}, {rate_fmt}]{postfix}"
+            )
+            self.bar = tqdm(
+                total=total * per_update,
+                initial=initial * per_update,
+                unit=unit,
+                unit_scale=per_update > 1,
+                desc=f"{desc}: " if desc else "",
+                leave=leave,
+                bar_format=bar_format,
+            )
 
     def advance(self, n: int, row: dict | None = None) -> None:
         if self.bar is None:
             return
         self.bar.update(n * self.per_update)
         if self.show_row and row is not None:
-            ret = row["return_mean"]
-            self.bar.set_postfix_str(f"return {ret:.2f}" if ret is not None else "return -", refresh=False)
-            self.bar.set_description_str(f"{row['env_steps_per_s'] / 1e3:.0f}k steps/s")
+            if row.get("return_mean") is not None:
+                self.shown["return"] = f"return {row['return_mean']:.2f}"
+            if row.get("win_rate") is not None:
+                self.shown["win"] = f"win rate {row['win_rate']:.2f}"
+            self.bar.set_postfix_str(", ".join(self.shown.values()) or "return: no episode finished yet", refresh=False)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -316,6 +366,7 @@ class Driver:
     ):  # fmt: skip
         self.config, self.env, self.groups, self.sinks = config, env, groups, sinks
         self.checkpoints, self.progress, self.evaluation, self.guard = checkpoints, progress, evaluation, guard
+        self.clock = checkpoints.clock  # the run's phases (evaluation, checkpoints, training)
         self.on_eval, self.on_rows, self.on_diverged = on_eval, on_rows, on_diverged
         self.update = start
         self.diverged = np.zeros(groups[-1].stop if groups else 0, bool)  # [R] rows left out (on_diverged)
@@ -346,12 +397,13 @@ class Driver:
         if self.guard is not None and self.on_diverged is not None:
             self._note_diverged(chunk)
         if self.evaluation is not None and self.evaluation.due(self.update, previous):
-            result = self.evaluation(chunk.params, self.update)
-            if self.diverged.any():
-                result = _without_rows(result, self.diverged)
-            if self.on_eval is not None:
-                state = self.on_eval(state, result)
-            result = host_values(result)  # a collective on a multi-host run: every process gathers
+            with self.clock.phase("evaluation"):
+                result = self.evaluation(chunk.params, self.update)
+                if self.diverged.any():
+                    result = _without_rows(result, self.diverged)
+                if self.on_eval is not None:
+                    state = self.on_eval(state, result)
+                result = host_values(result)  # a collective on a multi-host run: every process gathers
         rows = self.rows(chunk, result)
         for sink, row in zip(self.sinks, rows):
             sink.write(row)
@@ -360,7 +412,7 @@ class Driver:
         if self.guard is not None and self.on_diverged is None:
             nan_guard(rows[0], chunk.params, self.update, self.checkpoints.checkpointer, self.guard)
         self.checkpoints.after_chunk(self.update, state, save, chunk.extra_meta)
-        self.progress.advance(chunk.n, rows[0])
+        self.progress.advance(chunk.n, rows[0] if len(rows) == 1 else pooled(rows))
 
     def _note_diverged(self, chunk: Chunk) -> None:
         """Rows that diverged in this chunk, marked and handed to on_diverged (each row once)."""
@@ -378,17 +430,22 @@ class Driver:
         schedule: list[int],
         budget: ChunkBudget | None,
         again: str = "resume=true",
+        then: Callable[[], None] | None = None,
     ) -> tuple[Any, bool]:
         """The on-device chunk programs, each chunk through `step`, until the schedule or the budget
         ends: (state, finished). SIGINT/SIGTERM: the chunk in progress ends with a checkpoint, then
-        `Stopped`, which says to continue with `again`."""
+        `Stopped`, which says to continue with `again`. `then()` runs after the last chunk, while
+        its checkpoint is still being written (to overlap the run's end with it)."""
         with StopControl() as stop:
 
             def step(state, metrics: dict, n: int, wall: float) -> None:
                 self.step(Chunk(state, metrics, n, wall, state.learner.params), save=stop())
 
-            state, finished = run_chunks(compiled, state, schedule, step, budget, lambda: stop.stopping)
-            self.checkpoints.checkpointer.wait()
+            with self.clock.phase("training"):
+                state, finished = run_chunks(compiled, state, schedule, step, budget, lambda: stop.stopping)
+            if then is not None:
+                then()
+            self.checkpoints.wait()
         stop.raise_if_stopped(self.update, self.config.num_updates, self.checkpoints.checkpointer.directory, again)
         return state, finished
 

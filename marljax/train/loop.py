@@ -10,6 +10,7 @@ At the start the resolved config goes to `<out_dir>/config.yaml`; at the end the
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -28,8 +29,16 @@ from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.processes import dataset_dir
 from marljax.train import compile_cache
-from marljax.train.checkpoint import Checkpointer, CheckpointError, abstract_like, not_a_checkpoint_dir
+from marljax.train.budget import continue_budget, saved_run
+from marljax.train.checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    abstract_like,
+    check_resumable,
+    not_a_checkpoint_dir,
+)
 from marljax.train.chunks import ChunkBudget, chunk_sizes
+from marljax.train.compile_cache import CacheEvents
 from marljax.train.driver import (
     Checkpoints,
     Chunk,
@@ -45,6 +54,8 @@ from marljax.train.marl_eval_run import write_run_marl_eval
 from marljax.train.metrics import plot_returns
 from marljax.train.records import config_yaml, family_note
 from marljax.train.settings import check_logins
+from marljax.train.summary import SUMMARY_FILE, RunSummary, return_line, summarize
+from marljax.train.timing import RunClock, Ticker
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import async_estimate, check_run, sync_estimate
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare, warn_slow_dtype
@@ -59,6 +70,7 @@ class RunResult(NamedTuple):
     out_dir: Path
     compile_s: float
     checkpoints: list[int]  # updates at which this call saved a checkpoint
+    summary: RunSummary | None = None  # what the run found, its time breakdown and what to run next: print(it)
 
 
 def default_out_dir(config: Config) -> str:
@@ -69,8 +81,11 @@ def default_out_dir(config: Config) -> str:
 def train(
     config: Config, log: Callable[[str], None] = print, max_chunks: int | None = None,
     on_row: Callable[[dict], None] | None = None, on_compiled: Callable[[float], None] | None = None,
+    started: float | None = None,
 ) -> RunResult:  # fmt: skip
-    """Run `config` to the end and return the final (sharded) state and the metrics rows.
+    """Run `config` to the end and return the final (sharded) state, the metrics rows and the
+    run's summary (`print(result.summary)`: the return first to last, the time breakdown, where
+    the outputs are and what to run next; also in `<out_dir>/summary.json`).
 
     With `resume=true`, continue from the newest good checkpoint in `out_dir` (or start fresh
     when there is none). `max_chunks` stops after that many chunks, as if the run had been
@@ -80,9 +95,32 @@ def train(
     `on_compiled(seconds)` is called once the chunk programs are compiled, before the first chunk
     runs (the on-device mode only: `mode=async` compiles inside its actor and learner threads).
 
+    `started`: the epoch time the run's wall time is counted from (`marljax train` passes its
+    process's start, so that the breakdown's "start-up" holds the imports); None: from this call.
+
     Multi-host (`distributed.*`): every process calls this with the same config; process 0
     alone logs and writes files, checkpoints are written by all together.
     """
+    clock = RunClock(started).listen()
+    try:
+        with clock.phase("build"):
+            config, log, out_dir, lock, has_run = _claim(config, log)
+        try:
+            if config.resume:
+                with clock.phase("build"):
+                    config = _budget(config, out_dir, log)
+            return _run(config, log, out_dir, has_run, clock, max_chunks, on_row, on_compiled)
+        finally:
+            lock.release()
+    finally:
+        clock.close()
+
+
+def _claim(
+    config: Config, log: Callable[[str], None]
+) -> tuple[Config, Callable[[str], None], Path, DirectoryLock, bool]:
+    """Everything refused before the run is built, then out_dir locked: (config with its out_dir,
+    the log (silent on processes other than 0), out_dir, the lock, whether out_dir held a run)."""
     distributed.initialize(config)
     config, log = primary_only(config, log)
     compile_cache.use(config.compile_cache, log)  # before anything compiles
@@ -123,22 +161,36 @@ def train(
         if holder:
             raise ConfigError("out_dir", f"{out_dir} is in use by {holder} (another marljax run writing there); "
                                          "wait for it, or choose another out_dir")  # fmt: skip
+    return config, log, out_dir, lock, bool(has_run)
+
+
+def _budget(config: Config, out_dir: Path, log: Callable[[str], None]) -> Config:
+    """resume=true with another total_timesteps: the chunk length and the learning rate go on
+    (`train.budget`); refused first if the run may not resume at all."""
+    found = saved_run(out_dir / "checkpoints", config.keep_checkpoints)
+    if found is None:
+        return config
+    check_resumable(found[1], config, out_dir / "checkpoints")
+    return continue_budget(config, found[1], found[0], log)
+
+
+def _run(
+    config: Config, log, out_dir: Path, has_run: bool, clock: RunClock, max_chunks, on_row, on_compiled
+) -> RunResult:
+    """The run in the locked out_dir; an overwritten run's files put back if it fails first."""
+    aside = _set_aside_for_overwrite(config, out_dir, log) if has_run and config.overwrite else None
     try:
-        aside = _set_aside_for_overwrite(config, out_dir, log) if has_run and config.overwrite else None
-        try:
-            if config.mode == "async":
-                result = _train_async(config, out_dir, log, max_chunks, on_row)
-            else:
-                result = _train_sync(config, out_dir, log, max_chunks, on_row, on_compiled)
-        except BaseException:
-            if aside is not None:
-                _put_back(aside, out_dir, log)
-            raise
+        if config.mode == "async":
+            result = _train_async(config, out_dir, log, clock, max_chunks, on_row)
+        else:
+            result = _train_sync(config, out_dir, log, clock, max_chunks, on_row, on_compiled)
+    except BaseException:
         if aside is not None:
-            shutil.rmtree(aside, ignore_errors=True)
-        return result
-    finally:
-        lock.release()
+            _put_back(aside, out_dir, log)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+    return result
 
 
 RUN_FILES = ("checkpoints", "metrics.jsonl", "config.yaml", "returns.png")
@@ -188,51 +240,92 @@ def _put_back(aside: Path, out_dir: Path, log) -> None:
     log(f"this run failed before its first checkpoint: the old run in {out_dir} is restored")
 
 
-def _train_sync(config: Config, out_dir: Path, log, max_chunks: int | None, on_row=None, on_compiled=None) -> RunResult:
+def _train_sync(
+    config: Config, out_dir: Path, log, clock: RunClock, max_chunks: int | None, on_row=None, on_compiled=None
+) -> RunResult:
     """The on-device mode: the sharded chunk of updates, compiled once, run chunk by chunk (the
     source of chunks `train.driver.Driver` steps through)."""
     metrics_path, ckpt_dir = out_dir / "metrics.jsonl", out_dir / "checkpoints"
-    env, mesh, trainer = prepare(config)
-    log(f"marljax {config.algo} on {env.describe()}")
-    if note := family_note(config):
-        log(note)
-    log(
-        f"mesh {dict(mesh.shape)} on {mesh.devices.size} {mesh.devices.flat[0].platform} device(s); "
-        f"{config.num_seeds} seed(s) x {config.num_envs} envs; {config.num_updates} updates "
-        f"in chunks of {config.updates_per_chunk}; out_dir {out_dir}"
-    )
-    fns = shard_trainer(trainer, mesh)
-    check_run(
-        config, lambda: sync_estimate(config, trainer, fns.shapes), mesh.devices.flat, log, config.updates_per_chunk
-    )
-    _ready(ckpt_dir)
-    checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
+    with clock.phase("build"):
+        log(f"{clock.stamp()} building {config.env} and {config.algo}'s trainer")
+        with Ticker("building", config.progress and distributed.is_primary()):
+            env, mesh, trainer = prepare(config)
+        log(f"marljax {config.algo} on {env.describe()}")
+        if note := family_note(config):
+            log(note)
+        log(
+            f"mesh {dict(mesh.shape)} on {mesh.devices.size} {mesh.devices.flat[0].platform} device(s); "
+            f"{config.num_seeds} seed(s) x {config.num_envs} envs; {config.num_updates} updates "
+            f"in chunks of {config.updates_per_chunk}; out_dir {out_dir}"
+        )
+        fns = shard_trainer(trainer, mesh)
+        log(f"{clock.stamp()} checking memory and making the {'restored' if config.resume else 'initial'} state")
+        ticker = Ticker("setting up", config.progress and distributed.is_primary()).__enter__()
+        try:
+            check_run(
+                config,
+                lambda: sync_estimate(config, trainer, fns.shapes),
+                mesh.devices.flat,
+                log,
+                config.updates_per_chunk,
+            )
+            _ready(ckpt_dir)
+            checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
+        except BaseException:
+            ticker.__exit__()
+            raise
     try:
-        target = abstract_like(fns.shapes, fns.shardings)
-        fresh = lambda: fns.init(seed_keys(config.seed, config.num_seeds))  # noqa: E731
-        state, start, rows, _ = resume(config, target, fresh, checkpointer, metrics_path, log)
-        if distributed.is_primary():
-            write_text_atomic(out_dir / "config.yaml", config_yaml(config))
-        schedule = chunk_sizes(config.num_updates - start, config.updates_per_chunk)
-        t0 = time.perf_counter()
-        compiled = compile_chunks(fns, state, schedule)
-        compile_s = time.perf_counter() - t0
-        log(f"compiled in {compile_s:.1f}s")
+        with clock.phase("build"):
+            target = abstract_like(fns.shapes, fns.shardings)
+            fresh = lambda: fns.init(seed_keys(config.seed, config.num_seeds))  # noqa: E731
+            state, start, rows, _ = resume(config, target, fresh, checkpointer, metrics_path, log)
+            if distributed.is_primary():
+                write_text_atomic(out_dir / "config.yaml", config_yaml(config))
+            schedule = chunk_sizes(config.num_updates - start, config.updates_per_chunk)
+            ticker.__exit__()
+        with clock.phase("compile"):
+            sizes = " and ".join(map(str, sorted(set(schedule))))
+            log(
+                f"{clock.stamp()} compiling the chunk program (chunks of {sizes} update{'s' if sizes != '1' else ''}; "
+                "the first time on a machine takes longest, later runs read it back from the compile cache)"
+            )
+            t0 = time.perf_counter()
+            with CacheEvents() as cache, Ticker("compiling", config.progress and distributed.is_primary()):
+                compiled = compile_chunks(fns, state, schedule)
+            compile_s = time.perf_counter() - t0
+            log(f"compiled in {compile_s:.1f}s{_cache_note(cache)}")
         if on_compiled is not None:
             on_compiled(compile_s)
-        driver = _driver(config, env, trainer, checkpointer, start, rows, on_row)
+        log(
+            f"{clock.stamp()} training: updates {start + 1} to {config.num_updates}, "
+            f"{(config.num_updates - start) * config.run_steps_per_update:,} env steps per seed"
+        )
+        driver = _driver(config, env, trainer, checkpointer, start, rows, on_row, clock)
+        plot = _Plot(config, out_dir, rows, clock)
         ok = False
         try:
-            state, _ = driver.run_chunks(compiled, state, schedule, ChunkBudget(max_chunks))
+            state, _ = driver.run_chunks(compiled, state, schedule, ChunkBudget(max_chunks), then=plot.start)
             ok = True
         finally:
             driver.close(failed=not ok)
-        return _finish(config, RunResult(state, rows, out_dir, compile_s, driver.checkpoints.saved_at), log, driver)
     finally:
-        checkpointer.close()
+        ticker.__exit__()
+        with clock.phase("checkpoints"):
+            checkpointer.close()
+    result = RunResult(state, rows, out_dir, compile_s, driver.checkpoints.saved_at)
+    return _finish(config, result, log, clock, driver, plot)
 
 
-def _driver(config: Config, env, trainer, checkpointer: Checkpointer, start: int, rows: list[dict], on_row) -> Driver:
+def _cache_note(cache: CacheEvents) -> str:
+    """' (read back from the compile cache)' when every program came from JAX's persistent cache."""
+    if cache.hits and not cache.misses:
+        return " (read back from the compile cache)"
+    return ""
+
+
+def _driver(
+    config: Config, env, trainer, checkpointer: Checkpointer, start: int, rows: list[dict], on_row, clock: RunClock
+) -> Driver:
     """`marljax train`'s parts (both modes): one metrics.jsonl and its trackers, evaluation every
     `eval_every` updates, the NaN guard, checkpoints, the progress bar in env steps."""
     primary, out_dir = distributed.is_primary(), Path(config.out_dir)
@@ -243,10 +336,10 @@ def _driver(config: Config, env, trainer, checkpointer: Checkpointer, start: int
         evaluation = Evaluation(trainer, jnp.arange(config.num_seeds), config.eval_every, config.num_updates)
     meta = {"config": config.to_dict()}
     checkpoints = Checkpoints(
-        checkpointer, config, lambda update: {**meta, "env_steps": update * config.run_steps_per_update}, start
+        checkpointer, config, lambda update: {**meta, "env_steps": update * config.run_steps_per_update}, start, clock
     )
     progress = Progress(config.progress, config.num_updates, start, config.env_steps_per_update, show_row=True,
-                        unit="step", unit_scale=True, leave=True)  # fmt: skip
+                        unit=" env-steps", desc="training")  # fmt: skip
     return Driver(config, env, start=start, groups=[slice(0, config.num_seeds)], sinks=[sink], checkpoints=checkpoints,
                   progress=progress, evaluation=evaluation,
                   guard=trainer.losses if config.nan_guard else None)  # fmt: skip
@@ -265,7 +358,9 @@ def _ready(ckpt_dir: Path) -> None:
     distributed.barrier("marljax_out_dir")
 
 
-def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = None, on_row=None) -> RunResult:
+def _train_async(
+    config: Config, out_dir: Path, log, clock: RunClock, max_chunks: int | None = None, on_row=None
+) -> RunResult:
     """mode=async: actor threads and the learner joined by the trajectory buffer (marljax.pipeline).
 
     Checkpoints hold the learner's state (parameters, Adam, keys, update) and the buffer's
@@ -275,18 +370,24 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
     """
     from marljax.pipeline.actor_learner import AsyncRun
 
-    env = make_adapter(config)
-    check_agent_axis(config, env)
-    warn_slow_dtype(config)
-    placement = async_placement(
-        config.async_, config.mesh.agent, config.num_envs
-    )  # (AsyncRun places again; this compiles nothing)
-    check_run(config, lambda: async_estimate(config, make_trainer(config, env), getattr(env, "host", False)),
-              {*placement.actor_devices, *placement.learner_mesh.devices.flat}, log)  # fmt: skip
-    log(f"marljax {config.algo} (async) on {env.describe()}")
-    if note := family_note(config):
-        log(note)
-    runner = AsyncRun(config, env, make_trainer, log)
+    with clock.phase("build"):
+        log(f"{clock.stamp()} building {config.env} and {config.algo}'s trainer")
+        env = make_adapter(config)
+        check_agent_axis(config, env)
+        warn_slow_dtype(config)
+        placement = async_placement(
+            config.async_, config.mesh.agent, config.num_envs
+        )  # (AsyncRun places again; this compiles nothing)
+        check_run(
+            config,
+            lambda: async_estimate(config, make_trainer(config, env), getattr(env, "host", False)),
+            {*placement.actor_devices, *placement.learner_mesh.devices.flat},
+            log,
+        )
+        log(f"marljax {config.algo} (async) on {env.describe()}")
+        if note := family_note(config):
+            log(note)
+        runner = AsyncRun(config, env, make_trainer, log)
     log(
         f"actors: {config.async_.num_actor_threads} thread(s) on {len(runner.placement.actor_devices)} "
         f"{runner.placement.actor_devices[0].platform} device(s); learner on {runner.placement.learner_mesh.devices.size} "
@@ -297,13 +398,19 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
     _ready(ckpt_dir)
     checkpointer = Checkpointer(ckpt_dir, config.keep_checkpoints, log)
     try:
-        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), runner.learner)
-        learner, start, rows, meta = resume(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
-        runner.learner = learner
-        before = meta.get("async_counters", {})  # the counters of the sessions before a resume
-        if distributed.is_primary():
-            write_text_atomic(out_dir / "config.yaml", config_yaml(config))
-        driver = _driver(config, env, runner.actor_trainer, checkpointer, start, rows, on_row)
+        with clock.phase("build"):
+            target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), runner.learner)
+            learner, start, rows, meta = resume(config, target, lambda: runner.learner, checkpointer, metrics_path, log)
+            runner.learner = learner
+            before = meta.get("async_counters", {})  # the counters of the sessions before a resume
+            if distributed.is_primary():
+                write_text_atomic(out_dir / "config.yaml", config_yaml(config))
+        driver = _driver(config, env, runner.actor_trainer, checkpointer, start, rows, on_row, clock)
+        plot = _Plot(config, out_dir, rows, clock)
+        log(
+            f"{clock.stamp()} training: actors and learner compile their programs first (compile time counts "
+            "as training in this mode)"
+        )
 
         def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
             counters = _add_counters(before, {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason",
@@ -318,8 +425,10 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
         ok = False
         try:
             with StopControl(runner.processes) as stop:
-                final = runner.run(config.num_updates - start, on_chunk, config.updates_per_chunk, stop=stop)
-                checkpointer.wait()
+                with clock.phase("training"):
+                    final = runner.run(config.num_updates - start, on_chunk, config.updates_per_chunk, stop=stop)
+                plot.start()
+                driver.checkpoints.wait()
             log(
                 f"async counters: produced {final.produced}, consumed {final.consumed}, "
                 f"dropped {sum(final.dropped.values())}, {final.dropped}; staleness {final.staleness_hist}"
@@ -330,9 +439,10 @@ def _train_async(config: Config, out_dir: Path, log, max_chunks: int | None = No
         finally:
             driver.close(failed=not ok)
     finally:
-        checkpointer.close()
+        with clock.phase("checkpoints"):
+            checkpointer.close()
     result = RunResult(TrainState(runner.learner, None), rows, out_dir, 0.0, driver.checkpoints.saved_at)
-    return _finish(config, result, log, driver)
+    return _finish(config, result, log, clock, driver, plot)
 
 
 def _add_counters(before: dict, now: dict) -> dict:
@@ -350,29 +460,74 @@ def _add_counters(before: dict, now: dict) -> dict:
     return {**out, "dropped_by_reason": reasons}
 
 
-def _finish(config: Config, result: RunResult, log, driver: Driver | None = None) -> RunResult:
-    """The end of every run: the returns plot (if asked for), the trackers' last records, and the
-    one-line summary."""
-    plot = result.out_dir / "returns.png" if config.plot else None
-    if plot is not None:
+class _Plot:
+    """returns.png, drawn in a background thread started once the last chunk is done (while its
+    checkpoint is still being written); `wait()` joins it. The picture is written to a temporary
+    file and renamed, so a run that fails meanwhile leaves the old picture or the new one."""
+
+    def __init__(self, config: Config, out_dir: Path, rows: list[dict], clock: RunClock):
+        self.path = out_dir / "returns.png" if config.plot else None
         mode = " (async)" if config.mode == "async" else ""
-        title = f"{config.algo}{mode} on {config.env}, {config.num_seeds} seed(s)"
-        plot_returns(result.rows, plot, title)
+        self.title = f"{config.algo}{mode} on {config.env}, {config.num_seeds} seed(s)"
+        self.rows, self.clock = rows, clock
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        if self.path is None or self.thread is not None:
+            return
+        rows = list(self.rows)  # what the run wrote up to now; the thread never sees later changes
+        self.thread = threading.Thread(
+            target=self._draw, args=(rows,), name="marljax-plot"
+        )  # not a daemon: finished even on a stop
+        self.thread.start()
+
+    def _draw(self, rows: list[dict]) -> None:
+        assert self.path is not None  # start() draws only with a path
+        try:
+            plot_returns(rows, self.path, self.title)
+        except BaseException as exc:  # noqa: BLE001 - raised again by wait(), in the run's thread
+            self.error = exc
+
+    def wait(self) -> Path | None:
+        """The picture's path once it is written (None: plot=false)."""
+        if self.path is None:
+            return None
+        self.start()
+        assert self.thread is not None
+        with self.clock.phase("plot"):
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.path
+
+
+def _finish(config: Config, result: RunResult, log, clock: RunClock, driver: Driver, plot: _Plot) -> RunResult:
+    """The end of every run: the returns plot (if asked for), the trackers' last records, and the
+    summary: the return first to last, where the time went, the outputs and what to run next
+    (also `<out_dir>/summary.json` and `result.summary`)."""
+    picture = plot.wait()
     if distributed.is_primary():  # marl-eval's layout of the run's evaluations, beside metrics.jsonl
         write_run_marl_eval(result.rows, config, result.out_dir)
-    for sink in driver.sinks if driver is not None else ():
-        sink.finish(plot)
-    log(summary(result.rows))
-    return result
+    for sink in driver.sinks:
+        sink.finish(picture)
+    outputs = [name for name in ("metrics.jsonl", "returns.png", "config.yaml") if (result.out_dir / name).exists()]
+    if result.checkpoints:
+        outputs.append(f"checkpoints/ (update {result.checkpoints[-1]})")
+    outputs.append(SUMMARY_FILE)
+    found = summarize(
+        config,
+        result.rows,
+        result.out_dir,
+        driver.update,
+        clock.breakdown(),
+        outputs,
+        finished=driver.update >= config.num_updates,
+    )
+    if distributed.is_primary():
+        found.write(result.out_dir)
+    log(str(found))
+    return result._replace(summary=found)
 
 
-def summary(rows: list[dict]) -> str:
-    """First vs last chunk return and mean throughput, one line."""
-    scored = [r for r in rows if r.get("return_mean") is not None]
-    if not scored:
-        return "no episode finished"
-    first, last = scored[0]["return_mean"], scored[-1]["return_mean"]
-    steps = sum(r["env_steps_per_s"] * r["wall_s"] for r in rows if r.get("env_steps_per_s"))  # every seed's
-    sps = steps / max(sum(r["wall_s"] for r in rows), 1e-9)
-    rate = f"{sps / 1e3:.0f}k" if sps >= 1e4 else f"{sps:,.0f}"  # (a slow run's 350 is not "0k")
-    return f"return per agent {first:.2f} -> {last:.2f} ({last - first:+.2f}); {rate} env-steps/s"
+summary = return_line  # the summary's first line (kept under its old name)

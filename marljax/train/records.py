@@ -8,20 +8,24 @@ of the checkout it ran from, and the versions of the libraries that decide its n
 from __future__ import annotations
 
 import functools
+import json
 import subprocess
 from pathlib import Path
 
 from marljax.config import Config, device_defaults, dump_yaml, family_defaults
 from marljax.train.checkpoint import versions
 
+BUILD_RECORD = Path(__file__).resolve().parents[1] / "_build.json"  # written into a wheel by setup.py
+
 
 @functools.cache
 def git_commit() -> str:
-    """The commit of the checkout marljax is imported from ('+dirty' with uncommitted changes),
-    or 'unknown' (an installed wheel, no git)."""
+    """The commit of the checkout marljax is imported from ('+dirty' with uncommitted changes); for
+    a non-editable install (`pip install .` from a clone), the commit its wheel was built from, as
+    setup.py recorded it then; else 'unknown' (a wheel built outside a checkout, no git)."""
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
-        return "unknown"
+        return _built_from()
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
@@ -29,8 +33,16 @@ def git_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     if head.returncode != 0:
-        return "unknown"
+        return _built_from()
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def _built_from(record: Path = BUILD_RECORD) -> str:
+    """The commit setup.py recorded when it built this install's wheel, or 'unknown'."""
+    try:
+        return str(json.loads(record.read_text())["git_commit"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unknown"
 
 
 def run_record() -> dict[str, str]:
