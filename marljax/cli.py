@@ -335,6 +335,28 @@ def _record(args: list[str]) -> int:
     return 0
 
 
+@_config_errors_exit_2
+@_stopped_exits_with_its_signal
+def _finetune(args: list[str]) -> int:
+    """`marljax finetune OFFLINE_RUN_DIR out_dir=D [key=value ...]` (marljax/train/finetune.py)."""
+    positional = [a for a in args if "=" not in a]
+    if len(positional) != 1:
+        print(f"marljax: finetune takes one run directory (an offline run's) and key=value settings\n\n{usage()}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    from marljax.train.checkpoint import CheckpointError
+    from marljax.train.finetune import finetune
+    from marljax.train.loop import TrainingDiverged
+    from marljax.train.policy import PolicyError
+
+    try:
+        finetune(positional[0], [a for a in args if "=" in a])
+    except (PolicyError, CheckpointError, TrainingDiverged) as exc:
+        print(f"marljax: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 BENCHES = (
     Command(
         "throughput",
@@ -555,6 +577,20 @@ and a sha256 of every file, checked whenever the dataset is read.
 
 Train on it with an offline algorithm: marljax train algo=bc offline.dataset=OUT/<quality>.
 Needs flashbax: pip install "marljax[offline]".""",
+    ),
+    Command(
+        "finetune",
+        "OFFLINE_RUN_DIR out_dir=D [algo=ippo] [key=value ...]",
+        "continue an offline run's policy online: a new run of algo (default ippo) starting from its parameters",
+        _finetune,
+        """\
+Start an online run in out_dir from the newest good checkpoint of OFFLINE_RUN_DIR (offline-to-online):
+the same env, networks and seeds; every parameter the online algorithm shares with the offline run
+(same group, path and shape) is copied, the rest (a critic the offline run did not train) starts
+from the online algorithm's initialisation, and the optimiser starts afresh. A bc or maicq run
+continues with algo=ippo (their actors are IPPO's actor-critic; mappo takes the actor), an iql_cql
+run with algo=iql. Any key=value of marljax train applies (total_timesteps, eval_every, ...); the
+run is then an ordinary one (resume=true continues it).""",
     ),
     Command(
         "doctor",

@@ -125,3 +125,47 @@ def test_on_a_two_device_data_mesh_each_shard_samples_its_own_windows(tmp_path):
     )
     assert out["two"]["mesh"]["data"] == 2 and all(np.isfinite(out["two"]["loss"]))
     assert out["one"]["loss"][0] != out["two"]["loss"][0]  # each shard drew its own windows
+
+
+def test_copy_params_takes_every_shared_leaf_and_refuses_another_shape():
+    from marljax.train.finetune import copy_params
+
+    ones, zeros = np.ones, np.zeros
+    offline = {"agents": {"actor": {"kernel": ones((2, 4))}, "critic": {"kernel": ones((2, 3))}}}
+    online = {"agents": {"actor": {"kernel": zeros((2, 4))}, "value": {"kernel": zeros((2, 5))}}, "__mixer__": {}}
+    params, said = copy_params(offline, online, ["agents"], "run")
+    assert np.all(params["agents"]["actor"]["kernel"] == 1) and np.all(params["agents"]["value"]["kernel"] == 0)
+    assert said == ["agents: 1 of 2 parameter arrays copied, 1 initialised afresh; 1 of the offline run's left out"]
+    with pytest.raises(ConfigError, match=r"^algo: the network of group agents differs .*\['actor'\]\['kernel'\] is "
+                                          r"\(2, 8\) there, \(2, 4\) here"):  # fmt: skip
+        copy_params({"agents": {"actor": {"kernel": ones((2, 8))}}}, online, ["agents"], "run")
+    with pytest.raises(ConfigError, match="share no parameter with this algorithm's"):
+        copy_params({"agents": {"q": {"kernel": ones((2, 4))}}}, online, ["agents"], "run")
+
+
+@pytest.mark.slow
+def test_a_bc_run_continues_online_as_ippo_from_its_parameters(dataset, tmp_path):
+    from marljax.train.finetune import finetune
+
+    bc_config = _config("bc", dataset, f"out_dir={tmp_path / 'bc'}", "eval_every=0")
+    bc = train(bc_config, log=lambda _: None)
+    lines = []
+    online = ["num_envs=4", "num_steps=8", "total_timesteps=64", "num_chunks=2", "progress=false", "plot=false",
+              "compile_cache=false", f"out_dir={tmp_path / 'ippo'}"]  # fmt: skip
+    result = finetune(tmp_path / "bc", online, log=lines.append, max_chunks=1)
+    said = next(line for line in lines if line.startswith("ippo continues bc's policy"))
+    assert said.endswith(
+        "agents: 12 of 12 parameter arrays copied"
+    )  # IPPO's actor-critic whole, the (untrained) critic too
+    assert [r["update"] for r in result.rows] == [1]  # a run like any other: it stopped after one chunk
+    meta = json.loads((tmp_path / "ippo" / "checkpoints" / "0" / "meta" / "metadata").read_text())
+    assert meta["continues"]["algo"] == "bc" and meta["config"]["hidden_size"] == 16  # the offline run's network
+    # update 0 of the online run holds BC's parameters exactly (not IPPO's own initialisation, which the same
+    # seed makes equal to BC's before BC learned: the two are told apart by BC's two steps)
+    import orbax.checkpoint as ocp
+
+    saved = ocp.StandardCheckpointer().restore(tmp_path / "ippo" / "checkpoints" / "0" / "state")
+    copied, trained = jax.tree.leaves(saved["learner"]["params"]), jax.tree.leaves(bc.state.learner.params)
+    assert len(copied) == len(trained) and all(np.array_equal(a, np.asarray(b)) for a, b in zip(copied, trained))
+    fresh = jax.vmap(make_trainer(bc_config, make_adapter(bc_config)).init)(jax.random.split(jax.random.PRNGKey(0), 2))
+    assert not all(np.array_equal(a, np.asarray(b)) for a, b in zip(copied, jax.tree.leaves(fresh.learner.params)))
