@@ -314,13 +314,23 @@ def _export(args: list[str]) -> int:
     return 0
 
 
+def _positional(args: list[str], count: int, takes: str) -> list[str] | None:
+    """The arguments without `=`, when there are `count` of them; else None, after one line saying
+    what the command `takes` and the usage."""
+    positional = [a for a in args if "=" not in a]
+    if len(positional) == count:
+        return positional
+    print(f"marljax: {takes}\n\n{usage()}", file=sys.stderr)
+    return None
+
+
 @_config_errors_exit_2
 def _record(args: list[str]) -> int:
     """`marljax record SOURCE OUT [key=value ...]` (marljax/train/record.py)."""
-    positional = [a for a in args if "=" not in a]
-    if len(positional) != 2:
-        print(f"marljax: record takes SOURCE (a run, a policy or random) and OUT (a <name>.vlt directory)\n\n{usage()}",
-              file=sys.stderr)  # fmt: skip
+    positional = _positional(
+        args, 2, "record takes SOURCE (a run, a policy or random) and OUT (a <name>.vlt directory)"
+    )
+    if positional is None:
         return 2
     from marljax.train.datasets import DatasetError
     from marljax.train.policy import PolicyError
@@ -339,10 +349,8 @@ def _record(args: list[str]) -> int:
 @_stopped_exits_with_its_signal
 def _finetune(args: list[str]) -> int:
     """`marljax finetune OFFLINE_RUN_DIR out_dir=D [key=value ...]` (marljax/train/finetune.py)."""
-    positional = [a for a in args if "=" not in a]
-    if len(positional) != 1:
-        print(f"marljax: finetune takes one run directory (an offline run's) and key=value settings\n\n{usage()}",
-              file=sys.stderr)  # fmt: skip
+    positional = _positional(args, 1, "finetune takes one run directory (an offline run's) and key=value settings")
+    if positional is None:
         return 2
     from marljax.train.checkpoint import CheckpointError
     from marljax.train.finetune import finetune
