@@ -71,8 +71,8 @@ def test_the_dataset_is_refused_in_one_line_before_anything_compiles(dataset, tm
     assert info.value.field == "offline.dataset" and "marljax record writes one" in str(info.value)
     with pytest.raises(
         ConfigError,
-        match=r"^env: MPE_simple_reference_v3 : the dataset .* was recorded on "
-        r"MPE_simple_spread_v3 ; learn in its env: env=MPE_simple_spread_v3$",
+        match=r"^env: MPE_simple_reference_v3: the dataset .* was recorded on "
+        r"MPE_simple_spread_v3; learn in its env: env=MPE_simple_spread_v3$",
     ):
         _config("bc", dataset, "env=MPE_simple_reference_v3")
     with pytest.raises(

@@ -76,10 +76,10 @@ class OfflineConfig:
             return
         theirs = (described.get("env"), described.get("env_kwargs") or {})
         if theirs != (config.env, dict(config.env_kwargs)):
-            kwargs = " ".join(f"env_kwargs.{k}={v}" for k, v in theirs[1].items())
-            raise ConfigError("env", f"{config.env} {dict(config.env_kwargs) or ''}: the dataset {self.dataset} was "
-                              f"recorded on {theirs[0]} {theirs[1] or ''}; learn in its env: env={theirs[0]}"
-                              + (f" {kwargs}" if kwargs else ""))  # fmt: skip
+            named = lambda env, kwargs: env + (f" with env_kwargs {kwargs}" if kwargs else "")  # noqa: E731
+            settings = " ".join([f"env={theirs[0]}", *(f"env_kwargs.{k}={v}" for k, v in theirs[1].items())])
+            raise ConfigError("env", f"{named(config.env, dict(config.env_kwargs))}: the dataset {self.dataset} was "
+                              f"recorded on {named(*theirs)}; learn in its env: {settings}")  # fmt: skip
 
 
 class Transitions(NamedTuple):
@@ -127,12 +127,8 @@ def load(config: Config, env: EnvAdapter) -> Transitions:
 
     try:
         where = dataset_dir(config.offline.dataset)
-        described = where / "marljax.json"
-        stamp = (
-            described.stat().st_mtime_ns if described.exists() else 0,
-            (where / "metadata.json").stat().st_mtime_ns,
-        )
-        data = _read(str(where), stamp)
+        files = sorted(f for f in where.rglob("*") if f.is_file())
+        data = _read(str(where), tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
     except DatasetError as exc:
         raise ConfigError(KEY, str(exc)) from None
     check_fits(data, env, where)
@@ -142,7 +138,7 @@ def load(config: Config, env: EnvAdapter) -> Transitions:
 @functools.lru_cache(maxsize=2)
 def _read(where: str, stamp: tuple) -> Transitions:
     """The dataset in `where`, read and checked once per process (a run builds its algorithm more
-    than once); `stamp` (the files' modification times) tells a rewritten dataset apart."""
+    than once); `stamp` (every file's size and modification time) tells a changed dataset apart."""
     from marljax.train.datasets import read_dataset
 
     exp = read_dataset(where).experience

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +220,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def record(source: str, out: str | Path, settings: RecordSettings, overrides: list[str] = (),  # type: ignore[assignment]
+def record(source: str, out: str | Path, settings: RecordSettings, overrides: Sequence[str] = (),
            log: Callable[[str], None] = print) -> Path:  # fmt: skip
     """Record SOURCE's experience as the dataset OUT/<quality> (module docstring); -> its directory."""
     settings.check()
