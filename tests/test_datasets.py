@@ -201,3 +201,10 @@ def test_record_refuses_bad_settings_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "neither a run's directory" in err
     assert not (tmp_path / "a.vlt").exists() and not (tmp_path / "b.vlt").exists()
+
+
+def test_an_env_whose_agents_differ_is_refused_before_recording(tmp_path):
+    """OG-MARL's layout stacks the agents: simple_adversary's adversary sees 8 numbers, the others 10."""
+    with pytest.raises(DatasetError, match=r"^env MPE_simple_adversary_v3: its agents differ \(adversary: obs \(8,\)"):
+        record("random", tmp_path / "x.vlt", RecordSettings(transitions=8, num_envs=2), ["env=MPE_simple_adversary_v3"])
+    assert not (tmp_path / "x.vlt").exists()

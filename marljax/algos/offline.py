@@ -158,7 +158,7 @@ def _read(where: str, stamp: tuple) -> Transitions:
 
 def check_fits(data: Transitions, env: EnvAdapter, where: Path) -> None:
     """The dataset's agents, observations and actions are the env's; ConfigError naming what differs."""
-    from marljax.train.record import check_stackable
+    from marljax.train.datasets import check_stackable
 
     try:
         check_stackable(env)

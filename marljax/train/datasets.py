@@ -267,6 +267,17 @@ def return_distribution(returns: np.ndarray) -> dict:
 
 
 # ------------------------------------------------------------------------------------ writing
+def check_stackable(env: Any) -> None:
+    """OG-MARL's layout stacks every agent's arrays on one axis: the agents of `env` (an EnvAdapter)
+    must share their spaces; DatasetError naming them otherwise."""
+    kinds = {(tuple(g.obs_shape), g.discrete, g.action_dim) for g in env.groups}
+    if len(kinds) > 1:
+        spaces = "; ".join(f"{g.name}: obs {tuple(g.obs_shape)}, {'Discrete' if g.discrete else 'Box'}({g.action_dim})"
+                           for g in env.groups)  # fmt: skip
+        raise DatasetError(f"env {env.name}: its agents differ ({spaces}); a dataset in OG-MARL's layout stacks every "
+                           "agent's observations and actions on one axis, so every agent needs the same spaces")  # fmt: skip
+
+
 class DatasetWriter:
     """Writes one dataset: `append` chunks of experience (leaves [B, t, ...]), then `finish`. The
     Vault is written under a hidden name beside its final one and renamed when complete, so a
@@ -313,6 +324,7 @@ class DatasetWriter:
 
 
 __all__ = [
-    "DESCRIPTION", "FIELDS", "QUALITIES", "Dataset", "DatasetError", "DatasetWriter", "dataset_dir", "digests",
+    "DESCRIPTION", "FIELDS", "QUALITIES", "Dataset", "DatasetError", "DatasetWriter", "check_stackable", "dataset_dir",
+    "digests",
     "episode_returns", "read_dataset", "read_description", "return_distribution", "verify",
 ]  # fmt: skip

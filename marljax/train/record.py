@@ -29,7 +29,7 @@ import numpy as np
 
 from marljax.config import Config, ConfigError, load_config
 from marljax.envs.adapter import EnvAdapter
-from marljax.train.datasets import DatasetError, DatasetWriter, episode_returns, return_distribution
+from marljax.train.datasets import DatasetWriter, check_stackable, episode_returns, return_distribution
 from marljax.train.evaluate import baseline_act
 
 RANDOM = "random"
@@ -129,16 +129,6 @@ def behaviour(source: str, settings: RecordSettings, overrides: list[str], log: 
 def agent_order(env: EnvAdapter) -> np.ndarray:
     """Positions that put the groups' agents, concatenated, back in the env's agent order."""
     return np.argsort(np.concatenate([np.asarray(g.indices) for g in env.groups]))
-
-
-def check_stackable(env: EnvAdapter) -> None:
-    """OG-MARL's Vault stacks every agent's arrays on one axis: the agents must share their spaces."""
-    kinds = {(tuple(g.obs_shape), g.discrete, g.action_dim) for g in env.groups}
-    if len(kinds) > 1:
-        spaces = "; ".join(f"{g.name}: obs {tuple(g.obs_shape)}, {'Discrete' if g.discrete else 'Box'}({g.action_dim})"
-                           for g in env.groups)  # fmt: skip
-        raise DatasetError(f"env {env.name}: its agents differ ({spaces}); a dataset in OG-MARL's layout stacks every "
-                           "agent's observations and actions on one axis, so every agent needs the same spaces")  # fmt: skip
 
 
 def make_chunk(behave: Behaviour, settings: RecordSettings) -> Callable:
