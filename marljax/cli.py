@@ -318,6 +318,57 @@ def _export(args: list[str]) -> int:
     return 0
 
 
+def _positional(args: list[str], count: int, takes: str) -> list[str] | None:
+    """The arguments without `=`, when there are `count` of them; else None, after one line saying
+    what the command `takes` and the usage."""
+    positional = [a for a in args if "=" not in a]
+    if len(positional) == count:
+        return positional
+    print(f"marljax: {takes}\n\n{usage()}", file=sys.stderr)
+    return None
+
+
+@_config_errors_exit_2
+def _record(args: list[str]) -> int:
+    """`marljax record SOURCE OUT [key=value ...]` (marljax/train/record.py)."""
+    positional = _positional(
+        args, 2, "record takes SOURCE (a run, a policy or random) and OUT (a <name>.vlt directory)"
+    )
+    if positional is None:
+        return 2
+    from marljax.train.datasets import DatasetError
+    from marljax.train.policy import PolicyError
+    from marljax.train.record import parse_settings, record
+
+    settings, overrides = parse_settings(dict(a.split("=", 1) for a in args if "=" in a))
+    try:
+        record(positional[0], positional[1], settings, overrides)
+    except (DatasetError, PolicyError) as exc:
+        print(f"marljax: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@_config_errors_exit_2
+@_stopped_exits_with_its_signal
+def _finetune(args: list[str]) -> int:
+    """`marljax finetune OFFLINE_RUN_DIR out_dir=D [key=value ...]` (marljax/train/finetune.py)."""
+    positional = _positional(args, 1, "finetune takes one run directory (an offline run's) and key=value settings")
+    if positional is None:
+        return 2
+    from marljax.train.checkpoint import CheckpointError
+    from marljax.train.finetune import finetune
+    from marljax.train.loop import TrainingDiverged
+    from marljax.train.policy import PolicyError
+
+    try:
+        finetune(positional[0], [a for a in args if "=" in a])
+    except (PolicyError, CheckpointError, TrainingDiverged) as exc:
+        print(f"marljax: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 BENCHES = (
     Command(
         "throughput",
@@ -514,6 +565,44 @@ between every pair of runs (Agarwal et al., 2021), with its bootstrap CI.
         """\
 Write seed N's trained actors (from the newest good checkpoint of RUN_DIR) to POLICY_DIR;
 load them with `marljax.load_policy(POLICY_DIR)`.""",
+    ),
+    Command(
+        "record",
+        "SOURCE OUT [transitions=N] [num_envs=E] [epsilon=X] [greedy=true|false] [quality=LABEL] [key=value ...]",
+        "write a policy's experience (a run, an exported policy or random) as an offline dataset in OG-MARL's Vault "
+        "format, with its episode-return distribution and quality label",
+        _record,
+        """\
+Roll out SOURCE (a run's directory: its newest checkpoint, seed seed_index=N; an exported policy;
+or random, in the env that env=... and env_kwargs.*=... choose) in num_envs environments (default
+64) for transitions steps in all (default 100000), and write the experience to OUT/<quality> as a
+flashbax Vault in OG-MARL's layout (observations, actions, rewards, terminals, truncations,
+infos.legals, infos.state where the env has a global state), with marljax.json beside it: the env,
+the policy, its episode-return distribution (mean, std, quantiles, per agent), the quality label
+and a sha256 of every file, checked whenever the dataset is read.
+
+  epsilon=X        each agent takes a uniformly random available action with probability X
+  greedy=false     the policy's action is sampled from it (default: its most likely action)
+  quality=LABEL    the dataset's label and directory name (default: Poor for random, Medium for a
+                   trained policy with exploration, Good without)
+  seed=N           the recording's seed; trust_code=true rebuilds an env given as an import path
+
+Train on it with an offline algorithm: marljax train algo=bc offline.dataset=OUT/<quality>.
+Needs flashbax: pip install "marljax[offline]".""",
+    ),
+    Command(
+        "finetune",
+        "OFFLINE_RUN_DIR out_dir=D [algo=ippo] [key=value ...]",
+        "continue an offline run's policy online: a new run of algo (default ippo) starting from its parameters",
+        _finetune,
+        """\
+Start an online run in out_dir from the newest good checkpoint of OFFLINE_RUN_DIR (offline-to-online):
+the same env, networks and seeds; every parameter the online algorithm shares with the offline run
+(same group, path and shape) is copied, the rest (a critic the offline run did not train) starts
+from the online algorithm's initialisation, and the optimiser starts afresh. A bc or maicq run
+continues with algo=ippo (their actors are IPPO's actor-critic; mappo takes the actor), an iql_cql
+run with algo=iql. Any key=value of marljax train applies (total_timesteps, eval_every, ...); the
+run is then an ordinary one (resume=true continues it).""",
     ),
     Command(
         "doctor",

@@ -17,9 +17,14 @@ from marljax.train.wiring import make_adapter, make_trainer
 
 @pytest.mark.newest_jax  # each algorithm's own code, lowered and compiled, meets the newest jax too (CI leg 2)
 @pytest.mark.parametrize("algo", registry.names())
-def test_make_train_fills_the_contract_and_its_cost_pieces_compile(algo):
+def test_make_train_fills_the_contract_and_its_cost_pieces_compile(algo, tmp_path):
     schema = registry.get(algo).schema
     replay = ["replay.buffer_size=8", "replay.batch_size=2"] if "replay" in schema.sections else []
+    if "offline" in schema.sections:  # an offline algorithm learns from a dataset (marljax/algos/offline.py)
+        pytest.importorskip("flashbax")
+        from tests._offline import spread_dataset
+
+        replay.append(f"offline.dataset={spread_dataset(tmp_path)}")
     # the default env (MPE spread) with Box actions for an algorithm that takes no Discrete ones
     box = [] if "discrete" in schema.supports.actions else ["env_kwargs.action_type=Continuous"]
     config = load_config(None, [f"algo={algo}", "num_envs=4", "num_steps=4", "total_timesteps=64", *replay, *box])

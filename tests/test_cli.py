@@ -208,7 +208,7 @@ def test_usage_lists_every_declared_command(capsys, monkeypatch):
     assert main(["help"]) == 0 and capsys.readouterr().out == printed
     assert _missing_from_usage(printed, cli.COMMANDS) == []
     names = [c.name for c in cli.COMMANDS]
-    assert names == ["train", "sweep", "report", "compare", "bench", "export", "doctor"]
+    assert names == ["train", "sweep", "report", "compare", "bench", "export", "record", "finetune", "doctor"]
     assert [c.name for c in cli.BY_NAME["bench"].subcommands] == [
         "throughput",
         "target",

@@ -5,16 +5,18 @@ and a "yes" cell whose code path is broken fails its smoke (the negative control
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
 from marljax.algos import registry, support
-from marljax.config import ConfigError, load_config
+from marljax.config import ConfigError, load_config, set_dotted
 from marljax.train.wiring import make_adapter
 from tests._multihost import device_env, two_processes
 
@@ -42,12 +44,22 @@ FEATURES = {
 }
 
 
-def _base(algo: str) -> list[str]:
+def _base(algo: str, feature: str = "") -> list[str]:
     schema = registry.get(algo).schema
     replay = REPLAY if "replay" in schema.sections else []
     box = [] if "discrete" in schema.supports.actions else ["env_kwargs.action_type=Continuous"]
     sharing = [] if "shared" in schema.supports.param_sharing else [f"param_sharing={schema.supports.param_sharing[0]}"]
-    return [f"algo={algo}", *TINY, *replay, *box, *sharing]
+    # an offline algorithm's smoke learns from a dataset; its "no" cells are refused without one
+    data = [f"offline.dataset={_dataset(feature == 'continuous')}"] if "offline" in schema.sections and feature else []
+    return [f"algo={algo}", *TINY, *replay, *box, *sharing, *data]
+
+
+@functools.cache
+def _dataset(continuous: bool) -> Path:
+    """An offline algorithm learns from a dataset (marljax/algos/offline.py): one with MPE spread's shapes."""
+    from tests._offline import spread_dataset
+
+    return spread_dataset(Path(tempfile.mkdtemp(prefix="support-table-")), continuous=continuous)
 
 
 def _cells(declared: bool) -> list[tuple[str, str]]:
@@ -91,7 +103,7 @@ def smoke(algo: str, feature: str, out: Path, prelude: str = "") -> None:
     """Two updates of `algo` with `feature`, through `marljax` as a user runs it; raises AssertionError
     with the run's last output if it fails or does not end with its updates' rows."""
     _, settings, devices = FEATURES[feature]
-    args = [*_base(algo), *settings, f"out_dir={out}"]
+    args = [*_base(algo, feature), *settings, f"out_dir={out}"]
 
     def ok(proc: subprocess.CompletedProcess | tuple[int, str]) -> None:
         rc, text = (proc.returncode, proc.stdout + proc.stderr) if hasattr(proc, "returncode") else proc
@@ -101,12 +113,8 @@ def smoke(algo: str, feature: str, out: Path, prelude: str = "") -> None:
         spec = out.parent / f"{out.name}.yaml"
         settings = (a.split("=", 1) for a in args if not a.startswith(("out_dir", "progress")))  # the sweep's own
         base: dict = {}
-        for key, value in settings:  # dotted keys nest in a sweep file's base (replay.buffer_size=16)
-            *parents, leaf = key.split(".")
-            node = base
-            for parent in parents:
-                node = node.setdefault(parent, {})
-            node[leaf] = yaml.safe_load(value)
+        for key, value in settings:  # nested: a sweep's base holds sections as mappings (replay: {...})
+            set_dotted(base, key, yaml.safe_load(value))
         spec.write_text(json.dumps({"base": base, "axes": {"lr": [1e-3, 3e-3]}, "seeds": 2}))
         ok(_marljax(["sweep", str(spec), f"out_dir={out}", "progress=false"], prelude=prelude))
         assert len(list(out.glob("cells/*/metrics.jsonl"))) == 2, f"{algo}: the sweep's cells"

@@ -1,6 +1,6 @@
 """The algorithms. Each registers here, in one line; `marljax.algos.registry` looks them up."""
 
-from marljax.algos import happo, ippo, mappo, pqn_vdn, qlearning, sable, sac, shaq, transf_qmix
+from marljax.algos import bc, happo, ippo, maicq, mappo, offline_q, pqn_vdn, qlearning, sable, sac, shaq, transf_qmix
 from marljax.algos.registry import register
 
 register(ippo.SPEC)
@@ -15,3 +15,6 @@ register(sac.MASAC)
 register(shaq.SPEC)
 register(transf_qmix.SPEC)
 register(sable.SPEC)
+register(bc.SPEC)
+register(offline_q.SPEC)
+register(maicq.SPEC)
