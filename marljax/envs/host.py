@@ -16,7 +16,6 @@ episode, as JaxMARL's auto-reset does.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +24,7 @@ import numpy as np
 
 from marljax.config import ConfigError
 from marljax.envs.adapter import AgentGroup
-from marljax.envs.factory import build_env, module_now
+from marljax.envs.factory import build_env, import_env_module
 
 HOST_PREFIX = "pettingzoo:"
 
@@ -43,8 +42,8 @@ def host_env_factory(name: str, kwargs: dict) -> Callable[[], Any]:
     if importlib.util.find_spec("pettingzoo") is None:
         raise ConfigError("env", 'host envs need pettingzoo: pip install "marljax[host]"')
     try:
-        fn = getattr(importlib.import_module(module_now(module_name)), attr)
-    except (ImportError, AttributeError) as exc:
+        fn = getattr(import_env_module(module_name, path), attr)
+    except AttributeError as exc:
         raise ConfigError("env", f"cannot import {path!r}: {exc}") from exc
     return lambda: fn(**kwargs)
 

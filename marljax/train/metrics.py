@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from marljax.files import write_text_atomic
+from marljax.files import naming, write_text_atomic
 
 
 def chunk_row(
@@ -88,11 +88,13 @@ class JsonlWriter:
         self._file = self.path.open("a")
 
     def write(self, row: Mapping[str, Any]) -> None:
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        with naming(self.path):
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        with naming(self.path):
+            self._file.close()
 
 
 def read_jsonl(path: Path) -> list[dict]:
