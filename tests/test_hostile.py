@@ -83,12 +83,29 @@ def test_trust_code_loads_a_policy_whose_env_is_an_import_path(tmp_path):
 # ---- one damaged checkpoint does not block resume or export
 
 
-@pytest.mark.parametrize("damage", ["stray empty directory", "meta deleted", "meta garbled"])
+# issue 66: the newest replaced by a symbolic link (to 6, to nothing) or by a copy of 6
+LINKED = {"link to 6": "6", "dangling link": "/nonexistent"}
+
+
+@pytest.mark.parametrize("damage", ["stray empty directory", "meta deleted", "meta garbled", *LINKED, "copy of 6"])
 def test_resume_and_export_fall_back_past_a_damaged_newest_checkpoint(run, tmp_path, damage):
     ckpts = run / "checkpoints"
     if damage == "stray empty directory":
         (ckpts / "999").mkdir()
         expected = 8
+    elif damage in LINKED or damage == "copy of 6":
+        # before: a link to 6 read as checkpoint 8 (update 6's meta) silently; a dangling link was
+        # skipped with no word and the save of update 8 then failed on it
+        shutil.rmtree(ckpts / "8")
+        if damage in LINKED:
+            (ckpts / "8").symlink_to(LINKED[damage])
+        else:
+            shutil.copytree(ckpts / "6", ckpts / "8")
+        why = "its meta is of update 6, not 8" if damage == "copy of 6" else "it is a symbolic link to"
+        logs: list[str] = []
+        export_policy(run, tmp_path / "before", log=logs.append)  # export reads, moves nothing
+        assert any(f"checkpoints/8 is unusable (ValueError: {why}" in line for line in logs), logs
+        expected = 6
     else:
         meta = ckpts / "8" / "meta"
         if damage == "meta deleted":
@@ -1045,3 +1062,49 @@ def test_a_sweep_axis_is_checked_for_repeats_in_one_pass():
         _values_list("axes.lr", [*values, Value(7)])
     with pytest.raises(ConfigError, match=r"repeats \{'a': 1\}"):  # unhashable values are still compared
         _values_list("axes.network", [{"a": 1}, {"a": 2}, {"a": 1}])
+
+
+def test_a_host_env_that_returns_no_reward_for_an_agent_that_acted_fails_its_step():
+    """Before: the missing reward was read as 0 and the run trained "successfully". Now the step
+    raises, naming the agent: a failure of that copy (restarted, then retired, as any failing step)."""
+    pytest.importorskip("pettingzoo")
+    import numpy as np
+
+    from marljax.envs.host import HostCopy, HostEnvAdapter, host_env_factory
+
+    actions = {"agents": np.zeros(3, np.int32)}
+    names = ["pettingzoo:tests.unpaid_env:parallel_env", "pettingzoo:marljax.testing.host_spread:parallel_env"]
+    for name, fails in zip(names, [True, False], strict=True):
+        adapter = HostEnvAdapter(host_env_factory(name, {}), name)
+        copy = HostCopy(adapter, adapter.make_one(), lambda: 0)
+        copy.reset()
+        if fails:
+            with pytest.raises(
+                ValueError, match=r"unpaid_env:parallel_env: step returned no reward for agent_0, which acted"
+            ):
+                copy.step(actions)
+        else:  # the control: the same env paying every agent
+            assert set(copy.step(actions)[1]) == {"agents"}
+
+
+def test_a_resumed_history_that_stops_short_of_the_checkpoint_says_so(run):
+    """Before: a finished run whose metrics.jsonl's last line was cut short, resumed, ended with
+    rows up to update 6 and a closing line showing update 6's return as the final one, unqualified;
+    with metrics.jsonl deleted it said "no episode finished"."""
+    path = run / "metrics.jsonl"
+    path.write_text(path.read_text().rstrip("\n")[:-40])  # the row of update 8 cut short
+    logs: list[str] = []
+    train(load_config(None, [*BASE, f"out_dir={run}", "resume=true"]), log=logs.append)
+    aside = next(run.glob("metrics.jsonl.damaged-*"))
+    gap = f"updates 7..8 have no row (their lines are in {aside}); the history goes on from update 8"
+    assert f"note: {path} holds rows up to update 6, the checkpoint is of update 8: {gap}" in logs, logs
+    assert (
+        logs[-1] == "note: the return above is update 6's, the last row metrics.jsonl holds; the run ended at update 8"
+    )
+    path.unlink()
+    logs.clear()
+    train(load_config(None, [*BASE, f"out_dir={run}", "resume=true"]), log=logs.append)
+    gap = "updates 1..8 have no row (no file); the history goes on from update 8"
+    assert f"note: {path} holds no row, the checkpoint is of update 8: {gap}" in logs, logs
+    assert logs[-2] == "no metrics row to summarise"
+    assert logs[-1] == "note: metrics.jsonl holds no row of this run, which ended at update 8: no return to show"

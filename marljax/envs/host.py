@@ -142,6 +142,12 @@ class HostCopy:
                     x = actions[g.name][j]
                     act[a] = int(x) if g.discrete else np.clip(x, g.action_low, g.action_high)
         obs, rew, term, trunc, _ = env.step(act)
+        unpaid = [a for a in live if a not in rew]
+        if unpaid:  # was read as a reward of 0 and trained on "successfully"
+            raise ValueError(
+                f"{self.adapter.name}: step returned no reward for {', '.join(map(str, unpaid))}, which acted "
+                "(a PettingZoo ParallelEnv's step returns a reward for every agent in env.agents before it)"
+            )
         done = {a: bool(term.get(a, False) or trunc.get(a, False)) or a not in live for a in self.adapter.agents}
         ep_done = not env.agents or all(done.values())
         if ep_done:
