@@ -124,6 +124,9 @@ def _train(args: list[str]) -> int:
     try:
         train(config, started=process_start() or _IMPORTED)
     except (TrainingDiverged, CheckpointError, DistributedError, ActorStuck) as exc:
+        from marljax.parallel.peer_watch import settle
+
+        settle(exc)  # a checkpoint a lost peer failed: its watch's line instead (it exits the process)
         print(f"marljax: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -738,7 +741,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("MARLJAX_DEBUG") == "1":
             raise
         from marljax.files import disk_full
+        from marljax.parallel.peer_watch import settle
         from marljax.process_env import backend_failure
+
+        settle(exc)  # a collective a lost peer failed (gloo): its watch's line instead (it exits the process)
 
         if (line := backend_failure(exc)) is not None:
             print(f"marljax: {line}", file=sys.stderr)
