@@ -9,8 +9,11 @@
 #       JaxMARL's baselines/IPPO/ippo_ff_mpe.py and its config from the checkout (or bare git
 #       repository) at PATH, the
 #       protocol's scripts (DIR/protocol) and DIR/MANIFEST.txt; prints the kit's size.
-#   bash DIR/protocol/offline_kit.sh install DIR [--expect gpu|tpu|cpu] [--keep-installed]
-#       on the node: `pip install --no-index --no-deps` of the kit's wheels over what is there,
+#   bash DIR/protocol/offline_kit.sh install DIR [--expect gpu|tpu|cpu] [--keep-installed] [--manifest-sha256 HEX]
+#       on the node: every file of DIR checked against DIR/MANIFEST.txt (its list, each file's sha256,
+#       the list's own digest, which --manifest-sha256 pins to the one build printed) before pip sees
+#       any, refusing a missing, extra, altered or unreadable file in one line each (exit 4); then
+#       `pip install --no-index --no-deps` of the kit's checked wheels over what is there,
 #       never replacing an installed package (it refuses, naming it; --keep-installed keeps the
 #       node's version instead), `pip check` of the kit's packages, then `marljax doctor --expect`
 #       (default gpu, or $EXPECT). $PYTHON is the interpreter to install into (default python3).
@@ -30,7 +33,7 @@ NODE_MIRROR=("jax==$JAX_NODE" "jaxlib==$JAX_NODE" "numpy==2.5.2" "jaxtyping==0.3
   flax optax orbax-checkpoint chex tensorstore matplotlib pillow pyyaml tqdm tensorboard pytest pytest-xdist
   pytest-timeout six seaborn pandas cloudpickle absl-py attrs wrapt protobuf packaging typing-extensions)
 SOURCE_ONLY=(antlr4-python3-runtime)  # no wheel on PyPI: built here from its source archive (pure Python)
-PROTOCOL_FILES=(offline_kit.sh offline_kit.txt offline_node.txt gpu_protocol.sh protocol_summary.py
+PROTOCOL_FILES=(offline_kit.sh kit_manifest.py offline_kit.txt offline_node.txt gpu_protocol.sh protocol_summary.py
   absent_extras.py failures_as_they_end.py jaxmarl_side_by_side.py jaxmarl_ippo_ff_mpe.yaml)
 JAXMARL_FILES=(baselines/IPPO/ippo_ff_mpe.py baselines/IPPO/config/ippo_ff_mpe.yaml)
 
@@ -121,22 +124,9 @@ build() {
   ((bytes <= LIMIT_MIB * 1048576)) || die "the kit is over $LIMIT_MIB MiB"
 }
 
-manifest() {  # DIR MARLJAX_COMMIT JAXMARL_COMMIT NODE_LIST: DIR/MANIFEST.txt, printed too
-  "$PY" - "$@" <<'EOF' | tee "$1/MANIFEST.txt"
-import hashlib, sys, time
-from pathlib import Path
-
-dir, marljax_commit, jaxmarl_commit, node_list = Path(sys.argv[1]), *sys.argv[2:]
-print(f"marljax offline kit, built {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
-print(f"for CPython 3.12, manylinux x86_64, over the packages of {Path(node_list).name}")
-print(f"marljax checkout {marljax_commit}; JaxMARL checkout {jaxmarl_commit}")
-files = sorted(p for p in dir.rglob("*") if p.is_file() and p.name != "MANIFEST.txt")
-for p in files:
-    kind, what = ("wheel", " ".join(p.name.split("-")[:2])) if p.suffix == ".whl" else ("file", "")
-    digest = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-    print(f"{p.stat().st_size:>10,}  {kind:<5}  {str(p.relative_to(dir)):<72} {what:<40} sha256:{digest}")
-print(f"{sum(p.stat().st_size for p in files):>10,}  in all, {len(files)} files")
-EOF
+manifest() {  # DIR MARLJAX_COMMIT JAXMARL_COMMIT NODE_LIST: DIR/MANIFEST.txt (every file's size and sha256,
+  # then the digest of those lines), printed too
+  "$PY" "$HERE/kit_manifest.py" write "$@"
 }
 
 install_plan() {  # KEEP WHEEL...: prints "install WHEEL" or "skip WHEEL why" per wheel; exit 3 on a refusal
@@ -171,17 +161,24 @@ EOF
 }
 
 install() {
-  local dir="" expect="${EXPECT:-gpu}" keep=0
+  local dir="" expect="${EXPECT:-gpu}" keep=0 pinned=""
   while (($#)); do
     case $1 in
       --expect) expect="$2"; shift 2 ;;
       --keep-installed) keep=1; shift ;;
+      --manifest-sha256) pinned="$2"; shift 2 ;;
       -*) die "install: unknown option $1" ;;
       *) dir="$1"; shift ;;
     esac
   done
-  [[ -n $dir ]] || die "usage: offline_kit.sh install DIR [--expect gpu|tpu|cpu] [--keep-installed]"
-  local wheels=("$dir"/*.whl)
+  [[ -n $dir ]] || die "usage: offline_kit.sh install DIR [--expect gpu|tpu|cpu] [--keep-installed] [--manifest-sha256 HEX]"
+  [[ -d $dir ]] || die "no kit at $dir: give the folder that offline_kit.sh build DIR wrote"
+  # every file of the kit checked against MANIFEST.txt before pip sees any; pip installs the wheels'
+  # checked copies in $STAGE (exit 4 and one line per refused file otherwise)
+  STAGE="$(mktemp -d)"
+  trap 'rm -rf "$STAGE"' EXIT
+  "$PY" "$HERE/kit_manifest.py" verify "$dir" "$STAGE" ${pinned:+"$pinned"} || exit $?
+  local wheels=("$STAGE"/*.whl)
   [[ -f ${wheels[0]} ]] || die "no wheels in $dir: build the kit first (offline_kit.sh build DIR)"
   echo "== installing into $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
   local plan todo=()
@@ -290,5 +287,5 @@ not_on_node() {  # PYTHON DIR: warn about what the venv holds that neither the n
 
 case "${1:-}" in
   build | install | rehearse) cmd=$1; shift; "$cmd" "$@" ;;
-  *) die "usage: offline_kit.sh build DIR [--jaxmarl PATH] [--node-list FILE] | install DIR [--expect gpu|tpu|cpu] [--keep-installed] | rehearse DIR [--jaxmarl PATH] [--out OUT]" ;;
+  *) die "usage: offline_kit.sh build DIR [--jaxmarl PATH] [--node-list FILE] | install DIR [--expect gpu|tpu|cpu] [--keep-installed] [--manifest-sha256 HEX] | rehearse DIR [--jaxmarl PATH] [--out OUT]" ;;
 esac

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,14 +56,41 @@ def _config_errors_exit_2(handler: Callable[[list[str]], int]) -> Callable[[list
     return run
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP outside the chunk loop (building the env, compiling, finishing), raised as
+    Ctrl-C is, so that the `finally` blocks on the way out run (the out_dir lock, an overwrite's old run)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated(signum)
+
+
 def _stopped_exits_with_its_signal(handler: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
-    """A handler whose run SIGINT or SIGTERM stopped at a chunk boundary (`Stopped`) prints its one
-    line on stderr and exits 128 + the signal number, as a shell reports it."""
+    """A handler whose run SIGINT, SIGTERM or SIGHUP stopped at a chunk boundary (`Stopped`) prints
+    its one line on stderr and exits 128 + the signal number, as a shell reports it. SIGTERM or
+    SIGHUP before the chunk loop (or after it) says so in one line, rather than killing the process
+    with nothing said."""
 
     @functools.wraps(handler)
     def run(args: list[str]) -> int:
+        import signal
+
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = (
+            {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
+        )
         try:
             return handler(args)
+        except _Terminated as exc:
+            name = signal.Signals(exc.signum).name
+            when = "outside the training chunks (starting up: building the env, compiling; or finishing)"
+            after = "no checkpoint was saved then (resume=true continues from the newest one, if any)"
+            print(f"marljax: stopped by {name} {when}; {after}", file=sys.stderr)
+            return 128 + exc.signum
         except Exception as exc:
             from marljax.train.chunks import Stopped  # imported here: it imports jax, not wanted at start-up
 
@@ -70,6 +98,9 @@ def _stopped_exits_with_its_signal(handler: Callable[[list[str]], int]) -> Calla
                 raise
             print(f"marljax: {exc}", file=sys.stderr)
             return exc.exit_code
+        finally:
+            for s, previous_handler in previous.items():
+                signal.signal(s, previous_handler)
 
     return run
 
@@ -93,6 +124,9 @@ def _train(args: list[str]) -> int:
     try:
         train(config, started=process_start() or _IMPORTED)
     except (TrainingDiverged, CheckpointError, DistributedError, ActorStuck) as exc:
+        from marljax.parallel.peer_watch import settle
+
+        settle(exc)  # a checkpoint a lost peer failed: its watch's line instead (it exits the process)
         print(f"marljax: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -186,10 +220,30 @@ def _bench(args: list[str]) -> int:
     """`marljax bench [NAME] ...`: the benchmark NAME, else the default one with every argument."""
     bench = BY_NAME["bench"]
     if args and _looks_like_a_name(args[0]):
-        print(f"marljax: unknown bench {args[0]!r}; the benches: {', '.join(c.name for c in bench.subcommands)}"
-              f"\n\n{command_usage((bench,))}", file=sys.stderr)  # fmt: skip
-        return 2
+        return _unknown("bench", args[0], bench.subcommands, prefix="bench ")
     return bench.subcommands[0].run(args)
+
+
+def _usage_line(name: str) -> str:
+    """`usage: marljax NAME ARGS`: a command's own usage line (its --help says the rest)."""
+    return f"usage: marljax {name} {BY_NAME[name].args}"
+
+
+def _unknown(kind: str, name: str, choices: Sequence[Command], prefix: str = "") -> int:
+    """A mistyped command or bench: one line with the nearest name, then at most that one's usage line; exit 2.
+    `prefix`: the words before the name (`bench `), or none."""
+    import difflib
+
+    by_name = {c.name: c for c in choices}
+    close = difflib.get_close_matches(name, list(by_name), n=1, cutoff=0.6)
+    if close:
+        command = by_name[close[0]]
+        line = f"usage: marljax {prefix}{command.name} {command.args}".rstrip()
+        print(f"marljax: unknown {kind} {name!r}; did you mean {close[0]!r}?\n{line}", file=sys.stderr)
+    else:
+        names = ", ".join(by_name)
+        print(f"marljax: unknown {kind} {name!r}; allowed: {names} (marljax {prefix}--help says more)", file=sys.stderr)
+    return 2
 
 
 def _looks_like_a_name(arg: str) -> bool:
@@ -200,7 +254,7 @@ def _looks_like_a_name(arg: str) -> bool:
 @_stopped_exits_with_its_signal
 def _sweep(args: list[str]) -> int:
     if not args or "=" in args[0]:
-        print(f"marljax: sweep takes a sweep file first\n\n{usage()}", file=sys.stderr)
+        print(f"marljax: sweep takes a sweep file first\n{_usage_line('sweep')}", file=sys.stderr)
         return 2
     options = {"overwrite": False, "progress": True}
     rest = []
@@ -232,7 +286,7 @@ def _sweep(args: list[str]) -> int:
 
 def _report(args: list[str]) -> int:
     if len(args) != 1:
-        print(f"marljax: report takes one sweep directory\n\n{usage()}", file=sys.stderr)
+        print(f"marljax: report takes one sweep directory\n{_usage_line('report')}", file=sys.stderr)
         return 2
     from marljax.files import DamagedFile
     from marljax.sweeps.runner import finish
@@ -289,7 +343,8 @@ def _export(args: list[str]) -> int:
     options = dict(a.split("=", 1) for a in args if "=" in a)
     if len(positional) != 2 or set(options) - {"seed_index", "trust_code"}:
         print(
-            f"marljax: export takes RUN_DIR POLICY_DIR [seed_index=N] [trust_code=true]\n\n{usage()}", file=sys.stderr
+            f"marljax: export takes a run's directory and a new policy directory\n{_usage_line('export')}",
+            file=sys.stderr,
         )
         return 2
     try:
@@ -559,7 +614,7 @@ between every pair of runs (Agarwal et al., 2021), with its bootstrap CI.
     ),
     Command(
         "export",
-        "RUN_DIR POLICY_DIR [seed_index=N]",
+        "RUN_DIR POLICY_DIR [seed_index=N] [trust_code=true]",
         "write one seed's trained actors to POLICY_DIR; load with marljax.load_policy",
         _export,
         """\
@@ -774,6 +829,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for the user
         if os.environ.get("MARLJAX_DEBUG") == "1":
             raise
+        from marljax.files import disk_full
+        from marljax.parallel.peer_watch import settle
+        from marljax.process_env import backend_failure
+
+        settle(exc)  # a collective a lost peer failed (gloo): its watch's line instead (it exits the process)
+
+        if (line := backend_failure(exc)) is not None:
+            print(f"marljax: {line}", file=sys.stderr)
+            return 2
+        if (line := disk_full(exc)) is not None:
+            print(f"marljax: {line}", file=sys.stderr)
+            return 1
         text = str(exc).strip().splitlines()
         print(f"marljax: {type(exc).__name__}: {text[0][:500] if text else 'no message'} "
               "(MARLJAX_DEBUG=1 shows the traceback)", file=sys.stderr)  # fmt: skip
@@ -800,7 +867,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return _command_help(argv)
     path, rest = resolve(argv)
     if not path:
-        print(f"marljax: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
+        return _unknown("command", argv[0], COMMANDS)
+    from marljax.process_env import check_environment
+
+    try:
+        check_environment()  # before JAX or matplotlib reads XLA_FLAGS or MPLBACKEND
+    except ConfigError as exc:
+        print(f"marljax: {exc}", file=sys.stderr)
         return 2
     return path[-1].run(rest)
 
@@ -810,8 +883,7 @@ def _command_help(argv: list[str]) -> int:
     trains, every setting of the algorithm the arguments choose)."""
     path, rest = resolve(argv)
     if not path:
-        print(f"marljax: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
-        return 2
+        return _unknown("command", argv[0], COMMANDS)
     rest = [a for a in rest if a not in ("--help", "-h")]
     if path[-1].subcommands and rest:  # bench algo=qmix --help: the default bench's settings for qmix
         if _looks_like_a_name(rest[0]):

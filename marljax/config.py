@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,6 +39,7 @@ from marljax.parallel.settings import DistributedConfig, MeshConfig
 from marljax.pipeline.settings import AsyncConfig
 from marljax.schema import (
     FILE_FORMATS,
+    INT32_MAX,
     RENAMED,
     ConfigError,
     FileFormat,
@@ -68,6 +70,7 @@ from marljax.schema import (
     resumable_keys,
     set_dotted,
     setting,
+    shown,
     to_flat,
     traced_keys,
     unknown_key,
@@ -181,6 +184,7 @@ class CoreConfig:
         _check_supports(c, algorithm_schema(c.algo))
         if not isinstance(c.env_kwargs, dict):
             raise ConfigError("env_kwargs", "must be a mapping")
+        _check_env_sizes(c.env_kwargs)
         _check_network(c)
         if c.total_timesteps < c.num_steps * c.num_envs:
             raise ConfigError(
@@ -482,6 +486,25 @@ def validate(config: Config) -> Config:
     return config
 
 
+MAX_ENV_COUNT = 100_000  # agents, entities or cells per dimension of one env copy
+_COUNT_KEY = re.compile(r"(^|_)(num|n|count|size|width|height)(_|$)|^num|count$|size$")
+
+
+def _check_env_sizes(env_kwargs: Mapping[str, Any]) -> None:
+    """A count in env_kwargs beyond any env a run can hold (`num_agents=100000000`): refused before the
+    env is built, which would take minutes or never end, and before the out_dir is made."""
+    for key, value in env_kwargs.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            continue
+        if abs(value) > INT32_MAX:
+            raise ConfigError(f"env_kwargs.{key}", f"must be <= {INT32_MAX:,}, got {shown(value)}")
+        if _COUNT_KEY.search(key) and value > MAX_ENV_COUNT:
+            why = "one env copy of that size takes minutes to build and more memory than a machine holds"
+            raise ConfigError(
+                f"env_kwargs.{key}", f"{value:,} is more than {MAX_ENV_COUNT:,}: {why}; give a smaller one"
+            )
+
+
 def _check_network(c: Config) -> None:
     """network.<group>.<size>: positive integers of known size fields. Group names need the env
     (marljax.train.wiring.check_group_networks checks them)."""
@@ -499,8 +522,10 @@ def _check_network(c: Config) -> None:
         for key, value in sizes.items():
             if key not in NETWORK_KEYS:
                 raise unknown_key(key, NETWORK_KEYS, prefix=f"network.{group}.")
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"network.{group}.{key}", f"must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT32_MAX:
+                raise ConfigError(
+                    f"network.{group}.{key}", f"must be an integer in [1, {INT32_MAX:,}], got {shown(value)}"
+                )
 
 
 def algorithms_that(pred: Callable[[Supports], bool]) -> str:

@@ -3,12 +3,16 @@ on-disk stores (the trajectory recorder and a sweep's results store)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from marljax.schema import ConfigError
 
 NAME_MAX = 255  # bytes in one path component on the common filesystems
 
@@ -33,12 +37,40 @@ def read_json(path: Path, remedy: str, max_bytes: int = 64 << 20) -> Any:
         raise DamagedFile(f"{path} is nested too deep to be a file marljax wrote; {remedy}") from None
 
 
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError inside names `path` when it names no file (a full disk fails a write() or a
+    close(), which carry no file name): the message then says which file could not be written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> str | None:
+    """A full disk (or quota) as one line naming the file, or None for any other failure."""
+    if not isinstance(exc, OSError) or exc.errno not in DISK_FULL:
+        return None
+    where = f"writing {exc.filename}" if exc.filename else "writing a file"
+    return f"{where} failed: {exc.strerror} (the disk is full); free space there or write on another disk"
+
+
 def write_text_atomic(path: Path, text: str) -> Path:
     """Replace `path` with `text` all at once: a temporary file, then a rename (a crash leaves the
     old file or the new, never half of one)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    try:
+        with naming(path):
+            tmp.write_text(text)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a part written before the disk filled: not left beside the file
+        raise
     tmp.replace(path)
     return path
 
@@ -46,6 +78,17 @@ def write_text_atomic(path: Path, text: str) -> Path:
 def zarr_spec(path: Path) -> dict:
     """tensorstore spec of a zarr array in a local directory."""
     return {"driver": "zarr", "kvstore": {"driver": "file", "path": str(path)}}
+
+
+def expand_home(path: str, field: str) -> str:
+    """`path` with a leading ~ or ~user expanded, as the shell would have (YAML and a quoted value
+    keep it); ConfigError(field) for a ~user that names no user, rather than a directory named '~x'."""
+    if not path.startswith("~"):
+        return path
+    expanded = os.path.expanduser(path)
+    if expanded.startswith("~"):
+        raise ConfigError(field, f"{path!r}: {path.split('/')[0]} names no user of this machine; give the full path")
+    return expanded
 
 
 def check_writable_dir(path: Path) -> str | None:

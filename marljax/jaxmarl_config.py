@@ -78,7 +78,14 @@ def _int(value: Any) -> int:
     return int(float(_number(value)))
 
 
-CONVERT: dict[type, Callable] = {int: _int, float: float, bool: bool, str: str}
+def _bool(value: Any) -> bool:
+    """True/False (or 0/1, as Python scripts test them); anything else, e.g. a list, is no switch."""
+    if isinstance(value, bool) or value in (0, 1):
+        return bool(value)
+    raise TypeError(f"not a boolean: {value!r}")
+
+
+CONVERT: dict[type, Callable] = {int: _int, float: float, bool: _bool, str: str}
 
 
 def declared(algo: str) -> dict[str, str]:
@@ -127,8 +134,14 @@ class _Run:
     def given(self, key: str) -> int:
         """The file's count `key` (TOTAL_TIMESTEPS, NUM_STEPS, ...), else the value the run will resolve
         for its setting: the algorithm's default on the file's env (JaxMARL's SHAQ files give no NUM_STEPS)."""
-        if key in self.values:
-            return _int(self.values[key])
+        if key in self.values:  # a count another key's unit is read with: checked here, naming it
+            try:
+                count = _int(self.values[key])
+            except (TypeError, ValueError, OverflowError):
+                count = 0
+            if count < 1:
+                raise ConfigError(f"{self.path}: {key}", f"must be a positive integer, got {self.values[key]!r}")
+            return count
         if not self.defaults:
             env = self.values.get("ENV_NAME")
             self.defaults = {k: d for k, _, d in schema_fields(self.algo, env if isinstance(env, str) else None)}
@@ -144,6 +157,10 @@ class _Run:
 
 
 def _env_kwargs(run: _Run, value: Any) -> None:
+    if not isinstance(value, Mapping) and value is not None:
+        raise ConfigError(
+            f"{run.path}: ENV_KWARGS", f"expected a mapping of the env's keyword arguments, got {value!r}"
+        )
     run.flat["env_kwargs"] = {**dict(value or {}), **run.flat.get("env_kwargs", {})}
 
 
@@ -242,6 +259,8 @@ def _num_minibatches(run: _Run, value: Any) -> None:
     """marljax's minibatches are slices of time by default; where the file's count does not divide
     its steps (JaxMARL's PPO splits the actors), they are slices of the environments."""
     run.set("NUM_MINIBATCHES", value)
+    if _int(value) < 1:
+        raise ConfigError(f"{run.path}: NUM_MINIBATCHES", f"must be a positive integer, got {value!r}")
     if "NUM_MINIBATCHES" in run.table and "NUM_STEPS" in run.table and run.given("NUM_STEPS") % _int(value):
         run.flat[_beside(run, "NUM_MINIBATCHES", "minibatch_split")] = "envs"
 
@@ -322,6 +341,29 @@ def _siblings_keys(algo: str) -> set[str]:
     return {k for a in algorithms() if a != algo and mine & set(algorithm_schema(a).sections) for k in declared(a)}
 
 
+def _translate_key(run: _Run, key: str, value: Any, others: set[str]) -> None:
+    if key in RULES:
+        RULES[key](run, value)
+    elif key in ONLY:
+        if value != ONLY[key][0]:
+            run.unknown.append(f"{key}={value!r} ({ONLY[key][1]})")
+    elif key in run.table:
+        run.set(key, run.values[key])  # (a rule may have changed what an earlier key said)
+    elif key in IGNORED or key in others:  # (others: keys another script of a shared file reads)
+        run.ignored.append(key)
+    else:
+        run.unknown.append(key)
+
+
+KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def _expected(run: _Run, key: str) -> str:
+    """What JaxMARL's `key` takes, as far as the setting it maps to says."""
+    kind = KINDS.get(run.types.get(run.table.get(key, ""), object))
+    return f"expected {kind} ({run.table[key]})" if kind else "expected a value of the kind JaxMARL's script reads"
+
+
 def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = None) -> tuple[dict, list[str]]:
     """(marljax's nested config mapping, the keys ignored) for JaxMARL config `values` read from
     `path`; `algo`: an `algo=` override, else the file's name decides. ConfigError listing every
@@ -338,17 +380,12 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
     others = _siblings_keys(algo) if len(answering(path)) > 1 else set()
     for key, value in run.values.items():
         run.current = key
-        if key in RULES:
-            RULES[key](run, value)
-        elif key in ONLY:
-            if value != ONLY[key][0]:
-                run.unknown.append(f"{key}={value!r} ({ONLY[key][1]})")
-        elif key in run.table:
-            run.set(key, run.values[key])  # (a rule may have changed what an earlier key said)
-        elif key in IGNORED or key in others:  # (others: keys another script of a shared file reads)
-            run.ignored.append(key)
-        else:
-            run.unknown.append(key)
+        try:
+            _translate_key(run, key, value, others)
+        except (TypeError, ValueError, ArithmeticError) as exc:  # a value of the wrong kind: said with its key
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError(f"{path}: {key}", f"got {value!r}; {_expected(run, key)}") from None
     if "ADD_AGENT_ID" not in values and "CLIP_EPS" in run.table:
         run.flat["agent_id"] = False  # JaxMARL's PPO baselines add no agent id unless asked
     if "NORM_TYPE" not in values and "NORM_TYPE" in run.table:

@@ -255,6 +255,13 @@ def read_yaml_mapping(path: str | Path, field: str, expected: str) -> dict:
     """The mapping in YAML file `path`; ConfigError(field) when the file is missing or holds
     something else (`expected` says what it should hold)."""
     path = Path(path)
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass  # said below
+    except OSError as exc:  # a name over 255 bytes, a loop of symlinks, a directory it may not enter
+        shown = str(path) if len(str(path)) <= 80 else f"{str(path)[:60]}...{str(path)[-12:]}"
+        raise ConfigError(field, f"{shown} cannot be read: {exc.strerror}") from None
     if not path.is_file():
         if path.is_dir():
             raise ConfigError(field, f"{path} is a directory, not a YAML file; give the file in it")
@@ -271,6 +278,8 @@ def read_yaml_mapping(path: str | Path, field: str, expected: str) -> dict:
         raise ConfigError(field, f"{path} is not valid YAML{line}: {_yaml_problem(exc)}") from None
     except OSError as exc:
         raise ConfigError(field, f"{path} cannot be read ({exc.strerror})") from None
+    except RecursionError:  # PyYAML composes nested nodes recursively
+        raise ConfigError(field, f"{path} is nested too deep to be a config file (hundreds of levels)") from None
     if not isinstance(loaded, dict):
         raise ConfigError(field, f"{path} must hold {expected}")
     return loaded
@@ -289,6 +298,10 @@ class _StrictLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (list, dict, set)):  # `[a, b]: 1` or `? {a: 1}`: no setting is named so
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a key must be a name or a number, got a {type(key).__name__}", key_node.start_mark
+                )
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"the key {key!r} appears twice in one mapping", key_node.start_mark
@@ -339,6 +352,8 @@ def parse_scalar(text: str, field: str = "value") -> Any:
             pass
     try:
         return yaml.safe_load(text) if text != "" else ""
+    except RecursionError:
+        raise ConfigError(field, f"a value nested {text[:20]!r}... too deep to be a setting") from None
     except yaml.YAMLError as exc:
         # the usual cause: a value with spaces given unquoted, which the shell splits into several arguments
         raise ConfigError(field, f"{text!r} is not a value YAML can read ({_yaml_problem(exc)}); on the command "
@@ -365,6 +380,19 @@ def parse_overrides(args: typing.Sequence[str]) -> dict:
     return tree
 
 
+INT32_MAX = 2**31 - 1  # the widest integer setting without a declared maximum
+
+
+def shown(value: Any) -> str:
+    """A number for a message: a huge integer as 1e+300 (or its digit count), not 300 digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        try:
+            return f"{float(value):.3g}"
+        except OverflowError:
+            return f"an integer of {len(str(abs(value)))} digits"
+    return repr(value)
+
+
 def check_field(key: str, value: Any, meta: Mapping) -> None:
     """The constraints a field declares in its metadata."""
     if meta.get("choices"):
@@ -374,9 +402,14 @@ def check_field(key: str, value: Any, meta: Mapping) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(key, f"must be a finite number, got {value}")
     low, above, high = meta.get("minimum"), meta.get("above"), meta.get("maximum")
+    if isinstance(value, int) and high is None and abs(value) > INT32_MAX:
+        # a count or a size past int32 is no setting a run can use: said here rather than as an
+        # OverflowError, or under another field whose check multiplies it (num_envs=1e30)
+        bound = f"<= {INT32_MAX:,}" if value > 0 else f">= {-INT32_MAX:,}"
+        raise ConfigError(key, f"must be {bound}, got {shown(value)}")
     _num = lambda x: str(int(x)) if float(x).is_integer() else str(x)  # noqa: E731  (one-line helper)
     if low is not None and high is not None and not low <= value <= high:
-        raise ConfigError(key, f"must lie in [{_num(low)}, {_num(high)}], got {value}")
+        raise ConfigError(key, f"must lie in [{_num(low)}, {_num(high)}], got {shown(value)}")
     if low is not None and value < low:
         raise ConfigError(key, f"must be >= {_num(low)}, got {value}")
     if above is not None and not value > above:

@@ -1,5 +1,6 @@
-"""Env factories that fail as a careless user's might: one raises, one returns None (for the
-JaxMARL path `env=tests.broken_env:NAME` and the host path `env=pettingzoo:tests.broken_env:NAME`)."""
+"""Env factories that fail as a careless user's might: they raise (an Exception, their own
+BaseException, SystemExit), take a minute, or return None (for the JaxMARL path
+`env=tests.broken_env:NAME` and the host path `env=pettingzoo:tests.broken_env:NAME`)."""
 
 
 def explode(**kwargs):
@@ -8,3 +9,23 @@ def explode(**kwargs):
 
 def nothing(**kwargs):
     return None
+
+
+class OwnBaseException(BaseException):
+    """A user's exception that derives from BaseException, not Exception."""
+
+
+def base_exception(**kwargs):
+    raise OwnBaseException("the factory raised its own BaseException")
+
+
+def exits(**kwargs):
+    raise SystemExit(3)
+
+
+def sleeps(**kwargs):
+    """A factory that takes a minute (a simulator starting up): says when it has begun, on stdout."""
+    import time
+
+    print("factory started", flush=True)
+    time.sleep(60)

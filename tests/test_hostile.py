@@ -6,6 +6,7 @@ hostile-input review (docs/reliability.md) and checks the fixed behaviour."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -82,12 +83,29 @@ def test_trust_code_loads_a_policy_whose_env_is_an_import_path(tmp_path):
 # ---- one damaged checkpoint does not block resume or export
 
 
-@pytest.mark.parametrize("damage", ["stray empty directory", "meta deleted", "meta garbled"])
+# issue 66: the newest replaced by a symbolic link (to 6, to nothing) or by a copy of 6
+LINKED = {"link to 6": "6", "dangling link": "/nonexistent"}
+
+
+@pytest.mark.parametrize("damage", ["stray empty directory", "meta deleted", "meta garbled", *LINKED, "copy of 6"])
 def test_resume_and_export_fall_back_past_a_damaged_newest_checkpoint(run, tmp_path, damage):
     ckpts = run / "checkpoints"
     if damage == "stray empty directory":
         (ckpts / "999").mkdir()
         expected = 8
+    elif damage in LINKED or damage == "copy of 6":
+        # before: a link to 6 read as checkpoint 8 (update 6's meta) silently; a dangling link was
+        # skipped with no word and the save of update 8 then failed on it
+        shutil.rmtree(ckpts / "8")
+        if damage in LINKED:
+            (ckpts / "8").symlink_to(LINKED[damage])
+        else:
+            shutil.copytree(ckpts / "6", ckpts / "8")
+        why = "its meta is of update 6, not 8" if damage == "copy of 6" else "it is a symbolic link to"
+        logs: list[str] = []
+        export_policy(run, tmp_path / "before", log=logs.append)  # export reads, moves nothing
+        assert any(f"checkpoints/8 is unusable (ValueError: {why}" in line for line in logs), logs
+        expected = 6
     else:
         meta = ckpts / "8" / "meta"
         if damage == "meta deleted":
@@ -142,6 +160,19 @@ def test_export_of_a_missing_run_creates_nothing(tmp_path):
         (lambda p: (p / "policy.json").write_text("[" * 200_000), "is nested too deep"),  # was a raw RecursionError
         (lambda p: (p / "policy.json").write_text(" " * (17 << 20) + "{}"), "bytes, more than the"),
         (lambda p: _change_one_weight(p), "does not match the fingerprint in policy.json"),  # loaded silently
+        # issue 66: an OverflowError of 79 lines; a raw ConfigError; an IsADirectoryError
+        (
+            lambda p: _edit_policy(p, lambda i: i["config"].update(hidden_size=1e300)),
+            r"hidden_size: must be <= 2,147,483,647, got 1e\+300",
+        ),
+        (
+            lambda p: _edit_policy(p, lambda i: i["config"]["env_kwargs"].update(junk=1)),
+            "its config does not load here .env_kwargs.junk: MPE_simple_spread_v3 does not use junk",
+        ),
+        (
+            lambda p: ((p / "policy.json").unlink(), (p / "policy.json").mkdir()),
+            "policy.json is a directory, not the JSON file marljax export writes",
+        ),
     ],
     ids=[
         "garbage",
@@ -154,6 +185,9 @@ def test_export_of_a_missing_run_creates_nothing(tmp_path):
         "deeply nested",
         "oversized",
         "a changed weight",
+        "hidden_size 1e300",
+        "junk env_kwargs",
+        "policy.json a directory",
     ],
 )
 def test_a_damaged_policy_is_refused_naming_the_file(policy, damage, words):
@@ -161,6 +195,20 @@ def test_a_damaged_policy_is_refused_naming_the_file(policy, damage, words):
     with pytest.raises(PolicyError, match=words) as info:
         marljax.load_policy(policy)
     assert str(policy) in str(info.value)
+
+
+def test_a_path_that_is_not_a_policy_directory_is_named_as_such(policy, tmp_path):
+    """Issue 66: a regular file gave a raw NotADirectoryError."""
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(PolicyError, match=r"afile is a file, not a policy directory \(marljax export writes one"):
+        marljax.load_policy(tmp_path / "afile")
+    with pytest.raises(
+        PolicyError, match=f"policy.json is a file, not a policy directory .*; give its directory, {policy}$"
+    ):
+        marljax.load_policy(policy / "policy.json")
+    with pytest.raises(PolicyError, match="nothing does not exist"):
+        marljax.load_policy(tmp_path / "nothing")
+    assert marljax.load_policy(policy).config.hidden_size == 16  # the control
 
 
 def _change_one_weight(policy: Path) -> None:
@@ -240,6 +288,9 @@ def test_a_bad_yaml_file_is_one_line_naming_it(tmp_path, command, text, words):
             "env=pettingzoo:tests.broken_env:nothing mode=async eval_every=0",
             "env: pettingzoo:tests.broken_env:nothing returned a NoneType, not a PettingZoo ParallelEnv",
         ),
+        # issue 66: an OverflowError; refused under total_timesteps as 8000000000000000159076998709248 env steps
+        ("hidden_size=1e300", "hidden_size: must be <= 2,147,483,647, got 1e+300"),
+        ("num_envs=1e30", "num_envs: must be <= 2,147,483,647, got 1e+30"),
         (
             "env=pettingzoo:tests.broken_env:explode mode=async eval_every=0",
             "env: building the env failed: pettingzoo:tests.broken_env:explode raised RuntimeError: factory exploded",
@@ -643,6 +694,41 @@ def test_a_policy_fed_another_envs_observations_names_the_env_it_was_trained_on(
     assert set(actions) == set(loaded.env.agents)
 
 
+def test_act_refuses_inputs_that_are_not_one_envs_observations_and_a_key(policy):
+    """Issue 66: key=None and an int key were raw TypeErrors; a list of observations instead of the
+    dict, an extra agent, a carry for a feed-forward policy and masks of no agent were used or
+    ignored silently. Each is one PolicyError line, checked when act is traced."""
+    import jax
+    import jax.numpy as jnp
+    from jaxmarl import make
+
+    loaded = marljax.load_policy(policy)
+    key = jax.random.PRNGKey(0)
+    obs, _ = make("MPE_simple_spread_v3").reset(key)
+    bad = {
+        "key None": ((obs, None), r"act: key must be one PRNG key .*got None$"),
+        "key int": ((obs, 3), "got an int$"),
+        "key shape": ((obs, jnp.zeros(5, jnp.uint32)), r"got an array of shape \(5,\) and dtype uint32"),
+        "obs list": (
+            (list(obs.values()), key),
+            "obs must be a dict of agent name -> array, as MPE_simple_spread_v3 gives them; got a list",
+        ),
+        "extra agent": (
+            ({**obs, "agent_9": obs["agent_0"]}, key),
+            "obs holds 'agent_9', which MPE_simple_spread_v3 has no agent of",
+        ),
+        "missing agent": (({k: v for k, v in obs.items() if k != "agent_1"}, key), "these observations lack agent_1"),
+        "carry": ((obs, key, {"h": jnp.zeros(3)}), "this policy is feed-forward and keeps no carry"),
+        "masks": ((obs, key, None, {"x": jnp.ones(5, bool)}), "avail_actions lacks agent_0, agent_1, agent_2"),
+    }
+    for name, (args, words) in bad.items():
+        with pytest.raises(PolicyError, match=words):
+            jax.jit(loaded.act)(*args) if name not in ("key None", "key int") else loaded.act(*args)
+    for good in (key, jax.random.key(1)):  # the controls: both kinds of key
+        actions, carry = jax.jit(loaded.act)(obs, good)
+        assert set(actions) == set(loaded.env.agents) and carry is None
+
+
 @pytest.mark.parametrize("where", ["not this host", "port taken"])
 def test_a_coordinator_process_0_cannot_serve_is_one_line_not_a_native_abort(tmp_path, where):
     """Before: marljax's hint, then JAX's C++ check failure (exit 134) once distributed.timeout_s passed."""
@@ -658,3 +744,367 @@ def test_a_coordinator_process_0_cannot_serve_is_one_line_not_a_native_abort(tmp
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert f"process 0 runs the coordinator, but cannot listen on {address} (distributed.coordinator)" in proc.stderr
     assert "Check failure" not in proc.stderr and not (tmp_path / "run").exists()
+
+
+# ---- round three (issue 66): no exception's own text as the message
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[a, b]: 1\n", "is not valid YAML at line 1, column 1: a key must be a name or a number, got a list"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "is nested too deep to be a config file"),
+    ],
+    ids=["a list as a key", "deep"],
+)
+def test_yaml_that_python_cannot_hold_is_one_config_error(tmp_path, text, words):
+    """Before: `TypeError: unhashable type: 'list'`, `RecursionError: maximum recursion depth exceeded`."""
+    from marljax.config import ConfigError
+    from marljax.sweeps.spec import load_sweep
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    for read in (load_config, load_sweep):
+        with pytest.raises(ConfigError, match=words) as info:
+            read(path)
+        assert str(path) in str(info.value)
+
+
+def test_a_config_path_too_long_for_the_filesystem_is_named():
+    """Before: `OSError: [Errno 36] File name too long`."""
+    from marljax.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^config: a{60}\.\.\.a{7}\.yaml cannot be read: File name too long$"):
+        load_config("a" * 300 + ".yaml")
+
+
+def test_a_mistyped_command_suggests_the_nearest_and_prints_only_its_usage_line(capsys):
+    """Before: the 47-line usage after `marljax: unknown command 'trian'`."""
+    from marljax.cli import main
+
+    assert main(["trian"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "marljax: unknown command 'trian'; did you mean 'train'?",
+        "usage: marljax train [CONFIG.yaml] [key=value ...]",
+    ]
+    assert main(["bench", "scael"]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == "marljax: unknown bench 'scael'; did you mean 'scale'?"
+    assert main(["xyzzy"]) == 2  # nothing near: the commands, on one line
+    assert capsys.readouterr().err.splitlines() == [
+        "marljax: unknown command 'xyzzy'; allowed: train, sweep, report, compare, bench, export, doctor "
+        "(marljax --help says more)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "factory, words",
+    [
+        ("base_exception", "tests.broken_env:base_exception() raised OwnBaseException: the factory raised its own"),
+        ("exits", "tests.broken_env:exits() raised SystemExit: 3"),
+    ],
+)
+def test_a_factory_raising_a_base_exception_is_one_config_error(factory, words):
+    """Before: a raw traceback (a BaseException subclass), or the process gone with exit 3 and no word."""
+    from marljax.config import ConfigError
+    from marljax.envs.registry import make_env
+
+    with pytest.raises(ConfigError, match=re.escape(f"env: building the env failed: {words}")):
+        make_env(f"tests.broken_env:{factory}")
+
+
+def test_a_user_module_that_does_not_compile_is_named(tmp_path, monkeypatch):
+    """Before: `marljax: SyntaxError: invalid syntax (badmod.py, line 1)`, nothing saying it came from env=."""
+    from marljax.config import ConfigError
+    from marljax.envs.registry import make_env
+
+    (tmp_path / "badmod_66.py").write_text("def make(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(
+        ConfigError,
+        match=r"env: importing module 'badmod_66' for 'badmod_66:make' failed: "
+        r"SyntaxError: .*badmod_66.py, line 1",
+    ):
+        make_env("badmod_66:make")
+
+
+def test_env_kwargs_of_another_kind_than_the_constructors_default_or_absurd_size_are_refused(tmp_path):
+    """Before: `env_kwargs.max_steps=abc` trained until a traced comparison failed ('>=' not supported
+    between a tracer and a str); `num_agents=100000000` was still building the env at 120 s, out_dir made."""
+    from marljax.config import ConfigError
+    from marljax.envs.registry import make_env
+
+    with pytest.raises(
+        ConfigError,
+        match=r"env_kwargs.max_steps: MPE_simple_spread_v3 takes a number .* \(its default is 25\), got 'abc'",
+    ):
+        make_env("MPE_simple_spread_v3", {"max_steps": "abc"})
+    with pytest.raises(ConfigError, match="env_kwargs.num_agents: 100,000,000 is more than 100,000: one env copy"):
+        load_config(None, [*BASE, "env_kwargs.num_agents=100000000", f"out_dir={tmp_path / 'run'}"])
+    assert make_env("MPE_simple_spread_v3", {"max_steps": 30, "num_agents": 4}).max_steps == 30  # the control
+
+
+def test_an_out_dir_starting_with_a_tilde_is_the_home_directory(tmp_path, monkeypatch):
+    """Before: `out_dir: ~/x` in a YAML file (or quoted) made a directory named '~' in the working directory."""
+    from marljax.config import ConfigError
+    from marljax.files import expand_home
+    from marljax.sweeps.spec import load_sweep
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    train(load_config(None, [*BASE, "out_dir=~/run", "checkpoint_every=0"]), **QUIET)
+    assert (tmp_path / "home" / "run" / "metrics.jsonl").is_file() and not (tmp_path / "~").exists()
+    (tmp_path / "s.yaml").write_text("axes: {lr: [0.001, 0.002]}\nout_dir: ~/sweeps/s\n")
+    assert load_sweep(tmp_path / "s.yaml").out_dir == tmp_path / "home" / "sweeps" / "s"
+    with pytest.raises(ConfigError, match="~nosuchuser66 names no user of this machine"):
+        expand_home("~nosuchuser66/x", "out_dir")
+
+
+@pytest.mark.parametrize(
+    "variable, words",
+    [
+        (
+            "XLA_FLAGS=--xla_force_host_platform_device_count=abc",
+            "XLA_FLAGS: --xla_force_host_platform_device_count='abc': the number of CPU devices must be a positive integer",
+        ),
+        (
+            "MPLBACKEND=junk",
+            "MPLBACKEND: 'junk' is not a matplotlib backend (JaxMARL imports matplotlib, so every run reads it)",
+        ),
+        ("JAX_PLATFORMS=gpu", "JAX_PLATFORMS=gpu: JAX cannot start that backend on this machine"),
+    ],
+    ids=["xla flags", "mpl backend", "jax platforms"],
+)
+def test_environment_variables_jax_and_matplotlib_reject_are_one_line(tmp_path, variable, words):
+    """Before: XLA's fatal flag-parser error with its list of every flag (a native abort), matplotlib's
+    ValueError listing its backends, `Unable to initialize backend 'rocm'` for JAX_PLATFORMS=gpu."""
+    import os
+
+    name, value = variable.split("=", 1)
+    if name == "JAX_PLATFORMS":
+        import jax
+
+        if jax.default_backend() != "cpu":
+            pytest.skip("this machine has an accelerator: JAX_PLATFORMS=gpu may start")
+    env = {**os.environ, name: value}
+    proc = subprocess.run(
+        [sys.executable, "-m", "marljax.cli", "train", *BASE, f"out_dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    err = [line for line in proc.stderr.splitlines() if not line.startswith(("Importing", "Submoduled"))]
+    assert proc.returncode == 2 and len(err) == 1 and err[0] == f"marljax: {words}" + err[0][len(words) + 9 :], (
+        proc.stderr
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_compare_refuses_a_run_whose_metrics_hold_no_row(finished, tmp_path, capsys):
+    """Before: a table whose row for that run was n/a throughout."""
+    from marljax.cli import main
+
+    for name, text in [("empty", ""), ("garbage", "garbage\n{not json\n")]:
+        shutil.copytree(finished, tmp_path / name, ignore=shutil.ignore_patterns("checkpoints"))
+        (tmp_path / name / "metrics.jsonl").write_text(text)
+        assert main(["compare", str(tmp_path / name), str(finished), "--out", str(tmp_path / "cmp")]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and f"{tmp_path / name / 'metrics.jsonl'} holds no metrics rows" in err[0], err
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_a_damaged_sweep_results_array_is_named_with_what_was_lost(tmp_path):
+    """Before: tensorstore's FAILED_PRECONDITION with its JSON spec (a resumed sweep, `marljax report`)."""
+    import numpy as np
+
+    from marljax.files import DamagedFile
+    from marljax.sweeps.results import ResultsStore, load
+
+    coords = {
+        "cells": ["a", "b"],
+        "num_seeds": 2,
+        "metrics": ["return"],
+        "num_evals": 3,
+        "eval_episodes": 2,
+        "absolute_factor": 2,
+    }
+    ResultsStore(tmp_path, coords).write_eval(0, 0, 10, np.zeros((2, 1)), np.zeros((2, 2)))
+    assert load(tmp_path).eval_steps[0, 0] == 10  # the control
+    (tmp_path / "evals.zarr" / "0.0.0.0").write_bytes(b"garbage")
+    with pytest.raises(
+        DamagedFile, match=r"evals.zarr does not read back as a results array of the sweep \(.*0.0.0.0: Invalid"
+    ):
+        load(tmp_path)
+    (tmp_path / "evals.zarr" / ".zarray").write_text('{"chunks": [1, 2')
+    for read in (lambda: ResultsStore(tmp_path, coords), lambda: load(tmp_path)):
+        with pytest.raises(DamagedFile, match=r"\.zarray: Invalid JSON\); its evaluations are lost: rerun the sweep"):
+            read()
+
+
+def test_sighup_stops_a_run_as_sigterm_does():
+    """Before: SIGHUP mid-run exited 129 with no message and no stop checkpoint. The chunk loop's
+    handler now notes it (a subprocess: unhandled, SIGHUP would end the test's own process)."""
+    script = (
+        "import os, signal\n"
+        "from marljax.train.chunks import Stopped, StopSignals\n"
+        "with StopSignals() as signals:\n"
+        "    os.kill(os.getpid(), signal.SIGHUP)\n"
+        "print(signals.signum == signal.SIGHUP, Stopped(signals.signum, 8, 'run/checkpoints/8').exit_code)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["True", "129"], proc.stdout + proc.stderr[-2000:]
+
+
+def test_sigterm_while_the_env_is_built_is_one_line(tmp_path):
+    """Before: SIGTERM during start-up (here a factory that takes a minute) ended the process with
+    nothing said; now one line, exit 143, and the out_dir's lock released with the directory."""
+    import os
+    import signal
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "marljax.cli",
+        "train",
+        *BASE,
+        "env=tests.broken_env:sleeps",
+        f"out_dir={tmp_path / 'r'}",
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stdout:
+        if line.startswith("factory started"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert err.splitlines()[-1].startswith("marljax: stopped by SIGTERM outside the training chunks (starting up"), err
+    assert "Traceback" not in err and not (tmp_path / "r").exists()
+
+
+def test_a_full_disk_while_writing_a_small_file_names_the_file(tmp_path, monkeypatch):
+    """Before: `marljax: OSError: [Errno 28] No space left on device`, no file named (config.yaml at
+    4 KiB free, metrics.jsonl at 8 KiB: a write() and a close() carry no file name)."""
+    import errno
+
+    from marljax.files import disk_full, write_text_atomic
+    from marljax.train.metrics import JsonlWriter
+
+    if Path("/dev/full").exists():  # a device every write to fails with ENOSPC
+        writer = JsonlWriter(Path("/dev/full"))
+        with pytest.raises(OSError) as info:
+            writer.write({"update": 1})
+        assert disk_full(info.value).startswith("writing /dev/full failed: No space left on device (the disk is full)")
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError) as info:
+        write_text_atomic(tmp_path / "config.yaml", "lr: 1\n")
+    assert disk_full(info.value).startswith(f"writing {tmp_path / 'config.yaml'} failed: No space left on device")
+    assert list(tmp_path.iterdir()) == []  # no half-written temporary file beside it
+    assert disk_full(OSError(errno.EACCES, "Permission denied", "x")) is None  # the control
+
+
+def test_a_full_disk_in_a_run_is_one_line_naming_the_file(tmp_path):
+    """The same through `marljax train` and `marljax export` on a real full tmpfs (needs mount rights)."""
+    from tests.test_checkpoint import _tmpfs
+
+    mnt = tmp_path / "full"
+    if not _tmpfs(mnt, "4k"):
+        pytest.skip("cannot mount a tmpfs here (needs root); the injected-error test covers the handling")
+    try:
+        proc = _cli("train", *BASE, f"out_dir={mnt / 'run'}")
+        err = [line for line in proc.stderr.splitlines() if not line.startswith(("Importing", "Submoduled"))]
+        assert proc.returncode == 1 and len(err) == 1, proc.stderr
+        assert err[0].startswith(f"marljax: writing {mnt / 'run' / 'config.yaml'} failed: No space left on device")
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_a_coordinator_port_outside_the_tcp_range_is_refused_up_front():
+    """Before: `distributed.coordinator=127.0.0.1:99999` was accepted; 125 s later the coordinator 'did not answer'."""
+    from marljax.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"distributed.coordinator: port 99999 of '127.0.0.1:99999' is no TCP port"):
+        load_config(None, ["distributed.coordinator=127.0.0.1:99999", "distributed.num_processes=2"])
+    config = load_config(None, ["distributed.coordinator=127.0.0.1:65535", "distributed.num_processes=2"])
+    assert config.distributed.coordinator == "127.0.0.1:65535"  # the control: the highest port
+
+
+def test_a_sweep_axis_is_checked_for_repeats_in_one_pass():
+    """Before: `values.count(v)` for every value, quadratic: an axis of 100,000 values never reached
+    the max_cells check. Counted here by the values' own comparisons, not timed."""
+    from marljax.config import ConfigError
+    from marljax.sweeps.spec import _values_list
+
+    class Value:
+        compared = 0
+
+        def __init__(self, x: int):
+            self.x = x
+
+        def __eq__(self, other):
+            Value.compared += 1
+            return isinstance(other, Value) and other.x == self.x
+
+        def __hash__(self):
+            return hash(self.x)
+
+        def __repr__(self):
+            return f"V{self.x}"
+
+    values = [Value(i) for i in range(5000)]
+    assert _values_list("axes.lr", values) == values
+    assert Value.compared < 5 * len(values), Value.compared  # quadratic: 25,000,000
+    with pytest.raises(ConfigError, match=r"axes.lr: repeats V7; every value must be distinct"):
+        _values_list("axes.lr", [*values, Value(7)])
+    with pytest.raises(ConfigError, match=r"repeats \{'a': 1\}"):  # unhashable values are still compared
+        _values_list("axes.network", [{"a": 1}, {"a": 2}, {"a": 1}])
+
+
+def test_a_host_env_that_returns_no_reward_for_an_agent_that_acted_fails_its_step():
+    """Before: the missing reward was read as 0 and the run trained "successfully". Now the step
+    raises, naming the agent: a failure of that copy (restarted, then retired, as any failing step)."""
+    pytest.importorskip("pettingzoo")
+    import numpy as np
+
+    from marljax.envs.host import HostCopy, HostEnvAdapter, host_env_factory
+
+    actions = {"agents": np.zeros(3, np.int32)}
+    names = ["pettingzoo:tests.unpaid_env:parallel_env", "pettingzoo:marljax.testing.host_spread:parallel_env"]
+    for name, fails in zip(names, [True, False], strict=True):
+        adapter = HostEnvAdapter(host_env_factory(name, {}), name)
+        copy = HostCopy(adapter, adapter.make_one(), lambda: 0)
+        copy.reset()
+        if fails:
+            with pytest.raises(
+                ValueError, match=r"unpaid_env:parallel_env: step returned no reward for agent_0, which acted"
+            ):
+                copy.step(actions)
+        else:  # the control: the same env paying every agent
+            assert set(copy.step(actions)[1]) == {"agents"}
+
+
+def test_a_resumed_history_that_stops_short_of_the_checkpoint_says_so(run):
+    """Before: a finished run whose metrics.jsonl's last line was cut short, resumed, ended with
+    rows up to update 6 and a closing line showing update 6's return as the final one, unqualified;
+    with metrics.jsonl deleted it said "no episode finished"."""
+    path = run / "metrics.jsonl"
+    path.write_text(path.read_text().rstrip("\n")[:-40])  # the row of update 8 cut short
+    logs: list[str] = []
+    train(load_config(None, [*BASE, f"out_dir={run}", "resume=true"]), log=logs.append)
+    aside = next(run.glob("metrics.jsonl.damaged-*"))
+    gap = f"updates 7..8 have no row (their lines are in {aside}); the history goes on from update 8"
+    assert f"note: {path} holds rows up to update 6, the checkpoint is of update 8: {gap}" in logs, logs
+    assert (
+        logs[-1] == "note: the return above is update 6's, the last row metrics.jsonl holds; the run ended at update 8"
+    )
+    path.unlink()
+    logs.clear()
+    train(load_config(None, [*BASE, f"out_dir={run}", "resume=true"]), log=logs.append)
+    gap = "updates 1..8 have no row (no file); the history goes on from update 8"
+    assert f"note: {path} holds no row, the checkpoint is of update 8: {gap}" in logs, logs
+    assert logs[-2] == "no metrics row to summarise"
+    assert logs[-1] == "note: metrics.jsonl holds no row of this run, which ended at update 8: no return to show"

@@ -428,3 +428,33 @@ def test_the_table_script_leaves_hydra_records_out_and_retries_a_streaming_file_
     assert "| IPPO/config/ippo_bad.yaml | refused | marljax: config error: ippo_bad.yaml: JaxMARL keys" in out, out
     assert ".hydra" not in out and "1 of 2 run" in out, out
     assert tried == [("ippo_bad.yaml", []), ("ippo_ff_mpe.yaml", []), ("ippo_ff_mpe.yaml", ["log.offline=true"])]
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ('"LR": 2.5e-4', '"LR": abc', "ippo_ff_mpe.yaml: LR: got 'abc'; expected a number (lr)"),
+        (
+            '"TOTAL_TIMESTEPS": 1e7',
+            '"TOTAL_TIMESTEPS": lots',
+            "TOTAL_TIMESTEPS: got 'lots'; expected an integer (total_timesteps)",
+        ),
+        ('"ENV_KWARGS": {}', '"ENV_KWARGS": 5', "ENV_KWARGS: expected a mapping of the env's keyword arguments, got 5"),
+        ('"NUM_MINIBATCHES": 4', '"NUM_MINIBATCHES": 0', "NUM_MINIBATCHES: must be a positive integer, got 0"),
+        ('"ANNEAL_LR": True', '"ANNEAL_LR": [1]', "ANNEAL_LR: got [1]; expected true or false (anneal_lr)"),
+    ],
+    ids=[
+        "a word for a number",
+        "a word for a count",
+        "a scalar for ENV_KWARGS",
+        "no minibatches",
+        "a list for a switch",
+    ],
+)
+def test_a_value_of_the_wrong_kind_names_its_jaxmarl_key(tmp_path, old, new, message):
+    """Issue 66, before: `ValueError: could not convert string to float: 'abc'`, `TypeError: 'int' object
+    is not iterable`, `ZeroDivisionError: integer modulo by zero`; a list read as True."""
+    path = _write(tmp_path, "ippo_ff_mpe.yaml", IPPO_FF_MPE.replace(old, new))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert message in str(err.value) and str(path) in str(err.value) and "\n" not in str(err.value)

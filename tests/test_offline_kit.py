@@ -5,6 +5,7 @@ protocol end to end on the CPU with --small), nightly."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ EXPERIMENTS = ROOT / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
 
 import absent_extras  # noqa: E402
+import kit_manifest  # noqa: E402
 import protocol_summary  # noqa: E402
 
 STEPS = protocol_summary.STEPS
@@ -157,14 +159,139 @@ def _fake_wheel(folder: Path, name: str, version: str) -> Path:
     return path
 
 
+def _install(kit: Path, *flags: str) -> subprocess.CompletedProcess:
+    command = ("experiments/offline_kit.sh", "install", str(kit), "--expect", "cpu", *flags)
+    return _bash(*command, env={"PYTHON": sys.executable})
+
+
 def test_install_refuses_to_replace_an_installed_jax(tmp_path):
     _fake_wheel(tmp_path, "jax", "0.0.1")
-    proc = _bash(
-        "experiments/offline_kit.sh", "install", str(tmp_path), "--expect", "cpu", env={"PYTHON": sys.executable}
-    )
+    kit_manifest.write(tmp_path, "abc", "none", "offline_node.txt")
+    proc = _install(tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "refused: jax" in proc.stderr and "the kit has 0.0.1" in proc.stderr and "--keep-installed" in proc.stderr
     assert "pip install" not in proc.stdout  # refused before pip ran
+
+
+def _kit(folder: Path) -> Path:
+    """A kit as build leaves it, small: a wheel (of a jax that install_plan refuses, so that nothing
+    is ever installed here), protocol files and a JaxMARL file, and its MANIFEST.txt."""
+    folder.mkdir()
+    _fake_wheel(folder, "jax", "0.0.1")
+    (folder / "protocol").mkdir()
+    (folder / "protocol" / "gpu_protocol.sh").write_text("echo protocol\n")
+    (folder / "JaxMARL" / "baselines").mkdir(parents=True)
+    (folder / "JaxMARL" / "baselines" / "ippo.py").write_text("print('ippo')\n")
+    kit_manifest.write(folder, "abc", "def", "offline_node.txt")
+    return folder
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _rewrite_manifest(kit: Path, edit) -> None:
+    """MANIFEST.txt with edit applied to its lines and its own digest recomputed, as a tamperer would."""
+    body = "".join(edit((kit / "MANIFEST.txt").read_text().splitlines(keepends=True)[:-1]))
+    own = hashlib.sha256(body.encode()).hexdigest()
+    (kit / "MANIFEST.txt").write_text(body + f"manifest sha256:{own} of the lines above\n")
+
+
+def _altered(kit: Path) -> str:
+    with open(kit / "jax-0.0.1-py3-none-any.whl", "ab") as f:
+        f.write(b"\0")
+    return "jax-0.0.1-py3-none-any.whl differs from the file the kit was built with"
+
+
+def _extra(kit: Path) -> str:
+    _fake_wheel(kit, "evil", "1.0")
+    return "evil-1.0-py3-none-any.whl is not in MANIFEST.txt"
+
+
+def _missing(kit: Path) -> str:
+    (kit / "protocol" / "gpu_protocol.sh").unlink()
+    return "protocol/gpu_protocol.sh is in MANIFEST.txt and missing from the kit"
+
+
+def _symlink(kit: Path) -> str:
+    target = kit / "protocol" / "gpu_protocol.sh"
+    (kit.parent / "elsewhere.sh").write_bytes(target.read_bytes())
+    target.unlink()
+    target.symlink_to(kit.parent / "elsewhere.sh")
+    return "protocol/gpu_protocol.sh is a symlink; the build wrote a file"
+
+
+def _listed_too(kit: Path) -> str:
+    """An extra wheel added to the list and the list's own digest recomputed: pinned digest refuses it."""
+    _fake_wheel(kit, "evil", "1.0")
+    digest = _sha256(kit / "evil-1.0-py3-none-any.whl")
+    row = f"{1:>10,}  wheel  evil-1.0-py3-none-any.whl evil 1.0 sha256:{digest}\n"
+    _rewrite_manifest(kit, lambda lines: [*lines[:3], row, *lines[3:]])
+    return "given with --manifest-sha256"
+
+
+def _manifest_edited(kit: Path) -> str:
+    _altered(kit)  # the wheel changed and its row changed to match, but not the list's own digest
+    digest = _sha256(kit / "jax-0.0.1-py3-none-any.whl")
+    lines = (kit / "MANIFEST.txt").read_text().splitlines(keepends=True)
+    lines = [line[: line.rindex("sha256:")] + f"sha256:{digest}\n" if "jax-0.0.1" in line else line for line in lines]
+    (kit / "MANIFEST.txt").write_text("".join(lines))
+    return "MANIFEST.txt was changed after the build: its lines do not match the digest on its last line"
+
+
+def _manifest_truncated(kit: Path) -> str:
+    lines = (kit / "MANIFEST.txt").read_text().splitlines(keepends=True)
+    (kit / "MANIFEST.txt").write_text("".join(lines[:-1]))
+    return "MANIFEST.txt's last line is not the digest of its lines"
+
+
+def _no_manifest(kit: Path) -> str:
+    (kit / "MANIFEST.txt").unlink()
+    return "holds no MANIFEST.txt"
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [_altered, _extra, _missing, _symlink, _listed_too, _manifest_edited, _manifest_truncated, _no_manifest],
+    ids=lambda f: f.__name__.strip("_"),
+)
+def test_install_refuses_a_kit_that_differs_from_its_manifest_before_pip_sees_it(tmp_path, tamper):
+    """Issue 66: a wheel whose bytes no longer matched its digest, and one the list lacks, were
+    installed. Each tampering is refused in one line (exit 4) before the install plan runs; the
+    untouched kit (the control) passes the check and reaches the plan, which refuses its fake jax
+    (exit 3), so that nothing is installed here either way."""
+    kit = _kit(tmp_path / "kit")
+    pinned = kit_manifest.OWN_DIGEST.search((kit / "MANIFEST.txt").read_text())[1]
+    control = _install(kit, "--manifest-sha256", pinned)
+    assert control.returncode == 3 and "refused: jax" in control.stderr, control.stdout + control.stderr
+    assert "== verified 3 files against" in control.stdout and pinned in control.stdout
+
+    why = tamper(kit)
+    proc = _install(kit, "--manifest-sha256", pinned)
+    assert proc.returncode == kit_manifest.REFUSED, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and why in proc.stderr and "nothing was installed" in proc.stderr, proc.stderr
+    assert "installing into" not in proc.stdout  # refused before the plan and pip
+
+
+def test_an_unreadable_file_is_refused_naming_it(tmp_path, monkeypatch):
+    """Root reads a file of mode 000, so the read fails here by a patched read_bytes."""
+    kit = _kit(tmp_path / "kit")
+    real = Path.read_bytes
+
+    def read_bytes(path: Path) -> bytes:
+        if path.name == "ippo.py":
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    with pytest.raises(kit_manifest.Refused) as refused:
+        kit_manifest.verify(kit, tmp_path)
+    assert refused.value.args == (f"{kit}/JaxMARL/baselines/ippo.py cannot be read (Permission denied)",)
+    assert not list(tmp_path.glob("*.whl"))  # nothing staged when a file is refused
+    monkeypatch.setattr(Path, "read_bytes", real)
+    assert kit_manifest.verify(kit, tmp_path)[1] == 3 and [p.name for p in tmp_path.glob("*.whl")] == [
+        "jax-0.0.1-py3-none-any.whl"
+    ]
 
 
 def test_install_plan_skips_the_same_version_and_keeps_the_installed_one_on_request(tmp_path):

@@ -16,7 +16,6 @@ episode, as JaxMARL's auto-reset does.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +24,7 @@ import numpy as np
 
 from marljax.config import ConfigError
 from marljax.envs.adapter import AgentGroup
-from marljax.envs.factory import build_env, module_now
+from marljax.envs.factory import build_env, import_env_module
 
 HOST_PREFIX = "pettingzoo:"
 
@@ -43,8 +42,8 @@ def host_env_factory(name: str, kwargs: dict) -> Callable[[], Any]:
     if importlib.util.find_spec("pettingzoo") is None:
         raise ConfigError("env", 'host envs need pettingzoo: pip install "marljax[host]"')
     try:
-        fn = getattr(importlib.import_module(module_now(module_name)), attr)
-    except (ImportError, AttributeError) as exc:
+        fn = getattr(import_env_module(module_name, path), attr)
+    except AttributeError as exc:
         raise ConfigError("env", f"cannot import {path!r}: {exc}") from exc
     return lambda: fn(**kwargs)
 
@@ -143,6 +142,12 @@ class HostCopy:
                     x = actions[g.name][j]
                     act[a] = int(x) if g.discrete else np.clip(x, g.action_low, g.action_high)
         obs, rew, term, trunc, _ = env.step(act)
+        unpaid = [a for a in live if a not in rew]
+        if unpaid:  # was read as a reward of 0 and trained on "successfully"
+            raise ValueError(
+                f"{self.adapter.name}: step returned no reward for {', '.join(map(str, unpaid))}, which acted "
+                "(a PettingZoo ParallelEnv's step returns a reward for every agent in env.agents before it)"
+            )
         done = {a: bool(term.get(a, False) or trunc.get(a, False)) or a not in live for a in self.adapter.agents}
         ep_done = not env.agents or all(done.values())
         if ep_done:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import importlib
 import io
+import math
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from marljax.config import ConfigError, first_line, listed
-from marljax.envs.factory import build_env, module_now
+from marljax.envs.factory import build_env, import_env_module
 from marljax.envs.jumanji import check_id as check_jumanji_id
 from marljax.envs.jumanji import is_jumanji, make_jumanji
 
@@ -109,11 +110,7 @@ def _layout_kwargs(name: str, kwargs: dict) -> dict:
 
 def _from_import_path(spec: str, kwargs: Mapping[str, Any]):
     module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_now(module_name))
-    except ImportError as exc:
-        raise ConfigError("env", f"cannot import module {module_name!r} from {spec!r}: {exc}") from exc
-    factory = getattr(module, attr, None)
+    factory = getattr(import_env_module(module_name, spec), attr, None)
     if not callable(factory):
         raise ConfigError("env", f"{spec!r}: {module_name} has no callable named {attr!r}")
     try:
@@ -189,7 +186,42 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
         raise ConfigError("env_kwargs", f"building the env failed: {name}({listed(kwargs)}) raised "
                                         f"{type(exc).__name__}: {first_line(exc)}; check env_kwargs") from exc  # fmt: skip
     _refuse_ignored_kwargs(name, env, kwargs)
+    _refuse_kinds_unlike_the_defaults(name, env, kwargs)
     return env
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    """Each named parameter's default along the __init__s of cls's MRO (the first one found wins)."""
+    import inspect
+
+    found: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        try:
+            params = inspect.signature(init).parameters.values() if init is not None else ()
+        except (TypeError, ValueError):
+            continue
+        for p in params:
+            if p.default is not inspect.Parameter.empty:
+                found.setdefault(p.name, p.default)
+    return found
+
+
+def _refuse_kinds_unlike_the_defaults(name: str, env, kwargs: Mapping[str, Any]) -> None:
+    """A word where the constructor's default is a number (`env_kwargs.max_steps=abc`), or not a
+    switch where it is one: the env stores it and the run fails inside a traced step, far from the cause."""
+    defaults = _defaults(type(env))
+    for key, value in kwargs.items():
+        default = defaults.get(key)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if isinstance(default, bool):
+            ok, kind = isinstance(value, bool) or value in (0, 1), "true or false"
+        elif isinstance(default, (int, float)):  # (an int default may stand for a float, e.g. a weight of 0)
+            ok, kind = number and abs(value) <= 2**31 - 1, "a number of at most 2**31 - 1"
+        else:
+            continue  # None, a string, an object: no kind to hold the value to
+        if not ok:
+            raise ConfigError(f"env_kwargs.{key}", f"{name} takes {kind} (its default is {default!r}), got {value!r}")
 
 
 def _refuse_ignored_kwargs(name: str, env, kwargs: Mapping[str, Any]) -> None:

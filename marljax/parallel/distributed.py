@@ -19,12 +19,14 @@ import json
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
 from marljax.config import Config, ConfigError, DistributedConfig
+from marljax.parallel import peer_watch
 
 
 class DistributedError(RuntimeError):
@@ -42,8 +44,10 @@ def _backends_started() -> bool:
     return xla_bridge.backends_are_initialized()
 
 
-def initialize(config: Config) -> None:
-    """Join the other processes (no-op for a single-process config, or when already joined)."""
+def initialize(config: Config, under: Path | None = None, again: str = "rerun with resume=true") -> None:
+    """Join the other processes (no-op for a single-process config, or when already joined), then
+    watch them (marljax/parallel/peer_watch.py): a lost one ends this process with a line naming it
+    and the newest checkpoint under `under` (default: the config's out_dir), to continue by `again`."""
     if not enabled(config.distributed) or jax.distributed.is_initialized():
         return
     d = config.distributed
@@ -65,7 +69,8 @@ def initialize(config: Config) -> None:
         print(
             f"marljax: process {d.process_id} of {d.num_processes} joining via {d.coordinator}; waiting at most "
             f"{d.timeout_s}s (distributed.timeout_s). If JAX then stops with DEADLINE_EXCEEDED, a process did not "
-            "join in time: check that all were started with the same distributed.num_processes and coordinator",
+            "join in time: check that all were started with the same distributed.num_processes and coordinator. "
+            "If it aborts later with the coordination service UNAVAILABLE, process 0 was lost: resume=true",
             file=sys.stderr, flush=True,
         )  # fmt: skip
     try:
@@ -83,6 +88,15 @@ def initialize(config: Config) -> None:
             "coordinator's port is reachable"
         ) from exc
     check_same_config(config)
+    _watch_peers(under if under is not None else Path(config.out_dir) if config.out_dir else None, again)
+
+
+def _watch_peers(under: Path | None, again: str) -> None:
+    from jax._src.distributed import global_state  # the runtime's client: its key-value store carries the beats
+
+    client = getattr(global_state, "client", None)
+    if jax.process_count() > 1 and client is not None and hasattr(client, "key_value_dir_get"):
+        peer_watch.start(client, jax.process_index(), jax.process_count(), under, again)
 
 
 def _check_coordinator_here(address: str) -> None:

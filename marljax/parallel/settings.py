@@ -90,6 +90,10 @@ class DistributedConfig:
                 "distributed.coordinator",
                 f"needs host:port of process 0 (e.g. 10.0.0.2:8476) with num_processes > 1, got {self.coordinator!r}",
             )
+        port = self.coordinator.rpartition(":")[2]
+        if self.coordinator and port.isdigit() and not 1 <= int(port) <= 65535:  # was: waited, then "did not answer"
+            why = "allowed: 1..65535 (e.g. 10.0.0.2:8476)"
+            raise ConfigError("distributed.coordinator", f"port {port} of {self.coordinator!r} is no TCP port; {why}")
 
 
 register_part(Part("mesh", MeshConfig, order=20, help="device mesh shape: mesh.seed, mesh.data, mesh.agent"))

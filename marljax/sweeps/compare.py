@@ -147,6 +147,10 @@ def load_run(spec: str, log: Callable[[str], None] = print) -> Run:
     if not isinstance(config, dict) or "env" not in config:
         raise CompareError(f"{path / 'config.yaml'} is not a run's config (it names no env)")
     rows, damaged = read_jsonl_checked(path / "metrics.jsonl")
+    if not rows:  # nothing to compare: refused rather than a row of n/a
+        what = f"none of its {len(damaged)} line(s) is a metrics row" if damaged else "it is empty"
+        why = "a run that has not finished its first chunk, or a damaged file; leave it out"
+        raise CompareError(f"{path / 'metrics.jsonl'} holds no metrics rows ({what}): {why}")
     if damaged:
         log(f"warning: {path / 'metrics.jsonl'}: line(s) {listed_lines(damaged)} are not metrics rows; left out")
     label = spec.rstrip("/") or spec

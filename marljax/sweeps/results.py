@@ -19,13 +19,14 @@ process killed mid-write leaves the chunk as it was (NaN) or complete, never tor
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorstore as ts
 
-from marljax.files import read_json, write_text_atomic, zarr_spec
+from marljax.files import DamagedFile, read_json, write_text_atomic, zarr_spec
 
 METRICS = (
     "return",
@@ -76,6 +77,31 @@ _ARRAYS = {
 _ADDED_LATER = {"diverged"}  # stores written before it have none: read as its fill
 
 
+def _damaged(path: Path, exc: Exception) -> DamagedFile:
+    """tensorstore's error on a results array that does not read back, as one line naming the array."""
+    text = str(exc)
+    where = re.search(r'Error reading local file "([^"]+)": ([^\[]+)', text)
+    gist = f"{where[1]}: {where[2].strip()}" if where else text.splitlines()[0][:200]
+    way_out = "rerun the sweep with overwrite=true to compute them again, or restore it from a copy"
+    return DamagedFile(
+        f"{path} does not read back as a results array of the sweep ({gist}); its evaluations are lost: {way_out}"
+    )
+
+
+def _open(path: Path, **spec: Any) -> ts.TensorStore:
+    try:
+        return ts.open(zarr_spec(path), **spec).result()
+    except ValueError as exc:
+        raise _damaged(path, exc) from None
+
+
+def _read(path: Path, array: ts.TensorStore) -> np.ndarray:
+    try:
+        return array.read().result()
+    except ValueError as exc:
+        raise _damaged(path, exc) from None
+
+
 class ResultsStore:
     """Writes a sweep's evaluations as they come. Opening an existing store (a resumed sweep)
     keeps what it holds; `coords` must match it."""
@@ -97,11 +123,11 @@ class ResultsStore:
         self.arrays = {}
         for name, (dtype, axes, chunk) in _ARRAYS.items():
             fill = -1 if dtype == "int64" else np.nan
-            self.arrays[name] = ts.open(
-                zarr_spec(self.directory / f"{name}.zarr"), create=True, open=True, dtype=dtype,
+            self.arrays[name] = _open(
+                self.directory / f"{name}.zarr", create=True, open=True, dtype=dtype,
                 shape=[size[a] for a in axes], chunk_layout=ts.ChunkLayout(chunk_shape=[size[a] for a in chunk]),
                 fill_value=fill,
-            ).result()  # fmt: skip
+            )  # fmt: skip
         if not coords_path.exists():
             write_text_atomic(
                 coords_path, json.dumps(coords, indent=1)
@@ -154,7 +180,7 @@ def load(directory: str | Path) -> Results:
         raise FileNotFoundError(f"no results store in {directory} (coords.json is missing)")
     coords = read_json(directory / "coords.json", f"remove it and rerun `marljax sweep` with the sweep's file on "
                                                    f"{directory.parent}: it is written again (the results are kept)")  # fmt: skip
-    read = {name: ts.open(zarr_spec(directory / f"{name}.zarr")).result().read().result() for name in _ARRAYS
+    read = {name: _read(directory / f"{name}.zarr", _open(directory / f"{name}.zarr")) for name in _ARRAYS
             if name not in _ADDED_LATER or (directory / f"{name}.zarr").exists()}  # fmt: skip
     steps = read["eval_steps"]  # [C, K]
     unwritten = steps < 0

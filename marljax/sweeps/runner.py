@@ -177,7 +177,7 @@ def run_sweep(
     `max_chunks` stops after that many chunks in all, as if the process had been killed
     there (tests); what was written stays valid and a rerun continues from it.
     """
-    distributed.initialize(sweep.programs[0].config)
+    distributed.initialize(sweep.programs[0].config, sweep.out_dir, "rerun the same marljax sweep command")
     primary = distributed.is_primary()
     if not primary:  # multi-host: process 0 alone logs and writes files; all train and checkpoint
         log, progress = (lambda _line: None), False

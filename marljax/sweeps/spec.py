@@ -23,6 +23,7 @@ allowed, before anything is compiled.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -45,6 +46,7 @@ from marljax.config import (
     traced_keys,
     unknown_key,
 )
+from marljax.files import expand_home
 
 SWEEP_KEYS = ("name", "base", "axes", "zip", "seeds", "traced", "out_dir", "max_cells")
 # the most cells a sweep may have unless its file says `max_cells: N`: 10^4 cells took minutes to
@@ -126,13 +128,24 @@ def _check_key(where: str, key: str, algos: Sequence[str]) -> None:
         raise ConfigError(f"{where}.{key}", f"is set by the sweep (seeds, out_dir); remove it from {where}")
 
 
+def _hashable(value: Any) -> Any:
+    """`value` where it can be counted as it is (1 and 1.0 alike, as == has them), else its repr (a list, a mapping)."""
+    try:
+        hash(value)
+    except TypeError:
+        return ("unhashable", repr(value))
+    return value
+
+
 def _values_list(where: str, values: Any) -> list:
     if not isinstance(values, list):
         raise ConfigError(where, f"expected a list of values, got {values!r}")
     if not values:
         raise ConfigError(where, "is empty; give at least one value")
     values = [parse_scalar(v, where) if isinstance(v, str) else v for v in values]  # 1e-4 is a string to YAML
-    dupes = sorted({repr(v) for v in values if values.count(v) > 1})
+    # counted in one pass: values.count(v) per value was quadratic (100,000 values never reached max_cells)
+    counts = collections.Counter(_hashable(v) for v in values)
+    dupes = sorted({repr(v) for v in values if counts[_hashable(v)] > 1})
     if dupes:
         raise ConfigError(where, f"repeats {', '.join(dupes)}; every value must be distinct")
     return values
@@ -238,7 +251,7 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
         rows = len(members) * seeds
         config = _cell_config(base, members[0].values, rows, f"program {pname}", fit_mesh=False)
         programs.append(Program(i, pname, tuple(members), config))
-    out_dir = Path(str(spec.get("out_dir") or Path("runs") / "sweeps" / name))
+    out_dir = Path(expand_home(str(spec.get("out_dir") or Path("runs") / "sweeps" / name), "out_dir"))
     resolved = {k: v for k, v in spec.items()} | {"seeds": seeds, "out_dir": str(out_dir), "name": name}
     return Sweep(name, out_dir, seeds, traced, structural, tuple(cells), tuple(programs), _plain(resolved))
 

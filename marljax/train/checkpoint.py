@@ -162,6 +162,17 @@ class Checkpointer:
     def steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
+    def _foreign(self) -> dict[int, str]:
+        """Entries named like a checkpoint that no save wrote: a symbolic link (orbax would read
+        through it another checkpoint's bytes, or skip a dangling one and then fail to save that
+        update) or a file. {step: what it is}; each is unusable, whatever it points at."""
+        found = {}
+        for path in self.directory.iterdir() if self.directory.is_dir() else ():
+            if path.name.isdigit() and (path.is_symlink() or not path.is_dir()):
+                what = f"a symbolic link to {os.readlink(path)}" if path.is_symlink() else "a file"
+                found[int(path.name)] = f"it is {what}, not a checkpoint directory a save wrote"
+        return found
+
     def save(self, update: int, state: Any, meta: dict) -> None:
         """Start saving `state` as checkpoint `update`; raises CheckpointError on failure.
 
@@ -220,9 +231,16 @@ class Checkpointer:
     def _newest_usable(self, read: Callable[[int], Any]) -> tuple[int, Any] | None:
         """(step, read(step)) for the newest step that `read` does not raise on; every one it
         raises on is skipped with a warning. None when none is usable."""
-        for step in reversed(self.steps()):
+        foreign = self._foreign()
+        for step in sorted(set(self.steps()) | set(foreign), reverse=True):
             try:
-                return step, read(step)
+                if step in foreign:  # judged by its own entry, not by what a link leads to
+                    raise ValueError(foreign[step])
+                found = read(step)
+                update = (found[1] if isinstance(found, tuple) else found).get("update")
+                if update != step:  # a copy of another checkpoint's files
+                    raise ValueError(f"its meta is of update {update}, not {step}: a copy of another checkpoint")
+                return step, found
             except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint: fall back
                 self._unusable(step, exc)
         return None
@@ -231,7 +249,7 @@ class Checkpointer:
         """Move every checkpoint newer than `step` (the unusable ones a resume skipped) into
         `<out_dir>/checkpoints_unusable/`, so that the resumed run saves those updates afresh
         (orbax will not save a step at or below its newest one). Nothing is deleted."""
-        newer = [s for s in self.steps() if s > step]
+        newer = [s for s in sorted(set(self.steps()) | set(self._foreign())) if s > step]
         moved = []
         if newer and distributed.is_primary():
             aside = self.directory.parent / "checkpoints_unusable"

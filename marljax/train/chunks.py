@@ -49,7 +49,7 @@ class ChunkBudget:
 
 
 class Stopped(Exception):
-    """The run stopped at a chunk boundary on SIGINT or SIGTERM, after saving a checkpoint."""
+    """The run stopped at a chunk boundary on SIGINT, SIGTERM or SIGHUP, after saving a checkpoint."""
 
     def __init__(self, signum: int, update: int, where: str, again: str = "resume=true"):
         self.signum, self.update = signum, update
@@ -62,15 +62,16 @@ class Stopped(Exception):
 
     @property
     def exit_code(self) -> int:
-        return 128 + self.signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
+        return 128 + self.signum  # 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP, as a shell reports them
 
 
 class StopSignals:
-    """While active (a context manager, main thread only): the first SIGINT or SIGTERM is noted
+    """While active (a context manager, main thread only): the first SIGINT, SIGTERM or SIGHUP is noted
     (`signum`), so that the chunk loop saves a checkpoint at the next chunk boundary and stops;
     a second SIGINT interrupts at once (KeyboardInterrupt)."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    # SIGHUP: a closed terminal or ssh session, or a scheduler's stop, ends a run as SIGTERM does
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self):
         self.signum: int | None = None

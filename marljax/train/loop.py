@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from marljax.config import Config, ConfigError, replace
-from marljax.files import DirectoryLock, check_writable_dir, write_text_atomic
+from marljax.files import DirectoryLock, check_writable_dir, expand_home, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.async_mesh import async_placement
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
@@ -128,6 +128,8 @@ def _claim(
         if jax.process_count() > 1:
             raise ConfigError("out_dir", "a multi-host run needs an explicit out_dir that every process can reach")
         config = replace(config, out_dir=default_out_dir(config))
+    if config.out_dir != (home := expand_home(config.out_dir, "out_dir")):  # out_dir: ~/runs/x in a YAML file
+        config = replace(config, out_dir=home)
     out_dir = Path(config.out_dir)
     problem = check_writable_dir(out_dir)
     if problem:

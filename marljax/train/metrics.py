@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from marljax.files import write_text_atomic
+from marljax.files import naming, write_text_atomic
 
 
 def chunk_row(
@@ -88,11 +88,13 @@ class JsonlWriter:
         self._file = self.path.open("a")
 
     def write(self, row: Mapping[str, Any]) -> None:
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        with naming(self.path):
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        with naming(self.path):
+            self._file.close()
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -128,16 +130,33 @@ def read_rows_kept(path: Path, upto: int, log: Callable[[str], None]) -> list[di
     """The rows of `path` up to update `upto`, for a resumed run to rewrite. A file with damaged
     lines is first copied aside whole (`<name>.damaged-<time>`), with a warning naming the lines,
     so that nothing of it is lost when the resumed run rewrites it."""
-    if not Path(path).exists():
-        return []
-    rows, damaged = read_jsonl_checked(path)
+    rows, damaged = read_jsonl_checked(path) if Path(path).exists() else ([], [])
+    aside = None
     if damaged:
         aside = Path(path).with_name(f"{Path(path).name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
         shutil.copy2(path, aside)
         log(
             f"warning: {path}: line(s) {listed_lines(damaged)} are not metrics rows; the file as it was is kept as {aside}"
         )
-    return [r for r in rows if r["update"] <= upto]
+    kept = [r for r in rows if r["update"] <= upto]
+    last = kept[-1]["update"] if kept else 0
+    if last < upto:  # the history stops short of the checkpoint: said, rather than read as the run's end
+        why = f"their lines are in {aside}" if aside else "none is in the file" if Path(path).exists() else "no file"
+        gap = f"updates {last + 1}..{upto} have no row ({why}); the history goes on from update {upto}"
+        held = f"holds rows up to update {last}" if kept else "holds no row"
+        log(f"note: {path} {held}, the checkpoint is of update {upto}: {gap}")
+    return kept
+
+
+def history_note(rows: list[dict], num_updates: int) -> str | None:
+    """A closing line's caveat: the last row metrics.jsonl holds is not the run's last update (rows
+    set aside on resume), so the return it shows is not the final one; None when it is."""
+    last = rows[-1]["update"] if rows else 0
+    if last >= num_updates:
+        return None
+    if not rows:
+        return f"note: metrics.jsonl holds no row of this run, which ended at update {num_updates}: no return to show"
+    return f"note: the return above is update {last}'s, the last row metrics.jsonl holds; the run ended at update {num_updates}"
 
 
 def write_jsonl_atomic(path: Path, rows: list[dict]) -> None:

@@ -17,7 +17,8 @@ environment's own observation dict, so it drops into any JaxMARL loop:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from marljax.config import Config, ConfigError, from_dict
+from marljax.config import Config, ConfigError, first_line, from_dict
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.registry import is_import_path
 from marljax.files import DamagedFile, read_json, write_text_atomic
@@ -115,21 +116,38 @@ def export_policy(run_dir: str | Path, path: str | Path, seed_index: int = 0, lo
     _, trainer = _rebuild(config, trust_code, run_dir)
     params = {k: jax.tree.map(lambda x: x[seed_index], v) for k, v in acting_params(trainer, learner.params).items()}
     library_log.install()
-    saver = ocp.StandardCheckpointer()
-    try:
-        saver.save(path / "params", params)
-        saver.wait_until_finished()
-    finally:
-        saver.close()
     info = {"config": config.to_dict(), "seed_index": seed_index, "update": meta["update"], "versions": versions(),
             "params_fingerprint": fingerprint(params)}  # fmt: skip
-    write_text_atomic(path / POLICY_JSON, json.dumps(info, indent=1))
+    try:
+        saver = ocp.StandardCheckpointer()
+        try:
+            saver.save(path / "params", params)
+            saver.wait_until_finished()
+        finally:
+            saver.close()
+        write_text_atomic(path / POLICY_JSON, json.dumps(info, indent=1))
+    except Exception as exc:  # noqa: BLE001 - a full disk, a directory it may not write: orbax's text says which
+        shutil.rmtree(path, ignore_errors=True)  # export's own new directory: no half-written policy is left
+        raise PolicyError(f"writing the policy to {path} failed ({first_line(exc)}); nothing was left there") from None
     log(f"exported seed {seed_index} at update {meta['update']} of {run_dir} to {path}")
     return path
 
 
 def _read_policy_json(path: Path) -> dict:
     file = path / POLICY_JSON
+    if not path.is_dir():  # a file, or nothing: either way not the directory export writes
+        if not path.exists():
+            raise PolicyError(
+                f"{path} does not exist; give the directory marljax export wrote ({POLICY_JSON}, params/)"
+            )
+        where = f"; give its directory, {path.parent}" if path.name == POLICY_JSON else ""
+        raise PolicyError(
+            f"{path} is a file, not a policy directory (marljax export writes one holding {POLICY_JSON} and params/)"
+            + where
+        )
+    if file.exists() and not file.is_file():
+        kind = "a directory" if file.is_dir() else "not a regular file"
+        raise PolicyError(f"{file} is {kind}, not the JSON file marljax export writes; export the policy again")
     try:
         info = read_json(file, "export the policy again", POLICY_JSON_MAX_BYTES)
     except FileNotFoundError:
@@ -173,6 +191,90 @@ def _grouped_obs(obs: Any, env: EnvAdapter, env_name: str, where: Path) -> dict[
     return grouped
 
 
+def _observation_layout(env: EnvAdapter) -> Any:
+    """The env's own observations from reset, as shapes (None where they cannot be traced: a host env)."""
+    try:
+        return jax.eval_shape(lambda key: env.env.reset(key)[0], jax.random.PRNGKey(0))
+    except Exception:  # noqa: BLE001 - only a finer check is lost: _grouped_obs still checks agents and shapes
+        return None
+
+
+def _kind(value: Any) -> str:
+    name = type(value).__name__
+    return "None" if value is None else f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _check_agents(name: str, given: Any, agents: tuple, env_name: str, also: tuple = ()) -> None:
+    """`given` must be a dict keyed by the env's agents (or by `also`: other keys the env itself returns)."""
+    if not isinstance(given, Mapping):
+        raise PolicyError(
+            f"act: {name} must be a dict of agent name -> array, as {env_name} gives them; got {_kind(given)}"
+        )
+    extra = [k for k in given if k not in agents and k not in also]
+    missing = [a for a in agents if a not in given]
+    if missing and name == "avail_actions":  # a group with some agents' masks only was used unmasked
+        raise PolicyError(f"act: avail_actions lacks {', '.join(map(str, missing))}: give every agent's, or None")
+    if extra:
+        raise PolicyError(
+            f"act: {name} holds {', '.join(map(repr, extra[:5]))}, which {env_name} has no agent of; "
+            f"its agents: {', '.join(map(str, agents))}"
+        )
+
+
+def _check_obs_layout(obs: Any, expected: Any, agents: tuple, env_name: str, where: Path) -> None:
+    """The container `act` is given against the one the env's reset returns: a dict of the env's
+    agents (an extra or a missing agent, or a list instead of the dict, refused), or a sequence of
+    one per agent."""
+    by_agent = expected is None or (isinstance(expected, Mapping) and all(a in expected for a in agents))
+    missing = [a for a in agents if a not in obs] if by_agent and isinstance(obs, Mapping) else []
+    if missing:
+        raise PolicyError(
+            f"the policy in {where} acts in {env_name} (agents {', '.join(map(str, agents))}); these observations "
+            f"lack {', '.join(map(str, missing))}: give it {env_name}'s observation dict"
+        )
+    if isinstance(expected, (tuple, list)):
+        if not (isinstance(obs, (tuple, list)) and len(obs) == len(expected)):
+            raise PolicyError(
+                f"act: obs must be {env_name}'s observations, a sequence of {len(expected)} (one per agent); "
+                f"got {_kind(obs)}"
+            )
+    elif isinstance(expected, Mapping) or expected is None:
+        _check_agents("obs", obs, agents, env_name, also=tuple(expected or ()))
+
+
+def _check_key(key: Any) -> None:
+    """One PRNG key: a typed key array of shape (), or the raw uint32 form jax.random.PRNGKey returns."""
+    raw = jax.eval_shape(jax.random.PRNGKey, 0)
+    shape, dtype = getattr(key, "shape", None), getattr(key, "dtype", None)
+    typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    if (typed and shape == ()) or (dtype == raw.dtype and shape == raw.shape):
+        return
+    got = f"an array of shape {tuple(shape)} and dtype {dtype}" if shape is not None else _kind(key)
+    raise PolicyError(
+        "act: key must be one PRNG key (jax.random.PRNGKey(seed) or jax.random.key(seed), split for each call); "
+        f"got {got}"
+    )
+
+
+def _check_carry(carry: Any, init_carry: Callable[[], Any]) -> None:
+    """carry: None (a new episode), or what the last call returned: init_carry()'s structure and shapes."""
+    if carry is None:
+        return
+    fresh = init_carry()
+    if fresh is None:
+        raise PolicyError(f"act: this policy is feed-forward and keeps no carry; pass carry=None, got {_kind(carry)}")
+    want = jax.tree.map(lambda x: (tuple(x.shape), str(x.dtype)), fresh)
+    try:
+        got = jax.tree.map(lambda x: (tuple(jnp.shape(x)), str(jnp.result_type(x))), carry)
+    except TypeError:
+        got = _kind(carry)
+    if got != want:
+        raise PolicyError(
+            "act: carry must be what the last act returned (init_carry() at an episode's start), "
+            f"as (shape, dtype) {want}; got {got}"
+        )
+
+
 def _restore_params(path: Path, target: Any, saved_fingerprint: Any, log: Callable) -> dict:
     """The exported parameters, checked against the fingerprint export wrote beside them."""
     library_log.install()  # orbax's tracebacks of a failed restore: off stderr
@@ -207,8 +309,12 @@ def load_policy(path: str | Path, trust_code: bool = False, log: Callable = prin
         config = from_dict(info["config"])
     except ConfigError as exc:
         raise PolicyError(f"{path / POLICY_JSON}: its config does not load here ({exc})") from None
-    env, trainer = _rebuild(config, trust_code, path / POLICY_JSON)
-    shapes = acting_params(trainer, jax.eval_shape(trainer.init, jax.random.PRNGKey(0)).learner.params)
+    try:
+        env, trainer = _rebuild(config, trust_code, path / POLICY_JSON)
+        shapes = acting_params(trainer, jax.eval_shape(trainer.init, jax.random.PRNGKey(0)).learner.params)
+    except ConfigError as exc:  # e.g. env_kwargs the env does not take: the saved config names a field
+        raise PolicyError(f"{path / POLICY_JSON}: its config does not load here ({exc})") from None
+    expected_obs = _observation_layout(env)
     sharding = first_device_sharding()
     target = abstract_like(shapes, jax.tree.map(lambda _: sharding, shapes))
     params = _restore_params(path, target, info.get("params_fingerprint"), log)
@@ -221,8 +327,13 @@ def load_policy(path: str | Path, trust_code: bool = False, log: Callable = prin
     def act(obs: dict, key: Array, carry: dict | None = None, avail_actions: dict | None = None, greedy: bool = False):
         """obs: the env's agent name -> observation; returns (the actions as the env's `step` takes them:
         agent name -> action, or a tuple in agent order for envs whose agents are 0..N-1, next carry)."""
+        _check_key(key)
+        _check_obs_layout(obs, expected_obs, env.agents, config.env, path)
         grouped = {k: v[None] for k, v in _grouped_obs(obs, env, config.env, path).items()}  # [1, A_g, ...]
+        if avail_actions is not None:
+            _check_agents("avail_actions", avail_actions, env.agents, config.env)
         mask = {k: v[None] for k, v in env.group_masks(avail_actions).items()} if avail_actions else {}
+        _check_carry(carry, init_carry)
         hidden = carry if carry is not None else (init_carry() or {})
         reset = {g.name: jnp.zeros((1, g.size), bool) for g in env.groups}
         actions, hidden = trainer.act(params, grouped, reset, hidden, mask, key, greedy)

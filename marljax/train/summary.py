@@ -18,6 +18,7 @@ from typing import Any
 
 from marljax.config import Config
 from marljax.files import write_text_atomic
+from marljax.train.metrics import history_note
 from marljax.train.references import reference_for
 from marljax.train.timing import time_line
 
@@ -35,7 +36,7 @@ def return_line(rows: list[dict]) -> str:
     """First vs last chunk return and mean throughput, one line."""
     scored = [r for r in rows if r.get("return_mean") is not None]
     if not scored:
-        return "no episode finished"
+        return "no episode finished" if rows else "no metrics row to summarise"
     first, last = scored[0]["return_mean"], scored[-1]["return_mean"]
     steps = sum(r["env_steps_per_s"] * r["wall_s"] for r in rows if r.get("env_steps_per_s"))  # every seed's
     sps = steps / max(sum(r["wall_s"] for r in rows), 1e-9)
@@ -58,6 +59,7 @@ class RunSummary:
     num_updates: int
     env_steps: int  # of one seed, at the last update
     returns: str  # the `return per agent ...` line
+    history: str | None = None  # when the last row is not the last update's (rows set aside on resume)
     win_rate: tuple[float, float] | None = None  # first and last chunk's share of episodes won (SMAX)
     eval_return: float | None = None  # the last greedy evaluation's return per agent, if the run evaluated
     reference: dict | None = None  # this env's measured random / no-op returns (marljax.train.references)
@@ -67,7 +69,7 @@ class RunSummary:
     next: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (command, what it does)
 
     def lines(self) -> list[str]:
-        out = [self.returns]
+        out = [self.returns, *([self.history] if self.history else [])]
         if self.win_rate is not None:
             a, b = self.win_rate
             out.append(
@@ -166,6 +168,7 @@ def summarize(
         num_updates=config.num_updates,
         env_steps=update * config.run_steps_per_update,
         returns=return_line(rows),
+        history=history_note(rows, update),
         win_rate=_first_last(rows, "win_rate"),
         eval_return=evals[-1] if evals else None,
         reference=reference_for(config),
