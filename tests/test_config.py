@@ -400,7 +400,7 @@ def test_each_layer_declares_its_section_and_config_yaml_keeps_its_order():
     from marljax.train.settings import CheckpointConfig, LogConfig
 
     config = load_config(None, ["mode=async"])
-    assert list(config.to_dict())[26:] == [
+    assert list(config.to_dict())[27:] == [
         "param_sharing", "seed", "num_seeds", "mesh", "distributed", "log", "reward_shaping", "out_dir",
         "overwrite", "num_chunks", "progress", "plot", "compile_cache", "checkpoint_every", "keep_checkpoints",
         "resume", "nan_guard", "eval_every", "eval_episodes", "eval_greedy", "mode", "ppo", "async",
