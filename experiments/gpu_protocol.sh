@@ -11,7 +11,8 @@
 # --step NAME runs that step alone (the others' records stay), so each step can be its own
 # 10-minute command. Last, OUT/summary.txt: every figure with the command that printed it, and
 # the table of steps (experiments/protocol_summary.py).
-#   perf                what the card issue asks, in one command of at most 6 minutes (run it first): each
+#   perf                (only with --step perf, not in the whole protocol) what the card issue asks, in one
+#                       command of at most 6.5 minutes (run it first, alone): each
 #                       backend choice timed both ways (experiments/backend_choices.py), the bench at 65,536
 #                       envs, float32 vs bfloat16 at 16,384, 64 envs with and without XLA's command buffers
 #                       for loops, the default run twice (an empty compile cache, then warm), JaxMARL's own
@@ -40,7 +41,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SELF="$HERE/$(basename "${BASH_SOURCE[0]}")"
 PY="${PYTHON:-python3}"
 EXPECT="${EXPECT:-gpu}"
-STEPS=(perf doctor tests bench_scale train jaxmarl_own_config jaxmarl_4096_envs dtype async)
+STEPS=(doctor tests bench_scale train jaxmarl_own_config jaxmarl_4096_envs dtype async)
+ALONE=(perf)  # steps that run only when named (--step perf), never in the whole protocol
 declare -A LIMIT=([perf]=390 [doctor]=60 [tests]=570 [bench_scale]=330 [train]=180 [jaxmarl_own_config]=300
   [jaxmarl_4096_envs]=120 [dtype]=120 [async]=180)
 declare -A SMALL_LIMIT=([perf]=900 [doctor]=60 [tests]=240 [bench_scale]=150 [train]=90 [jaxmarl_own_config]=150
@@ -167,7 +169,7 @@ main() {
     esac
   done
   [[ -n $OUT ]] || die "usage: gpu_protocol.sh OUT [--step NAME] [--small] [--kit DIR | --jaxmarl PATH] [--dry-run]"
-  [[ -z $only || " ${STEPS[*]} " == *" $only "* ]] || die "--step $only: the steps are ${STEPS[*]}"
+  [[ -z $only || " ${STEPS[*]} ${ALONE[*]} " == *" $only "* ]] || die "--step $only: the steps are ${STEPS[*]} (and ${ALONE[*]}, alone)"
   local steps=("${STEPS[@]}") name total=0
   [[ -n $only ]] && steps=("$only")
   if ((dry)); then
