@@ -509,6 +509,100 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "jax": jax.__version__, "python": platform.python_version()}
 
 
+# offline: datasets from a trained policy and from random play, each offline algorithm learning from them
+
+OFFLINE_ALGOS = ("bc", "iql_cql", "maicq")
+SMAX_3M = ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"]
+
+
+def offline_datasets(o: Options, task: str, env: Sequence[str], behaviour: Sequence[str],
+                     medium: Sequence[str]) -> tuple[Path, str]:  # fmt: skip
+    """The behaviour run (`marljax train ENV BEHAVIOUR`), its Medium dataset (`marljax record RUN VAULT
+    MEDIUM seed=1`) and random play's Poor one (`marljax record random VAULT ENV seed=2`), each made
+    once in the work directory; -> (the .vlt directory, the table of their return distributions)."""
+    work = o.work / f"offline_{task}"
+    size = ["transitions=2048", "num_envs=16"] if o.quick else ["transitions=100000", "num_envs=64"]
+    train_rows([*env, *(["total_timesteps=2e4"] if o.quick else behaviour)], work / "behaviour")
+    vault = work / f"{task}.vlt"
+    for quality, args in (
+        ("Medium", [str(work / "behaviour"), *medium, "seed=1"]),
+        ("Poor", ["random", *env, "seed=2"]),
+    ):
+        if not (vault / quality).exists():
+            marljax(["record", args[0], str(vault), *size, *args[1:]])
+    rows = []
+    for quality in ("Medium", "Poor"):
+        r = json.loads((vault / quality / "marljax.json").read_text())["returns"]
+        q = r["quantiles"]
+        rows.append((quality, str(r["episodes"]), f"{r['mean']:.2f} +- {r['std']:.2f}",
+                     f"{q['5']:.2f} / {q['50']:.2f} / {q['95']:.2f}"))  # fmt: skip
+    return vault, md_table(("dataset", "episodes", "mean +- std", "quantiles 5 / 50 / 95"), rows)
+
+
+def offline_results(o: Options, task: str, vault: Path, env: Sequence[str], evaluation: Sequence[str],
+                    extra: Sequence[tuple[str, str, list[str]]] = ()) -> str:  # fmt: skip
+    """Each offline algorithm (and each `extra` (quality, label, settings) row), 3 seeds, at its defaults:
+    the final row's eval_return beside the dataset's mean."""
+    budget = ["total_timesteps=5120", "eval_every=10", "eval_episodes=4"] if o.quick else list(evaluation)
+    wins, rows = False, []
+    cases = [(q, f"`{a}`", [f"algo={a}"]) for q in ("Medium", "Poor") for a in OFFLINE_ALGOS] + list(extra)
+    for quality, label, settings in cases:
+        data = json.loads((vault / quality / "marljax.json").read_text())["returns"]
+        name = "_".join(s.split("=")[1] for s in settings if s.startswith(("algo=", "eval_greedy=")))
+        run = train_rows([*settings, f"offline.dataset={vault / quality}", *env, "num_seeds=3", *budget],
+                         o.work / f"offline_{task}" / f"{quality}_{name}")  # fmt: skip
+        last = next(r for r in reversed(run) if "eval_return_per_seed" in r)
+        row = [f"{quality} ({data['mean']:.2f}, {data['episodes']})", label, f"{last['eval_return']:.2f}",
+               ", ".join(f"{v:.2f}" for v in last["eval_return_per_seed"])]  # fmt: skip
+        if "eval_win_rate" in last:
+            wins = True
+            row.append(f"{last['eval_win_rate']:.2f}")
+        rows.append((*row, f"{last['eval_return'] - data['mean']:+.2f}"))
+    header = ("dataset (its mean, episodes)", "algorithm", "final return, mean of 3 seeds", "per seed",
+              *(("win rate",) if wins else ()), "over the dataset's mean")  # fmt: skip
+    return md_table(header, rows)
+
+
+def offline_spread(o: Options) -> str:
+    """MPE spread: Medium from a 2M-step IPPO run with epsilon 0.4, Poor from random play; each offline
+    algorithm, 3 seeds, greedy return on 128 episodes per seed after its 20k gradient steps."""
+    vault, datasets = offline_datasets(o, "spread", [], ["total_timesteps=2e6", "eval_every=50"], ["epsilon=0.4"])
+    return datasets + "\n\n" + offline_results(o, "spread", vault, [], ["eval_episodes=128"])
+
+
+def offline_smax(o: Options) -> str:
+    """SMAX 3m: Medium from a 1M-step IPPO run sampling its actions, Poor from random play; each offline
+    algorithm and BC evaluated sampling, 3 seeds, 64 episodes per seed every 2000 updates."""
+    vault, datasets = offline_datasets(o, "smax", SMAX_3M, ["total_timesteps=1e6", "eval_every=20"], ["greedy=false"])
+    sampled = [("Medium", "`bc`, evaluated sampling (`eval_greedy=false`)", ["algo=bc", "eval_greedy=false"])]
+    results = offline_results(o, "smax", vault, SMAX_3M, ["eval_every=2000", "eval_episodes=64"], sampled)
+    return datasets + "\n\n" + results
+
+
+def offline_bench(o: Options) -> str:
+    """`marljax bench` (IPPO) and `marljax bench algo=A offline.dataset=<spread Medium>`, three rounds
+    one after another: FLOPs per transition, the fastest timed chunk's batches per second, each round's
+    updates_per_s and the fastest chunk's transitions learned per second."""
+    vault, _ = offline_datasets(o, "spread", [], ["total_timesteps=2e6", "eval_every=50"], ["epsilon=0.4"])
+    algos = ("bc", "iql_cql", "maicq", "ippo")
+    runs: dict[str, list[dict]] = {a: [] for a in algos}
+    for _ in range(1 if o.quick else 3):
+        for a in algos:
+            args = [] if a == "ippo" else [f"algo={a}", f"offline.dataset={vault / 'Medium'}"]
+            runs[a].append(last_json(marljax(["bench", *args, *(["total_timesteps=4096"] if o.quick else [])])))
+    rows = []
+    for a in algos:
+        first = runs[a][0]
+        steps = first["gradient_steps_per_update"]
+        fastest = first["updates_per_chunk"] / min(r["train_chunk_s_min"] for r in runs[a])  # updates/s
+        label = f"`{a}`" + (f" (online: {steps} gradient steps per update)" if a == "ippo" else "")
+        rows.append((label, f"{first['flops_per_env_step']:,.0f}", f"{fastest * steps:,.0f}",
+                     ", ".join(f"{r['updates_per_s']:,.1f}" for r in runs[a]), kilo(fastest * steps * first["batch"])))  # fmt: skip
+    header = ("algorithm", "FLOPs per transition learned", "batches (gradient steps) per second, fastest chunk",
+              "`updates_per_s`, each round", "transitions learned per second, fastest chunk")  # fmt: skip
+    return md_table(header, rows)
+
+
 SECTIONS = [
     Section("defaults", "per-algorithm defaults: greedy return after 1M steps", "about 2 h (6 runs of 1M steps)", defaults),
     Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
@@ -527,6 +621,12 @@ SECTIONS = [
             bench_sequence),
     Section("default-run", "the default run's summary, compile and whole-process time, cold and warm "
             "(README, getting started)", "about 8 min", default_run),
+    Section("offline-spread", "offline datasets and algorithms on MPE spread (docs/guide/offline.md)",
+            "about 45 min (1 behaviour run, 6 offline runs)", offline_spread),
+    Section("offline-smax", "offline datasets and algorithms on SMAX 3m (docs/guide/offline.md)",
+            "about 1 h (1 behaviour run, 7 offline runs)", offline_smax),
+    Section("offline-bench", "offline training speed beside IPPO's (`marljax bench`, docs/guide/offline.md)",
+            "about 30 min (12 benches)", offline_bench),
 ]  # fmt: skip
 BY_NAME = {s.name: s for s in SECTIONS}
 
