@@ -187,10 +187,10 @@ def _missing_from_usage(text: str, commands) -> list[str]:
     each command's usage line and the first words of its summary, each subcommand's row."""
     missing = []
     for command in commands:
-        if (
-            f"marljax {command.name} {command.args}" not in text
-            or f"  {command.name:<8}{command.summary[:30]}" not in text
-        ):
+        row = f"  {command.name:<8}{command.summary[:30]}" in text
+        # a name of 8 or more characters stands on its own line, its summary indented below it
+        wrapped = f"\n  {command.name}\n" in text and " ".join(command.summary[:30].split()) in " ".join(text.split())
+        if f"marljax {command.name} {command.args}" not in text or not (row or wrapped):
             missing.append(command.name)
         for sub in command.subcommands:
             if f"  {sub.name:<12}{sub.summary[:30]}" not in text:
