@@ -44,11 +44,22 @@ ROOT = Path(__file__).resolve().parents[1]
 #                      Nothing inside the package imports it; every submodule import runs it
 #                      anyway, so an import of it from inside would be a circle in disguise.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("marljax.types", "marljax.files", "marljax.nn", "marljax.version", "marljax.families"),
-    ("marljax.schema",),
+    # parallel.backend (what depends on the backend a program compiles for) and device_defaults import
+    # nothing of marljax's: the networks read the first
+    (
+        "marljax.types",
+        "marljax.nn",
+        "marljax.version",
+        "marljax.families",
+        "marljax.parallel.backend",
+        "marljax.device_defaults",
+    ),
+    ("marljax.schema", "marljax.files"),  # files names its errors with the schema's ConfigError
     ("marljax.parallel.settings", "marljax.pipeline.settings", "marljax.train.settings"),
     ("marljax.config",),
-    ("marljax.envs", "marljax.parallel"),
+    # process_env: the environment's variables checked before JAX reads them (the CLI calls it);
+    # train.datasets: the offline datasets' reader, which the offline algorithms take their data from
+    ("marljax.envs", "marljax.parallel", "marljax.process_env", "marljax.train.datasets"),
     ("marljax.jaxmarl_config",),
     ("marljax.algos",),
     ("marljax.pipeline",),
