@@ -100,8 +100,8 @@ def test_unknown_group_is_a_config_error_before_compiling(monkeypatch):
 
 @pytest.mark.parametrize("bad, match", [
     ("network.speaker.width=4", r"network\.speaker\.width: unknown key.*hidden_size, num_layers"),
-    ("network.speaker.hidden_size=0", r"network\.speaker\.hidden_size: must be a positive integer"),
-    ("network.speaker.num_layers=1.5", r"network\.speaker\.num_layers: must be a positive integer"),
+    ("network.speaker.hidden_size=0", r"network\.speaker\.hidden_size: must be an integer in \[1, .*got 0"),
+    ("network.speaker.num_layers=1.5", r"network\.speaker\.num_layers: must be an integer in \[1, .*got 1\.5"),
     ("network.speaker=4", r"network\.speaker: expected a mapping"),
 ])  # fmt: skip
 def test_bad_sizes_are_config_errors(bad, match):
