@@ -32,6 +32,7 @@ import marljax.pipeline.settings  # noqa: F401  (registers async.*, a section of
 import marljax.schema
 import marljax.train.settings  # noqa: F401  (registers the host loop, checkpoints, evaluation, log.*, ...)
 from marljax.device_defaults import DEVICES
+from marljax.device_defaults import declared as device_declared
 from marljax.device_defaults import overrides as device_overrides
 from marljax.device_defaults import platform as device_platform
 from marljax.families import FAMILY_NAMES, family_of
@@ -399,20 +400,37 @@ def family_defaults(config: Config) -> tuple[str | None, dict[str, Any]]:
     return family, {key: value for key, value in declared.items() if config.value(key) == value}
 
 
-def _device(values: Mapping[str, Any]) -> str | None:
-    """The device whose defaults a mapping's run takes (`device_defaults`), or None."""
+def _device(values: Mapping[str, Any], algo: str, family: str | None) -> str | None:
+    """The device whose defaults a mapping's run takes (`device_defaults`), or None. `auto` asks
+    JAX only where some device declares defaults for the run, and never in a multi-process run:
+    starting the backend there would come before jax.distributed.initialize."""
     choice = coerce("device_defaults", values.get("device_defaults", "auto"), str)
     one_of("device_defaults", choice, fields(CoreConfig)["device_defaults"].metadata["choices"])
     if choice == "none":
         return None
-    return device_platform() if choice == "auto" else choice
+    if choice != "auto":
+        return choice
+    if not device_declared(algo, family):
+        return None
+    distributed = values.get("distributed")
+    several = (
+        distributed == "auto"
+        or isinstance(distributed, Mapping)
+        and (
+            bool(distributed.get("coordinator"))
+            or str(distributed.get("auto", "")).lower() == "true"
+            or str(distributed.get("num_processes", 1)) not in ("1", "")
+        )
+    )
+    return device_platform(start_backend=not several)
 
 
 def device_defaults(config: Config) -> tuple[str | None, dict[str, Any]]:
     """(the device whose defaults apply, {dotted key: value} of those the run kept): what the run's
     header, config.yaml and `--help` report. A key set explicitly to another value is left out."""
-    device = _device({"device_defaults": config.device_defaults})
     family = _family({"env": config.env, "family_defaults": config.family_defaults})
+    processes = {key: getattr(config.distributed, key) for key in ("coordinator", "num_processes", "auto")}
+    device = _device({"device_defaults": config.device_defaults, "distributed": processes}, config.algo, family)
     declared = to_flat(dict(device_overrides(device, config.algo, family))) if device else {}
     return device, {key: value for key, value in declared.items() if config.value(key) == value}
 
@@ -424,7 +442,7 @@ def _build_config(values: Mapping[str, Any]) -> Config:
     schema = algorithm_schema(algo)
     family = _family(values)
     over = schema.family_defaults.get(family, {}) if family is not None else {}
-    device = _device(values)
+    device = _device(values, algo, family)
     on_device = device_overrides(device, algo, family) if device else {}
     return Config(*build(values, schema, merge(merge(dict(schema.defaults), over), on_device)))
 

@@ -25,15 +25,21 @@ DEVICE_DEFAULTS: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Any]]]] = {
 _PLUGINS = {"gpu": ("jax-cuda12-plugin", "jax-cuda13-plugin", "jax-rocm7-plugin"), "tpu": ("libtpu",)}
 
 
-def platform() -> str:
+def platform(start_backend: bool = True) -> str:
     """'cpu', 'gpu' or 'tpu': the backend a run here gets. Imports JAX (and starts its backend) only
-    where an accelerator could be there."""
+    where an accelerator could be there. `start_backend=False` answers from the installed plugins
+    alone: a multi-process run must not start the backend before jax.distributed.initialize."""
     chosen = os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip().lower()
     if chosen == "cpu":
         return "cpu"
-    installed = any(_has(p) for plugins in _PLUGINS.values() for p in plugins)
-    if not installed and chosen not in ("cuda", "gpu", "rocm", "tpu"):
+    if chosen in ("cuda", "gpu", "rocm", "tpu"):
+        installed = {"gpu" if chosen != "tpu" else "tpu"}
+    else:
+        installed = {device for device, plugins in _PLUGINS.items() if any(_has(p) for p in plugins)}
+    if not installed:
         return "cpu"
+    if not start_backend:
+        return "tpu" if installed == {"tpu"} else "gpu" if "gpu" in installed else "tpu"
     import jax
 
     backend = jax.default_backend()
@@ -46,6 +52,11 @@ def _has(distribution: str) -> bool:
     except importlib.metadata.PackageNotFoundError:
         return False
     return True
+
+
+def declared(algo: str, family: str | None) -> bool:
+    """Whether any device declares defaults for `algo` on `family` (else no device need be asked)."""
+    return any(overrides(device, algo, family) for device in DEVICES)
 
 
 def overrides(device: str, algo: str, family: str | None) -> Mapping[str, Any]:

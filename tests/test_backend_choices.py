@@ -44,7 +44,7 @@ def test_choices_per_backend_and_forced(monkeypatch):
     monkeypatch.delenv("MARLJAX_BACKEND_CHOICES", raising=False)
     assert backend.choices("cpu") == backend.Choices(gae="scan", conv="patch")
     assert backend.choices("gpu") == backend.choices("tpu") == backend.Choices(gae="associative", conv="xla")
-    assert backend.choices() == backend.choices("cpu")  # the tests run on a CPU
+    assert backend.choices() == backend.choices(jax.default_backend())  # the tests' backend: a CPU, or the card's
     monkeypatch.setenv("MARLJAX_BACKEND_CHOICES", "gae=associative")
     assert backend.choices("cpu") == backend.Choices(gae="associative", conv="patch")
     monkeypatch.setenv("MARLJAX_BACKEND_CHOICES", "gae=fast")
@@ -97,6 +97,7 @@ def test_loop_trips_counts_nested_loops_once_per_trip():
 
 def test_device_defaults_sit_between_the_family_and_explicit_settings(monkeypatch):
     monkeypatch.setattr(device_defaults, "DEVICE_DEFAULTS", {"gpu": {"ippo": {"mpe": {"num_envs": 1024}}}})
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # (on a card's test run too)
     on_cpu = load_config(None, [])
     assert on_cpu.num_envs == 64 and kept_device_defaults(on_cpu) == ("cpu", {})  # nothing changes on a CPU
     on_gpu = load_config(None, ["device_defaults=gpu"])
@@ -107,6 +108,27 @@ def test_device_defaults_sit_between_the_family_and_explicit_settings(monkeypatc
     assert load_config(None, ["device_defaults=gpu", "env=HeuristicEnemySMAX"]).num_envs == 64  # not declared there
     with pytest.raises(ConfigError, match="device_defaults"):
         load_config(None, ["device_defaults=ipu"])
+
+
+def test_a_multi_process_run_asks_no_backend_for_its_device_defaults(monkeypatch):
+    """On the card, asking JAX's backend at config time came before jax.distributed.initialize, and
+    every multi-process run failed ("must be initialized before JAX touches a device")."""
+    import marljax.config
+
+    asked: list[bool] = []
+    monkeypatch.setattr(
+        marljax.config, "device_platform", lambda start_backend=True: asked.append(start_backend) or "gpu"
+    )
+    load_config(None, [])
+    assert asked == []  # no device declares defaults for the run: no device is asked
+    monkeypatch.setattr(device_defaults, "DEVICE_DEFAULTS", {"gpu": {"ippo": {"mpe": {"num_envs": 1024}}}})
+    assert load_config(None, []).num_envs == 1024 and asked == [True]  # control: one process asks the backend
+    for processes in (
+        ["distributed.num_processes=2", "distributed.coordinator=127.0.0.1:1234"],
+        ["distributed.auto=true"],
+    ):
+        asked.clear()
+        assert load_config(None, processes).num_envs == 1024 and asked == [False], processes
 
 
 def test_platform_is_cpu_without_importing_an_accelerator(monkeypatch):

@@ -71,7 +71,14 @@ def test_the_table_lists_every_nightly_test_and_nothing_else(request):
     assert not collected - listed, (
         f"{_nightly.TABLE.name} lacks (measure each with --durations=0): {collected - listed}"
     )
-    assert not listed - collected, f"{_nightly.TABLE.name} lists tests that are no longer nightly: {listed - collected}"
+    # a module skipped whole where an optional package is absent (flashbax on the card's node) yields
+    # no items: its entries are checked where it is installed (CI), a deleted file's everywhere
+    files = {item.nodeid.split("::")[0] for item in request.session.items}
+    skipped = {
+        t for t in listed - collected if t.split("::")[0] not in files and (_nightly.ROOT / t.split("::")[0]).exists()
+    }
+    stale = listed - collected - skipped
+    assert not stale, f"{_nightly.TABLE.name} lists tests that are no longer nightly: {stale}"
 
 
 def test_the_option_selects_exactly_the_listed_slice():

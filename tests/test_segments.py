@@ -79,7 +79,11 @@ def test_every_column_is_consecutive_steps_of_one_copy(workers):
     collector.newest = lambda: (next(calls), None)  # a new policy version at every policy call
     moved = 0  # discarded segments whose copy had a step in flight (it starts the copy's next segment)
     try:
-        for ticket in range(24):
+        # at least 24 batches, more where the copies' steps happened to end before each batch (a fast
+        # machine: the card's 16 cores), until one was in flight
+        for ticket in range(240):
+            if ticket >= 24 and (moved or not workers):
+                break
             # every other batch: the staleness bound drops what started more than 2 policy calls ago
             version = max(next(calls) - 2, 0) if ticket % 2 else 0
             moved += sum(
