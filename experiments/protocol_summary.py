@@ -202,7 +202,7 @@ def summary(out: Path) -> tuple[list[str], dict[str, Any]]:
             lines += [f"  {line}" for line in shown] or ["  (no figures)"]
             lines.append(f"  from: {command}")
     lines += ["", f"{'step':<20} {'exit':>5} {'seconds':>8} {'limit':>6}  result"]
-    for name in STEPS:
+    for name in STEPS + tuple(sorted(set(steps) - set(STEPS))):  # a step run alone (perf) too
         s = steps.get(name)
         cells = (
             (s.rc, s.seconds if s.seconds is not None else "-", s.limit if s.limit is not None else "-")
