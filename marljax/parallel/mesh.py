@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -153,6 +154,7 @@ def placed_spec(place: Placed, split: frozenset[str]) -> P:
 class ShardedFns(NamedTuple):
     init: Callable  # keys [S, 2] -> TrainState, created already sharded
     chunk: Callable  # (state, n) -> (state, metrics [S, n])
+    chunk_upto: Callable  # (state, longest, n) -> (state, metrics [S, longest]): n <= longest updates, n traced
     mesh: Mesh
     shapes: TrainState  # ShapeDtypeStructs of the state, [S, ...] leaves
     shardings: TrainState  # NamedSharding of every leaf on `mesh`
@@ -188,12 +190,56 @@ def shard_trainer(trainer, mesh: Mesh) -> ShardedFns:
         # tests/test_multidevice.py checks the results against a single device.
         return jax.shard_map(local, mesh=mesh, in_specs=(specs,), out_specs=(specs, P(SEED)), check_vma=False)(state)
 
-    return ShardedFns(init, jax.jit(chunk, static_argnums=1, donate_argnums=0), mesh, shape, shardings)
+    def chunk_upto(state: TrainState, longest: int, n: jax.Array):
+        def run(s: TrainState, n: jax.Array):
+            shapes = jax.eval_shape(lambda x: trainer.update(x)[1], s)
+            rows = jax.tree.map(lambda m: jnp.zeros((longest, *m.shape), m.dtype), shapes)  # [longest, ...]
+
+            def one(i, carry):
+                s, rows = carry
+                s, m = trainer.update(s)
+                return s, jax.tree.map(lambda r, x: jax.lax.dynamic_update_index_in_dim(r, x, i, 0), rows, m)
+
+            return jax.lax.fori_loop(0, n, one, (s, rows))
+
+        local = jax.vmap(run, in_axes=(0, None))
+        return jax.shard_map(local, mesh=mesh, in_specs=(specs, P()), out_specs=(specs, P(SEED)), check_vma=False)(
+            state, n
+        )
+
+    return ShardedFns(
+        init,
+        jax.jit(chunk, static_argnums=1, donate_argnums=0),
+        jax.jit(chunk_upto, static_argnums=1, donate_argnums=0),
+        mesh,
+        shape,
+        shardings,
+    )
 
 
 def compile_chunks(fns: ShardedFns, state, sizes) -> dict:
-    """One ahead-of-time compiled chunk per distinct size in `sizes` (a run's chunk schedule)."""
-    return {n: fns.chunk.lower(state, n).compile() for n in sorted(set(sizes))}
+    """The compiled chunk for each distinct size in `sizes` (a run's chunk schedule), by size. One
+    size: its own program. Several (a short last chunk): one program for them all, its update count
+    an argument, since a second program would double the compile (8-9 s of the default run's on
+    the card and on a CPU); `run_chunks` keeps the first n rows of its metrics."""
+    distinct = sorted(set(sizes))
+    if len(distinct) == 1:
+        return {distinct[0]: fns.chunk.lower(state, distinct[0]).compile()}
+    longest, replicated = distinct[-1], NamedSharding(fns.mesh, P())
+    program = fns.chunk_upto.lower(state, longest, jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)).compile()
+    return {n: CountedChunk(program, n, replicated) for n in distinct}
+
+
+class CountedChunk:
+    """`program(state, n)` as a chunk of n updates: `compiled[n](state)` like a program of its own."""
+
+    def __init__(self, program: Callable, n: int, sharding: NamedSharding):
+        self.program, self.n = program, n
+        # placed once here: the chunk loop runs under a transfer guard that refuses a host scalar
+        self.count = jax.make_array_from_callback((), sharding, lambda _: np.int32(n))
+
+    def __call__(self, state: TrainState):
+        return self.program(state, self.count)
 
 
 def shard_seeds(fn: Callable, mesh: Mesh, in_specs: tuple) -> Callable:

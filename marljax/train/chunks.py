@@ -112,7 +112,8 @@ def run_chunks(
         t = time.perf_counter()
         with jax.transfer_guard("disallow"):
             state, metrics = compiled[n](state)
-        metrics = host_values(metrics)  # waits for the chunk to finish
+        # waits for the chunk to finish; a chunk shorter than its program's leaves rows past n unused
+        metrics = jax.tree.map(lambda m, n=n: m[:, :n], host_values(metrics))
         on_chunk(state, metrics, n, time.perf_counter() - t)
         if stop is not None and stop():
             return state, False
