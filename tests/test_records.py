@@ -115,3 +115,16 @@ def test_an_installed_build_records_the_commit_it_was_built_from(tmp_path):
         [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert got.stdout.strip() == "unknown"
+
+
+def test_the_cpu_speed_note_names_what_is_slow_on_a_cpu_and_only_there():
+    from marljax.train.records import cpu_speed_note
+
+    mlp_obs, image_obs = [(18,)], [(5, 5, 26)]
+    sable = load_config(None, ["algo=sable"])
+    note = cpu_speed_note(sable, mlp_obs, "cpu")
+    assert note and "sable attends over the agents" in note and "marljax bench algo=sable" in note
+    assert "CNN" in cpu_speed_note(load_config(None, []), image_obs, "cpu")
+    assert cpu_speed_note(load_config(None, []), mlp_obs, "cpu") is None  # IPPO's MLP on MPE: nothing to say
+    assert cpu_speed_note(load_config(None, ["torso=mlp"]), image_obs, "cpu") is None  # flattened images: an MLP
+    assert cpu_speed_note(sable, image_obs, "gpu") is None  # on an accelerator: what it is built for

@@ -52,7 +52,7 @@ from marljax.train.driver import (
 from marljax.train.evaluate import Evaluation
 from marljax.train.marl_eval_run import write_run_marl_eval
 from marljax.train.metrics import plot_returns
-from marljax.train.records import config_yaml, family_note
+from marljax.train.records import config_yaml, cpu_speed_note, family_note
 from marljax.train.settings import check_logins
 from marljax.train.summary import SUMMARY_FILE, RunSummary, return_line, summarize
 from marljax.train.timing import RunClock, Ticker
@@ -254,6 +254,9 @@ def _train_sync(
             env, mesh, trainer = prepare(config)
         log(f"marljax {config.algo} on {env.describe()}")
         if note := family_note(config):
+            log(note)
+        platform = mesh.devices.flat[0].platform
+        if note := cpu_speed_note(config, [g.obs_shape for g in env.groups], platform):
             log(note)
         log(
             f"mesh {dict(mesh.shape)} on {mesh.devices.size} {mesh.devices.flat[0].platform} device(s); "

@@ -67,6 +67,23 @@ def family_note(config: Config) -> str | None:
     return "; ".join(notes) or None
 
 
+def cpu_speed_note(config: Config, obs_shapes: list[tuple[int, ...]], platform: str) -> str | None:
+    """One line where a run is built for an accelerator but runs on a CPU (a transformer over the
+    agents, a CNN over image observations), with the command that measures it here; else None."""
+    if platform != "cpu":
+        return None
+    why = []
+    if config.algo == "sable":
+        why.append("sable attends over the agents and time steps (a transformer)")
+    if config.torso == "cnn" or config.torso == "auto" and any(len(shape) == 3 for shape in obs_shapes):
+        why.append("the observations are images, encoded by a CNN")
+    if not why:
+        return None
+    return (f"on a CPU: {' and '.join(why)}, so expect several times fewer env-steps/s than IPPO's MLP on "
+            f"MPE and a longer compile (`marljax bench algo={config.algo} env={config.env}` measures it here); "
+            "a GPU is what this is built for")  # fmt: skip
+
+
 def config_yaml(config: Config) -> str:
     """The resolved config as YAML, after comment lines recording what produced it (and which
     env family's defaults it kept)."""
