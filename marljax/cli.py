@@ -3,7 +3,7 @@
 Every command is declared once, in COMMANDS below (its name, arguments, one-line summary, help
 and handler); `marljax --help`, `marljax help COMMAND`, `marljax COMMAND --help` and the dispatch
 are all made from that table. `bench` holds the benchmarks as its subcommands (`marljax bench
-target ...`); their old spellings (`marljax bench-target ...`) still run the same handlers.
+target ...`).
 
 Nested keys take dots: `mesh.data=4`, `env_kwargs.scenario=3m`. A bad config prints one line
 naming the field and exits with code 2 before compiling.
@@ -37,7 +37,6 @@ class Command:
     run: Callable[[list[str]], int]  # the arguments after its name -> the exit code
     help: str = ""  # `marljax NAME --help`: said after the usage line
     settings: bool = False  # --help also lists every setting of the config (a command that trains)
-    alias: str = ""  # an older spelling that still runs it (`bench-target` for `bench target`)
     subcommands: tuple[Command, ...] = ()  # bench's benchmarks; the first is the default
 
 
@@ -445,7 +444,6 @@ BENCHES = (
         "on MPE simple_spread, 1.8 on SMAX 3m); prints the wall time with compilation, the env steps used and the "
         "curve, then a JSON line. total_timesteps is the budget.",
         settings=True,
-        alias="bench-target",
     ),
     Command(
         "scale",
@@ -458,7 +456,6 @@ in its own process, until a row runs out of memory, passes --timeout seconds (de
 passes --max-envs per device (default 4096 on CPU, 65536 elsewhere). Prints env-steps/s, MFU,
 peak memory and compile time per row, a JSON line per row, and last a JSON line with every row.
 key=value settings apply to every row (marljax train --help lists them).""",
-        alias="bench-scale",
     ),
     Command(
         "agents",
@@ -476,7 +473,6 @@ of an update; the update's time and env-steps/s. Then the largest N whose learne
 and on each K: fitted through the measured bytes and checked against the state's shapes. Prints a
 markdown table, then one JSON line. Defaults: 8 envs x 16 steps (times compare rows; they are not
 absolute); key=value settings (marljax train --help) change every row.""",
-        alias="bench-agents",
     ),
     Command(
         "sequence",
@@ -498,7 +494,6 @@ of 2 minibatches; key=value settings (marljax train --help) change every row."""
         _bench_checkpoint,
         "Training time with checkpoints every checkpoint_every updates vs only at the end.",
         settings=True,
-        alias="bench-checkpoint",
     ),
     Command(
         "sweep",
@@ -507,7 +502,6 @@ of 2 minibatches; key=value settings (marljax train --help) change every row."""
         _bench_sweep,
         "4 learning rates x 8 seeds: one vmapped program vs the same runs one after another.",
         settings=True,
-        alias="bench-sweep",
     ),
     Command(
         "stragglers",
@@ -672,8 +666,6 @@ with code 1 and a line saying why when JAX sees no such device.""",
     ),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
-# an old spelling -> the command path it runs: {"bench-target": ("bench", "target"), ...}
-ALIASES = {sub.alias: (command.name, sub.name) for command in COMMANDS for sub in command.subcommands if sub.alias}
 
 EXAMPLES = """\
   marljax train
@@ -709,8 +701,6 @@ def usage() -> str:
             lines += ["", f"{command.name} NAME (marljax {command.name} NAME --help says more):"]
             for sub in command.subcommands:
                 lines += _wrapped(sub.name, sub.summary)
-            if old := [f"{sub.alias} ({command.name} {sub.name})" for sub in command.subcommands if sub.alias]:
-                lines += ["", *textwrap.wrap(f"old spellings, still run: {', '.join(old)}", 100)]
     return "\n".join([*lines, "", "examples:", EXAMPLES])
 
 
@@ -727,10 +717,8 @@ def command_usage(path: tuple[Command, ...], algo: str | None = None, env: str |
         lines += ["", f"marljax {name} NAME [ARGS ...], where NAME is:"]
         for sub in command.subcommands:
             lines += _wrapped(sub.name, sub.summary)
-        old = ", ".join(f"{sub.alias} = {name} {sub.name}" for sub in command.subcommands if sub.alias)
         lines += ["", *textwrap.wrap(f"marljax {name} NAME --help: NAME's arguments (and every setting, for those "
-                                     f"that train); {command.subcommands[0].name} is the default."
-                                     + (f" Old spellings, still run: {old}." if old else ""), 100)]  # fmt: skip
+                                     f"that train); {command.subcommands[0].name} is the default.", 100)]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -787,11 +775,10 @@ def config_help(name: str, args: str, description: str, algo: str, env: str | No
 
 def resolve(argv: Sequence[str]) -> tuple[tuple[Command, ...], list[str]]:
     """(the command path argv names, the arguments left): ("bench", "target") for `bench target
-    ...` and for its old spelling `bench-target ...`; (bench,) alone when no bench is named; ()
-    for an unknown command."""
+    ...`; (bench,) alone when no bench is named; () for an unknown command."""
     if not argv:
         return (), []
-    names = [*ALIASES.get(argv[0], (argv[0],)), *argv[1:]]
+    names = list(argv)
     command = BY_NAME.get(names[0])
     if command is None:
         return (), list(argv)

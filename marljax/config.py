@@ -41,7 +41,6 @@ from marljax.pipeline.settings import AsyncConfig
 from marljax.schema import (
     FILE_FORMATS,
     INT32_MAX,
-    RENAMED,
     ConfigError,
     FileFormat,
     Part,
@@ -98,7 +97,6 @@ SHARING = ("shared", "per_role", "independent")
 MODES = ("anakin", "async")
 MAX_UPDATES = 2**31 - 1  # the most updates a run may have: LearnerState.update is int32 [] (types.py)
 NETWORK_KEYS = ("hidden_size", "num_layers")  # what network.<group>.* may override
-RENAMED.update(update_epochs=("ppo.update_epochs", "pqn.update_epochs", "replay.gradient_steps"))
 
 
 # ----------------------------------------------------------------------------- the core

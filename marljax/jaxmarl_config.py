@@ -402,13 +402,8 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
     return _nest(run.flat), run.ignored
 
 
-def from_jaxmarl(values: Mapping[str, Any], path: str | Path, algo: str | None = None) -> dict:
-    """marljax's nested config mapping for JaxMARL config `values` (see `translate`)."""
-    return translate(values, path, algo)[0]
-
-
 def read(values: Mapping[str, Any], path: str | Path, algo: str | None = None) -> dict:
-    """`load_config`'s reader of a JaxMARL file: `from_jaxmarl`, saying on stderr which keys it ignored."""
+    """`load_config`'s reader of a JaxMARL file: `translate`'s mapping, saying on stderr which keys it ignored."""
     nested, ignored = translate(values, path, algo)
     if note := ignored_note(ignored):
         print(note, file=sys.stderr)
@@ -434,7 +429,7 @@ def _nest(flat: Mapping[str, Any]) -> dict:
     return out
 
 
-__all__ = ["is_jaxmarl", "infer_algo", "from_jaxmarl", "translate", "read", "ignored_note", "declared"]
+__all__ = ["is_jaxmarl", "infer_algo", "translate", "read", "ignored_note", "declared"]
 
 
 register_file_format(FileFormat(is_jaxmarl, read))  # marljax.config.load_config reads JaxMARL's files through it

@@ -61,7 +61,6 @@ class Part(typing.NamedTuple):
 
 _PARTS: dict[str, Part] = {}
 _SCHEMAS: dict[str, Any] = {}  # algorithm name -> its schema
-RENAMED: dict[str, tuple[str, ...]] = {}  # a key whose name changed -> the dotted keys it became
 
 
 def register_part(part: Part) -> None:
@@ -232,7 +231,7 @@ def homes(key: str) -> list[tuple[str, str, list[str]]]:
             if key == name:  # a whole section
                 found.setdefault(name, (name, []))[1].append(schema.name)
             for field in fields(cls):
-                if field == key or f"{name}.{field}" in RENAMED.get(key, ()):
+                if field == key:
                     found.setdefault(f"{name}.{field}", (name, []))[1].append(schema.name)
     return [(section, dotted, algos) for dotted, (section, algos) in found.items()]
 

@@ -351,4 +351,3 @@ SPEC = AlgorithmSpec(
     build,
     LOSSES,
 )
-make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

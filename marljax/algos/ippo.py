@@ -1,7 +1,7 @@
 """IPPO (independent PPO), feed-forward or recurrent: PPO's loss, advantages and update.
 
 `build(config, env)` returns its pieces, an `api.Algorithm` (see `marljax.algos.api`), from which
-the framework derives the `AsyncTrainer` (`make_train`): one update is `collect` (a rollout of
+the framework derives the `AsyncTrainer` (`SPEC.make_train`): one update is `collect` (a rollout of
 `num_steps` on every environment, `marljax.algos.acting`) with the learner's parameters, then
 `learn` (GAE, then `ppo.update_epochs` x `ppo.num_minibatches` gradient steps,
 `marljax.algos.learning`). It keeps nothing beside the learner.
@@ -395,4 +395,3 @@ SPEC = AlgorithmSpec(
     build,
     LOSSES,
 )
-make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

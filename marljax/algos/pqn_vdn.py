@@ -279,4 +279,3 @@ SPEC = AlgorithmSpec(
     build,
     ("loss_total", "grad_norm", "lr", "q_mean"),  # the NaN guard's: the loss, the step, the values
 )
-make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

@@ -299,4 +299,3 @@ SPEC = AlgorithmSpec(
     build,
     ("loss_total", "grad_norm", "lr", "q_mean"),
 )
-make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

@@ -75,15 +75,6 @@ from marljax.pipeline.micro_batches import SliceRotation, join_slices, slice_act
 from marljax.pipeline.watchdog import ActorStuck, Heartbeats, stuck_message
 from marljax.types import Trajectory
 
-# the balance controller's setting at the end of a chunk (balance.py); with balance=off: every thread, no limit (None)
-BALANCE_KEYS = ("active_actors", "batch_window", "balance_target")
-
-ASYNC_KEYS = (
-    "policy_version", "staleness_mean", "staleness_max", "produced", "consumed", "dropped",
-    "buffer_occupancy", "actor_wait_s", "learner_wait_s", "production_rate", "consumption_rate",
-    *EnvHealth.KEYS, *BALANCE_KEYS,
-)  # fmt: skip
-
 
 class ActorFailed(RuntimeError):
     """An actor thread raised; the message carries its traceback."""

@@ -53,7 +53,6 @@ from marljax.files import DamagedFile, read_json, write_text_atomic
 DESCRIPTION = "marljax.json"  # marljax's description of a dataset, inside its directory
 FORMAT = "marljax dataset 1"
 FIELDS = ("observations", "actions", "rewards", "terminals", "truncations")  # every dataset has these
-QUALITIES = ("Good", "Medium", "Poor")  # OG-MARL's labels (any other uid is allowed, and named as given)
 QUANTILES = (5, 25, 50, 75, 95)
 INSTALL = 'pip install "marljax[offline]" (flashbax, which reads and writes the Vault format)'
 
@@ -324,7 +323,7 @@ class DatasetWriter:
 
 
 __all__ = [
-    "DESCRIPTION", "FIELDS", "QUALITIES", "Dataset", "DatasetError", "DatasetWriter", "check_stackable", "dataset_dir",
+    "DESCRIPTION", "FIELDS", "Dataset", "DatasetError", "DatasetWriter", "check_stackable", "dataset_dir",
     "digests",
     "episode_returns", "read_dataset", "read_description", "return_distribution", "verify",
 ]  # fmt: skip

@@ -3,7 +3,7 @@
     marljax finetune OFFLINE_RUN_DIR out_dir=D [algo=ippo] [key=value ...]
 
 The online run starts from the offline run's newest good checkpoint: in the same env, with the same
-networks (`NETWORK_KEYS` are taken from it) and seeds (seed i continues the offline run's seed i);
+networks (`CARRIED_KEYS` are taken from it) and seeds (seed i continues the offline run's seed i);
 every parameter the online algorithm has that the offline run has too (same group, same path in
 the network, same shape) is copied, the rest (a critic the offline algorithm did not train, say)
 starts from the online algorithm's own initialisation; the optimiser starts afresh. `bc` and `maicq`
@@ -27,14 +27,14 @@ from marljax.config import Config, ConfigError, from_dict, merge, parse_override
 from marljax.files import check_writable_dir
 
 # what the offline run decides for the online one: the env, the networks' shapes and the seeds
-NETWORK_KEYS = ("env", "env_kwargs", "hidden_size", "num_layers", "network", "activation", "torso", "dtype",
+CARRIED_KEYS = ("env", "env_kwargs", "hidden_size", "num_layers", "network", "activation", "torso", "dtype",
                 "agent_id", "param_sharing", "recurrent", "gru_hidden_size", "seed", "num_seeds")  # fmt: skip
 
 
 def online_config(offline: Config, overrides: list[str]) -> Config:
-    """The online run's config: algo=ippo and the offline run's `NETWORK_KEYS`, then `overrides`
+    """The online run's config: algo=ippo and the offline run's `CARRIED_KEYS`, then `overrides`
     (which may change any of them; the parameters must still fit, `copy_params` checks)."""
-    base = {"algo": "ippo", **{key: offline.value(key) for key in NETWORK_KEYS}}
+    base = {"algo": "ippo", **{key: offline.value(key) for key in CARRIED_KEYS}}
     config = from_dict(merge(base, parse_overrides(overrides)))
     if not config.out_dir:
         raise ConfigError("out_dir", "finetune writes a new run: give out_dir=D")
@@ -123,4 +123,4 @@ def finetune(
     return train(replace(config, resume=True), log=log, max_chunks=max_chunks)
 
 
-__all__ = ["NETWORK_KEYS", "copy_params", "finetune", "online_config"]
+__all__ = ["CARRIED_KEYS", "copy_params", "finetune", "online_config"]
