@@ -24,7 +24,8 @@ from pathlib import Path
 
 _IMPORTED = time.time()  # the start-up's start where /proc cannot say when the process began
 
-from marljax.config import Config, ConfigError, load_config  # noqa: E402 - after the time above
+from marljax.config import Config, load_config  # noqa: E402 - after the time above
+from marljax.schema import ConfigError  # noqa: E402 - after the time above
 
 
 @dataclass(frozen=True)
@@ -726,16 +727,9 @@ def config_help(name: str, args: str, description: str, algo: str, env: str | No
     """`marljax COMMAND --help` for a command that trains: every setting of the core schema and of
     algo's sections, with its default for that algorithm on env (its family's defaults marked) and
     its help line, generated from the config's dataclasses."""
-    from marljax.config import (
-        algorithm_schema,
-        algorithms,
-        device_defaults,
-        family_defaults,
-        load_config,
-        schema_fields,
-        to_flat,
-    )
+    from marljax.config import device_defaults, family_defaults, load_config, schema_fields
     from marljax.families import family_of
+    from marljax.schema import algorithm_schema, algorithms, to_flat
 
     schema = algorithm_schema(algo)
     chosen = load_config(None, [f"algo={algo}", *([f"env={env}"] if env else [])])
@@ -790,7 +784,7 @@ def resolve(argv: Sequence[str]) -> tuple[tuple[Command, ...], list[str]]:
 def _help_choice(path: str | None, overrides: list[str]) -> tuple[str, str | None]:
     """(the algorithm, the env) a help request is about: algo=NAME / env=ID, else the config file's,
     else the default (None for the env)."""
-    from marljax.config import parse_overrides, read_yaml_mapping
+    from marljax.schema import parse_overrides, read_yaml_mapping
 
     values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
     given = {**values, **parse_overrides([a for a in overrides if a.startswith(("algo=", "env="))])}

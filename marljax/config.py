@@ -13,8 +13,9 @@ refused with a line naming the section that takes it.
 Values come from a YAML file and `key=value` overrides (dots reach nested sections:
 `mesh.data=4`, `ppo.clip_eps=0.1`, `env_kwargs.scenario=3m`). The engine that reads, coerces,
 walks and checks them knows no field (`marljax/schema.py`); validation happens before anything is
-compiled, and every error names the field and what is allowed. The names this module re-exports
-(`from marljax.config import load_config, ConfigError, ...`) are the engine's and the layers'.
+compiled, and every error names the field and what is allowed. It re-exports the engine's and the
+layers' names (`from marljax.config import load_config, ConfigError, ...`) for scripts and tests;
+modules inside marljax import those from their owners (`marljax.schema`, the layers' `settings.py`).
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ from marljax.schema import (
     divisors,
     dump_yaml,
     fields,
+    first_line,
     homes,
     hparams_values,
+    listed,
     merge,
     misplaced,
     one_of,
@@ -473,20 +476,6 @@ def replace(config: Config, **changes: Any) -> Config:
 
 
 # ----------------------------------------------------------------------------- validation
-
-
-def listed(items: typing.Iterable[Any], first: int = 8) -> str:
-    """The first few items, comma-separated, and how many more (a message stays one short line
-    however many keys a file holds)."""
-    items = [str(x) for x in items]
-    more = f" and {len(items) - first} more" if len(items) > first else ""
-    return ", ".join(items[:first]) + more
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (at most 300 characters), or its type's name."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def validate(config: Config) -> Config:

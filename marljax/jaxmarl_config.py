@@ -31,7 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from marljax.config import ConfigError, FileFormat, algorithm_schema, algorithms, register_file_format, schema_fields
+from marljax.config import schema_fields
+from marljax.schema import ConfigError, FileFormat, algorithm_schema, algorithms, register_file_format
 
 # what JaxMARL prints, where it runs or how it reports; nothing a run computes depends on them
 IGNORED = {

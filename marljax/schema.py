@@ -392,6 +392,20 @@ def shown(value: Any) -> str:
     return repr(value)
 
 
+def listed(items: typing.Iterable[Any], first: int = 8) -> str:
+    """The first few items, comma-separated, and how many more (a message stays one short line
+    however many keys a file holds)."""
+    items = [str(x) for x in items]
+    more = f" and {len(items) - first} more" if len(items) > first else ""
+    return ", ".join(items[:first]) + more
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (at most 300 characters), or its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
 def check_field(key: str, value: Any, meta: Mapping) -> None:
     """The constraints a field declares in its metadata."""
     if meta.get("choices"):

@@ -1,7 +1,7 @@
 """The algorithm protocol: the pieces an algorithm supplies, what it declares, what is derived.
 
 An algorithm is a module under `marljax/algos/` with
-* its config section(s): frozen dataclasses of `marljax.config.setting` fields;
+* its config section(s): frozen dataclasses of `marljax.schema.setting` fields;
 * `build(config, env, *, layout=Layout(), correction="none") -> Algorithm`: its pure pieces
   (`Algorithm` below: `init_learner`, `init_actors`, `collect`, `learn`, `act`, `cost_pieces`,
   its `networks`, and `policy_step` where it serves host envs), each typed by the aliases below;
@@ -33,9 +33,10 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 
-from marljax.config import AlgorithmSchema, Config, ConfigError, divisors, hparams_values, setting
+from marljax.config import AlgorithmSchema, Config
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import AGENTS, ENVS, Placed
+from marljax.schema import ConfigError, divisors, hparams_values, setting
 from marljax.types import ActorState, LearnerState, TrainState
 
 Array = jax.Array

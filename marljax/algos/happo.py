@@ -41,11 +41,12 @@ from marljax.algos import ippo, mappo
 from marljax.algos.acting import GroupNetworks, flat
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, hparams_from_config
 from marljax.algos.learning import Minibatches, adam, learning_rate
-from marljax.config import AlgorithmSchema, Config, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
+from marljax.schema import setting
 from marljax.types import GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
 Array = jax.Array

@@ -29,12 +29,13 @@ import jax.numpy as jnp
 from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, group_keys, uses_cnn
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, EpochSchedule, split_groups
 from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces, init_keys, init_learner, learning_rate
-from marljax.config import AlgorithmSchema, Config, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.nn.networks import ActorCritic, RecurrentActorCritic
 from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
+from marljax.schema import setting
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
 Array = jax.Array

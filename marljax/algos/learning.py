@@ -16,9 +16,10 @@ import optax
 
 from marljax.algos.acting import local_keys, with_stats
 from marljax.algos.api import CostPiece, EpochSchedule, hparams_from_config
-from marljax.config import Config, ConfigError, divisors
+from marljax.config import Config
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, divisors
 from marljax.types import HParams, LearnerState
 
 Array = jax.Array

@@ -40,9 +40,10 @@ from marljax.algos.learning import adam, descend
 from marljax.algos.mixers import MixerConfig, QMixer
 from marljax.algos.offline_q import Q_DEFAULTS, TargetConfig, check_q, q_of_windows
 from marljax.algos.q_acting import QConfig, make_q_acting
-from marljax.config import AlgorithmSchema, Config, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.layouts import Layout
+from marljax.schema import setting
 from marljax.types import HParams
 
 Array = jax.Array

@@ -14,8 +14,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from marljax.config import setting
 from marljax.nn.networks import dense, einsum, orthogonal
+from marljax.schema import setting
 
 Array = jax.Array
 

@@ -39,9 +39,10 @@ from flax import struct
 from marljax.algos.acting import VecEnv
 from marljax.algos.api import REPLICATED, Algorithm, CostPiece, ExtraPart, hparams_from_config
 from marljax.algos.learning import init_keys, init_learner, learning_rate
-from marljax.config import Config, ConfigError, setting
+from marljax.config import Config
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, EpisodeStats, LearnerState, TrainState
 
 Array = jax.Array

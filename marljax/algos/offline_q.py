@@ -28,10 +28,11 @@ from marljax.algos.acting import flat
 from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.algos.learning import adam, descend
 from marljax.algos.q_acting import QActing, QConfig, make_q_acting
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import HParams
 
 Array = jax.Array

@@ -23,10 +23,11 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, uses_cnn
-from marljax.config import Config, ConfigError, setting
+from marljax.config import Config
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn.networks import BN_MOMENTUM, STATS, QNetwork, RecurrentQNetwork
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, EpisodeStats
 
 Array = jax.Array

@@ -68,10 +68,11 @@ from marljax.algos.api import (
 from marljax.algos.learning import adam, descend, init_keys, init_learner, keep_stats, learning_rate
 from marljax.algos.mixers import MixerConfig, QMixer
 from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, HParams, LearnerState, TrainState
 
 Array = jax.Array

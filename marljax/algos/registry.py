@@ -10,8 +10,8 @@ algorithm is one new module under `marljax/algos/` that defines an `AlgorithmSpe
 from __future__ import annotations
 
 from marljax.algos.api import AlgorithmSpec
-from marljax.config import register_schema
 from marljax.families import FAMILY_NAMES
+from marljax.schema import register_schema
 
 _SPECS: dict[str, AlgorithmSpec] = {}
 

@@ -39,7 +39,7 @@ from marljax.algos import ippo
 from marljax.algos.acting import VecEnv, flat, group_keys
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece
 from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces, init_keys, init_learner, learning_rate
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.nn.sable import (
@@ -52,6 +52,7 @@ from marljax.nn.sable import (
 )
 from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
 Array = jax.Array

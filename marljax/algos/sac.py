@@ -57,11 +57,12 @@ from marljax.algos.api import (
 )
 from marljax.algos.learning import adam, init_keys, schedule
 from marljax.algos.q_acting import through_final
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.nn.networks import MLP, CNNEncoder, dense, orthogonal
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, EpisodeStats, HParams, LearnerState, TrainState
 
 Array = jax.Array

@@ -34,10 +34,11 @@ from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.algos.mixers import MixerConfig
 from marljax.algos.q_acting import QConfig
 from marljax.algos.qlearning import REPLAY_DEFAULTS, ReplayConfig, TeamValue
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn.networks import dense, einsum, orthogonal
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 
 Array = jax.Array
 

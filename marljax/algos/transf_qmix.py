@@ -48,11 +48,12 @@ from marljax.algos.acting import GroupNetworks
 from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.algos.q_acting import QConfig
 from marljax.algos.qlearning import REPLAY_DEFAULTS, ReplayConfig, TeamValue
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.entities import EntityView, entity_view
 from marljax.nn.networks import STATS, BatchNorm, dense, normalise, orthogonal
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 
 Array = jax.Array
 XAVIER = nn.initializers.xavier_uniform()

@@ -41,10 +41,11 @@ from marljax.bench.measure import six_digits
 from marljax.bench.swap import bench_swap
 from marljax.bench.table import markdown, report_text
 from marljax.bench.train import bench_train
-from marljax.config import Config, ConfigError, load_config, replace
+from marljax.config import Config, load_config, replace
 from marljax.parallel.layouts import AGENT
 from marljax.parallel.mesh import device_count, learner_specs
 from marljax.parallel.placement import fake_cpu_devices_env, platform
+from marljax.schema import ConfigError
 from marljax.train.wiring import make_adapter, make_trainer, prepare
 
 AGENTS = (4, 16, 64)

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from marljax.bench.table import report
-from marljax.config import Config, ConfigError, replace
+from marljax.config import Config, replace
+from marljax.schema import ConfigError
 from marljax.train.loop import train
 
 

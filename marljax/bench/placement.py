@@ -18,8 +18,9 @@ import jax
 
 from marljax.algos.api import Trainer
 from marljax.bench.table import Row
-from marljax.config import Config, ConfigError, replace
+from marljax.config import Config, replace
 from marljax.parallel.agent_placement import GroupCost, balanced, naive
+from marljax.schema import ConfigError
 
 ADAM_MOMENTS = 2  # the optimizer state per parameter: Adam's mu and nu, as the parameters' dtype
 

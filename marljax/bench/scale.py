@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from marljax.bench.table import report
-from marljax.config import Config, ConfigError, load_config
+from marljax.config import Config, load_config
+from marljax.schema import ConfigError
 
 PER_DEVICE = (64, 256, 1024, 4096, 16384, 65536)
 MAX_PER_DEVICE = {"cpu": 4096}  # elsewhere: every size

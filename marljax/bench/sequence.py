@@ -34,8 +34,9 @@ import jax
 import jax.numpy as jnp
 
 from marljax.bench.table import markdown, report_text
-from marljax.config import ConfigError, load_config
+from marljax.config import load_config
 from marljax.nn import retention
+from marljax.schema import ConfigError
 from marljax.train.wiring import make_adapter, make_trainer
 
 AGENTS = (4, 16, 64, 128)

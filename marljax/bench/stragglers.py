@@ -28,8 +28,9 @@ from typing import Any
 
 from marljax.bench.measure import six_digits
 from marljax.bench.table import Row, report
-from marljax.config import Config, ConfigError, load_config, replace
+from marljax.config import Config, load_config, replace
 from marljax.pipeline.actor_learner import AsyncRun
+from marljax.schema import ConfigError
 from marljax.train.wiring import make_adapter, make_trainer
 
 ENV = "pettingzoo:marljax.testing.host_straggler:parallel_env"

@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from marljax.bench.table import report
-from marljax.config import Config, ConfigError, replace
+from marljax.config import Config, replace
+from marljax.schema import ConfigError
 from marljax.train.chunks import Stopped
 from marljax.train.loop import train
 

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.config import ConfigError
+from marljax.schema import ConfigError
 
 Array = jax.Array
 

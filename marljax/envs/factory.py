@@ -7,7 +7,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from marljax.config import ConfigError, first_line
+from marljax.schema import ConfigError, first_line
 
 
 def import_env_module(module_name: str, spec: str) -> ModuleType:

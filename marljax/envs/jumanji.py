@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from marljax.config import ConfigError, first_line, listed
+from marljax.schema import ConfigError, first_line, listed
 
 PREFIX = "jumanji:"
 INSTALL = "pip install 'marljax[jumanji]'"

@@ -14,10 +14,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from marljax.config import ConfigError, first_line, listed
 from marljax.envs.factory import build_env, import_env_module
 from marljax.envs.jumanji import check_id as check_jumanji_id
 from marljax.envs.jumanji import is_jumanji, make_jumanji
+from marljax.schema import ConfigError, first_line, listed
 
 # Ids that import from the PyPI package but need something it does not install.
 _NEEDS = {

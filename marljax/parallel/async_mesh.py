@@ -23,10 +23,11 @@ import jax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from marljax.config import AsyncConfig, ConfigError
 from marljax.parallel.layouts import AGENT
 from marljax.parallel.mesh import DATA
 from marljax.parallel.placement import shardings
+from marljax.pipeline.settings import AsyncConfig
+from marljax.schema import ConfigError
 from marljax.types import Trajectory
 
 

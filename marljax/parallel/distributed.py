@@ -25,8 +25,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from marljax.config import Config, ConfigError, DistributedConfig
+from marljax.config import Config
 from marljax.parallel import peer_watch
+from marljax.parallel.settings import DistributedConfig
+from marljax.schema import ConfigError
 
 
 class DistributedError(RuntimeError):

@@ -40,13 +40,13 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from marljax.config import ConfigError, traced_keys
 from marljax.envs.host import is_host_env
 from marljax.files import DamagedFile, read_json, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.parallel.placement import place
+from marljax.schema import ConfigError, traced_keys
 from marljax.sweeps.results import METRICS, ResultsStore, load
 from marljax.sweeps.spec import Program, Sweep, located
 from marljax.train import compile_cache

@@ -33,8 +33,9 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from marljax.config import Config, ConfigError, core_keys, first_line, from_dict, resumable_keys, to_flat
+from marljax.config import Config, from_dict
 from marljax.parallel import distributed
+from marljax.schema import ConfigError, core_keys, first_line, resumable_keys, to_flat
 from marljax.train import library_log
 
 # Fields a resumed run may change: when and how it runs, not what it trains. Everything else

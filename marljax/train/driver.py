@@ -33,9 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.config import Config, ConfigError
+from marljax.config import Config
 from marljax.parallel import distributed
 from marljax.parallel.distributed import any_process, host_values
+from marljax.schema import ConfigError
 from marljax.train.checkpoint import Checkpointer, CheckpointError, check_resumable, with_weak_types
 from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, run_chunks
 from marljax.train.evaluate import EvalResult, Evaluation, eval_fields

@@ -23,8 +23,9 @@ from typing import Any
 
 import jax
 
-from marljax.config import Config, ConfigError, from_dict, merge, parse_overrides, replace
+from marljax.config import Config, from_dict, replace
 from marljax.files import check_writable_dir
+from marljax.schema import ConfigError, merge, parse_overrides
 
 # what the offline run decides for the online one: the env, the networks' shapes and the seeds
 CARRIED_KEYS = ("env", "env_kwargs", "hidden_size", "num_layers", "network", "activation", "torso", "dtype",

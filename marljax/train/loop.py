@@ -21,13 +21,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.config import Config, ConfigError, replace
+from marljax.config import Config, replace
 from marljax.files import DirectoryLock, check_writable_dir, expand_home, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.async_mesh import async_placement
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.processes import dataset_dir
+from marljax.schema import ConfigError
 from marljax.train import compile_cache
 from marljax.train.budget import continue_budget, saved_run
 from marljax.train.checkpoint import (

@@ -27,8 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.config import Config, ConfigError
+from marljax.config import Config
 from marljax.parallel.placement import memory_stats
+from marljax.schema import ConfigError
 
 LIMIT_ENV = "MARLJAX_MEMORY_LIMIT"
 WARN_FRACTION = 0.6  # an estimate above this share of the limit gets one warning line

@@ -26,11 +26,12 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from marljax.config import Config, ConfigError, first_line, from_dict
+from marljax.config import Config, from_dict
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.registry import is_import_path
 from marljax.files import DamagedFile, read_json, write_text_atomic
 from marljax.parallel.mesh import first_device_sharding
+from marljax.schema import ConfigError, first_line
 from marljax.train import library_log
 from marljax.train.checkpoint import Checkpointer, abstract_like, config_from_meta, fingerprint, versions
 from marljax.train.wiring import make_adapter, make_trainer

@@ -27,8 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.config import Config, ConfigError, load_config
+from marljax.config import Config, load_config
 from marljax.envs.adapter import EnvAdapter
+from marljax.schema import ConfigError
 from marljax.train.datasets import DatasetWriter, check_stackable, episode_returns, return_distribution
 from marljax.train.evaluate import baseline_act
 

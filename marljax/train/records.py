@@ -12,7 +12,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from marljax.config import Config, device_defaults, dump_yaml, family_defaults
+from marljax.config import Config, device_defaults, family_defaults
+from marljax.schema import dump_yaml
 from marljax.train.checkpoint import versions
 
 BUILD_RECORD = Path(__file__).resolve().parents[1] / "_build.json"  # written into a wheel by setup.py

@@ -32,8 +32,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from marljax.config import Config, LogConfig, to_flat
+from marljax.config import Config
 from marljax.files import write_text_atomic
+from marljax.schema import to_flat
+from marljax.train.settings import LogConfig
 
 
 def scalars(row: dict) -> dict[str, float]:

@@ -15,7 +15,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from marljax.config import Config, ConfigError, first_line
+from marljax.config import Config
+from marljax.schema import ConfigError, first_line
 from marljax.train import memory
 from marljax.train.memory import MemoryEstimate, per_seed, rollout_bytes, tree_bytes
 from marljax.train.wiring import make_trainer

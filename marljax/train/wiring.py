@@ -10,13 +10,14 @@ from jax.sharding import Mesh
 
 from marljax.algos import registry
 from marljax.algos.api import Trainer
-from marljax.config import Config, ConfigError, algorithm_schema, algorithms_that
+from marljax.config import Config, algorithms_that
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
 from marljax.envs.registry import make_env
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import build_mesh, mesh_layout, replicated_groups
 from marljax.parallel.placement import platform
+from marljax.schema import ConfigError, algorithm_schema
 
 
 def make_adapter(config: Config) -> EnvAdapter:
