@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import math
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -61,6 +62,9 @@ class Part(typing.NamedTuple):
 
 _PARTS: dict[str, Part] = {}
 _SCHEMAS: dict[str, Any] = {}  # algorithm name -> its schema
+# modules whose import registers algorithms (marljax/__init__.py names marljax.algos): imported at
+# the first lookup, not with the package, so that the engine and the settings load without JAX
+_PROVIDERS: list[str] = []
 
 
 def register_part(part: Part) -> None:
@@ -88,15 +92,30 @@ def register_schema(schema: Any) -> None:
     _SCHEMAS[schema.name] = dataclasses.replace(schema, sections=sections)
 
 
+def register_provider(module: str) -> None:
+    """Name a module whose import registers algorithms; it is imported at the first lookup."""
+    if module not in _PROVIDERS:
+        _PROVIDERS.append(module)
+
+
+def _schemas() -> dict[str, Any]:
+    """Every registered schema, the providers imported first (a no-op once they are, or while
+    one is being imported and looks a schema up)."""
+    for module in _PROVIDERS:
+        importlib.import_module(module)
+    return _SCHEMAS
+
+
 def algorithm_schema(name: str) -> Any:  # (marljax.config.AlgorithmSchema)
-    if name not in _SCHEMAS:
-        one_of("algo", name, tuple(_SCHEMAS))
-    return _SCHEMAS[name]
+    schemas = _schemas()
+    if name not in schemas:
+        one_of("algo", name, tuple(schemas))
+    return schemas[name]
 
 
 def algorithms() -> tuple[str, ...]:
     """Every registered algorithm's name, in registration order."""
-    return tuple(_SCHEMAS)
+    return tuple(_schemas())
 
 
 class FileFormat(typing.NamedTuple):
@@ -226,7 +245,7 @@ def unknown_key(key: str, allowed: typing.Iterable[str], prefix: str = "") -> Co
 def homes(key: str) -> list[tuple[str, str, list[str]]]:
     """Where a top-level key that is not core lives: (section, dotted key, algorithms taking it)."""
     found: dict[str, tuple[str, list[str]]] = {}
-    for schema in _SCHEMAS.values():
+    for schema in _schemas().values():
         for name, cls in schema.sections.items():
             if key == name:  # a whole section
                 found.setdefault(name, (name, []))[1].append(schema.name)
