@@ -320,8 +320,10 @@ def _compare(args: list[str]) -> int:
                 value = rest.pop(0)
             options[{"--metric": "metric", "--out": "out_dir", "--csv": "csv_path"}[flag]] = value
         elif arg.startswith("--"):
-            print(f"marljax: compare: unknown option {arg}; expected --metric, --out, --csv or --allow-mixed",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"marljax: compare: unknown option {arg}; expected --metric, --out, --csv or --allow-mixed",
+                file=sys.stderr,
+            )
             return 2
         else:
             specs.append(arg)
@@ -692,9 +694,12 @@ def _wrapped(name: str, text: str, width: int = 12) -> list[str]:
 def usage() -> str:
     """`marljax --help`: every command's usage line and summary, every bench's, from COMMANDS."""
     lines = [f"{'usage:' if i == 0 else '      '} marljax {c.name} {c.args}" for i, c in enumerate(COMMANDS)]
-    lines += ["       marljax COMMAND --help     (train --help lists every setting; algo=NAME --help another algorithm's)",
-              "       marljax help [COMMAND [NAME]]",
-              "       marljax --version", ""]  # fmt: skip
+    lines += [
+        "       marljax COMMAND --help     (train --help lists every setting; algo=NAME --help another algorithm's)",
+        "       marljax help [COMMAND [NAME]]",
+        "       marljax --version",
+        "",
+    ]
     for command in COMMANDS:
         lines += _wrapped(command.name, command.summary, 8)
     for command in COMMANDS:
@@ -718,8 +723,14 @@ def command_usage(path: tuple[Command, ...], algo: str | None = None, env: str |
         lines += ["", f"marljax {name} NAME [ARGS ...], where NAME is:"]
         for sub in command.subcommands:
             lines += _wrapped(sub.name, sub.summary)
-        lines += ["", *textwrap.wrap(f"marljax {name} NAME --help: NAME's arguments (and every setting, for those "
-                                     f"that train); {command.subcommands[0].name} is the default.", 100)]  # fmt: skip
+        lines += [
+            "",
+            *textwrap.wrap(
+                f"marljax {name} NAME --help: NAME's arguments (and every setting, for those "
+                f"that train); {command.subcommands[0].name} is the default.",
+                100,
+            ),
+        ]
     return "\n".join(lines)
 
 
@@ -735,8 +746,10 @@ def config_help(name: str, args: str, description: str, algo: str, env: str | No
     chosen = load_config(None, [f"algo={algo}", *([f"env={env}"] if env else [])])
     family, kept = family_defaults(chosen)
     device, on_device = device_defaults(chosen)
-    declared = "; ".join(f"{f}: " + ", ".join(f"{k}={v}" for k, v in to_flat(dict(o)).items())
-                         for f, o in sorted(schema.family_defaults.items()))  # fmt: skip
+    declared = "; ".join(
+        f"{f}: " + ", ".join(f"{k}={v}" for k, v in to_flat(dict(o)).items())
+        for f, o in sorted(schema.family_defaults.items())
+    )
     lines = [
         f"usage: marljax {name} {args}",
         "",
@@ -823,8 +836,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"marljax: {line}", file=sys.stderr)
             return 1
         text = str(exc).strip().splitlines()
-        print(f"marljax: {type(exc).__name__}: {text[0][:500] if text else 'no message'} "
-              "(MARLJAX_DEBUG=1 shows the traceback)", file=sys.stderr)  # fmt: skip
+        print(
+            f"marljax: {type(exc).__name__}: {text[0][:500] if text else 'no message'} "
+            "(MARLJAX_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -29,16 +29,35 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {message}")
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None,
-            choices: tuple = (), minimum: float | None = None, above: float | None = None, maximum: float | None = None,
-            traced: bool = False, resumable: bool = False, jaxmarl: str | tuple[str, ...] = (), mapping: str = "") -> Any:  # fmt: skip
+def setting(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    factory: Callable[[], Any] | None = None,
+    choices: tuple = (),
+    minimum: float | None = None,
+    above: float | None = None,
+    maximum: float | None = None,
+    traced: bool = False,
+    resumable: bool = False,
+    jaxmarl: str | tuple[str, ...] = (),
+    mapping: str = "",
+) -> Any:
     """A config field with its help line and constraints. `minimum`/`maximum`: inclusive bounds;
     `above`: exclusive. `traced`: a float hyperparameter carried as a traced scalar (sweeps vmap it).
     `resumable`: may change on resume. `jaxmarl`: JaxMARL's UPPERCASE keys that mean it, in its units.
     `mapping`: a free-form mapping ("deep": merged per key; "shallow": each key's value replaced)."""
-    meta = {"help": help, "choices": tuple(choices), "minimum": minimum, "above": above, "maximum": maximum,
-            "traced": traced, "resumable": resumable, "mapping": mapping,
-            "jaxmarl": (jaxmarl,) if isinstance(jaxmarl, str) else tuple(jaxmarl)}  # fmt: skip
+    meta = {
+        "help": help,
+        "choices": tuple(choices),
+        "minimum": minimum,
+        "above": above,
+        "maximum": maximum,
+        "traced": traced,
+        "resumable": resumable,
+        "mapping": mapping,
+        "jaxmarl": (jaxmarl,) if isinstance(jaxmarl, str) else tuple(jaxmarl),
+    }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -153,7 +172,9 @@ def build(values: Mapping[str, Any], schema: Any, defaults: Mapping | None = Non
     for key, value in values.items():
         if key in schema.sections:
             if not isinstance(value, Mapping):
-                raise ConfigError(key, f"is a section: give {key}.<field>=value (fields: {', '.join(fields(schema.sections[key]))})")  # fmt: skip
+                raise ConfigError(
+                    key, f"is a section: give {key}.<field>=value (fields: {', '.join(fields(schema.sections[key]))})"
+                )
             sections[key] = value
         elif key in owner:
             part = owner[key]
@@ -212,8 +233,13 @@ def hparams_values(config: Any) -> dict[str, float]:
 
 def _mappings(kind: str | None = None) -> set[str]:
     """Top-level keys of free-form mapping fields (of one merge kind, or any)."""
-    return {k for p in parts() if p.flat for k, f in fields(p.cls).items()
-            if f.metadata.get("mapping") and kind in (None, f.metadata["mapping"])}  # fmt: skip
+    return {
+        k
+        for p in parts()
+        if p.flat
+        for k, f in fields(p.cls).items()
+        if f.metadata.get("mapping") and kind in (None, f.metadata["mapping"])
+    }
 
 
 def to_flat(tree: Mapping, prefix: str = "") -> dict[str, Any]:
@@ -262,8 +288,10 @@ def misplaced(key: str, algo: str, sections: Mapping[str, type]) -> ConfigError:
     if mine:
         return ConfigError(key, f"is a key of a section now: write {mine[0]}")
     if found:
-        where = "; ".join(f"{'the section' if dotted == section else dotted} of algo={', '.join(algos)}"
-                          for section, dotted, algos in found)  # fmt: skip
+        where = "; ".join(
+            f"{'the section' if dotted == section else dotted} of algo={', '.join(algos)}"
+            for section, dotted, algos in found
+        )
         takes = ", ".join(f"{s}.*" for s in sections) or "no section"
         return ConfigError(key, f"is {where}; algo={algo} takes {takes}")
     return unknown_key(key, list(core_keys()) + [f"{s}.{f}" for s, cls in sections.items() for f in fields(cls)])
@@ -374,8 +402,11 @@ def parse_scalar(text: str, field: str = "value") -> Any:
         raise ConfigError(field, f"a value nested {text[:20]!r}... too deep to be a setting") from None
     except yaml.YAMLError as exc:
         # the usual cause: a value with spaces given unquoted, which the shell splits into several arguments
-        raise ConfigError(field, f"{text!r} is not a value YAML can read ({_yaml_problem(exc)}); on the command "
-                          "line a value with spaces must be one shell argument: quote the whole key=value") from None  # fmt: skip
+        raise ConfigError(
+            field,
+            f"{text!r} is not a value YAML can read ({_yaml_problem(exc)}); on the command "
+            "line a value with spaces must be one shell argument: quote the whole key=value",
+        ) from None
 
 
 def set_dotted(tree: dict, dotted: str, value: Any) -> None:

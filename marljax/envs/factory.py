@@ -30,8 +30,11 @@ def build_env(make: Callable[[], Any], label: str, kind: str, required: tuple[st
     except (ConfigError, KeyboardInterrupt):
         raise
     except BaseException as exc:  # noqa: BLE001 - the user's factory, even a BaseException of its own or sys.exit
-        raise ConfigError("env", f"building the env failed: {label} raised {type(exc).__name__}: "
-                                 f"{first_line(exc)}; fix the factory or env_kwargs") from exc  # fmt: skip
+        raise ConfigError(
+            "env",
+            f"building the env failed: {label} raised {type(exc).__name__}: "
+            f"{first_line(exc)}; fix the factory or env_kwargs",
+        ) from exc
     missing = [name for name in required if not hasattr(env, name)]
     if missing:
         raise ConfigError(

@@ -262,8 +262,11 @@ def _check_cell_count(grid: Mapping[str, list], zip_values: Mapping[str, list], 
     cells = math.prod(len(v) for v in grid.values()) * zip_len
     if cells > max_cells:
         sizes = " x ".join([f"{k} {len(v)}" for k, v in grid.items()] + ([f"zip {zip_len}"] if zip_values else []))
-        raise ConfigError("axes", f"the grid has {cells:,} cells ({sizes}), more than max_cells={max_cells:,}; "
-                                  "shrink an axis, or put max_cells: N in the sweep file to run it anyway")  # fmt: skip
+        raise ConfigError(
+            "axes",
+            f"the grid has {cells:,} cells ({sizes}), more than max_cells={max_cells:,}; "
+            "shrink an axis, or put max_cells: N in the sweep file to run it anyway",
+        )
 
 
 def _label(value: Any) -> str:

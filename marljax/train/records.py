@@ -29,8 +29,12 @@ def git_commit() -> str:
         return _built_from()
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     if head.returncode != 0:
@@ -59,8 +63,10 @@ def family_note(config: Config) -> str | None:
     family, kept = family_defaults(config)
     if kept:
         settings = ", ".join(f"{key}={value}" for key, value in kept.items())
-        notes.append(f"defaults for env family {family}: {settings} (algo={config.algo}'s for it; "
-                     "family_defaults=none leaves them out)")  # fmt: skip
+        notes.append(
+            f"defaults for env family {family}: {settings} (algo={config.algo}'s for it; "
+            "family_defaults=none leaves them out)"
+        )
     device, chosen = device_defaults(config)
     if chosen:
         settings = ", ".join(f"{key}={value}" for key, value in chosen.items())
