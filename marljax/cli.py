@@ -3,7 +3,7 @@
 Every command is declared once, in COMMANDS below (its name, arguments, one-line summary, help
 and handler); `marljax --help`, `marljax help COMMAND`, `marljax COMMAND --help` and the dispatch
 are all made from that table. `bench` holds the benchmarks as its subcommands (`marljax bench
-target ...`); their old spellings (`marljax bench-target ...`) still run the same handlers.
+target ...`).
 
 Nested keys take dots: `mesh.data=4`, `env_kwargs.scenario=3m`. A bad config prints one line
 naming the field and exits with code 2 before compiling.
@@ -24,7 +24,8 @@ from pathlib import Path
 
 _IMPORTED = time.time()  # the start-up's start where /proc cannot say when the process began
 
-from marljax.config import Config, ConfigError, load_config  # noqa: E402 - after the time above
+from marljax.config import Config, load_config  # noqa: E402 - after the time above
+from marljax.schema import ConfigError  # noqa: E402 - after the time above
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,6 @@ class Command:
     run: Callable[[list[str]], int]  # the arguments after its name -> the exit code
     help: str = ""  # `marljax NAME --help`: said after the usage line
     settings: bool = False  # --help also lists every setting of the config (a command that trains)
-    alias: str = ""  # an older spelling that still runs it (`bench-target` for `bench target`)
     subcommands: tuple[Command, ...] = ()  # bench's benchmarks; the first is the default
 
 
@@ -320,8 +320,10 @@ def _compare(args: list[str]) -> int:
                 value = rest.pop(0)
             options[{"--metric": "metric", "--out": "out_dir", "--csv": "csv_path"}[flag]] = value
         elif arg.startswith("--"):
-            print(f"marljax: compare: unknown option {arg}; expected --metric, --out, --csv or --allow-mixed",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"marljax: compare: unknown option {arg}; expected --metric, --out, --csv or --allow-mixed",
+                file=sys.stderr,
+            )
             return 2
         else:
             specs.append(arg)
@@ -445,7 +447,6 @@ BENCHES = (
         "on MPE simple_spread, 1.8 on SMAX 3m); prints the wall time with compilation, the env steps used and the "
         "curve, then a JSON line. total_timesteps is the budget.",
         settings=True,
-        alias="bench-target",
     ),
     Command(
         "scale",
@@ -458,7 +459,6 @@ in its own process, until a row runs out of memory, passes --timeout seconds (de
 passes --max-envs per device (default 4096 on CPU, 65536 elsewhere). Prints env-steps/s, MFU,
 peak memory and compile time per row, a JSON line per row, and last a JSON line with every row.
 key=value settings apply to every row (marljax train --help lists them).""",
-        alias="bench-scale",
     ),
     Command(
         "agents",
@@ -476,7 +476,6 @@ of an update; the update's time and env-steps/s. Then the largest N whose learne
 and on each K: fitted through the measured bytes and checked against the state's shapes. Prints a
 markdown table, then one JSON line. Defaults: 8 envs x 16 steps (times compare rows; they are not
 absolute); key=value settings (marljax train --help) change every row.""",
-        alias="bench-agents",
     ),
     Command(
         "sequence",
@@ -498,7 +497,6 @@ of 2 minibatches; key=value settings (marljax train --help) change every row."""
         _bench_checkpoint,
         "Training time with checkpoints every checkpoint_every updates vs only at the end.",
         settings=True,
-        alias="bench-checkpoint",
     ),
     Command(
         "sweep",
@@ -507,7 +505,6 @@ of 2 minibatches; key=value settings (marljax train --help) change every row."""
         _bench_sweep,
         "4 learning rates x 8 seeds: one vmapped program vs the same runs one after another.",
         settings=True,
-        alias="bench-sweep",
     ),
     Command(
         "stragglers",
@@ -672,8 +669,6 @@ with code 1 and a line saying why when JAX sees no such device.""",
     ),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
-# an old spelling -> the command path it runs: {"bench-target": ("bench", "target"), ...}
-ALIASES = {sub.alias: (command.name, sub.name) for command in COMMANDS for sub in command.subcommands if sub.alias}
 
 EXAMPLES = """\
   marljax train
@@ -699,9 +694,12 @@ def _wrapped(name: str, text: str, width: int = 12) -> list[str]:
 def usage() -> str:
     """`marljax --help`: every command's usage line and summary, every bench's, from COMMANDS."""
     lines = [f"{'usage:' if i == 0 else '      '} marljax {c.name} {c.args}" for i, c in enumerate(COMMANDS)]
-    lines += ["       marljax COMMAND --help     (train --help lists every setting; algo=NAME --help another algorithm's)",
-              "       marljax help [COMMAND [NAME]]",
-              "       marljax --version", ""]  # fmt: skip
+    lines += [
+        "       marljax COMMAND --help     (train --help lists every setting; algo=NAME --help another algorithm's)",
+        "       marljax help [COMMAND [NAME]]",
+        "       marljax --version",
+        "",
+    ]
     for command in COMMANDS:
         lines += _wrapped(command.name, command.summary, 8)
     for command in COMMANDS:
@@ -709,8 +707,6 @@ def usage() -> str:
             lines += ["", f"{command.name} NAME (marljax {command.name} NAME --help says more):"]
             for sub in command.subcommands:
                 lines += _wrapped(sub.name, sub.summary)
-            if old := [f"{sub.alias} ({command.name} {sub.name})" for sub in command.subcommands if sub.alias]:
-                lines += ["", *textwrap.wrap(f"old spellings, still run: {', '.join(old)}", 100)]
     return "\n".join([*lines, "", "examples:", EXAMPLES])
 
 
@@ -727,10 +723,14 @@ def command_usage(path: tuple[Command, ...], algo: str | None = None, env: str |
         lines += ["", f"marljax {name} NAME [ARGS ...], where NAME is:"]
         for sub in command.subcommands:
             lines += _wrapped(sub.name, sub.summary)
-        old = ", ".join(f"{sub.alias} = {name} {sub.name}" for sub in command.subcommands if sub.alias)
-        lines += ["", *textwrap.wrap(f"marljax {name} NAME --help: NAME's arguments (and every setting, for those "
-                                     f"that train); {command.subcommands[0].name} is the default."
-                                     + (f" Old spellings, still run: {old}." if old else ""), 100)]  # fmt: skip
+        lines += [
+            "",
+            *textwrap.wrap(
+                f"marljax {name} NAME --help: NAME's arguments (and every setting, for those "
+                f"that train); {command.subcommands[0].name} is the default.",
+                100,
+            ),
+        ]
     return "\n".join(lines)
 
 
@@ -738,23 +738,18 @@ def config_help(name: str, args: str, description: str, algo: str, env: str | No
     """`marljax COMMAND --help` for a command that trains: every setting of the core schema and of
     algo's sections, with its default for that algorithm on env (its family's defaults marked) and
     its help line, generated from the config's dataclasses."""
-    from marljax.config import (
-        algorithm_schema,
-        algorithms,
-        device_defaults,
-        family_defaults,
-        load_config,
-        schema_fields,
-        to_flat,
-    )
+    from marljax.config import device_defaults, family_defaults, load_config, schema_fields
     from marljax.families import family_of
+    from marljax.schema import algorithm_schema, algorithms, to_flat
 
     schema = algorithm_schema(algo)
     chosen = load_config(None, [f"algo={algo}", *([f"env={env}"] if env else [])])
     family, kept = family_defaults(chosen)
     device, on_device = device_defaults(chosen)
-    declared = "; ".join(f"{f}: " + ", ".join(f"{k}={v}" for k, v in to_flat(dict(o)).items())
-                         for f, o in sorted(schema.family_defaults.items()))  # fmt: skip
+    declared = "; ".join(
+        f"{f}: " + ", ".join(f"{k}={v}" for k, v in to_flat(dict(o)).items())
+        for f, o in sorted(schema.family_defaults.items())
+    )
     lines = [
         f"usage: marljax {name} {args}",
         "",
@@ -787,11 +782,10 @@ def config_help(name: str, args: str, description: str, algo: str, env: str | No
 
 def resolve(argv: Sequence[str]) -> tuple[tuple[Command, ...], list[str]]:
     """(the command path argv names, the arguments left): ("bench", "target") for `bench target
-    ...` and for its old spelling `bench-target ...`; (bench,) alone when no bench is named; ()
-    for an unknown command."""
+    ...`; (bench,) alone when no bench is named; () for an unknown command."""
     if not argv:
         return (), []
-    names = [*ALIASES.get(argv[0], (argv[0],)), *argv[1:]]
+    names = list(argv)
     command = BY_NAME.get(names[0])
     if command is None:
         return (), list(argv)
@@ -803,7 +797,7 @@ def resolve(argv: Sequence[str]) -> tuple[tuple[Command, ...], list[str]]:
 def _help_choice(path: str | None, overrides: list[str]) -> tuple[str, str | None]:
     """(the algorithm, the env) a help request is about: algo=NAME / env=ID, else the config file's,
     else the default (None for the env)."""
-    from marljax.config import parse_overrides, read_yaml_mapping
+    from marljax.schema import parse_overrides, read_yaml_mapping
 
     values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
     given = {**values, **parse_overrides([a for a in overrides if a.startswith(("algo=", "env="))])}
@@ -842,8 +836,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"marljax: {line}", file=sys.stderr)
             return 1
         text = str(exc).strip().splitlines()
-        print(f"marljax: {type(exc).__name__}: {text[0][:500] if text else 'no message'} "
-              "(MARLJAX_DEBUG=1 shows the traceback)", file=sys.stderr)  # fmt: skip
+        print(
+            f"marljax: {type(exc).__name__}: {text[0][:500] if text else 'no message'} "
+            "(MARLJAX_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -13,8 +13,9 @@ refused with a line naming the section that takes it.
 Values come from a YAML file and `key=value` overrides (dots reach nested sections:
 `mesh.data=4`, `ppo.clip_eps=0.1`, `env_kwargs.scenario=3m`). The engine that reads, coerces,
 walks and checks them knows no field (`marljax/schema.py`); validation happens before anything is
-compiled, and every error names the field and what is allowed. The names this module re-exports
-(`from marljax.config import load_config, ConfigError, ...`) are the engine's and the layers'.
+compiled, and every error names the field and what is allowed. It re-exports the engine's and the
+layers' names (`from marljax.config import load_config, ConfigError, ...`) for scripts and tests;
+modules inside marljax import those from their owners (`marljax.schema`, the layers' `settings.py`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from marljax.pipeline.settings import AsyncConfig
 from marljax.schema import (
     FILE_FORMATS,
     INT32_MAX,
-    RENAMED,
     ConfigError,
     FileFormat,
     Part,
@@ -56,8 +56,10 @@ from marljax.schema import (
     divisors,
     dump_yaml,
     fields,
+    first_line,
     homes,
     hparams_values,
+    listed,
     merge,
     misplaced,
     one_of,
@@ -98,7 +100,6 @@ SHARING = ("shared", "per_role", "independent")
 MODES = ("anakin", "async")
 MAX_UPDATES = 2**31 - 1  # the most updates a run may have: LearnerState.update is int32 [] (types.py)
 NETWORK_KEYS = ("hidden_size", "num_layers")  # what network.<group>.* may override
-RENAMED.update(update_epochs=("ppo.update_epochs", "pqn.update_epochs", "replay.gradient_steps"))
 
 
 # ----------------------------------------------------------------------------- the core
@@ -110,38 +111,69 @@ class CoreConfig:
     the networks and the seeds (flat keys)."""
 
     algo: str = setting("ippo", "the algorithm (marljax train --help lists them)")
-    env: str = setting("MPE_simple_spread_v3", "a JaxMARL env id, or module:callable returning an env "
-                       "(imports and runs that code)", jaxmarl="ENV_NAME")  # fmt: skip
-    family_defaults: str = setting("auto", "whose defaults the algorithm starts from: auto (those it declares for "
-                                   "the env's family, e.g. mpe), none (its own), or a family's name",
-                                   choices=("auto", "none", *FAMILY_NAMES))  # fmt: skip
-    device_defaults: str = setting("auto", "whose defaults an accelerator adds over the family's: auto (those "
-                                   "declared for this machine's GPU or TPU; none on a CPU), none, or a device "
-                                   "(cpu, gpu, tpu)", choices=("auto", "none", *DEVICES))  # fmt: skip
+    env: str = setting(
+        "MPE_simple_spread_v3",
+        "a JaxMARL env id, or module:callable returning an env (imports and runs that code)",
+        jaxmarl="ENV_NAME",
+    )
+    family_defaults: str = setting(
+        "auto",
+        "whose defaults the algorithm starts from: auto (those it declares for "
+        "the env's family, e.g. mpe), none (its own), or a family's name",
+        choices=("auto", "none", *FAMILY_NAMES),
+    )
+    device_defaults: str = setting(
+        "auto",
+        "whose defaults an accelerator adds over the family's: auto (those "
+        "declared for this machine's GPU or TPU; none on a CPU), none, or a device "
+        "(cpu, gpu, tpu)",
+        choices=("auto", "none", *DEVICES),
+    )
     env_kwargs: dict = setting(
         factory=dict, mapping="shallow", help="keyword arguments of the env's constructor (env_kwargs.name=value)"
     )
 
     # rollout shape and budget
-    total_timesteps: int = setting(5_000_000, "env steps of one seed over the whole run", minimum=1,
-                                   maximum=10**15, resumable=True, jaxmarl="TOTAL_TIMESTEPS")  # fmt: skip
+    total_timesteps: int = setting(
+        5_000_000,
+        "env steps of one seed over the whole run",
+        minimum=1,
+        maximum=10**15,
+        resumable=True,
+        jaxmarl="TOTAL_TIMESTEPS",
+    )
     num_envs: int = setting(64, "environments stepped in parallel per seed", minimum=1, jaxmarl="NUM_ENVS")
-    num_steps: int = setting(128, "steps of every environment per update (the rollout length)", minimum=1,
-                             jaxmarl="NUM_STEPS")  # fmt: skip
+    num_steps: int = setting(
+        128, "steps of every environment per update (the rollout length)", minimum=1, jaxmarl="NUM_STEPS"
+    )
 
     # optimiser (every algorithm)
     lr: float = setting(2e-3, "Adam learning rate", above=0.0, traced=True, jaxmarl="LR")
-    anneal_lr: bool = setting(True, "decay the learning rate to 0 over the run (lr_decay says how)",
-                              jaxmarl=("ANNEAL_LR", "LR_LINEAR_DECAY"))  # fmt: skip
-    lr_decay: str = setting("linear", "the decay's shape when anneal_lr: linear | cosine (to 0 over the run) | "
-                            "exponential (by lr_exp_decay_rate per update)", choices=LR_DECAYS,
-                            jaxmarl="LR_DECAY_TYPE")  # fmt: skip
-    lr_exp_decay_rate: float = setting(0.0, "lr_decay=exponential: the fraction the rate falls by per update, "
-                                       "lr x (1 - rate)^updates after any warm-up", minimum=0.0, maximum=0.99,
-                                       jaxmarl="LR_EXP_DECAY_RATE")  # fmt: skip
-    lr_warmup: float = setting(0.0, "fraction of the run's updates over which the learning rate first rises "
-                               "linearly from 0 (then decays over the rest when anneal_lr)", minimum=0.0, maximum=0.99,
-                               jaxmarl="LR_WARMUP")  # fmt: skip
+    anneal_lr: bool = setting(
+        True, "decay the learning rate to 0 over the run (lr_decay says how)", jaxmarl=("ANNEAL_LR", "LR_LINEAR_DECAY")
+    )
+    lr_decay: str = setting(
+        "linear",
+        "the decay's shape when anneal_lr: linear | cosine (to 0 over the run) | "
+        "exponential (by lr_exp_decay_rate per update)",
+        choices=LR_DECAYS,
+        jaxmarl="LR_DECAY_TYPE",
+    )
+    lr_exp_decay_rate: float = setting(
+        0.0,
+        "lr_decay=exponential: the fraction the rate falls by per update, lr x (1 - rate)^updates after any warm-up",
+        minimum=0.0,
+        maximum=0.99,
+        jaxmarl="LR_EXP_DECAY_RATE",
+    )
+    lr_warmup: float = setting(
+        0.0,
+        "fraction of the run's updates over which the learning rate first rises "
+        "linearly from 0 (then decays over the rest when anneal_lr)",
+        minimum=0.0,
+        maximum=0.99,
+        jaxmarl="LR_WARMUP",
+    )
     lr_schedule_resumes: Any = setting(
         factory=list,
         resumable=True,
@@ -150,33 +182,56 @@ class CoreConfig:
         "the learning rate goes on from where it was, what was left of its schedule "
         "stretched over the updates now left (docs/guide/checkpoints.md)",
     )
-    max_grad_norm: float = setting(0.5, "clip the global gradient norm to this", above=0.0, traced=True,
-                                   jaxmarl="MAX_GRAD_NORM")  # fmt: skip
-    adam_eps: float = setting(1e-5, "Adam's epsilon (added to the root of the second moment)", above=0.0,
-                              jaxmarl="EPS_ADAM")  # fmt: skip
-    weight_decay: float = setting(0.0, "decoupled weight decay (AdamW): each step also subtracts lr x weight_decay x "
-                                  "the parameters", minimum=0.0, jaxmarl="WEIGHT_DECAY_ADAM")  # fmt: skip
+    max_grad_norm: float = setting(
+        0.5, "clip the global gradient norm to this", above=0.0, traced=True, jaxmarl="MAX_GRAD_NORM"
+    )
+    adam_eps: float = setting(
+        1e-5, "Adam's epsilon (added to the root of the second moment)", above=0.0, jaxmarl="EPS_ADAM"
+    )
+    weight_decay: float = setting(
+        0.0,
+        "decoupled weight decay (AdamW): each step also subtracts lr x weight_decay x the parameters",
+        minimum=0.0,
+        jaxmarl="WEIGHT_DECAY_ADAM",
+    )
     gamma: float = setting(0.99, "discount factor", minimum=0.0, maximum=1.0, traced=True, jaxmarl="GAMMA")
 
     # networks
     activation: str = setting("tanh", "hidden-layer activation", choices=ACTIVATIONS, jaxmarl="ACTIVATION")
-    hidden_size: int = setting(64, "width of the hidden layers", minimum=1,
-                               jaxmarl=("FC_DIM_SIZE", "AGENT_HIDDEN_DIM", "HIDDEN_SIZE"))  # fmt: skip
+    hidden_size: int = setting(
+        64, "width of the hidden layers", minimum=1, jaxmarl=("FC_DIM_SIZE", "AGENT_HIDDEN_DIM", "HIDDEN_SIZE")
+    )
     num_layers: int = setting(2, "hidden layers of the feed-forward torso", minimum=1, jaxmarl="NUM_LAYERS")
-    network: dict = setting(factory=dict, mapping="deep", help="per-group sizes over hidden_size/num_layers: network.<group>.hidden_size=32, "
-                            "network.<group>.num_layers=1 (groups as param_sharing forms them)")  # fmt: skip
+    network: dict = setting(
+        factory=dict,
+        mapping="deep",
+        help="per-group sizes over hidden_size/num_layers: network.<group>.hidden_size=32, "
+        "network.<group>.num_layers=1 (groups as param_sharing forms them)",
+    )
     recurrent: bool = setting(False, "GRU networks; the hidden state resets at episode ends")
     gru_hidden_size: int = setting(128, "GRU state width (recurrent=true)", minimum=1, jaxmarl="GRU_HIDDEN_DIM")
     torso: str = setting("auto", "observation encoder; auto: cnn for [H, W, C] observations", choices=TORSOS)
-    dtype: str = setting("float32", "the networks' matmul/conv inputs; bfloat16: bf16 operands, float32 accumulation, "
-                         "float32 parameters and outputs (for GPUs/TPUs; slower on CPU)", choices=DTYPES)  # fmt: skip
+    dtype: str = setting(
+        "float32",
+        "the networks' matmul/conv inputs; bfloat16: bf16 operands, float32 accumulation, "
+        "float32 parameters and outputs (for GPUs/TPUs; slower on CPU)",
+        choices=DTYPES,
+    )
     agent_id: bool = setting(True, "append a one-hot agent id where agents share parameters", jaxmarl="ADD_AGENT_ID")
-    param_sharing: str = setting("shared", "shared: one set per group of identical spaces | per_role: one per agent "
-                                 "class | independent: one per agent", choices=SHARING)  # fmt: skip
+    param_sharing: str = setting(
+        "shared",
+        "shared: one set per group of identical spaces | per_role: one per agent class | independent: one per agent",
+        choices=SHARING,
+    )
 
     # seeds and devices
-    seed: int = setting(0, "the run's seed; seed i of num_seeds uses a key derived from it", minimum=0,
-                        maximum=2**32 - 1, jaxmarl="SEED")  # fmt: skip
+    seed: int = setting(
+        0,
+        "the run's seed; seed i of num_seeds uses a key derived from it",
+        minimum=0,
+        maximum=2**32 - 1,
+        jaxmarl="SEED",
+    )
     num_seeds: int = setting(1, "independent seeds trained at once (vmapped)", minimum=1, jaxmarl="NUM_SEEDS")
 
     def check(self, config: Config) -> None:
@@ -195,9 +250,12 @@ class CoreConfig:
         _check_schedule_resumes(c.lr_schedule_resumes, c.num_updates)
         if c.num_updates > MAX_UPDATES:  # the learner's update counter is int32: it would wrap, or the program overflow
             per = c.num_steps * c.num_envs
-            raise ConfigError("total_timesteps", f"{c.total_timesteps:,} env steps are {c.num_updates:,} updates of "
-                              f"num_envs*num_steps={per:,}; at most {MAX_UPDATES:,} updates (int32), so total_timesteps "
-                              f"<= {MAX_UPDATES * per:,} with this num_envs and num_steps")  # fmt: skip
+            raise ConfigError(
+                "total_timesteps",
+                f"{c.total_timesteps:,} env steps are {c.num_updates:,} updates of "
+                f"num_envs*num_steps={per:,}; at most {MAX_UPDATES:,} updates (int32), so total_timesteps "
+                f"<= {MAX_UPDATES * per:,} with this num_envs and num_steps",
+            )
 
 
 def _check_schedule_resumes(resumes: Any, num_updates: int) -> None:
@@ -223,8 +281,12 @@ def _check_schedule_resumes(resumes: Any, num_updates: int) -> None:
 class ExecutionConfig:
     """The execution mode (flat key `mode`): on device, or the async pipeline."""
 
-    mode: str = setting("anakin", "anakin: rollout and update fused on device | async: actor threads and a "
-                        "learner joined by a host-side trajectory buffer", choices=MODES)  # fmt: skip
+    mode: str = setting(
+        "anakin",
+        "anakin: rollout and update fused on device | async: actor threads and a "
+        "learner joined by a host-side trajectory buffer",
+        choices=MODES,
+    )
 
 
 register_part(Part("core", CoreConfig, order=10, flat=True))
@@ -312,8 +374,9 @@ class Config(_ConfigBase):
         key = name[:-1] if name.endswith("_") else name
         if key in sections:
             return sections[key]
-        raise AttributeError(f"algo={index.get('algo')} has no field or section {name!r} "
-                             f"(its sections: {', '.join(sections) or 'none'})")  # fmt: skip
+        raise AttributeError(
+            f"algo={index.get('algo')} has no field or section {name!r} (its sections: {', '.join(sections) or 'none'})"
+        )
 
     def part(self, key: str) -> Any:
         """The registered part `key` (a flat one too): what a layer's functions receive."""
@@ -477,27 +540,16 @@ def replace(config: Config, **changes: Any) -> Config:
 # ----------------------------------------------------------------------------- validation
 
 
-def listed(items: typing.Iterable[Any], first: int = 8) -> str:
-    """The first few items, comma-separated, and how many more (a message stays one short line
-    however many keys a file holds)."""
-    items = [str(x) for x in items]
-    more = f" and {len(items) - first} more" if len(items) > first else ""
-    return ", ".join(items[:first]) + more
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (at most 300 characters), or its type's name."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
-
-
 def validate(config: Config) -> Config:
     """Check every field and the relations between them: each field's metadata, each section's and
     layer's `check`, then the algorithm's own. Devices are checked in parallel.mesh."""
     schema = algorithm_schema(config.algo)
     if set(config.sections) != set(schema.sections):
-        raise ConfigError("algo", f"algo={config.algo} takes the sections {', '.join(schema.sections) or 'none'}; "
-                                  f"got {', '.join(config.sections) or 'none'}")  # fmt: skip
+        raise ConfigError(
+            "algo",
+            f"algo={config.algo} takes the sections {', '.join(schema.sections) or 'none'}; "
+            f"got {', '.join(config.sections) or 'none'}",
+        )
     check_fields(config)
     if schema.check is not None:
         schema.check(config)
@@ -563,17 +615,25 @@ def _check_supports(c: Config, schema: AlgorithmSchema) -> None:
             f"algo={c.algo} runs on device; allowed: anakin (mode=async: {algorithms_that(lambda o: o.async_mode)})",
         )
     if c.mesh.agent > 1 and not s.agent_axis:
-        raise ConfigError("mesh.agent", f"algo={c.algo} has no agent-parallel learner yet; allowed: 1 (mesh.data and mesh.seed "
-                                        f"add devices; mesh.agent: {algorithms_that(lambda o: o.agent_axis)})")  # fmt: skip
+        raise ConfigError(
+            "mesh.agent",
+            f"algo={c.algo} has no agent-parallel learner yet; allowed: 1 (mesh.data and mesh.seed "
+            f"add devices; mesh.agent: {algorithms_that(lambda o: o.agent_axis)})",
+        )
     if (c.mesh.placement != "split" or c.mesh.replicated) and c.mesh.agent > 1:
         field = "mesh.replicate" if c.mesh.replicated else "mesh.placement"
         if not s.agent_replicate:
-            raise ConfigError(field, f"algo={c.algo} splits every group over mesh.agent; replicating a group "
-                              f"there needs {algorithms_that(lambda o: o.agent_replicate)} (allowed here: mesh.placement=split, "
-                              "mesh.replicate empty)")  # fmt: skip
+            raise ConfigError(
+                field,
+                f"algo={c.algo} splits every group over mesh.agent; replicating a group "
+                f"there needs {algorithms_that(lambda o: o.agent_replicate)} (allowed here: mesh.placement=split, "
+                "mesh.replicate empty)",
+            )
         if c.mode == "async":
-            raise ConfigError(field, "mode=async splits every group over mesh.agent; allowed: mesh.placement=split, "
-                              "mesh.replicate empty")  # fmt: skip
+            raise ConfigError(
+                field,
+                "mode=async splits every group over mesh.agent; allowed: mesh.placement=split, mesh.replicate empty",
+            )
     if c.recurrent and not s.recurrent:
         raise ConfigError("recurrent", f"algo={c.algo} has no recurrent networks; allowed: false")
     if c.param_sharing not in s.param_sharing:
@@ -613,11 +673,55 @@ def check_key(dotted: str, algo: str) -> None:
 
 
 __all__ = [
-    "Config", "CoreConfig", "ExecutionConfig", "MeshConfig", "DistributedConfig", "LogConfig", "AsyncConfig",
-    "RewardShapingConfig", "RunConfig", "CheckpointConfig", "EvaluationConfig", "ConfigError", "Supports",
-    "AlgorithmSchema", "FileFormat", "load_config", "family_defaults", "device_defaults", "from_dict", "replace", "validate", "parse_overrides", "dump_yaml",
-    "read_yaml_mapping", "register_schema", "register_file_format", "algorithm_schema", "algorithms", "algorithms_that", "setting",
-    "traced_keys", "resumable_keys", "hparams_values", "schema_fields", "to_flat", "divisors", "check_key",
-    "core_keys", "first_line", "listed", "merge", "parse_scalar", "set_dotted", "unknown_key", "check_field",
-    "MAX_UPDATES", "TRACKERS", "TRACKER_MODULES", "COMPILE_CACHE_AUTO", "COMPILE_CACHE_OFF", "compile_cache_problem",
-]  # fmt: skip
+    "Config",
+    "CoreConfig",
+    "ExecutionConfig",
+    "MeshConfig",
+    "DistributedConfig",
+    "LogConfig",
+    "AsyncConfig",
+    "RewardShapingConfig",
+    "RunConfig",
+    "CheckpointConfig",
+    "EvaluationConfig",
+    "ConfigError",
+    "Supports",
+    "AlgorithmSchema",
+    "FileFormat",
+    "load_config",
+    "family_defaults",
+    "device_defaults",
+    "from_dict",
+    "replace",
+    "validate",
+    "parse_overrides",
+    "dump_yaml",
+    "read_yaml_mapping",
+    "register_schema",
+    "register_file_format",
+    "algorithm_schema",
+    "algorithms",
+    "algorithms_that",
+    "setting",
+    "traced_keys",
+    "resumable_keys",
+    "hparams_values",
+    "schema_fields",
+    "to_flat",
+    "divisors",
+    "check_key",
+    "core_keys",
+    "first_line",
+    "listed",
+    "merge",
+    "parse_scalar",
+    "set_dotted",
+    "unknown_key",
+    "check_field",
+    "MAX_UPDATES",
+    "TRACKERS",
+    "TRACKER_MODULES",
+    "COMPILE_CACHE_AUTO",
+    "COMPILE_CACHE_OFF",
+    "compile_cache_problem",
+]

@@ -23,8 +23,11 @@ BUILDS = {"cuda12": "jax-cuda12-plugin", "cuda13": "jax-cuda13-plugin", "tpu": "
 PLATFORMS = ("cpu", "gpu", "tpu")
 # What this project runs its tests on (docs/getting-started.md, "Tested combinations"): each jax minor with the
 # Python it was tested under. pyproject.toml's jax range ends where this table does.
-TESTED_JAX = {"0.10": "Python 3.11, CI", "0.11": "Python 3.12, the offline GPU kit's rehearsal",
-              "0.12": "Python 3.13, CI"}  # fmt: skip
+TESTED_JAX = {
+    "0.10": "Python 3.11, CI",
+    "0.11": "Python 3.12, the offline GPU kit's rehearsal",
+    "0.12": "Python 3.13, CI",
+}
 TESTED_PYTHON = ("3.11", "3.12", "3.13")
 
 

@@ -31,15 +31,26 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from marljax.config import ConfigError, FileFormat, algorithm_schema, algorithms, register_file_format, schema_fields
+from marljax.config import schema_fields
+from marljax.schema import ConfigError, FileFormat, algorithm_schema, algorithms, register_file_format
 
 # what JaxMARL prints, where it runs or how it reports; nothing a run computes depends on them
 IGNORED = {
-    "VERBOSE", "WANDB_ONLINE_REPORT", "WANDB_LOG_ALL_SEEDS", "DEBUG", "SAVE_PATH", "ALG_NAME", "TUNE", "HYP_TUNE",
-    "DEVICE", "DISABLE_JIT", "LOG_AGENTS_SEPARATELY",
+    "VERBOSE",
+    "WANDB_ONLINE_REPORT",
+    "WANDB_LOG_ALL_SEEDS",
+    "DEBUG",
+    "SAVE_PATH",
+    "ALG_NAME",
+    "TUNE",
+    "HYP_TUNE",
+    "DEVICE",
+    "DISABLE_JIT",
+    "LOG_AGENTS_SEPARATELY",
     "TEST_NUM_STEPS",  # the evaluation's step budget: marljax's evaluation plays whole episodes
-    "NORM_INPUTS", "LOSS_TYPE",  # read by no JaxMARL script (PQN reads NORM_INPUT): they change nothing there either
-}  # fmt: skip
+    "NORM_INPUTS",
+    "LOSS_TYPE",  # read by no JaxMARL script (PQN reads NORM_INPUT): they change nothing there either
+}
 
 
 def is_jaxmarl(values: Mapping[str, Any]) -> bool:
@@ -52,8 +63,12 @@ def answering(path: str | Path) -> tuple[str, ...]:
     `jaxmarl_files` stem it starts with (`mappo_homogenous_rnn_mpe` -> mappo). The longest stem wins
     (`pqn_vdn_*` is pqn_vdn, not vdn); several answer to a shared stem (`ql_*`: iql, vdn, qmix)."""
     name = Path(path).stem.lower()
-    claims = [(stem, a) for a in algorithms() for stem in (a, *algorithm_schema(a).jaxmarl_files)
-              if name == stem or name.startswith(stem + "_")]  # fmt: skip
+    claims = [
+        (stem, a)
+        for a in algorithms()
+        for stem in (a, *algorithm_schema(a).jaxmarl_files)
+        if name == stem or name.startswith(stem + "_")
+    ]
     longest = max((len(stem) for stem, _ in claims), default=0)
     return tuple(a for stem, a in claims if len(stem) == longest)
 
@@ -311,14 +326,27 @@ def _hidden_size(run: _Run, value: Any) -> None:
 
 
 RULES: dict[str, Callable[[_Run, Any], None]] = {
-    "ENV_KWARGS": _env_kwargs, "MAP_NAME": _map_name, "WANDB_MODE": _wandb_mode, "PARAMETERS_SHARING": _sharing,
-    "TAU": _tau, "TD_LAMBDA_LOSS": _td_lambda_loss, "TEST_DURING_TRAINING": _test_during_training,
-    "TEST_INTERVAL": _test_interval, "EPS_DECAY": _eps_decay, "EPSILON_ANNEAL_TIME": _eps_anneal_time,
+    "ENV_KWARGS": _env_kwargs,
+    "MAP_NAME": _map_name,
+    "WANDB_MODE": _wandb_mode,
+    "PARAMETERS_SHARING": _sharing,
+    "TAU": _tau,
+    "TD_LAMBDA_LOSS": _td_lambda_loss,
+    "TEST_DURING_TRAINING": _test_during_training,
+    "TEST_INTERVAL": _test_interval,
+    "EPS_DECAY": _eps_decay,
+    "EPSILON_ANNEAL_TIME": _eps_anneal_time,
     "REW_SHAPING_HORIZON": _shaping,
-    "NORM_TYPE": _norm_type, "LR_WARMUP": _lr_warmup, "HIDDEN_SIZE": _hidden_size,
-    "MANUAL_ALPHA_ESTIMATES": _manual_alpha, "LR_DECAY_TYPE": _lr_decay_type, "LR_EXP_DECAY_RATE": _lr_exp_decay_rate,
-    "SCALE_INPUTS": _scale_inputs, "NUM_MINIBATCHES": _num_minibatches, "MEMORY_WINDOW": _memory_window,
-}  # fmt: skip
+    "NORM_TYPE": _norm_type,
+    "LR_WARMUP": _lr_warmup,
+    "HIDDEN_SIZE": _hidden_size,
+    "MANUAL_ALPHA_ESTIMATES": _manual_alpha,
+    "LR_DECAY_TYPE": _lr_decay_type,
+    "LR_EXP_DECAY_RATE": _lr_exp_decay_rate,
+    "SCALE_INPUTS": _scale_inputs,
+    "NUM_MINIBATCHES": _num_minibatches,
+    "MEMORY_WINDOW": _memory_window,
+}
 # keys accepted at the one value that is what marljax computes; another value is refused, saying why
 ONLY: dict[str, tuple[Any, str]] = {
     "SCALE_CLIP_EPS": (False, "marljax does not scale the clip range by the agent count"),
@@ -330,8 +358,9 @@ def _refuse_algo(path: Path) -> ConfigError:
     if len(shared := answering(path)) > 1:
         names = f"{', '.join(shared[:-1])} and {shared[-1]}"
         return ConfigError("algo", f"{path} serves JaxMARL's {names} scripts: pass algo=<{'|'.join(shared)}>")
-    return ConfigError("algo", f"{path} is a JaxMARL config, which does not name its algorithm: pass "
-                               f"algo=<{'|'.join(algorithms())}>")  # fmt: skip
+    return ConfigError(
+        "algo", f"{path} is a JaxMARL config, which does not name its algorithm: pass algo=<{'|'.join(algorithms())}>"
+    )
 
 
 def _siblings_keys(algo: str) -> set[str]:
@@ -397,18 +426,16 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
     if run.shaq_or_transf and "replay.reset_each_update" in run.types:
         run.flat["replay.reset_each_update"] = True
     if run.unknown:
-        raise ConfigError(str(path), f"JaxMARL keys with no marljax equivalent for algo={algo}: {', '.join(run.unknown)}; "
-                                     "remove them from the file (marljax's own keys: marljax train --help)")  # fmt: skip
+        raise ConfigError(
+            str(path),
+            f"JaxMARL keys with no marljax equivalent for algo={algo}: {', '.join(run.unknown)}; "
+            "remove them from the file (marljax's own keys: marljax train --help)",
+        )
     return _nest(run.flat), run.ignored
 
 
-def from_jaxmarl(values: Mapping[str, Any], path: str | Path, algo: str | None = None) -> dict:
-    """marljax's nested config mapping for JaxMARL config `values` (see `translate`)."""
-    return translate(values, path, algo)[0]
-
-
 def read(values: Mapping[str, Any], path: str | Path, algo: str | None = None) -> dict:
-    """`load_config`'s reader of a JaxMARL file: `from_jaxmarl`, saying on stderr which keys it ignored."""
+    """`load_config`'s reader of a JaxMARL file: `translate`'s mapping, saying on stderr which keys it ignored."""
     nested, ignored = translate(values, path, algo)
     if note := ignored_note(ignored):
         print(note, file=sys.stderr)
@@ -434,7 +461,7 @@ def _nest(flat: Mapping[str, Any]) -> dict:
     return out
 
 
-__all__ = ["is_jaxmarl", "infer_algo", "from_jaxmarl", "translate", "read", "ignored_note", "declared"]
+__all__ = ["is_jaxmarl", "infer_algo", "translate", "read", "ignored_note", "declared"]
 
 
 register_file_format(FileFormat(is_jaxmarl, read))  # marljax.config.load_config reads JaxMARL's files through it

@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from marljax.config import ConfigError
+from marljax.schema import ConfigError
 
 DEVICE_COUNT = "--xla_force_host_platform_device_count"
 

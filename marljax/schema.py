@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import math
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -28,16 +29,35 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {message}")
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None,
-            choices: tuple = (), minimum: float | None = None, above: float | None = None, maximum: float | None = None,
-            traced: bool = False, resumable: bool = False, jaxmarl: str | tuple[str, ...] = (), mapping: str = "") -> Any:  # fmt: skip
+def setting(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    factory: Callable[[], Any] | None = None,
+    choices: tuple = (),
+    minimum: float | None = None,
+    above: float | None = None,
+    maximum: float | None = None,
+    traced: bool = False,
+    resumable: bool = False,
+    jaxmarl: str | tuple[str, ...] = (),
+    mapping: str = "",
+) -> Any:
     """A config field with its help line and constraints. `minimum`/`maximum`: inclusive bounds;
     `above`: exclusive. `traced`: a float hyperparameter carried as a traced scalar (sweeps vmap it).
     `resumable`: may change on resume. `jaxmarl`: JaxMARL's UPPERCASE keys that mean it, in its units.
     `mapping`: a free-form mapping ("deep": merged per key; "shallow": each key's value replaced)."""
-    meta = {"help": help, "choices": tuple(choices), "minimum": minimum, "above": above, "maximum": maximum,
-            "traced": traced, "resumable": resumable, "mapping": mapping,
-            "jaxmarl": (jaxmarl,) if isinstance(jaxmarl, str) else tuple(jaxmarl)}  # fmt: skip
+    meta = {
+        "help": help,
+        "choices": tuple(choices),
+        "minimum": minimum,
+        "above": above,
+        "maximum": maximum,
+        "traced": traced,
+        "resumable": resumable,
+        "mapping": mapping,
+        "jaxmarl": (jaxmarl,) if isinstance(jaxmarl, str) else tuple(jaxmarl),
+    }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -61,7 +81,9 @@ class Part(typing.NamedTuple):
 
 _PARTS: dict[str, Part] = {}
 _SCHEMAS: dict[str, Any] = {}  # algorithm name -> its schema
-RENAMED: dict[str, tuple[str, ...]] = {}  # a key whose name changed -> the dotted keys it became
+# modules whose import registers algorithms (marljax/__init__.py names marljax.algos): imported at
+# the first lookup, not with the package, so that the engine and the settings load without JAX
+_PROVIDERS: list[str] = []
 
 
 def register_part(part: Part) -> None:
@@ -89,15 +111,30 @@ def register_schema(schema: Any) -> None:
     _SCHEMAS[schema.name] = dataclasses.replace(schema, sections=sections)
 
 
+def register_provider(module: str) -> None:
+    """Name a module whose import registers algorithms; it is imported at the first lookup."""
+    if module not in _PROVIDERS:
+        _PROVIDERS.append(module)
+
+
+def _schemas() -> dict[str, Any]:
+    """Every registered schema, the providers imported first (a no-op once they are, or while
+    one is being imported and looks a schema up)."""
+    for module in _PROVIDERS:
+        importlib.import_module(module)
+    return _SCHEMAS
+
+
 def algorithm_schema(name: str) -> Any:  # (marljax.config.AlgorithmSchema)
-    if name not in _SCHEMAS:
-        one_of("algo", name, tuple(_SCHEMAS))
-    return _SCHEMAS[name]
+    schemas = _schemas()
+    if name not in schemas:
+        one_of("algo", name, tuple(schemas))
+    return schemas[name]
 
 
 def algorithms() -> tuple[str, ...]:
     """Every registered algorithm's name, in registration order."""
-    return tuple(_SCHEMAS)
+    return tuple(_schemas())
 
 
 class FileFormat(typing.NamedTuple):
@@ -135,7 +172,9 @@ def build(values: Mapping[str, Any], schema: Any, defaults: Mapping | None = Non
     for key, value in values.items():
         if key in schema.sections:
             if not isinstance(value, Mapping):
-                raise ConfigError(key, f"is a section: give {key}.<field>=value (fields: {', '.join(fields(schema.sections[key]))})")  # fmt: skip
+                raise ConfigError(
+                    key, f"is a section: give {key}.<field>=value (fields: {', '.join(fields(schema.sections[key]))})"
+                )
             sections[key] = value
         elif key in owner:
             part = owner[key]
@@ -194,8 +233,13 @@ def hparams_values(config: Any) -> dict[str, float]:
 
 def _mappings(kind: str | None = None) -> set[str]:
     """Top-level keys of free-form mapping fields (of one merge kind, or any)."""
-    return {k for p in parts() if p.flat for k, f in fields(p.cls).items()
-            if f.metadata.get("mapping") and kind in (None, f.metadata["mapping"])}  # fmt: skip
+    return {
+        k
+        for p in parts()
+        if p.flat
+        for k, f in fields(p.cls).items()
+        if f.metadata.get("mapping") and kind in (None, f.metadata["mapping"])
+    }
 
 
 def to_flat(tree: Mapping, prefix: str = "") -> dict[str, Any]:
@@ -227,12 +271,12 @@ def unknown_key(key: str, allowed: typing.Iterable[str], prefix: str = "") -> Co
 def homes(key: str) -> list[tuple[str, str, list[str]]]:
     """Where a top-level key that is not core lives: (section, dotted key, algorithms taking it)."""
     found: dict[str, tuple[str, list[str]]] = {}
-    for schema in _SCHEMAS.values():
+    for schema in _schemas().values():
         for name, cls in schema.sections.items():
             if key == name:  # a whole section
                 found.setdefault(name, (name, []))[1].append(schema.name)
             for field in fields(cls):
-                if field == key or f"{name}.{field}" in RENAMED.get(key, ()):
+                if field == key:
                     found.setdefault(f"{name}.{field}", (name, []))[1].append(schema.name)
     return [(section, dotted, algos) for dotted, (section, algos) in found.items()]
 
@@ -244,8 +288,10 @@ def misplaced(key: str, algo: str, sections: Mapping[str, type]) -> ConfigError:
     if mine:
         return ConfigError(key, f"is a key of a section now: write {mine[0]}")
     if found:
-        where = "; ".join(f"{'the section' if dotted == section else dotted} of algo={', '.join(algos)}"
-                          for section, dotted, algos in found)  # fmt: skip
+        where = "; ".join(
+            f"{'the section' if dotted == section else dotted} of algo={', '.join(algos)}"
+            for section, dotted, algos in found
+        )
         takes = ", ".join(f"{s}.*" for s in sections) or "no section"
         return ConfigError(key, f"is {where}; algo={algo} takes {takes}")
     return unknown_key(key, list(core_keys()) + [f"{s}.{f}" for s, cls in sections.items() for f in fields(cls)])
@@ -356,8 +402,11 @@ def parse_scalar(text: str, field: str = "value") -> Any:
         raise ConfigError(field, f"a value nested {text[:20]!r}... too deep to be a setting") from None
     except yaml.YAMLError as exc:
         # the usual cause: a value with spaces given unquoted, which the shell splits into several arguments
-        raise ConfigError(field, f"{text!r} is not a value YAML can read ({_yaml_problem(exc)}); on the command "
-                          "line a value with spaces must be one shell argument: quote the whole key=value") from None  # fmt: skip
+        raise ConfigError(
+            field,
+            f"{text!r} is not a value YAML can read ({_yaml_problem(exc)}); on the command "
+            "line a value with spaces must be one shell argument: quote the whole key=value",
+        ) from None
 
 
 def set_dotted(tree: dict, dotted: str, value: Any) -> None:
@@ -391,6 +440,20 @@ def shown(value: Any) -> str:
         except OverflowError:
             return f"an integer of {len(str(abs(value)))} digits"
     return repr(value)
+
+
+def listed(items: typing.Iterable[Any], first: int = 8) -> str:
+    """The first few items, comma-separated, and how many more (a message stays one short line
+    however many keys a file holds)."""
+    items = [str(x) for x in items]
+    more = f" and {len(items) - first} more" if len(items) > first else ""
+    return ", ".join(items[:first]) + more
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (at most 300 characters), or its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def check_field(key: str, value: Any, meta: Mapping) -> None:

@@ -16,7 +16,7 @@ Array = jax.Array
 
 
 # The traced hyperparameters, by dotted config key ("lr", "ppo.clip_eps", ...): float32 scalars []
-# carried in the learner state so that a sweep can vmap them (the keys: marljax.config.traced_keys).
+# carried in the learner state so that a sweep can vmap them (the keys: marljax.schema.traced_keys).
 HParams = dict
 
 

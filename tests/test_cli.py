@@ -183,7 +183,7 @@ def test_version(capsys):
 
 
 def _missing_from_usage(text: str, commands) -> list[str]:
-    """The declared commands (and subcommands, and old spellings) that a usage text does not show:
+    """The declared commands (and subcommands) that a usage text does not show:
     each command's usage line and the first words of its summary, each subcommand's row."""
     missing = []
     for command in commands:
@@ -195,8 +195,6 @@ def _missing_from_usage(text: str, commands) -> list[str]:
         for sub in command.subcommands:
             if f"  {sub.name:<12}{sub.summary[:30]}" not in text:
                 missing.append(f"{command.name} {sub.name}")
-            if sub.alias and f"{sub.alias} ({command.name} {sub.name})" not in " ".join(text.split()):  # wrapped
-                missing.append(sub.alias)
     return missing
 
 
@@ -250,22 +248,14 @@ def test_bench_help_lists_every_bench(capsys):
     assert main(["bench", "nosuch", "--help"]) == 2 and "unknown bench 'nosuch'" in capsys.readouterr().err
 
 
-def test_old_bench_spellings_run_the_same_handler_as_bench_name(capsys):
-    from marljax.cli import ALIASES, BY_NAME, resolve
+def test_a_bench_is_named_after_bench_only(capsys):
+    from marljax.cli import resolve, usage
 
-    assert sorted(ALIASES) == ["bench-agents", "bench-checkpoint", "bench-scale", "bench-sweep", "bench-target"]
-    for alias, (_, name) in ALIASES.items():
-        old_path, old_rest = resolve([alias, "num_envs=4"])
-        new_path, new_rest = resolve(["bench", name, "num_envs=4"])
-        assert old_path == new_path and old_rest == new_rest == ["num_envs=4"]
-        assert old_path[-1].run is next(s for s in BY_NAME["bench"].subcommands if s.name == name).run
     # the default bench: `bench key=value` and `bench throughput key=value` run one handler
     assert resolve(["bench", "num_envs=4"])[0][-1].subcommands[0].run is resolve(["bench", "throughput"])[0][-1].run
-    # and in full, through main: the same exit code and message, nothing extra printed
-    assert main(["bench-target", "target=abc"]) == 2
-    old = capsys.readouterr()
+    assert resolve(["bench-target", "target=abc"]) == ((), ["bench-target", "target=abc"])  # no other spelling
+    assert "bench-" not in usage()
     assert main(["bench", "target", "target=abc"]) == 2
     assert (
-        capsys.readouterr() == old
-        and old.err == "marljax: config error: target: expected a number (a return per agent), got 'abc'\n"
+        capsys.readouterr().err == "marljax: config error: target: expected a number (a return per agent), got 'abc'\n"
     )

@@ -301,11 +301,11 @@ def test_section_fields_by_dotted_key_and_nested_yaml(tmp_path):
     assert from_dict(config.to_dict()) == config
 
 
-def test_a_flat_key_of_old_names_its_section():
+def test_a_flat_key_of_a_section_names_its_section():
     err = _error(["update_epochs=2"])
     assert err.field == "update_epochs" and "is a key of a section now: write ppo.update_epochs" in str(err)
-    err = _error(["algo=qmix", "update_epochs=2"])  # renamed for the replay algorithms
-    assert "write replay.gradient_steps" in str(err)
+    err = _error(["algo=qmix", "update_epochs=2"])  # a key of other algorithms' sections only
+    assert "is ppo.update_epochs of algo=ippo, mappo, happo, sable; pqn.update_epochs of algo=pqn_vdn" in str(err)
     err = _error(["algo=pqn_vdn", "num_minibatches=2"])
     assert err.field == "num_minibatches" and "write pqn.num_minibatches" in str(err)
     err = _error(["algo=qmix", "clip_eps=0.1"])  # a key of another algorithm's section

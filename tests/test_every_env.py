@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from marljax.algos.ippo import make_train
+from marljax.algos.ippo import SPEC
 from marljax.config import load_config
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.registry import make_env
@@ -53,7 +53,7 @@ TINY = [
 def test_env_trains(name, recurrent):
     cfg = load_config(None, TINY + [f"env={name}", f"recurrent={str(recurrent).lower()}", "gru_hidden_size=16"])
     env = EnvAdapter(make_env(name, ENVS[name]), name)
-    trainer = make_train(cfg, env)
+    trainer = SPEC.make_train(cfg, env)
     state, metrics = jax.jit(trainer.train, compiler_options=SMOKE_COMPILE)(jax.random.PRNGKey(0))
     assert metrics["loss_total"].shape == (2,)
     assert np.all(np.isfinite(np.asarray(metrics["loss_total"])))

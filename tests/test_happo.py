@@ -162,7 +162,7 @@ def test_per_role_and_recurrent_train(extra):
     overrides = ["algo=happo", "env=MPE_simple_speaker_listener_v4", "num_envs=4", "num_steps=8",
                  "ppo.num_minibatches=2", "ppo.update_epochs=2", "total_timesteps=64", "hidden_size=8", *extra]  # fmt: skip
     cfg = load_config(None, overrides)
-    _, metrics = jax.jit(happo.make_train(cfg, make_adapter(cfg)).train)(jax.random.PRNGKey(0))
+    _, metrics = jax.jit(happo.SPEC.make_train(cfg, make_adapter(cfg)).train)(jax.random.PRNGKey(0))
     for key in happo.LOSSES:
         assert np.all(np.isfinite(np.asarray(metrics[key]))), key
     assert np.all(np.asarray(metrics["factor_dev"]) > 0)  # two roles: the second one's M moved off 1

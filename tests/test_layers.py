@@ -189,7 +189,7 @@ def test_the_reader_sees_the_package_imports():
         True,
     ) in seen  # from marljax.train import compile_cache
     assert ("marljax.cli", "marljax.doctor", False) in seen  # from marljax import doctor, in a function
-    assert ("marljax", "marljax.algos", True) in seen  # import marljax.algos
+    assert ("marljax", "marljax.jaxmarl_config", True) in seen  # import marljax.jaxmarl_config
 
 
 def test_every_module_has_a_layer():

@@ -42,7 +42,7 @@ def test_critic_input_per_env_family(name, kwargs, width, env_fn):
         leaves = jax.tree.leaves(jax.eval_shape(env.env.get_world_state, state))
         assert w == sum(int(np.prod(x.shape)) for x in leaves)
     cfg = load_config(None, TINY + ["algo=mappo", f"env={name}"])
-    trainer = mappo.make_train(cfg, env)
+    trainer = mappo.SPEC.make_train(cfg, env)
     params = jax.eval_shape(trainer.init, jax.random.PRNGKey(0)).learner.params
     # one critic for every agent: input = world state + one-hot over all agents
     assert params[CRITIC_KEY]["params"]["MLP_0"]["Dense_0"]["kernel"].shape == (w + env.num_agents, 8)
@@ -54,7 +54,7 @@ def test_critic_input_per_env_family(name, kwargs, width, env_fn):
 @pytest.mark.parametrize("extra", [[], ["recurrent=true", "gru_hidden_size=8"], ["param_sharing=independent"]])
 def test_mappo_trains_with_every_actor_kind(extra):
     cfg = load_config(None, TINY + ["algo=mappo", "env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"] + extra)
-    trainer = mappo.make_train(cfg, make_adapter(cfg))
+    trainer = mappo.SPEC.make_train(cfg, make_adapter(cfg))
     state, metrics = jax.jit(trainer.train)(jax.random.PRNGKey(0))
     assert np.all(np.isfinite(np.asarray(metrics["loss_value"])))
     assert np.asarray(metrics["loss_value"]).max() > 0  # the central critic is trained

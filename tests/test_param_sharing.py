@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from marljax.algos.ippo import make_train
+from marljax.algos.ippo import SPEC
 from marljax.config import ConfigError, load_config
 from marljax.train.wiring import make_adapter
 
@@ -21,7 +21,7 @@ TINY = [
 
 def _trainer(*overrides):
     cfg = load_config(None, TINY + list(overrides))
-    return make_train(cfg, make_adapter(cfg))
+    return SPEC.make_train(cfg, make_adapter(cfg))
 
 
 def _first_kernels(trainer):

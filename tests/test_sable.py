@@ -198,7 +198,7 @@ def test_rollout_log_probs_are_the_learner_s_at_the_first_step(env):
         None, ["algo=sable", *env, "num_envs=4", "num_steps=8", "total_timesteps=32", "sable.embed_dim=16"]
     )
     env = make_adapter(cfg)
-    trainer = sable.make_train(cfg, env)
+    trainer = sable.SPEC.make_train(cfg, env)
     state = trainer.init(jax.random.PRNGKey(0))
     _, traj = jax.jit(trainer.collect)(state.learner.params, state.actors, jax.random.PRNGKey(1))
     g = env.groups[0]
@@ -292,7 +292,7 @@ def test_exported_policy_acts_as_the_trained_one(tmp_path):
     export_policy(out, tmp_path / "policy", seed_index=1, log=lambda s: None)
     policy = marljax.load_policy(tmp_path / "policy")
     env = policy.env
-    trainer = sable.make_train(cfg, make_adapter(cfg))
+    trainer = sable.SPEC.make_train(cfg, make_adapter(cfg))
     params = [jax.tree.map(lambda x, i=i: x[i], jax.device_get(res.state.learner.params)) for i in (0, 1)]
     act, trainer_act = jax.jit(policy.act, static_argnames="greedy"), jax.jit(trainer.act, static_argnames="greedy")
     obs, state = env.env.reset(jax.random.PRNGKey(3))

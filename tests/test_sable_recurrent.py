@@ -129,7 +129,7 @@ SPREAD = ["algo=sable", "recurrent=true", "num_envs=2", "num_steps=32", "total_t
 def _trainer(*extra):
     cfg = load_config(None, [*SPREAD, *extra])
     env = make_adapter(cfg)
-    return cfg, env, sable.make_train(cfg, env)
+    return cfg, env, sable.SPEC.make_train(cfg, env)
 
 
 def test_the_memory_is_carried_and_forgotten_where_an_episode_starts():
@@ -235,7 +235,7 @@ def test_an_exported_recurrent_policy_carries_the_memory_as_the_trainer_does(tmp
     export_policy(out, tmp_path / "policy", log=lambda s: None)
     policy = marljax.load_policy(tmp_path / "policy")
     env = policy.env
-    trainer = sable.make_train(cfg, make_adapter(cfg))
+    trainer = sable.SPEC.make_train(cfg, make_adapter(cfg))
     params = jax.tree.map(lambda x: x[0], jax.device_get(res.state.learner.params))
     act, trainer_act = jax.jit(policy.act, static_argnames="greedy"), jax.jit(trainer.act, static_argnames="greedy")
     obs, state = env.env.reset(jax.random.PRNGKey(3))

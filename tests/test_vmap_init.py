@@ -14,10 +14,10 @@ CODE = """
 import jax
 from marljax.config import load_config
 from marljax.envs import EnvAdapter, make_env
-from marljax.algos.ippo import make_train
+from marljax.algos.ippo import SPEC
 for recurrent in ("true", "false"):
     cfg = load_config(None, ["num_envs=16", "num_steps=32", "total_timesteps=4096", f"recurrent={recurrent}"])
-    trainer = make_train(cfg, EnvAdapter(make_env(cfg.env), cfg.env))
+    trainer = SPEC.make_train(cfg, EnvAdapter(make_env(cfg.env), cfg.env))
     for _ in range(3):
         state = jax.jit(jax.vmap(trainer.init))(jax.random.split(jax.random.PRNGKey(0), 4))
         jax.block_until_ready(state)

@@ -115,15 +115,29 @@ class GroupNetworks:
 
         return jax.vmap(one)(keys)
 
-    def apply(self, params, g: AgentGroup, obs: Array, hidden: Array | None = None, reset: Array | None = None,
-              *extra: Array | None):  # fmt: skip
+    def apply(
+        self,
+        params,
+        g: AgentGroup,
+        obs: Array,
+        hidden: Array | None = None,
+        reset: Array | None = None,
+        *extra: Array | None,
+    ):
         """Group g's parameter sets (leaves [1 or A_g, ...]) on obs [B, A_g, ...] (hidden [B, A_g, H],
         reset [B, A_g], extra inputs [B, A_g, ...]) -> (out, leaves [B, A_g, ...]; hidden' [B, A_g, H] | None)."""
         out, h, _ = self._apply(params, g, obs, hidden, reset, extra, learning=False)
         return out, h
 
-    def apply_learning(self, params, g: AgentGroup, obs: Array, hidden: Array | None = None,
-                       reset: Array | None = None, *extra: Array | None):  # fmt: skip
+    def apply_learning(
+        self,
+        params,
+        g: AgentGroup,
+        obs: Array,
+        hidden: Array | None = None,
+        reset: Array | None = None,
+        *extra: Array | None,
+    ):
         """`apply` as a learning step sees it: batch norm (`networks.BatchNorm`) on this batch's
         statistics. -> (out, hidden' | None, the group's running statistics moved towards them,
         leaves [1 or A_g, ...]; {} for a network without batch norm, which is applied as `apply` does)."""
@@ -186,10 +200,13 @@ def track_episodes(
     ep_return, ep_length = actors.ep_return + reward_all, actors.ep_length + 1
     stats = stats.add(ep_return, ep_length, res.episode_done, jax.vmap(env.won)(res.reward, res.episode_done))
     actors = actors.replace(
-        env_state=res.state, obs=res.obs, reset=res.done, hidden=hidden,
+        env_state=res.state,
+        obs=res.obs,
+        reset=res.done,
+        hidden=hidden,
         ep_return=jnp.where(res.episode_done[:, None], 0.0, ep_return),
         ep_length=jnp.where(res.episode_done, 0, ep_length),
-    )  # fmt: skip
+    )
     return actors, stats
 
 
@@ -245,10 +262,13 @@ class VecEnv:
         E, groups = self.num_envs, self.env.groups
         obs, env_state = jax.vmap(self.env.reset)(jax.random.split(key, E))
         return ActorState(
-            env_state=env_state, obs=obs, reset={g.name: jnp.ones((E, g.size), bool) for g in groups},
+            env_state=env_state,
+            obs=obs,
+            reset={g.name: jnp.ones((E, g.size), bool) for g in groups},
             hidden={} if gru_size is None else {g.name: jnp.zeros((E, g.size, gru_size)) for g in groups},
-            ep_return=jnp.zeros((E, self.env.num_agents), jnp.float32), ep_length=jnp.zeros((E,), jnp.int32),
-        )  # fmt: skip
+            ep_return=jnp.zeros((E, self.env.num_agents), jnp.float32),
+            ep_length=jnp.zeros((E,), jnp.int32),
+        )
 
     def restart(self, key: Array, actors: ActorState, stats: EpisodeStats) -> tuple[ActorState, EpisodeStats]:
         """Every local environment reset, its recurrent state zeroed (JaxMARL's SHAQ and TransfQMix
@@ -259,14 +279,23 @@ class VecEnv:
         under_way = actors.ep_length > 0  # [E_local]
         stats = stats.add(actors.ep_return, actors.ep_length, under_way, jnp.zeros_like(under_way))
         actors = actors.replace(
-            env_state=env_state, obs=obs, reset=jax.tree.map(jnp.ones_like, actors.reset),
-            hidden=jax.tree.map(jnp.zeros_like, actors.hidden), ep_return=jnp.zeros_like(actors.ep_return),
+            env_state=env_state,
+            obs=obs,
+            reset=jax.tree.map(jnp.ones_like, actors.reset),
+            hidden=jax.tree.map(jnp.zeros_like, actors.hidden),
+            ep_return=jnp.zeros_like(actors.ep_return),
             ep_length=jnp.zeros_like(actors.ep_length),
-        )  # fmt: skip
+        )
         return actors, stats
 
-    def step(self, policy: StepPolicy, record: StepRecord, carry: tuple[ActorState, EpisodeStats], key_t: Array,
-             factor: Array | None = None):  # fmt: skip
+    def step(
+        self,
+        policy: StepPolicy,
+        record: StepRecord,
+        carry: tuple[ActorState, EpisodeStats],
+        key_t: Array,
+        factor: Array | None = None,
+    ):
         """One env step of every local environment (the body of the rollout scan):
         ((actors, stats), key [2]) -> ((actors, stats), record(policy's record, env step result)).
         `factor`: the reward-shaping factor; the record's reward is then shaped, the episode
@@ -286,8 +315,15 @@ class VecEnv:
             actors, stats = track_episodes(self.env, actors, stats, res, hidden)
         return (actors, stats), entry
 
-    def rollout(self, policy: StepPolicy, record: StepRecord, actors: ActorState, key: Array, num_steps: int,
-                update: Array | None = None):  # fmt: skip
+    def rollout(
+        self,
+        policy: StepPolicy,
+        record: StepRecord,
+        actors: ActorState,
+        key: Array,
+        num_steps: int,
+        update: Array | None = None,
+    ):
         """`num_steps` steps in one scan -> (actors, EpisodeStats of the episodes that ended,
         the records stacked time-major: leaves [T, E_local, ...]). `update`: the learner's update
         counter, which sets the reward-shaping factor (runs with `shaping`)."""

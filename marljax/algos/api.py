@@ -1,7 +1,7 @@
 """The algorithm protocol: the pieces an algorithm supplies, what it declares, what is derived.
 
 An algorithm is a module under `marljax/algos/` with
-* its config section(s): frozen dataclasses of `marljax.config.setting` fields;
+* its config section(s): frozen dataclasses of `marljax.schema.setting` fields;
 * `build(config, env, *, layout=Layout(), correction="none") -> Algorithm`: its pure pieces
   (`Algorithm` below: `init_learner`, `init_actors`, `collect`, `learn`, `act`, `cost_pieces`,
   its `networks`, and `policy_step` where it serves host envs), each typed by the aliases below;
@@ -33,9 +33,10 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 
-from marljax.config import AlgorithmSchema, Config, ConfigError, divisors, hparams_values, setting
+from marljax.config import AlgorithmSchema, Config
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import AGENTS, ENVS, Placed
+from marljax.schema import ConfigError, divisors, hparams_values, setting
 from marljax.types import ActorState, LearnerState, TrainState
 
 Array = jax.Array
@@ -75,9 +76,16 @@ class Act(Protocol):
     evaluation and policy export: -> (group -> actions [B, A_g(, d)], group -> hidden' [B, A_g, H])."""
 
     def __call__(
-        self, params: Params, obs: GroupArrays, reset: GroupArrays, hidden: GroupArrays, mask: GroupArrays, key: Key, /,
+        self,
+        params: Params,
+        obs: GroupArrays,
+        reset: GroupArrays,
+        hidden: GroupArrays,
+        mask: GroupArrays,
+        key: Key,
+        /,
         greedy: bool = False,
-    ) -> tuple[GroupArrays, GroupArrays]: ...  # fmt: skip
+    ) -> tuple[GroupArrays, GroupArrays]: ...
 
 
 class PolicyStep(Protocol):
@@ -165,11 +173,15 @@ def placed_leaves(declared: ExtraLayout, extra_shape: Any, sizes: Mapping[str, i
                     f"extra-state layout: {where} axis {i} is {axis!r}; allowed: {ENVS!r}, {AGENTS!r}, None"
                 )
             if axis == AGENTS and place.group not in sizes:
-                raise ValueError(f"extra-state layout: {where} axis {i} counts the agents of group {place.group!r}, "
-                                 f"which the env does not have; its groups: {', '.join(sizes)}")  # fmt: skip
+                raise ValueError(
+                    f"extra-state layout: {where} axis {i} counts the agents of group {place.group!r}, "
+                    f"which the env does not have; its groups: {', '.join(sizes)}"
+                )
             if axis == AGENTS and shape[i] not in (1, sizes[str(place.group)]):  # one set shared by them: 1
-                raise ValueError(f"extra-state layout: {where} axis {i} is declared the {sizes[str(place.group)]} agents "
-                                 f"of {place.group!r}, but has size {shape[i]}")  # fmt: skip
+                raise ValueError(
+                    f"extra-state layout: {where} axis {i} is declared the {sizes[str(place.group)]} agents "
+                    f"of {place.group!r}, but has size {shape[i]}"
+                )
         out.append(place)
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(extra_shape), out)
 
@@ -292,11 +304,23 @@ def derive(config: Config, env: Any, layout: Layout, algo: Algorithm, losses: tu
         return run_updates(init(key), config.num_updates)
 
     common = dict(
-        config=config, env=env, networks=algo.networks, init=init, init_learner=algo.init_learner, update=update,
-        run_updates=run_updates, train=train, act=algo.act, cost_pieces=algo.cost_pieces,
-        init_actors=algo.init_actors, collect=algo.collect, losses=tuple(losses), extra_layout=algo.extra_layout,
-        extra_parts=algo.extra_parts, initial_hidden=algo.initial_hidden or gru_hidden(config, env),
-    )  # fmt: skip
+        config=config,
+        env=env,
+        networks=algo.networks,
+        init=init,
+        init_learner=algo.init_learner,
+        update=update,
+        run_updates=run_updates,
+        train=train,
+        act=algo.act,
+        cost_pieces=algo.cost_pieces,
+        init_actors=algo.init_actors,
+        collect=algo.collect,
+        losses=tuple(losses),
+        extra_layout=algo.extra_layout,
+        extra_parts=algo.extra_parts,
+        initial_hidden=algo.initial_hidden or gru_hidden(config, env),
+    )
     if algo.policy_step is None or algo.init_extra is not None:
         return Trainer(**common)
 
@@ -332,12 +356,20 @@ class EpochSchedule:
     every time step of num_envs/num_minibatches environments (`learning.Minibatches`)."""
 
     update_epochs: int = setting(4, "passes over each rollout", minimum=1, jaxmarl=("UPDATE_EPOCHS", "NUM_EPOCHS"))
-    num_minibatches: int = setting(4, "minibatches per epoch, each num_steps/num_minibatches steps of every env "
-                                   "(minibatch_split=envs: every step of num_envs/num_minibatches envs)", minimum=1,
-                                   jaxmarl="NUM_MINIBATCHES")  # fmt: skip
-    minibatch_split: str = setting("time", "what a minibatch is a slice of: time (steps of every env) | envs (whole "
-                                   "rollouts of some envs: a recurrent network replays each from its first step, as "
-                                   "JaxMARL's recurrent PPO does)", choices=("time", "envs"))  # fmt: skip
+    num_minibatches: int = setting(
+        4,
+        "minibatches per epoch, each num_steps/num_minibatches steps of every env "
+        "(minibatch_split=envs: every step of num_envs/num_minibatches envs)",
+        minimum=1,
+        jaxmarl="NUM_MINIBATCHES",
+    )
+    minibatch_split: str = setting(
+        "time",
+        "what a minibatch is a slice of: time (steps of every env) | envs (whole "
+        "rollouts of some envs: a recurrent network replays each from its first step, as "
+        "JaxMARL's recurrent PPO does)",
+        choices=("time", "envs"),
+    )
 
     def check(self, config: Config) -> None:
         name = next(k for k, s in config.sections.items() if s is self)

@@ -97,10 +97,15 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return params, opt_state, (loss, entropy, match, grad_norm)
 
     return offline.pieces(
-        config, layout, source, networks=nets.nets, init_params=lambda key: init_policies(nets, groups, key),
-        act=make_act(nets, groups), gradient_step=gradient_step,
+        config,
+        layout,
+        source,
+        networks=nets.nets,
+        init_params=lambda key: init_policies(nets, groups, key),
+        act=make_act(nets, groups),
+        gradient_step=gradient_step,
         metrics=("loss_total", "entropy", "action_match", "grad_norm"),
-    )  # fmt: skip
+    )
 
 
 LOSSES = ("loss_total", "grad_norm")

@@ -41,11 +41,12 @@ from marljax.algos import ippo, mappo
 from marljax.algos.acting import GroupNetworks, flat
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, hparams_from_config
 from marljax.algos.learning import Minibatches, adam, learning_rate
-from marljax.config import AlgorithmSchema, Config, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
+from marljax.schema import setting
 from marljax.types import GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
 Array = jax.Array
@@ -56,8 +57,11 @@ CRITIC_KEY = ippo.CRITIC_KEY
 class HAPPOConfig:
     """`happo.*`: the order of the sequential actor updates (PPO's own settings are `ppo.*`)."""
 
-    fixed_order: bool = setting(False, "update the parameter sets in their fixed order (groups as the env lists "
-                                "them, then agents) every update instead of a fresh random permutation")  # fmt: skip
+    fixed_order: bool = setting(
+        False,
+        "update the parameter sets in their fixed order (groups as the env lists "
+        "them, then agents) every update instead of a fresh random permutation",
+    )
 
 
 def block_ids(groups: tuple[AgentGroup, ...], independent: bool) -> tuple[dict[str, np.ndarray], int]:
@@ -250,8 +254,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         for g in groups:
             b = traj.batch[g.name]._replace(world=None)
             with jax.named_scope("gae"):
-                adv, target = ops.gae(b.reward, b.value, b.done, traj.last_value[g.name], hp["gamma"],
-                                      hp["ppo.gae_lambda"], choices().gae)  # fmt: skip
+                adv, target = ops.gae(
+                    b.reward, b.value, b.done, traj.last_value[g.name], hp["gamma"], hp["ppo.gae_lambda"], choices().gae
+                )
             data[g.name] = (b, adv, target)
         critic_data = {**{g.name: (data[g.name][0].value, data[g.name][2]) for g in groups}, "world": world}
         data["factor"] = jnp.ones(world.shape[:2], jnp.float32)  # M [T, E]: 1 before the first set
@@ -265,8 +270,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             position, block = xs
             d = {**data, "factor": factor}
             k = jax.random.fold_in(k_actor, position)
-            (params, opt_state), (parts, norm) = batches.run(actor_step(block, hp, lr), (params, opt_state), k,
-                                                             shuffle, d)  # fmt: skip
+            (params, opt_state), (parts, norm) = batches.run(
+                actor_step(block, hp, lr), (params, opt_state), k, shuffle, d
+            )
             with jax.named_scope("factor"):
                 log_ratio = block_log_ratio({g.name: params[g.name] for g in groups}, d, block)
             factor = factor * jax.lax.stop_gradient(jnp.exp(log_ratio))
@@ -280,8 +286,14 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         )
         mean = lambda x: jnp.mean(x) / layout.num_env_shards  # noqa: E731  (summed over the shards below)
         actor, ent, kl, clipped = (mean(parts[..., i]) for i in range(4))
-        figures = dict(loss_actor=actor, entropy=ent, approx_kl=kl, clip_frac=clipped, loss_value=mean(value_loss),
-                       factor_dev=mean(jnp.abs(factor - 1.0)))  # fmt: skip
+        figures = dict(
+            loss_actor=actor,
+            entropy=ent,
+            approx_kl=kl,
+            clip_frac=clipped,
+            loss_value=mean(value_loss),
+            factor_dev=mean(jnp.abs(factor - 1.0)),
+        )
         figures, stats = ops.psum_tree((figures, traj.stats), axes)
         metrics = {
             "loss_total": figures["loss_actor"]
@@ -312,8 +324,10 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         rows = lambda x: jax.ShapeDtypeStruct((1, batches.rows(x.shape[1])) + x.shape[2:], x.dtype)  # noqa: E731
         b0 = traj.batch[groups[0].name]
         batch = {g.name: traj.batch[g.name] for g in groups}
-        mb = {**{name: jax.tree.map(rows, (b._replace(world=None), b.value, b.value)) for name, b in batch.items()},
-              "factor": jax.ShapeDtypeStruct((1, batches.rows(b0.value.shape[1])), jnp.float32)}  # fmt: skip
+        mb = {
+            **{name: jax.tree.map(rows, (b._replace(world=None), b.value, b.value)) for name, b in batch.items()},
+            "factor": jax.ShapeDtypeStruct((1, batches.rows(b0.value.shape[1])), jnp.float32),
+        }
         critic_mb = {**{name: (rows(b.value), rows(b.value)) for name, b in batch.items()}, "world": rows(b0.world)}
         hp = hparams_from_config(config)
         lr = jax.ShapeDtypeStruct((), jnp.float32)
@@ -327,11 +341,23 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
         return [
             base.cost_pieces(state)[0],
-            CostPiece("actor gradient step", "learn", actor_gradient_step, (params, opt_state, mb, lr), K * trips,
-                      transitions=batches.rows(batches.num_envs)),
-            CostPiece("critic gradient step", "learn", critic_gradient_step, (params, opt_state, critic_mb, lr), trips,
-                      transitions=batches.rows(batches.num_envs)),
-        ]  # fmt: skip
+            CostPiece(
+                "actor gradient step",
+                "learn",
+                actor_gradient_step,
+                (params, opt_state, mb, lr),
+                K * trips,
+                transitions=batches.rows(batches.num_envs),
+            ),
+            CostPiece(
+                "critic gradient step",
+                "learn",
+                critic_gradient_step,
+                (params, opt_state, critic_mb, lr),
+                trips,
+                transitions=batches.rows(batches.num_envs),
+            ),
+        ]
 
     return dataclasses.replace(base, init_learner=init_learner, learn=learn, cost_pieces=cost_pieces, policy_step=None)
 
@@ -351,4 +377,3 @@ SPEC = AlgorithmSpec(
     build,
     LOSSES,
 )
-make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

@@ -1,7 +1,7 @@
 """IPPO (independent PPO), feed-forward or recurrent: PPO's loss, advantages and update.
 
 `build(config, env)` returns its pieces, an `api.Algorithm` (see `marljax.algos.api`), from which
-the framework derives the `AsyncTrainer` (`make_train`): one update is `collect` (a rollout of
+the framework derives the `AsyncTrainer` (`SPEC.make_train`): one update is `collect` (a rollout of
 `num_steps` on every environment, `marljax.algos.acting`) with the learner's parameters, then
 `learn` (GAE, then `ppo.update_epochs` x `ppo.num_minibatches` gradient steps,
 `marljax.algos.learning`). It keeps nothing beside the learner.
@@ -29,12 +29,13 @@ import jax.numpy as jnp
 from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, group_keys, uses_cnn
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, EpochSchedule, split_groups
 from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces, init_keys, init_learner, learning_rate
-from marljax.config import AlgorithmSchema, Config, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.nn.networks import ActorCritic, RecurrentActorCritic
 from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
+from marljax.schema import setting
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
 Array = jax.Array
@@ -67,9 +68,15 @@ def make_network(config: Config, group: AgentGroup, critic: bool = True) -> nn.M
     hidden, layers = config.group_network(group.name)
     if config.recurrent:
         return RecurrentActorCritic(
-            group.discrete, group.action_dim, hidden, config.gru_hidden_size, config.activation, cnn, critic,
+            group.discrete,
+            group.action_dim,
+            hidden,
+            config.gru_hidden_size,
+            config.activation,
+            cnn,
+            critic,
             dtype=config.dtype,
-        )  # fmt: skip
+        )
     return ActorCritic(
         group.discrete, group.action_dim, hidden, layers, config.activation, cnn, critic, dtype=config.dtype
     )
@@ -199,9 +206,15 @@ def build(
                 dist, value, h = evaluate(params, g, obs, mask, hidden_g, reset, world)
                 actions[g.name], logp = sample(dist, group_keys(keys, gi), (E_act, g.size))
                 batch[g.name] = dict(
-                    obs=obs, action=actions[g.name], logp=logp, value=value.reshape(E_act, g.size), mask=mask,
-                    reset=reset if rnn else None, hidden=hidden_g if rnn else None, world=world,
-                )  # fmt: skip
+                    obs=obs,
+                    action=actions[g.name],
+                    logp=logp,
+                    value=value.reshape(E_act, g.size),
+                    mask=mask,
+                    reset=reset if rnn else None,
+                    hidden=hidden_g if rnn else None,
+                    world=world,
+                )
                 if rnn:
                     hidden[g.name] = h
             return actions, hidden, batch
@@ -226,9 +239,14 @@ def build(
         for g in groups:  # bootstrap: the value of the observation after the last step
             with jax.named_scope("policy"):
                 _, v, _ = evaluate(
-                    params, g, actors.obs[g.name], masks.get(g.name) if g.has_mask else None,
-                    actors.hidden.get(g.name), actors.reset[g.name], world,
-                )  # fmt: skip
+                    params,
+                    g,
+                    actors.obs[g.name],
+                    masks.get(g.name) if g.has_mask else None,
+                    actors.hidden.get(g.name),
+                    actors.reset[g.name],
+                    world,
+                )
             last_value[g.name] = v.reshape(E_act, g.size)
         return actors, Trajectory(batch, last_value, stats)
 
@@ -260,10 +278,18 @@ def build(
             dist, value = evaluate_seq(params, g, b)
             logp = dist.log_prob(flat(b.action, 3))
             loss = ops.ppo_loss(
-                logp, flat(b.logp, 3), dist.entropy(), value, flat(b.value, 3),
-                ops.normalize(flat(adv, 3), layout.env_axes), flat(target, 3),
-                hp["ppo.clip_eps"], hp["ppo.vf_coef"], hp["ppo.ent_coef"], None if weight is None else flat(weight, 3),
-            )  # fmt: skip
+                logp,
+                flat(b.logp, 3),
+                dist.entropy(),
+                value,
+                flat(b.value, 3),
+                ops.normalize(flat(adv, 3), layout.env_axes),
+                flat(target, 3),
+                hp["ppo.clip_eps"],
+                hp["ppo.vf_coef"],
+                hp["ppo.ent_coef"],
+                None if weight is None else flat(weight, 3),
+            )
             total = total + loss.total
             parts.append(loss)
         mean_parts = jax.tree.map(lambda *xs: jnp.mean(jnp.stack(xs)), *parts)
@@ -358,9 +384,15 @@ def build(
         return epoch_cost_pieces(config, batches, rollout_step, minibatch_step, state, extra=(None,))
 
     return Algorithm(
-        networks=nets.nets, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn, act=act,
-        cost_pieces=cost_pieces, policy_step=policy_step,
-    )  # fmt: skip
+        networks=nets.nets,
+        init_learner=learner_init,
+        init_actors=init_actors,
+        collect=collect,
+        learn=learn,
+        act=act,
+        cost_pieces=cost_pieces,
+        policy_step=policy_step,
+    )
 
 
 # the metrics the NaN guard watches: the loss, its parts and what the step is made of
@@ -395,4 +427,3 @@ SPEC = AlgorithmSpec(
     build,
     LOSSES,
 )
-make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

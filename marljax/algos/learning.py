@@ -16,9 +16,10 @@ import optax
 
 from marljax.algos.acting import local_keys, with_stats
 from marljax.algos.api import CostPiece, EpochSchedule, hparams_from_config
-from marljax.config import Config, ConfigError, divisors
+from marljax.config import Config
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, divisors
 from marljax.types import HParams, LearnerState
 
 Array = jax.Array
@@ -66,12 +67,21 @@ def schedule(config: Config) -> Callable[[Array, Array], Array]:
     horizon, at = ops.schedule_position(config.lr_schedule_resumes, config.num_updates)  # a resumed run's budgets
     updates = max(horizon, 1)
     warmup = int(config.lr_warmup * updates)  # JaxMARL's int(LR_WARMUP * NUM_UPDATES)
-    return lambda lr, update: ops.lr_schedule(lr, at(update), updates, config.anneal_lr, warmup, config.lr_decay,
-                                              config.lr_exp_decay_rate)  # fmt: skip
+    return lambda lr, update: ops.lr_schedule(
+        lr, at(update), updates, config.anneal_lr, warmup, config.lr_decay, config.lr_exp_decay_rate
+    )
 
 
-def descend(tx: optax.GradientTransformation, layout: Layout, split: frozenset[str], params, opt_state, grads,
-            lr: Array, hp: HParams):  # fmt: skip
+def descend(
+    tx: optax.GradientTransformation,
+    layout: Layout,
+    split: frozenset[str],
+    params,
+    opt_state,
+    grads,
+    lr: Array,
+    hp: HParams,
+):
     """One descent step: gradients reduced over the mesh (`split`: the groups whose sets are split
     over `agent`), clipped to `max_grad_norm`, `tx` (`adam(config)`). -> (params, opt_state, grad_norm [])."""
     with jax.named_scope("optimizer"):  # a label for profiles (experiments/profile_chunk.py)
@@ -111,15 +121,25 @@ class Minibatches:
 
     def __post_init__(self) -> None:
         if self.by_envs and self.local_envs % self.num_minibatches:  # (EpochSchedule.check saw the global count)
-            raise ConfigError("num_minibatches", f"minibatch_split=envs deals each device's {self.local_envs} "
-                              f"environments into {self.num_minibatches} minibatches: it must divide them; allowed: "
-                              f"{divisors(self.local_envs)}")  # fmt: skip
+            raise ConfigError(
+                "num_minibatches",
+                f"minibatch_split=envs deals each device's {self.local_envs} "
+                f"environments into {self.num_minibatches} minibatches: it must divide them; allowed: "
+                f"{divisors(self.local_envs)}",
+            )
 
     @classmethod
     def of(cls, config: Config, schedule: EpochSchedule, layout: Layout) -> Minibatches:
         E = config.num_envs
-        return cls(config.num_steps, schedule.num_minibatches, schedule.update_epochs, E, E // layout.num_data,
-                   layout.data_axis, schedule.minibatch_split == "envs")  # fmt: skip
+        return cls(
+            config.num_steps,
+            schedule.num_minibatches,
+            schedule.update_epochs,
+            E,
+            E // layout.num_data,
+            layout.data_axis,
+            schedule.minibatch_split == "envs",
+        )
 
     @property
     def steps(self) -> int:
@@ -181,8 +201,14 @@ class Minibatches:
         return carry, jax.tree.map(lambda a: a.reshape((self.epochs, -1) + a.shape[1:]), aux)
 
 
-def epoch_cost_pieces(config: Config, batches: Minibatches, rollout_step: Callable, minibatch_step: Callable,
-                      state: Any, extra: tuple = ()) -> list[CostPiece]:  # fmt: skip
+def epoch_cost_pieces(
+    config: Config,
+    batches: Minibatches,
+    rollout_step: Callable,
+    minibatch_step: Callable,
+    state: Any,
+    extra: tuple = (),
+) -> list[CostPiece]:
     """The cost pieces of an algorithm that learns in epochs of minibatches (`api.CostPiece`): (a)
     `rollout_step(params, actors, key) -> (carry, group -> GroupBatch [E, A_g, ...])` x num_steps;
     (b) `minibatch_step(params, opt_state, minibatch, hp, lr)` x epochs * minibatches, on a minibatch
@@ -202,6 +228,12 @@ def epoch_cost_pieces(config: Config, batches: Minibatches, rollout_step: Callab
     lr = jax.ShapeDtypeStruct((), jnp.float32)
     return [
         CostPiece("rollout step", "rollout", rollout_step, (params, actors, key), config.num_steps),
-        CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, lr),
-                  batches.epochs * batches.num_minibatches, transitions=batches.rows(batches.num_envs)),
-    ]  # fmt: skip
+        CostPiece(
+            "gradient step",
+            "learn",
+            gradient_step,
+            (params, opt_state, minibatch, lr),
+            batches.epochs * batches.num_minibatches,
+            transitions=batches.rows(batches.num_envs),
+        ),
+    ]

@@ -40,9 +40,10 @@ from marljax.algos.learning import adam, descend
 from marljax.algos.mixers import MixerConfig, QMixer
 from marljax.algos.offline_q import Q_DEFAULTS, TargetConfig, check_q, q_of_windows
 from marljax.algos.q_acting import QConfig, make_q_acting
-from marljax.config import AlgorithmSchema, Config, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.layouts import Layout
+from marljax.schema import setting
 from marljax.types import HParams
 
 Array = jax.Array
@@ -54,8 +55,13 @@ MIXER = "__mixer__"  # params[MIXER]: the mixer's parameters
 class MAICQConfig(TargetConfig):
     """`maicq.*`: the temperature of MAICQ's policy weights and its target network."""
 
-    alpha: float = setting(1.0, "temperature of the actors' weights exp(k_i advantage_i / alpha): lower follows the "
-                           "critic more, higher the data more", above=0.0, traced=True)  # fmt: skip
+    alpha: float = setting(
+        1.0,
+        "temperature of the actors' weights exp(k_i advantage_i / alpha): lower follows the "
+        "critic more, higher the data more",
+        above=0.0,
+        traced=True,
+    )
 
 
 def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
@@ -128,10 +134,16 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return params, opt_state, (loss, *parts, grad_norm)
 
     return offline.pieces(
-        config, layout, source, networks=actors.nets, init_params=init_params, act=make_act(actors, groups),
-        gradient_step=gradient_step, target=offline.Target(config.maicq, critics),
+        config,
+        layout,
+        source,
+        networks=actors.nets,
+        init_params=init_params,
+        act=make_act(actors, groups),
+        gradient_step=gradient_step,
+        target=offline.Target(config.maicq, critics),
         metrics=("loss_total", "loss_critic", "loss_actor", "q_tot_mean", "weight_max", "grad_norm"),
-    )  # fmt: skip
+    )
 
 
 SPEC = AlgorithmSpec(

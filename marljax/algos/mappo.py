@@ -77,4 +77,3 @@ SPEC = AlgorithmSpec(
     build,
     ippo.LOSSES,
 )
-make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

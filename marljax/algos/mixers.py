@@ -14,8 +14,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from marljax.config import setting
 from marljax.nn.networks import dense, einsum, orthogonal
+from marljax.schema import setting
 
 Array = jax.Array
 
@@ -25,11 +25,19 @@ class MixerConfig:
     """`mixer.*`: QMIX's mixing network."""
 
     embed_dim: int = setting(32, "width of the mixing layer", minimum=1, jaxmarl="MIXER_EMBEDDING_DIM")
-    hyper_hidden: int = setting(64, "hidden width of the hypernetworks that make the mixing weights", minimum=1,
-                                jaxmarl="MIXER_HYPERNET_HIDDEN_DIM")  # fmt: skip
-    init_scale: float = setting(0.0, "0: flax's default (lecun-normal) kernels; > 0: orthogonal kernels of this "
-                                "scale and zero biases in every layer of the mixer", minimum=0.0,
-                                jaxmarl="MIXER_INIT_SCALE")  # fmt: skip
+    hyper_hidden: int = setting(
+        64,
+        "hidden width of the hypernetworks that make the mixing weights",
+        minimum=1,
+        jaxmarl="MIXER_HYPERNET_HIDDEN_DIM",
+    )
+    init_scale: float = setting(
+        0.0,
+        "0: flax's default (lecun-normal) kernels; > 0: orthogonal kernels of this "
+        "scale and zero biases in every layer of the mixer",
+        minimum=0.0,
+        jaxmarl="MIXER_INIT_SCALE",
+    )
 
 
 def vdn(q: Array) -> Array:
@@ -49,8 +57,11 @@ class QMixer(nn.Module):
     @nn.compact
     def __call__(self, q: Array, world: Array) -> Array:
         """q [B, N] chosen-action values, world [B, W] -> Q_tot [B]."""
-        init = {} if self.init_scale == 0 else {"kernel_init": orthogonal(self.init_scale),
-                                                "bias_init": nn.initializers.zeros}  # fmt: skip
+        init = (
+            {}
+            if self.init_scale == 0
+            else {"kernel_init": orthogonal(self.init_scale), "bias_init": nn.initializers.zeros}
+        )
         n, Dense = q.shape[-1], lambda features: dense(features, self.dtype, **init)  # noqa: E731
         world = nn.LayerNorm()(world)  # world states come unnormalised (SMAX: up to ~25)
         w1 = Dense(n * self.embed_dim)(nn.relu(Dense(self.hyper_hidden)(world)))  # [B, N*E]

@@ -39,9 +39,10 @@ from flax import struct
 from marljax.algos.acting import VecEnv
 from marljax.algos.api import REPLICATED, Algorithm, CostPiece, ExtraPart, hparams_from_config
 from marljax.algos.learning import init_keys, init_learner, learning_rate
-from marljax.config import Config, ConfigError, setting
+from marljax.config import Config
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, EpisodeStats, LearnerState, TrainState
 
 Array = jax.Array
@@ -49,17 +50,28 @@ Data = Any  # an array of a dataset: np.ndarray on the host, jax.Array on the de
 KEY = "offline.dataset"
 # an offline run's defaults: a gradient step on 256 transitions per update, 20k of them, evaluated 20 times
 # and checkpointed 4 times (a checkpoint holds the dataset)
-DEFAULTS = {"num_envs": 256, "num_steps": 1, "total_timesteps": 256 * 20_000, "eval_every": 1000,
-            "checkpoint_every": 5000, "num_chunks": 20, "lr": 1e-3, "anneal_lr": False}  # fmt: skip
+DEFAULTS = {
+    "num_envs": 256,
+    "num_steps": 1,
+    "total_timesteps": 256 * 20_000,
+    "eval_every": 1000,
+    "checkpoint_every": 5000,
+    "num_chunks": 20,
+    "lr": 1e-3,
+    "anneal_lr": False,
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class OfflineConfig:
     """`offline.*`: the dataset an offline algorithm learns from, in place of an env stream."""
 
-    dataset: str = setting("", "the dataset: a Vault directory (`marljax record` writes one; OG-MARL's read too) in "
-                           "the run's env; an update is one gradient step on num_envs sequences of num_steps "
-                           "transitions sampled from it")  # fmt: skip
+    dataset: str = setting(
+        "",
+        "the dataset: a Vault directory (`marljax record` writes one; OG-MARL's read too) in "
+        "the run's env; an update is one gradient step on num_envs sequences of num_steps "
+        "transitions sampled from it",
+    )
 
     def check(self, config: Config) -> None:
         """The dataset's description (cheap: no array is read) names the run's env; the arrays
@@ -78,8 +90,11 @@ class OfflineConfig:
         if theirs != (config.env, dict(config.env_kwargs)):
             named = lambda env, kwargs: env + (f" with env_kwargs {kwargs}" if kwargs else "")  # noqa: E731
             settings = " ".join([f"env={theirs[0]}", *(f"env_kwargs.{k}={v}" for k, v in theirs[1].items())])
-            raise ConfigError("env", f"{named(config.env, dict(config.env_kwargs))}: the dataset {self.dataset} was "
-                              f"recorded on {named(*theirs)}; learn in its env: {settings}")  # fmt: skip
+            raise ConfigError(
+                "env",
+                f"{named(config.env, dict(config.env_kwargs))}: the dataset {self.dataset} was "
+                f"recorded on {named(*theirs)}; learn in its env: {settings}",
+            )
 
 
 class Transitions(NamedTuple):
@@ -121,8 +136,10 @@ def load(config: Config, env: EnvAdapter) -> Transitions:
     """The run's dataset on the host (numpy), checked against `env`; ConfigError (one line, naming
     the file or the mismatch) for a missing, damaged or mismatched one."""
     if not config.offline.dataset:
-        raise ConfigError(KEY, f"algo={config.algo} learns from a dataset: give {KEY}=PATH (a Vault directory; "
-                          "marljax record writes one)")  # fmt: skip
+        raise ConfigError(
+            KEY,
+            f"algo={config.algo} learns from a dataset: give {KEY}=PATH (a Vault directory; marljax record writes one)",
+        )
     from marljax.train.datasets import DatasetError, dataset_dir
 
     try:
@@ -150,10 +167,14 @@ def _read(where: str, stamp: tuple) -> Transitions:
     if discrete:
         legal = np.asarray(infos["legals"]) > 0 if "legals" in infos else None
     return Transitions(
-        obs=np.asarray(exp["observations"], np.float32), action=np.asarray(exp["actions"]),
-        reward=np.asarray(exp["rewards"], np.float32), terminal=terminal, truncation=ended("truncations") & ~terminal,
-        legal=legal, world=np.asarray(infos["state"], np.float32) if "state" in infos else None,
-    )  # fmt: skip
+        obs=np.asarray(exp["observations"], np.float32),
+        action=np.asarray(exp["actions"]),
+        reward=np.asarray(exp["rewards"], np.float32),
+        terminal=terminal,
+        truncation=ended("truncations") & ~terminal,
+        legal=legal,
+        world=np.asarray(infos["state"], np.float32) if "state" in infos else None,
+    )
 
 
 def check_fits(data: Transitions, env: EnvAdapter, where: Path) -> None:
@@ -169,15 +190,21 @@ def check_fits(data: Transitions, env: EnvAdapter, where: Path) -> None:
     found = {"agents": data.reward.shape[2], "observation": tuple(data.obs.shape[3:])}
     wanted = {"agents": N, "observation": tuple(g.obs_shape)}
     discrete = np.issubdtype(data.action.dtype, np.integer)
-    found["actions"] = ("Discrete", data.legal.shape[-1] if data.legal is not None else None) if discrete else (
-        "Box", data.action.shape[-1])  # fmt: skip
+    found["actions"] = (
+        ("Discrete", data.legal.shape[-1] if data.legal is not None else None)
+        if discrete
+        else ("Box", data.action.shape[-1])
+    )
     wanted["actions"] = ("Discrete", g.action_dim) if g.discrete else ("Box", g.action_dim)
     if discrete and data.legal is None:
         found["actions"] = ("Discrete", g.action_dim)  # no legals recorded: every action counts as available
     for what in found:
         if found[what] != wanted[what]:
-            raise ConfigError(KEY, f"{where}: its {what} are {found[what]}, {env.name}'s {wanted[what]}: a dataset of "
-                              "another env (learn in the env it was recorded in)")  # fmt: skip
+            raise ConfigError(
+                KEY,
+                f"{where}: its {what} are {found[what]}, {env.name}'s {wanted[what]}: a dataset of "
+                "another env (learn in the env it was recorded in)",
+            )
 
 
 def with_legal(data: Transitions, env: EnvAdapter) -> Transitions:
@@ -206,11 +233,15 @@ class OfflineSource:
         span = config.num_steps + int(next_obs)
         steps = host.reward.shape[1]
         if steps < span:
-            raise ConfigError("num_steps", f"a sequence of {span} steps does not fit the dataset's streams of {steps} "
-                              f"steps; allowed: num_steps <= {steps - int(next_obs)}")  # fmt: skip
+            raise ConfigError(
+                "num_steps",
+                f"a sequence of {span} steps does not fit the dataset's streams of {steps} "
+                f"steps; allowed: num_steps <= {steps - int(next_obs)}",
+            )
         if config.num_envs % layout.num_data:
-            raise ConfigError("num_envs", f"the batch's {config.num_envs} sequences must split over mesh.data="
-                              f"{layout.num_data}")  # fmt: skip
+            raise ConfigError(
+                "num_envs", f"the batch's {config.num_envs} sequences must split over mesh.data={layout.num_data}"
+            )
         return cls(config, env, layout, host, span)
 
     @property
@@ -305,9 +336,18 @@ class Target:
         return jax.tree.map(lambda p, t: section.tau * p + (1.0 - section.tau) * t, params, target)
 
 
-def pieces(config: Config, layout: Layout, source: OfflineSource, *, networks: Mapping[str, Any],
-           init_params: Callable[[Array], dict], act: Callable, gradient_step: Callable, metrics: tuple[str, ...],
-           target: Target | None = None) -> Algorithm:  # fmt: skip
+def pieces(
+    config: Config,
+    layout: Layout,
+    source: OfflineSource,
+    *,
+    networks: Mapping[str, Any],
+    init_params: Callable[[Array], dict],
+    act: Callable,
+    gradient_step: Callable,
+    metrics: tuple[str, ...],
+    target: Target | None = None,
+) -> Algorithm:
     """An offline algorithm's `api.Algorithm` from its own parts: its networks and their first
     parameters, `act`, and one gradient step, `gradient_step(params, opt_state[, target], batch, hp,
     lr) -> (params, opt_state, values of `metrics`)`, on a batch of windows [E, span, ...]. The rest
@@ -344,15 +384,28 @@ def pieces(config: Config, layout: Layout, source: OfflineSource, *, networks: M
         def one_step(params, opt_state, *rest):  # rest: [target,] batch, lr
             return gradient_step(params, opt_state, *rest[:-1], hp, rest[-1])
 
-        step = CostPiece("gradient step", "learn", one_step, (learner.params, learner.opt_state, *before, batch, lr), 1,
-                         transitions=config.num_envs * config.num_steps)  # fmt: skip
+        step = CostPiece(
+            "gradient step",
+            "learn",
+            one_step,
+            (learner.params, learner.opt_state, *before, batch, lr),
+            1,
+            transitions=config.num_envs * config.num_steps,
+        )
         return [source.read_piece(extra.data), step]
 
     return Algorithm(
-        networks=networks, init_learner=learner_init, init_actors=source.init_actors, collect=source.collect,
-        learn=learn, act=act, cost_pieces=cost_pieces, init_extra=init_extra,
-        extra_layout=extra_layout(target is not None), extra_parts=(DATASET_PART,),
-    )  # fmt: skip
+        networks=networks,
+        init_learner=learner_init,
+        init_actors=source.init_actors,
+        collect=source.collect,
+        learn=learn,
+        act=act,
+        cost_pieces=cost_pieces,
+        init_extra=init_extra,
+        extra_layout=extra_layout(target is not None),
+        extra_parts=(DATASET_PART,),
+    )
 
 
 __all__ = ["DEFAULTS", "OfflineConfig", "OfflineExtra", "OfflineSource", "Target", "Transitions", "load", "pieces"]

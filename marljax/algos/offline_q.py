@@ -28,10 +28,11 @@ from marljax.algos.acting import flat
 from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.algos.learning import adam, descend
 from marljax.algos.q_acting import QActing, QConfig, make_q_acting
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import HParams
 
 Array = jax.Array
@@ -41,8 +42,9 @@ Array = jax.Array
 class TargetConfig:
     """Section fields of the offline Q-learners' target network."""
 
-    target_update_interval: int = setting(200, "updates (gradient steps) between target-network copies; 0: Polyak "
-                                          "averaging with tau", minimum=0)  # fmt: skip
+    target_update_interval: int = setting(
+        200, "updates (gradient steps) between target-network copies; 0: Polyak averaging with tau", minimum=0
+    )
     tau: float = setting(
         0.005, "Polyak rate of the target network (target_update_interval=0)", minimum=0.0, maximum=1.0
     )
@@ -52,19 +54,27 @@ class TargetConfig:
 class CQLConfig(TargetConfig):
     """`cql.*`: the conservative penalty of IQL+CQL and its target network."""
 
-    alpha: float = setting(1.0, "weight of the conservative penalty: logsumexp of Q over the available actions minus "
-                           "Q of the recorded action", minimum=0.0, traced=True)  # fmt: skip
+    alpha: float = setting(
+        1.0,
+        "weight of the conservative penalty: logsumexp of Q over the available actions minus Q of the recorded action",
+        minimum=0.0,
+        traced=True,
+    )
 
 
 def check_q(config: Config) -> None:
     """The Q family's settings an offline Q-learner takes: one-step targets, no batch norm."""
     if config.q.td_lambda != 0:
-        raise ConfigError("q.td_lambda", f"algo={config.algo} learns one-step targets from the dataset's windows "
-                          f"(a truncated episode leaves no next observation); allowed: 0, got {config.q.td_lambda}")  # fmt: skip
+        raise ConfigError(
+            "q.td_lambda",
+            f"algo={config.algo} learns one-step targets from the dataset's windows "
+            f"(a truncated episode leaves no next observation); allowed: 0, got {config.q.td_lambda}",
+        )
     if config.q.norm == "batch_norm" or config.q.norm_input:
         field = "q.norm" if config.q.norm == "batch_norm" else "q.norm_input"
-        raise ConfigError(field, f"algo={config.algo} has no batch norm; allowed: q.norm=layer_norm or none, "
-                          "q.norm_input=false")  # fmt: skip
+        raise ConfigError(
+            field, f"algo={config.algo} has no batch norm; allowed: q.norm=layer_norm or none, q.norm_input=false"
+        )
 
 
 def q_of_windows(q: QActing, params: dict, g: AgentGroup, obs: Array) -> Array:
@@ -74,8 +84,9 @@ def q_of_windows(q: QActing, params: dict, g: AgentGroup, obs: Array) -> Array:
     return values.reshape(o.shape[:3] + values.shape[-1:])
 
 
-def td_parts(config: Config, q: QActing, params: dict, target: dict, g: AgentGroup, batch: offline.Transitions,
-             gamma: Array):  # fmt: skip
+def td_parts(
+    config: Config, q: QActing, params: dict, target: dict, g: AgentGroup, batch: offline.Transitions, gamma: Array
+):
     """Group g on windows of L + 1 steps -> (Q of the recorded actions [E, L, A_g], their one-step
     double-Q targets [E, L, A_g] (no gradient), the transitions that have one [E, L, 1], Q of every
     action [E, L, A_g, n], the available actions [E, L, A_g, n])."""
@@ -124,9 +135,16 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return params, opt_state, (loss, td, penalty, q_mean, grad_norm)
 
     return offline.pieces(
-        config, layout, source, networks=q.nets, init_params=q.init_params, act=q.act, gradient_step=gradient_step,
-        metrics=("loss_total", "loss_td", "cql_penalty", "q_mean", "grad_norm"), target=offline.Target(config.cql),
-    )  # fmt: skip
+        config,
+        layout,
+        source,
+        networks=q.nets,
+        init_params=q.init_params,
+        act=q.act,
+        gradient_step=gradient_step,
+        metrics=("loss_total", "loss_td", "cql_penalty", "q_mean", "grad_norm"),
+        target=offline.Target(config.cql),
+    )
 
 
 # the replay family's network defaults (relu, layer norm), one-step targets

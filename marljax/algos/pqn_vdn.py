@@ -42,11 +42,12 @@ from marljax.algos.api import (
 )
 from marljax.algos.learning import Minibatches, adam, descend, init_keys, init_learner, keep_stats, learning_rate
 from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import AGENTS, ENVS, Placed
+from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, HParams, LearnerState, TrainState
 
 Array = jax.Array
@@ -56,18 +57,28 @@ Array = jax.Array
 class PQNConfig(EpochSchedule):
     """`pqn.*`: each rollout is learned in update_epochs x num_minibatches gradient steps."""
 
-    memory_window: int = setting(0, "recurrent: steps of the previous rollout that lead every learning sequence (their "
-                                 "targets, taken an update ago, learned again; the GRU replays them first); needs "
-                                 "pqn.minibatch_split=envs", minimum=0, jaxmarl="MEMORY_WINDOW")  # fmt: skip
+    memory_window: int = setting(
+        0,
+        "recurrent: steps of the previous rollout that lead every learning sequence (their "
+        "targets, taken an update ago, learned again; the GRU replays them first); needs "
+        "pqn.minibatch_split=envs",
+        minimum=0,
+        jaxmarl="MEMORY_WINDOW",
+    )
 
     def check(self, config: Config) -> None:
         super().check(config)
         if self.memory_window and not config.recurrent:
-            raise ConfigError("pqn.memory_window", "leads a recurrent network's sequences: it needs recurrent=true "
-                                                   f"(or 0); got {self.memory_window}")  # fmt: skip
+            raise ConfigError(
+                "pqn.memory_window",
+                f"leads a recurrent network's sequences: it needs recurrent=true (or 0); got {self.memory_window}",
+            )
         if self.memory_window and self.minibatch_split != "envs":
-            raise ConfigError("pqn.memory_window", "makes each learning sequence memory_window + num_steps long: it "
-                                                   "needs pqn.minibatch_split=envs (whole sequences per minibatch)")  # fmt: skip
+            raise ConfigError(
+                "pqn.memory_window",
+                "makes each learning sequence memory_window + num_steps long: it "
+                "needs pqn.minibatch_split=envs (whole sequences per minibatch)",
+            )
 
 
 def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
@@ -91,8 +102,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     def group_q(params, g, batch, learning: bool = False):
         """Group g's values on time-major data [L, B, A_g, ...] -> [L, B, A_g, n] (`learning`: and
         its moved batch-norm statistics, q_acting's `unroll`)."""
-        return q.unroll(params, g, batch["obs"][g.name], batch["reset"].get(g.name), batch["hidden"].get(g.name),
-                        learning=learning)  # fmt: skip
+        return q.unroll(
+            params, g, batch["obs"][g.name], batch["reset"].get(g.name), batch["hidden"].get(g.name), learning=learning
+        )
 
     def team_q(params, batch) -> tuple[Array, dict]:
         """Q_tot of the taken actions [L, B], as a learning step sees it; group -> moved statistics."""
@@ -208,8 +220,14 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         )
         n = layout.num_env_shards
         (loss, q_mean), stats = ops.psum_tree(((jnp.mean(loss) / n, jnp.mean(q_mean) / n), stats), layout.env_axes)
-        metrics = {"loss_total": loss, "q_mean": q_mean, "grad_norm": jnp.mean(grad_norm), "lr": lr, "epsilon": eps,
-                   "episodes": stats}  # fmt: skip
+        metrics = {
+            "loss_total": loss,
+            "q_mean": q_mean,
+            "grad_norm": jnp.mean(grad_norm),
+            "lr": lr,
+            "epsilon": eps,
+            "episodes": stats,
+        }
         return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), extra, metrics
 
     def cost_pieces(state: TrainState) -> list[CostPiece]:
@@ -237,8 +255,10 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             return b
 
         everything = batch(lambda e: (T + 1) * e, ("obs", "mask"))
-        minibatch = (batch(batches.rows, ("obs", "action")),
-                     jax.ShapeDtypeStruct((1, batches.rows(step["done"].shape[0])), jnp.float32))  # fmt: skip
+        minibatch = (
+            batch(batches.rows, ("obs", "action")),
+            jax.ShapeDtypeStruct((1, batches.rows(step["done"].shape[0])), jnp.float32),
+        )
         hp = hparams_from_config(config)
 
         def gradient_step(params, opt_state, minibatch, lr):
@@ -247,16 +267,29 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return [
             CostPiece("rollout step", "rollout", q.rollout_step, (params, scalar, actors, key), T),
             CostPiece("target pass", "learn", team_max, (params, everything), 1),
-            CostPiece("gradient step", "learn", gradient_step, (params, opt_state, minibatch, scalar),
-                      batches.epochs * M, transitions=batches.rows(batches.num_envs)),
-        ]  # fmt: skip
+            CostPiece(
+                "gradient step",
+                "learn",
+                gradient_step,
+                (params, opt_state, minibatch, scalar),
+                batches.epochs * M,
+                transitions=batches.rows(batches.num_envs),
+            ),
+        ]
 
     window = (ExtraPart("memory window", ("pqn.memory_window",), lambda extra: extra),)
     return Algorithm(
-        networks=q.nets, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn, act=q.act,
-        cost_pieces=cost_pieces, init_extra=init_extra if W else None, extra_layout=memory_layout() if W else None,
+        networks=q.nets,
+        init_learner=learner_init,
+        init_actors=init_actors,
+        collect=collect,
+        learn=learn,
+        act=q.act,
+        cost_pieces=cost_pieces,
+        init_extra=init_extra if W else None,
+        extra_layout=memory_layout() if W else None,
         extra_parts=window if W else (),
-    )  # fmt: skip
+    )
 
 
 SPEC = AlgorithmSpec(
@@ -279,4 +312,3 @@ SPEC = AlgorithmSpec(
     build,
     ("loss_total", "grad_norm", "lr", "q_mean"),  # the NaN guard's: the loss, the step, the values
 )
-make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

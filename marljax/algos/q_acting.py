@@ -23,10 +23,11 @@ import jax
 import jax.numpy as jnp
 
 from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, uses_cnn
-from marljax.config import Config, ConfigError, setting
+from marljax.config import Config
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn.networks import BN_MOMENTUM, STATS, QNetwork, RecurrentQNetwork
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, EpisodeStats
 
 Array = jax.Array
@@ -37,27 +38,49 @@ Q_NORMS = ("layer_norm", "batch_norm", "none")
 class QConfig:
     """`q.*`: epsilon-greedy acting and Q(lambda) targets, for every algorithm of the Q family."""
 
-    eps_start: float = setting(1.0, "exploration rate at the start", minimum=0.0, maximum=1.0,
-                               jaxmarl=("EPSILON_START", "EPS_START"))  # fmt: skip
-    eps_finish: float = setting(0.05, "exploration rate after eps_decay_steps (and when evaluating with eval_greedy=false)",
-                                minimum=0.0, maximum=1.0, jaxmarl=("EPSILON_FINISH", "EPS_FINISH"))  # fmt: skip
+    eps_start: float = setting(
+        1.0, "exploration rate at the start", minimum=0.0, maximum=1.0, jaxmarl=("EPSILON_START", "EPS_START")
+    )
+    eps_finish: float = setting(
+        0.05,
+        "exploration rate after eps_decay_steps (and when evaluating with eval_greedy=false)",
+        minimum=0.0,
+        maximum=1.0,
+        jaxmarl=("EPSILON_FINISH", "EPS_FINISH"),
+    )
     # (JaxMARL's EPS_DECAY is a fraction of the run: jaxmarl_config.py converts it)
-    eps_decay_steps: int = setting(1_000_000, "env steps of one seed over which epsilon falls linearly", minimum=1,
-                                   jaxmarl="EPSILON_ANNEAL_TIME")  # fmt: skip
-    td_lambda: float = setting(0.65, "lambda of Peng's Q(lambda) targets (0: one-step targets)", minimum=0.0, maximum=1.0,
-                               jaxmarl=("TD_LAMBDA", "LAMBDA"))  # fmt: skip
-    norm: str = setting("layer_norm", "normalisation of the Q-network's hidden layers: layer_norm | batch_norm (running "
-                        "statistics for acting and targets, the batch's while learning) | none", choices=Q_NORMS,
-                        jaxmarl="NORM_TYPE")  # fmt: skip
-    norm_input: bool = setting(False, "batch norm of the Q-network's observations (as q.norm=batch_norm's)",
-                               jaxmarl="NORM_INPUT")  # fmt: skip
+    eps_decay_steps: int = setting(
+        1_000_000, "env steps of one seed over which epsilon falls linearly", minimum=1, jaxmarl="EPSILON_ANNEAL_TIME"
+    )
+    td_lambda: float = setting(
+        0.65,
+        "lambda of Peng's Q(lambda) targets (0: one-step targets)",
+        minimum=0.0,
+        maximum=1.0,
+        jaxmarl=("TD_LAMBDA", "LAMBDA"),
+    )
+    norm: str = setting(
+        "layer_norm",
+        "normalisation of the Q-network's hidden layers: layer_norm | batch_norm (running "
+        "statistics for acting and targets, the batch's while learning) | none",
+        choices=Q_NORMS,
+        jaxmarl="NORM_TYPE",
+    )
+    norm_input: bool = setting(
+        False, "batch norm of the Q-network's observations (as q.norm=batch_norm's)", jaxmarl="NORM_INPUT"
+    )
     dueling: bool = setting(False, "dueling head: Q = V(s) + A(s, a) - mean_a A(s, a)", jaxmarl="DUELING")
-    reward_scale: float = setting(1.0, "multiply the rewards learned from (the returns reported stay the env's)",
-                                  above=0.0, jaxmarl="REW_SCALE")  # fmt: skip
-    init_scale: float = setting(0.0, "the agents' Q-networks' initialiser: 0: their own (orthogonal sqrt(2) hidden "
-                                "layers, 1 heads); > 0: orthogonal of this scale on every dense layer outside a CNN "
-                                "torso and the GRU (transf_qmix: the entity embedding and the head)", minimum=0.0,
-                                jaxmarl="AGENT_INIT_SCALE")  # fmt: skip
+    reward_scale: float = setting(
+        1.0, "multiply the rewards learned from (the returns reported stay the env's)", above=0.0, jaxmarl="REW_SCALE"
+    )
+    init_scale: float = setting(
+        0.0,
+        "the agents' Q-networks' initialiser: 0: their own (orthogonal sqrt(2) hidden "
+        "layers, 1 heads); > 0: orthogonal of this scale on every dense layer outside a CNN "
+        "torso and the GRU (transf_qmix: the entity embedding and the head)",
+        minimum=0.0,
+        jaxmarl="AGENT_INIT_SCALE",
+    )
 
     def check(self, config: Config) -> None:
         if self.eps_finish > self.eps_start:
@@ -102,14 +125,20 @@ def make_q_acting(
     groups = env.groups  # Discrete only: make_adapter refuses Box groups from Supports.actions (train/wiring.py)
     rnn, H = config.recurrent, config.gru_hidden_size
     size = config.group_network  # group -> (hidden_size, num_layers), network.<group>.* over the global sizes
-    head = dict(norm=config.q.norm, dueling=config.q.dueling, init_scale=config.q.init_scale,
-                norm_input=config.q.norm_input)  # fmt: skip
-    nets = nets or GroupNetworks.of(config, {
-        g.name: RecurrentQNetwork(g.action_dim, size(g.name)[0], H, config.activation, uses_cnn(config, g), config.dtype,
-                                  **head)
-        if rnn else QNetwork(g.action_dim, *size(g.name), config.activation, uses_cnn(config, g), config.dtype, **head)
-        for g in groups
-    })  # fmt: skip
+    head = dict(
+        norm=config.q.norm, dueling=config.q.dueling, init_scale=config.q.init_scale, norm_input=config.q.norm_input
+    )
+    nets = nets or GroupNetworks.of(
+        config,
+        {
+            g.name: RecurrentQNetwork(
+                g.action_dim, size(g.name)[0], H, config.activation, uses_cnn(config, g), config.dtype, **head
+            )
+            if rnn
+            else QNetwork(g.action_dim, *size(g.name), config.activation, uses_cnn(config, g), config.dtype, **head)
+            for g in groups
+        },
+    )
     if layout.agent_parallel and not nets.independent:
         raise ConfigError("mesh.agent", "splits per-agent Q-networks: it needs param_sharing=independent")
     T = config.num_steps
@@ -119,8 +148,16 @@ def make_q_acting(
     def q_values(params, g: AgentGroup, obs: Array, hidden: Array | None = None, reset: Array | None = None):
         return nets.apply(params[g.name], g, obs, hidden, reset)
 
-    def unroll(params, g: AgentGroup, obs: Array, reset: Array | None, hidden0: Array | None, full: bool = False,
-               states: bool = False, learning: bool = False):  # fmt: skip
+    def unroll(
+        params,
+        g: AgentGroup,
+        obs: Array,
+        reset: Array | None,
+        hidden0: Array | None,
+        full: bool = False,
+        states: bool = False,
+        learning: bool = False,
+    ):
         """Time-major sequences: obs [T, B, A_g, ...], reset [T, B, A_g] -> q [T, B, A_g, n]
         (`states`: and the hidden states after each step [T, B, A_g, H]). `learning`: -> (that,
         the group's batch-norm statistics moved towards this batch's, {} without batch norm): a
@@ -145,8 +182,9 @@ def make_q_acting(
         # each step moved the same statistics: their mean over the steps is one move towards the steps' mean
         return (out, jax.tree.map(lambda x: jnp.mean(x, axis=0), stats)) if learning else out
 
-    def unroll_by_sequence_moments(params, g: AgentGroup, obs: Array, reset: Array, hidden0: Array, full: bool,
-                                   states: bool):  # fmt: skip
+    def unroll_by_sequence_moments(
+        params, g: AgentGroup, obs: Array, reset: Array, hidden0: Array, full: bool, states: bool
+    ):
         """`unroll`'s learning pass of a recurrent network whose batch norms all precede its state
         (`norms_before_state`: TransfQMix's agents): every step normalised by the moments of the whole
         sequence [T x B] as one batch, as JaxMARL's (whose embedder sees the sequence at once) does, and

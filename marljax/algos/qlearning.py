@@ -68,10 +68,11 @@ from marljax.algos.api import (
 from marljax.algos.learning import adam, descend, init_keys, init_learner, keep_stats, learning_rate
 from marljax.algos.mixers import MixerConfig, QMixer
 from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, HParams, LearnerState, TrainState
 
 Array = jax.Array
@@ -122,29 +123,41 @@ def default_team(config: Config, num_agents: int) -> TeamValue | None:
 class ReplayConfig:
     """`replay.*`: the replay buffer of sequences and the target network (iql, vdn, qmix)."""
 
-    buffer_size: int = setting(5000, "sequences kept (one per environment and update; the oldest are overwritten)",
-                               minimum=1, jaxmarl="BUFFER_SIZE")  # fmt: skip
+    buffer_size: int = setting(
+        5000,
+        "sequences kept (one per environment and update; the oldest are overwritten)",
+        minimum=1,
+        jaxmarl="BUFFER_SIZE",
+    )
     batch_size: int = setting(32, "sequences per gradient step", minimum=1, jaxmarl="BUFFER_BATCH_SIZE")
     gradient_steps: int = setting(
         4, "gradient steps per update, each on a fresh sample", minimum=1, jaxmarl=("NUM_EPOCHS", "N_MINI_UPDATES")
     )
-    learning_starts: int = setting(10_000, "env steps of one seed before the first gradient step", minimum=0,
-                                   jaxmarl="LEARNING_STARTS")  # fmt: skip
-    target_update_interval: int = setting(10, "updates between target-network copies; 0: Polyak averaging with tau",
-                                          minimum=0, jaxmarl="TARGET_UPDATE_INTERVAL")  # fmt: skip
+    learning_starts: int = setting(
+        10_000, "env steps of one seed before the first gradient step", minimum=0, jaxmarl="LEARNING_STARTS"
+    )
+    target_update_interval: int = setting(
+        10,
+        "updates between target-network copies; 0: Polyak averaging with tau",
+        minimum=0,
+        jaxmarl="TARGET_UPDATE_INTERVAL",
+    )
     tau: float = setting(
         0.005, "Polyak rate of the target network (target_update_interval=0)", minimum=0.0, maximum=1.0
     )
     reset_each_update: bool = setting(
-        False, "reset every environment after each rollout (JaxMARL's SHAQ and TransfQMix scripts): a rollout shorter "
+        False,
+        "reset every environment after each rollout (JaxMARL's SHAQ and TransfQMix scripts): a rollout shorter "
         "than an episode then never ends one, so its last step bootstraps; the training return counts the episodes "
-        "the reset cut, up to the cut"
-    )  # fmt: skip
+        "the reset cut, up to the cut",
+    )
 
     def check(self, config: Config) -> None:
         if self.buffer_size < config.num_envs:
-            raise ConfigError("replay.buffer_size", f"must hold at least one rollout: >= num_envs={config.num_envs} "
-                                                    f"sequences, got {self.buffer_size}")  # fmt: skip
+            raise ConfigError(
+                "replay.buffer_size",
+                f"must hold at least one rollout: >= num_envs={config.num_envs} sequences, got {self.buffer_size}",
+            )
 
 
 @struct.dataclass
@@ -172,8 +185,14 @@ def extra_layout(groups, world: bool, recurrent: bool, mixer: bool | None = None
       the ring position whole (every shard writes as many sequences per update, so they agree).
     `mixer`: the parameters hold params[MIXER] (None: as `world` says, QMIX's case)."""
     per_agent = {g.name: Placed((ENVS, None, AGENTS), g.name) for g in groups}
-    data = {"obs": per_agent, "mask": per_agent, "reset": per_agent, "action": per_agent,
-            "reward": Placed((ENVS,)), "done": Placed((ENVS,))}  # fmt: skip
+    data = {
+        "obs": per_agent,
+        "mask": per_agent,
+        "reset": per_agent,
+        "action": per_agent,
+        "reward": Placed((ENVS,)),
+        "done": Placed((ENVS,)),
+    }
     if world:
         data["world"] = Placed((ENVS,))
     if recurrent:
@@ -184,8 +203,15 @@ def extra_layout(groups, world: bool, recurrent: bool, mixer: bool | None = None
     return QExtra(target, replay.ReplayState(data, Placed((ENVS,)), REPLICATED))  # type: ignore[arg-type]
 
 
-def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none",
-          team: TeamValue | None = None, agents: GroupNetworks | None = None) -> Algorithm:  # fmt: skip
+def build(
+    config: Config,
+    env: EnvAdapter,
+    *,
+    layout: Layout = Layout(),
+    correction: str = "none",
+    team: TeamValue | None = None,
+    agents: GroupNetworks | None = None,
+) -> Algorithm:
     """IQL, VDN or QMIX as `config.algo` says; `team`: another method's team value (SHAQ's);
     `agents`: other Q-networks than config's (TransfQMix's transformers)."""
     del correction
@@ -194,8 +220,11 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     D = layout.num_data  # data shards: each keeps buffer_size/D slots of its own environments' sequences
     for name in ("buffer_size", "batch_size"):
         if getattr(config.replay, name) % D:
-            raise ConfigError(f"replay.{name}", f"must divide over mesh.data={D} (each data shard keeps and samples its "
-                                              f"share); got {getattr(config.replay, name)}")  # fmt: skip
+            raise ConfigError(
+                f"replay.{name}",
+                f"must divide over mesh.data={D} (each data shard keeps and samples its "
+                f"share); got {getattr(config.replay, name)}",
+            )
     groups = env.groups
     q = make_q_acting(config, env, layout, world=world, nets=agents)
     vec = VecEnv.of(config, env, layout)  # (restarts the environments with replay.reset_each_update)
@@ -229,8 +258,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         if team is not None and team.init is not None:
             state = example_sequence(key).get("world")
             hs = (jnp.zeros((1, N, H)),) if team.states else ()
-            params[MIXER] = team.init(jax.random.fold_in(key, len(groups)), jnp.zeros((1, N)),
-                                      None if state is None else state[:1], *hs)  # fmt: skip
+            params[MIXER] = team.init(
+                jax.random.fold_in(key, len(groups)), jnp.zeros((1, N)), None if state is None else state[:1], *hs
+            )
         return params
 
     def learner_init(key: Array) -> LearnerState:
@@ -303,8 +333,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         else:
             world = seq.get("world")
             now, later = ((hs[0],), (hs[1],)) if hs else ((), ())  # (team values on the agents' hidden states)
-            q_now = team.value(params.get(MIXER), taken, None if world is None else world[:, :-1], greedy > 0, key,
-                               *now)  # fmt: skip
+            q_now = team.value(
+                params.get(MIXER), taken, None if world is None else world[:, :-1], greedy > 0, key, *now
+            )
             if team.stats:
                 q_now, stats[MIXER] = q_now
             q_next = jax.lax.stop_gradient(
@@ -316,8 +347,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def gradient_step(params, opt_state, target, buffer: replay.ReplayState, key: Array, hp: HParams, lr: Array,
-                      full: bool = False):  # fmt: skip
+    def gradient_step(
+        params, opt_state, target, buffer: replay.ReplayState, key: Array, hp: HParams, lr: Array, full: bool = False
+    ):
         """One gradient step on batch_size/D sequences sampled from `buffer`
         -> (params, opt_state, (loss, q_mean, grad_norm))."""
         seq, _ = replay.sample(buffer, key, config.replay.batch_size // D)
@@ -404,8 +436,15 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         )  # over data shards: means of the losses, sums of the slots and episodes
         if split:  # the loss and the replay are the same on every agent device; episodes were split over them
             stats = ops.psum_tree(stats, layout.agent_axis)
-        metrics = {"loss_total": loss, "q_mean": q_mean, "grad_norm": grad_norm, "lr": lr, "epsilon": eps,
-                   "replay_size": replay_size, "episodes": stats}  # fmt: skip
+        metrics = {
+            "loss_total": loss,
+            "q_mean": q_mean,
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "epsilon": eps,
+            "replay_size": replay_size,
+            "episodes": stats,
+        }
         learner = learner.replace(params=params, opt_state=opt_state, update=n_done)
         return learner, extra.replace(target=target), metrics
 
@@ -425,17 +464,28 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
         return [
             CostPiece("rollout step", "rollout", q.rollout_step, (learner.params, scalar, state.actors, key), T),
-            CostPiece("gradient step", "learn", one_gradient_step,
-                      (learner.params, learner.opt_state, extra.target, extra.buffer, key, scalar),
-                      config.replay.gradient_steps, transitions=config.replay.batch_size * T),
-        ]  # fmt: skip
+            CostPiece(
+                "gradient step",
+                "learn",
+                one_gradient_step,
+                (learner.params, learner.opt_state, extra.target, extra.buffer, key, scalar),
+                config.replay.gradient_steps,
+                transitions=config.replay.batch_size * T,
+            ),
+        ]
 
     return Algorithm(
-        networks=q.nets, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn, act=q.act,
-        cost_pieces=cost_pieces, init_extra=init_extra,
+        networks=q.nets,
+        init_learner=learner_init,
+        init_actors=init_actors,
+        collect=collect,
+        learn=learn,
+        act=q.act,
+        cost_pieces=cost_pieces,
+        init_extra=init_extra,
         extra_layout=extra_layout(groups, world, config.recurrent, team is not None and team.init is not None),
         extra_parts=(ExtraPart("replay buffer", ("replay.buffer_size",), lambda extra: extra.buffer),),
-    )  # fmt: skip
+    )
 
 
 # shared by the replay family (and the methods built on it: shaq, transf_qmix); each then tuned to learn
@@ -444,17 +494,35 @@ REPLAY_DEFAULTS = {"total_timesteps": 1_000_000, "activation": "relu", "lr": 1e-
 
 
 def _spec(name: str, summary: str, sections: dict | None = None, **defaults) -> AlgorithmSpec:
-    return AlgorithmSpec(AlgorithmSchema(name, summary, {"q": QConfig, "replay": ReplayConfig, **(sections or {})},
-                                         defaults={**REPLAY_DEFAULTS, **defaults}, supports=Supports(agent_axis=True),
-                                         jaxmarl_files=("ql",)),
-                         build, ("loss_total", "grad_norm", "lr", "q_mean"))  # fmt: skip
+    return AlgorithmSpec(
+        AlgorithmSchema(
+            name,
+            summary,
+            {"q": QConfig, "replay": ReplayConfig, **(sections or {})},
+            defaults={**REPLAY_DEFAULTS, **defaults},
+            supports=Supports(agent_axis=True),
+            jaxmarl_files=("ql",),
+        ),
+        build,
+        ("loss_total", "grad_norm", "lr", "q_mean"),
+    )
 
 
 # greedy returns per agent after 1M steps, 2 seeds (no-op: about -25.3): iql -20.8, -22.0; vdn -19.4, -21.4;
 # qmix -20.1 (one seed; with gamma 0.99 and epsilon over 300k its one-seed run ended at -22.8, only 1.2 over no-op)
-IQL = _spec("iql", "independent Q-learning with replay and a target network",
-            gamma=0.9, lr=2e-3, q={"eps_decay_steps": 200_000})  # fmt: skip
-VDN = _spec("vdn", "VDN: the team's value is the sum of the agents' Q-values (replay, target network)",
-            gamma=0.9, q={"eps_decay_steps": 200_000})  # fmt: skip
-QMIX = _spec("qmix", "QMIX: a monotonic mixer of the agents' Q-values on the world state (replay, target network)",
-             {"mixer": MixerConfig}, gamma=0.9, q={"eps_decay_steps": 200_000})  # fmt: skip
+IQL = _spec(
+    "iql", "independent Q-learning with replay and a target network", gamma=0.9, lr=2e-3, q={"eps_decay_steps": 200_000}
+)
+VDN = _spec(
+    "vdn",
+    "VDN: the team's value is the sum of the agents' Q-values (replay, target network)",
+    gamma=0.9,
+    q={"eps_decay_steps": 200_000},
+)
+QMIX = _spec(
+    "qmix",
+    "QMIX: a monotonic mixer of the agents' Q-values on the world state (replay, target network)",
+    {"mixer": MixerConfig},
+    gamma=0.9,
+    q={"eps_decay_steps": 200_000},
+)

@@ -10,8 +10,8 @@ algorithm is one new module under `marljax/algos/` that defines an `AlgorithmSpe
 from __future__ import annotations
 
 from marljax.algos.api import AlgorithmSpec
-from marljax.config import register_schema
 from marljax.families import FAMILY_NAMES
+from marljax.schema import register_schema
 
 _SPECS: dict[str, AlgorithmSpec] = {}
 
@@ -20,8 +20,10 @@ def register(spec: AlgorithmSpec) -> None:
     """Make `algo=spec.name` available to every command (its config schema included)."""
     unknown = set(spec.schema.family_defaults) - set(FAMILY_NAMES)
     if unknown:  # a typo here would silently apply nothing
-        raise ValueError(f"algo={spec.name} declares defaults for unknown env families {sorted(unknown)}; "
-                         f"the families: {', '.join(FAMILY_NAMES)}")  # fmt: skip
+        raise ValueError(
+            f"algo={spec.name} declares defaults for unknown env families {sorted(unknown)}; "
+            f"the families: {', '.join(FAMILY_NAMES)}"
+        )
     register_schema(spec.schema)
     _SPECS[spec.name] = spec
 

@@ -39,7 +39,7 @@ from marljax.algos import ippo
 from marljax.algos.acting import VecEnv, flat, group_keys
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece
 from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces, init_keys, init_learner, learning_rate
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.nn.sable import (
@@ -52,6 +52,7 @@ from marljax.nn.sable import (
 )
 from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
 
 Array = jax.Array
@@ -66,8 +67,11 @@ class SableConfig:
     embed_dim: int = setting(32, "width of every token (agent) in the encoder and decoder", minimum=1)
     num_blocks: int = setting(1, "retention blocks in the encoder and in the decoder", minimum=1)
     num_heads: int = setting(1, "retention heads (each with its own decay); must divide embed_dim", minimum=1)
-    chunk_size: int = setting(16, "agents per chunk when the decoder learns on all agents at once: memory grows "
-                              "with N x chunk_size, not N^2", minimum=1)  # fmt: skip
+    chunk_size: int = setting(
+        16,
+        "agents per chunk when the decoder learns on all agents at once: memory grows with N x chunk_size, not N^2",
+        minimum=1,
+    )
 
     def check(self, config: Config) -> None:
         if self.embed_dim % self.num_heads:
@@ -109,8 +113,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     def forget(memory: dict, reset: dict) -> dict:
         """The memory zeroed where an episode starts: reset group -> [..., A_g] bool (every agent's)."""
         starts = jnp.all(jnp.concatenate([reset[g.name] for g in groups], axis=-1), axis=-1)  # [...]
-        return jax.tree.map(lambda m: jnp.where(starts.reshape(starts.shape + (1,) * (m.ndim - starts.ndim)), 0.0, m),
-                            memory)  # fmt: skip
+        return jax.tree.map(
+            lambda m: jnp.where(starts.reshape(starts.shape + (1,) * (m.ndim - starts.ndim)), 0.0, m), memory
+        )
 
     # ------------------------------------------------------------------ acting, one agent at a time
     def act_joint(params, obs: dict, masks: dict, keys: Array, greedy: bool = False, memory: dict | None = None):
@@ -124,8 +129,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             state = net.apply(p, B, method=SableNetwork.zero_state)
             decode_step = lambda s, x, r, gi: net.apply(p, s, x, r, gi, method=SableNetwork.decode_step)  # noqa: E731
         else:
-            values, rep, encoded = cast(tuple, net.apply(p, memory["encoder"], observations(obs),
-                                                         method=SableNetwork.encode_with_memory))  # fmt: skip
+            values, rep, encoded = cast(
+                tuple, net.apply(p, memory["encoder"], observations(obs), method=SableNetwork.encode_with_memory)
+            )
             state = zero_step_state(net, B)
             decode_step = lambda s, x, r, gi: net.apply(  # noqa: E731
                 p, s, memory["decoder"], x, r, gi, method=SableNetwork.decode_step_with_memory
@@ -169,8 +175,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     # ------------------------------------------------------------------ init and rollout
     def init_params(key: Array) -> dict:
         obs = tuple(jnp.zeros((1, g.size, _obs_dim(g)), jnp.float32) for g in groups)
-        actions = tuple(jnp.zeros((1, g.size), jnp.int32) if g.discrete else jnp.zeros((1, g.size, g.action_dim))
-                        for g in groups)  # fmt: skip
+        actions = tuple(
+            jnp.zeros((1, g.size), jnp.int32) if g.discrete else jnp.zeros((1, g.size, g.action_dim)) for g in groups
+        )
         return {NETWORK: net.init(key, obs, actions)}
 
     def learner_init(key: Array) -> LearnerState:
@@ -185,11 +192,19 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             memory = forget(actors.hidden[NETWORK], actors.reset) if recurrent else None
             out, after = act_joint(params, actors.obs, masks, keys, memory=memory)
             # recurrent: every group's reset flags and, in the first group's record, the memory before the step
-            batch = {g.name: dict(obs=actors.obs[g.name], action=out[g.name][0], logp=out[g.name][1],
-                                  value=out[g.name][2], mask=masks.get(g.name) if g.has_mask else None,
-                                  reset=actors.reset[g.name] if recurrent else None,
-                                  hidden=memory if recurrent and gi == 0 else None, world=None)
-                     for gi, g in enumerate(groups)}  # fmt: skip
+            batch = {
+                g.name: dict(
+                    obs=actors.obs[g.name],
+                    action=out[g.name][0],
+                    logp=out[g.name][1],
+                    value=out[g.name][2],
+                    mask=masks.get(g.name) if g.has_mask else None,
+                    reset=actors.reset[g.name] if recurrent else None,
+                    hidden=memory if recurrent and gi == 0 else None,
+                    world=None,
+                )
+                for gi, g in enumerate(groups)
+            }
             return {name: a for name, (a, _, _) in out.items()}, ({NETWORK: after} if recurrent else {}), batch
 
         return choose
@@ -205,8 +220,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         with jax.named_scope("policy"):
             if recurrent:
                 memory = forget(actors.hidden[NETWORK], actors.reset)["encoder"]
-                encoded = net.apply(params[NETWORK], memory, observations(actors.obs),
-                                    method=SableNetwork.encode_with_memory)  # fmt: skip
+                encoded = net.apply(
+                    params[NETWORK], memory, observations(actors.obs), method=SableNetwork.encode_with_memory
+                )
             else:
                 encoded = net.apply(params[NETWORK], observations(actors.obs), method=SableNetwork.encode)
             values = cast(tuple, encoded)[0]
@@ -227,8 +243,11 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             logits, decoded = net.apply(p, memory["decoder"], rep, actions, method=SableNetwork.decode_with_memory)
             return {"encoder": encoded, "decoder": decoded}, (values, logits)
 
-        xs = (observations({g.name: b.obs for g, b in zip(groups, batches, strict=True)}, 3),
-              tuple(b.action for b in batches), {g.name: b.reset for g, b in zip(groups, batches, strict=True)})  # fmt: skip
+        xs = (
+            observations({g.name: b.obs for g, b in zip(groups, batches, strict=True)}, 3),
+            tuple(b.action for b in batches),
+            {g.name: b.reset for g, b in zip(groups, batches, strict=True)},
+        )
         _, (values, logits) = jax.lax.scan(one_step, first, xs)
         return values, logits
 
@@ -241,8 +260,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         else:
             obs = observations({name: b.obs for name, (b, _, _) in merged.items()})
             values, rep = net.apply(params[NETWORK], obs, method=SableNetwork.encode)
-            logits = net.apply(params[NETWORK], rep, tuple(merged[g.name][0].action for g in groups),
-                               method=SableNetwork.decode)  # fmt: skip
+            logits = net.apply(
+                params[NETWORK], rep, tuple(merged[g.name][0].action for g in groups), method=SableNetwork.decode
+            )
         cat = lambda xs: jnp.concatenate([x.reshape(-1) for x in xs])  # noqa: E731  every agent's samples [L*E*N]
         logp, entropy = [], []
         for shape, lg in zip(net.groups, logits, strict=True):
@@ -252,10 +272,17 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             entropy.append(dist.entropy())
         bs = [merged[g.name] for g in groups]
         loss = ops.ppo_loss(
-            cat(logp), cat([b.logp for b, _, _ in bs]), cat(entropy), cat(values), cat([b.value for b, _, _ in bs]),
-            ops.normalize(cat([adv for _, adv, _ in bs]), layout.env_axes), cat([t for _, _, t in bs]),
-            hp["ppo.clip_eps"], hp["ppo.vf_coef"], hp["ppo.ent_coef"],
-        )  # fmt: skip
+            cat(logp),
+            cat([b.logp for b, _, _ in bs]),
+            cat(entropy),
+            cat(values),
+            cat([b.value for b, _, _ in bs]),
+            ops.normalize(cat([adv for _, adv, _ in bs]), layout.env_axes),
+            cat([t for _, _, t in bs]),
+            hp["ppo.clip_eps"],
+            hp["ppo.vf_coef"],
+            hp["ppo.ent_coef"],
+        )
         return loss.total, loss
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -273,8 +300,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         for g in groups:
             b = traj.batch[g.name]
             with jax.named_scope("gae"):
-                adv, target = ops.gae(b.reward, b.value, b.done, traj.last_value[g.name], hp["gamma"],
-                                      hp["ppo.gae_lambda"], choices().gae)  # fmt: skip
+                adv, target = ops.gae(
+                    b.reward, b.value, b.done, traj.last_value[g.name], hp["gamma"], hp["ppo.gae_lambda"], choices().gae
+                )
             data[g.name] = (b, adv, target)
         lr = learning_rate(config, learner)
         step = lambda c, mb: minibatch_step(c[0], c[1], mb, hp, lr)  # noqa: E731  (c: params, opt_state)
@@ -285,10 +313,16 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), traj.stats), layout.env_axes
         )
         metrics = {
-            "loss_total": parts.total, "loss_actor": parts.actor, "loss_value": parts.value, "entropy": parts.entropy,
-            "approx_kl": parts.approx_kl, "clip_frac": parts.clip_frac, "grad_norm": jnp.mean(grad_norm), "lr": lr,
+            "loss_total": parts.total,
+            "loss_actor": parts.actor,
+            "loss_value": parts.value,
+            "entropy": parts.entropy,
+            "approx_kl": parts.approx_kl,
+            "clip_frac": parts.clip_frac,
+            "grad_norm": jnp.mean(grad_norm),
+            "lr": lr,
             "episodes": stats,
-        }  # fmt: skip
+        }
         return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), extra, metrics
 
     # ------------------------------------------------------------------ FLOPs
@@ -299,9 +333,15 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return epoch_cost_pieces(config, batches, rollout_step, minibatch_step, state)
 
     return Algorithm(
-        networks={NETWORK: net}, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn,
-        act=act, cost_pieces=cost_pieces, initial_hidden=initial_hidden,
-    )  # fmt: skip
+        networks={NETWORK: net},
+        init_learner=learner_init,
+        init_actors=init_actors,
+        collect=collect,
+        learn=learn,
+        act=act,
+        cost_pieces=cost_pieces,
+        initial_hidden=initial_hidden,
+    )
 
 
 SPEC = AlgorithmSpec(
@@ -318,4 +358,3 @@ SPEC = AlgorithmSpec(
     build,
     ippo.LOSSES,
 )
-make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

@@ -57,11 +57,12 @@ from marljax.algos.api import (
 )
 from marljax.algos.learning import adam, init_keys, schedule
 from marljax.algos.q_acting import through_final
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.nn.networks import MLP, CNNEncoder, dense, orthogonal
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, EpisodeStats, HParams, LearnerState, TrainState
 
 Array = jax.Array
@@ -75,27 +76,40 @@ class SACConfig:
     """`sac.*`: the replay, the target critics and the entropy temperature of isac and masac. The
     critics' learning rate is the core `lr`; `anneal_lr` and `lr_warmup` shape all three rates."""
 
-    buffer_size: int = setting(200_000, "transitions kept per seed (whole rollouts of num_steps per environment; "
-                               "the oldest are overwritten)", minimum=1)  # fmt: skip
+    buffer_size: int = setting(
+        200_000,
+        "transitions kept per seed (whole rollouts of num_steps per environment; the oldest are overwritten)",
+        minimum=1,
+    )
     batch_size: int = setting(256, "transitions per gradient step (each with every agent's sample)", minimum=1)
-    gradient_steps: int = setting(8, "gradient steps per update, each on a fresh sample (the replay ratio is "
-                                  "gradient_steps*batch_size/(num_envs*num_steps))", minimum=1)  # fmt: skip
-    learning_starts: int = setting(10_000, "env steps of one seed with uniformly random actions before the first "
-                                   "gradient step", minimum=0)  # fmt: skip
-    tau: float = setting(0.005, "Polyak rate of the target critics, after every gradient step", minimum=0.0,
-                         maximum=1.0, traced=True)  # fmt: skip
+    gradient_steps: int = setting(
+        8,
+        "gradient steps per update, each on a fresh sample (the replay ratio is "
+        "gradient_steps*batch_size/(num_envs*num_steps))",
+        minimum=1,
+    )
+    learning_starts: int = setting(
+        10_000, "env steps of one seed with uniformly random actions before the first gradient step", minimum=0
+    )
+    tau: float = setting(
+        0.005, "Polyak rate of the target critics, after every gradient step", minimum=0.0, maximum=1.0, traced=True
+    )
     actor_lr: float = setting(1e-3, "Adam learning rate of the actors (the critics': lr)", above=0.0, traced=True)
     alpha_lr: float = setting(1e-3, "Adam learning rate of log alpha, the entropy temperature", above=0.0, traced=True)
     init_alpha: float = setting(0.1, "the entropy temperature alpha at the start", above=0.0)
     autotune: bool = setting(True, "learn alpha towards the target entropy; false: alpha stays init_alpha")
-    target_entropy: float = setting(-1.0, "target entropy per action dimension (of the squashed policy); "
-                                    "-1: the usual -|A|", traced=True)  # fmt: skip
+    target_entropy: float = setting(
+        -1.0, "target entropy per action dimension (of the squashed policy); -1: the usual -|A|", traced=True
+    )
 
     def check(self, config: Config) -> None:
         slots = self.buffer_size // config.num_steps
         if slots < config.num_envs:
-            raise ConfigError("sac.buffer_size", f"must hold at least one rollout: >= num_envs*num_steps="
-                              f"{config.num_envs * config.num_steps} transitions, got {self.buffer_size}")  # fmt: skip
+            raise ConfigError(
+                "sac.buffer_size",
+                f"must hold at least one rollout: >= num_envs*num_steps="
+                f"{config.num_envs * config.num_steps} transitions, got {self.buffer_size}",
+            )
 
 
 class SACRollout(NamedTuple):
@@ -224,25 +238,37 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     D = layout.num_data  # data shards: each keeps slots/D sequences of its own environments
     slots = sac.buffer_size // T
     if slots % D:
-        raise ConfigError("sac.buffer_size", f"buffer_size/num_steps = {slots} sequences must divide over "
-                          f"mesh.data={D}; got buffer_size={sac.buffer_size}")  # fmt: skip
+        raise ConfigError(
+            "sac.buffer_size",
+            f"buffer_size/num_steps = {slots} sequences must divide over "
+            f"mesh.data={D}; got buffer_size={sac.buffer_size}",
+        )
     if sac.batch_size % D:
-        raise ConfigError("sac.batch_size", f"must divide over mesh.data={D} (each data shard samples its share); "
-                          f"got {sac.batch_size}")  # fmt: skip
+        raise ConfigError(
+            "sac.batch_size",
+            f"must divide over mesh.data={D} (each data shard samples its share); got {sac.batch_size}",
+        )
     vec = VecEnv.of(config, env, layout)
     E_act = vec.local
     tx, sched = adam(config), schedule(config)
     start_update = sac.learning_starts // (T * E)  # the first update that learns
     hidden, layers = config.hidden_size, config.num_layers
-    actors = GroupNetworks.of(config, {
-        g.name: GaussianActor(g.action_dim, *config.group_network(g.name), config.activation, uses_cnn(config, g),
-                              config.dtype)
-        for g in groups
-    })  # fmt: skip
-    critics = GroupNetworks.of(config, {
-        g.name: TwinQ(*config.group_network(g.name), config.activation, uses_cnn(config, g), config.dtype)
-        for g in groups
-    })  # fmt: skip
+    actors = GroupNetworks.of(
+        config,
+        {
+            g.name: GaussianActor(
+                g.action_dim, *config.group_network(g.name), config.activation, uses_cnn(config, g), config.dtype
+            )
+            for g in groups
+        },
+    )
+    critics = GroupNetworks.of(
+        config,
+        {
+            g.name: TwinQ(*config.group_network(g.name), config.activation, uses_cnn(config, g), config.dtype)
+            for g in groups
+        },
+    )
     central_q = TwinQ(hidden, layers, config.activation, False, config.dtype)
     target_entropy = jnp.concatenate([jnp.full((g.size,), float(g.action_dim)) for g in groups])  # [N] times the scale
     swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731 - time-major [T, E, ...] <-> env-major [E, T, ...]
@@ -289,8 +315,10 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
     def noise_like(key: Array, lead: tuple[int, ...]) -> dict:
         """Standard normal noise, group -> [*lead, A_g, d]."""
-        return {g.name: jax.random.normal(jax.random.fold_in(key, i), lead + (g.size, g.action_dim))
-                for i, g in enumerate(groups)}  # fmt: skip
+        return {
+            g.name: jax.random.normal(jax.random.fold_in(key, i), lead + (g.size, g.action_dim))
+            for i, g in enumerate(groups)
+        }
 
     def loss_fn(params, target, batch: dict, key: Array, hp: HParams):
         """The three losses of one gradient step on `batch` (leaves [B, ...]), summed: each part's
@@ -328,8 +356,11 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         batch = sample(buffer, k_sample, sac.batch_size // D)
         (_, aux), grads = grad_fn(params, target, batch, k_loss, hp)
         grads, grad_norm = layout.reduce_grads(grads, frozenset())  # averaged over data shards
-        parts = {"actor": (actor_tree(params), actor_tree(grads), lrs[0]),
-                 "critic": (params[CRITIC], grads[CRITIC], lrs[1]), "alpha": (params[LOG_ALPHA], grads[LOG_ALPHA], lrs[2])}  # fmt: skip
+        parts = {
+            "actor": (actor_tree(params), actor_tree(grads), lrs[0]),
+            "critic": (params[CRITIC], grads[CRITIC], lrs[1]),
+            "alpha": (params[LOG_ALPHA], grads[LOG_ALPHA], lrs[2]),
+        }
         if not sac.autotune:
             del parts["alpha"]
         new, new_opt = dict(params), dict(opt_state)
@@ -363,8 +394,13 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         t = jax.random.randint(k_step, (batch_size,), 0, T)
         at = lambda x, dt=0: x[slot, t + dt]  # noqa: E731
         data = buffer.data
-        out = {"obs": jax.tree.map(at, data["obs"]), "next_obs": jax.tree.map(lambda x: at(x, 1), data["obs"]),
-               "action": jax.tree.map(at, data["action"]), "reward": at(data["reward"]), "done": at(data["done"])}  # fmt: skip
+        out = {
+            "obs": jax.tree.map(at, data["obs"]),
+            "next_obs": jax.tree.map(lambda x: at(x, 1), data["obs"]),
+            "action": jax.tree.map(at, data["action"]),
+            "reward": at(data["reward"]),
+            "done": at(data["done"]),
+        }
         if central:
             out["world"], out["next_world"] = at(data["world"]), at(data["world"], 1)
         return out
@@ -389,8 +425,11 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         """The actors, the critics and log alpha, each with its own Adam state; no env touched."""
         keys = init_keys(key)
         params = init_params(keys.net)
-        opt_state = {"actor": tx.init(actor_tree(params)), "critic": tx.init(params[CRITIC]),
-                     "alpha": tx.init(params[LOG_ALPHA])}  # fmt: skip
+        opt_state = {
+            "actor": tx.init(actor_tree(params)),
+            "critic": tx.init(params[CRITIC]),
+            "alpha": tx.init(params[LOG_ALPHA]),
+        }
         return LearnerState(params, opt_state, hparams_from_config(config), keys.run, jnp.int32(0))
 
     def init_actors(key: Array) -> ActorState:
@@ -471,8 +510,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
                 )
                 return (params, opt_state, target), out
 
-            carry, outs = jax.lax.scan(one, (learner.params, learner.opt_state, extra.target),
-                                       jax.random.split(key, sac.gradient_steps))  # fmt: skip
+            carry, outs = jax.lax.scan(
+                one, (learner.params, learner.opt_state, extra.target), jax.random.split(key, sac.gradient_steps)
+            )
             return carry, tuple(jnp.mean(x) for x in outs)
 
         def wait(_):
@@ -486,9 +526,19 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             (tuple(x / D for x in means), (replay.size(buffer).astype(jnp.float32) * T, batch.stats)), layout.data_axis
         )  # over data shards: means of the losses, sums of the transitions kept and the episodes
         critic_loss, actor_loss, alpha_loss, q_mean, entropy, alpha = means
-        metrics = {"loss_total": critic_loss + actor_loss, "loss_critic": critic_loss, "loss_actor": actor_loss,
-                   "loss_alpha": alpha_loss, "alpha": alpha, "entropy": entropy, "q_mean": q_mean,
-                   "grad_norm": grad_norm, "lr": lrs[1], "replay_size": replay_size, "episodes": stats}  # fmt: skip
+        metrics = {
+            "loss_total": critic_loss + actor_loss,
+            "loss_critic": critic_loss,
+            "loss_actor": actor_loss,
+            "loss_alpha": alpha_loss,
+            "alpha": alpha,
+            "entropy": entropy,
+            "q_mean": q_mean,
+            "grad_norm": grad_norm,
+            "lr": lrs[1],
+            "replay_size": replay_size,
+            "episodes": stats,
+        }
         learner = learner.replace(params=params, opt_state=opt_state, update=learner.update + 1)
         return learner, SACExtra(target, buffer), metrics
 
@@ -507,26 +557,47 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
         return [
             CostPiece("rollout step", "rollout", rollout_step, (learner.params, state.actors, key), T),
-            CostPiece("gradient step", "learn", one_gradient_step,
-                      (learner.params, learner.opt_state, extra.target, extra.buffer, key, scalar),
-                      sac.gradient_steps, transitions=sac.batch_size),
-        ]  # fmt: skip
+            CostPiece(
+                "gradient step",
+                "learn",
+                one_gradient_step,
+                (learner.params, learner.opt_state, extra.target, extra.buffer, key, scalar),
+                sac.gradient_steps,
+                transitions=sac.batch_size,
+            ),
+        ]
 
     del E_act  # (the rollout's local width comes from VecEnv)
     layout_decl = SACExtra(REPLICATED, replay.ReplayState(Placed((ENVS,)), Placed((ENVS,)), REPLICATED))  # type: ignore[arg-type]
     return Algorithm(
-        networks=actors.nets, init_learner=learner_init, init_actors=init_actors, collect=collect, learn=learn,
-        act=act, cost_pieces=cost_pieces, init_extra=init_extra, extra_layout=layout_decl,
+        networks=actors.nets,
+        init_learner=learner_init,
+        init_actors=init_actors,
+        collect=collect,
+        learn=learn,
+        act=act,
+        cost_pieces=cost_pieces,
+        init_extra=init_extra,
+        extra_layout=layout_decl,
         extra_parts=(ExtraPart("replay buffer", ("sac.buffer_size",), lambda extra: extra.buffer),),
-    )  # fmt: skip
+    )
 
 
 # the metrics the NaN guard watches
 LOSSES = ("loss_total", "loss_critic", "loss_actor", "alpha", "q_mean", "grad_norm", "lr")
 SUPPORTS = Supports(actions=("continuous",), recurrent=False)
 # shared by both; tuned on MPE_simple_spread_v3 with env_kwargs.action_type=Continuous
-DEFAULTS = {"activation": "relu", "lr": 1e-3, "anneal_lr": False, "max_grad_norm": 10.0, "gamma": 0.95,
-            "hidden_size": 128, "num_envs": 32, "num_steps": 8, "total_timesteps": 1_000_000}  # fmt: skip
+DEFAULTS = {
+    "activation": "relu",
+    "lr": 1e-3,
+    "anneal_lr": False,
+    "max_grad_norm": 10.0,
+    "gamma": 0.95,
+    "hidden_size": 128,
+    "num_envs": 32,
+    "num_steps": 8,
+    "total_timesteps": 1_000_000,
+}
 
 ISAC = AlgorithmSpec(
     AlgorithmSchema(
@@ -536,7 +607,7 @@ ISAC = AlgorithmSpec(
         {"sac": SACConfig},
         defaults=DEFAULTS,
         supports=SUPPORTS,
-    ),  # fmt: skip
+    ),
     build,
     LOSSES,
 )
@@ -548,7 +619,7 @@ MASAC = AlgorithmSpec(
         {"sac": SACConfig},
         defaults=DEFAULTS,
         supports=SUPPORTS,
-    ),  # fmt: skip
+    ),
     build,
     LOSSES,
 )

@@ -34,10 +34,11 @@ from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.algos.mixers import MixerConfig
 from marljax.algos.q_acting import QConfig
 from marljax.algos.qlearning import REPLAY_DEFAULTS, ReplayConfig, TeamValue
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn.networks import dense, einsum, orthogonal
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 
 Array = jax.Array
 
@@ -46,18 +47,29 @@ Array = jax.Array
 class ShaqConfig:
     """`shaq.*`: the Shapley-Q weights of the agents' values."""
 
-    sample_size: int = setting(5, "random orders of the agents sampled per step to estimate each agent's alpha",
-                               minimum=1, jaxmarl="SAMPLE_SIZE")  # fmt: skip
-    lr_alpha: float = setting(1e-3, "the alpha network's learning rate (on lr's schedule; lr is the agents')",
-                              above=0.0, jaxmarl="LR_ALPHA")  # fmt: skip
-    manual_alpha: float = setting(0.0, "0: alpha learned by the alpha network; > 0: every non-greedy agent's alpha "
-                                  "fixed to this (no alpha network; 1 is VDN)", minimum=0.0,
-                                  jaxmarl="MANUAL_ALPHA_ESTIMATES")  # fmt: skip
+    sample_size: int = setting(
+        5,
+        "random orders of the agents sampled per step to estimate each agent's alpha",
+        minimum=1,
+        jaxmarl="SAMPLE_SIZE",
+    )
+    lr_alpha: float = setting(
+        1e-3, "the alpha network's learning rate (on lr's schedule; lr is the agents')", above=0.0, jaxmarl="LR_ALPHA"
+    )
+    manual_alpha: float = setting(
+        0.0,
+        "0: alpha learned by the alpha network; > 0: every non-greedy agent's alpha "
+        "fixed to this (no alpha network; 1 is VDN)",
+        minimum=0.0,
+        jaxmarl="MANUAL_ALPHA_ESTIMATES",
+    )
 
     def check(self, config: Config) -> None:
         if 0.0 < self.manual_alpha < 1.0:
-            raise ConfigError("shaq.manual_alpha", f"alpha is at least 1 (the paper's range); allowed: 0 (learned) "
-                                                   f"or >= 1, got {self.manual_alpha}")  # fmt: skip
+            raise ConfigError(
+                "shaq.manual_alpha",
+                f"alpha is at least 1 (the paper's range); allowed: 0 (learned) or >= 1, got {self.manual_alpha}",
+            )
 
 
 def coalition_inputs(q: Array, key: Array, samples: int) -> Array:
@@ -83,8 +95,11 @@ class AlphaNetwork(nn.Module):
     @nn.compact
     def __call__(self, x: Array, world: Array) -> Array:
         """x [B, S, N, 2] (`coalition_inputs`), world [B, W] -> [B, N] >= 0."""
-        init = {} if self.init_scale == 0 else {"kernel_init": orthogonal(self.init_scale),
-                                                "bias_init": nn.initializers.zeros}  # fmt: skip
+        init = (
+            {}
+            if self.init_scale == 0
+            else {"kernel_init": orthogonal(self.init_scale), "bias_init": nn.initializers.zeros}
+        )
         E, Dense = self.embed_dim, lambda features: dense(features, self.dtype, **init)  # noqa: E731
         world = nn.LayerNorm()(world)
         w1 = jnp.abs(Dense(2 * E)(nn.relu(Dense(self.hyper_hidden)(world)))).reshape(-1, 2, E)  # [B, 2, E]
@@ -144,10 +159,9 @@ SPEC = AlgorithmSpec(
             **REPLAY_DEFAULTS,
             "gamma": 0.9,
             "q": {"eps_decay_steps": 200_000},
-        },  # fmt: skip
+        },
         supports=Supports(agent_axis=True),
     ),
     build,
     ("loss_total", "grad_norm", "lr", "q_mean"),
 )
-make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

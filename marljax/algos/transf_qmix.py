@@ -48,11 +48,12 @@ from marljax.algos.acting import GroupNetworks
 from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.algos.q_acting import QConfig
 from marljax.algos.qlearning import REPLAY_DEFAULTS, ReplayConfig, TeamValue
-from marljax.config import AlgorithmSchema, Config, ConfigError, Supports, setting
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.entities import EntityView, entity_view
 from marljax.nn.networks import STATS, BatchNorm, dense, normalise, orthogonal
 from marljax.parallel.layouts import Layout
+from marljax.schema import ConfigError, setting
 
 Array = jax.Array
 XAVIER = nn.initializers.xavier_uniform()
@@ -63,34 +64,51 @@ class TransfConfig:
     """`transf.*`: TransfQMix's transformers (`hidden_size` is their width)."""
 
     agent_layers: int = setting(2, "transformer layers of an agent", minimum=1, jaxmarl="AGENT_TRANSF_NUM_LAYERS")
-    agent_heads: int = setting(8, "attention heads of an agent (must divide hidden_size)", minimum=1,
-                               jaxmarl="AGENT_TRANSF_NUM_HEADS")  # fmt: skip
+    agent_heads: int = setting(
+        8, "attention heads of an agent (must divide hidden_size)", minimum=1, jaxmarl="AGENT_TRANSF_NUM_HEADS"
+    )
     agent_ff: int = setting(128, "feed-forward width of an agent's layers", minimum=1, jaxmarl="AGENT_TRANSF_DIM_FF")
     mixer_layers: int = setting(2, "transformer layers of the mixer", minimum=1, jaxmarl="MIXER_TRANSF_NUM_LAYERS")
-    mixer_heads: int = setting(8, "attention heads of the mixer (must divide hidden_size)", minimum=1,
-                               jaxmarl="MIXER_TRANSF_NUM_HEADS")  # fmt: skip
+    mixer_heads: int = setting(
+        8, "attention heads of the mixer (must divide hidden_size)", minimum=1, jaxmarl="MIXER_TRANSF_NUM_HEADS"
+    )
     mixer_ff: int = setting(128, "feed-forward width of the mixer's layers", minimum=1, jaxmarl="MIXER_TRANSF_DIM_FF")
     relu_embed: bool = setting(True, "relu on the entity embeddings", jaxmarl="EMBEDDER_USE_RELU")
-    mixer_init_scale: float = setting(1.0, "orthogonal scale of the mixer's embedding and its b2 layer", above=0.0,
-                                      jaxmarl="MIXER_INIT_SCALE")  # fmt: skip
-    embed_norm: str = setting("layer_norm", "normalisation of the entity embeddings: layer_norm | batch_norm (JaxMARL's)",
-                              choices=("layer_norm", "batch_norm"))  # fmt: skip
-    scale_inputs: bool = setting(False, "batch norm of the raw entity features before the embedding",
-                                 jaxmarl="SCALE_INPUTS")  # fmt: skip
-    fast_attention: bool = setting(False, "linear attention with relu features (JaxMARL's USE_FAST_ATTENTION) "
-                                          "instead of softmax attention", jaxmarl="USE_FAST_ATTENTION")  # fmt: skip
+    mixer_init_scale: float = setting(
+        1.0, "orthogonal scale of the mixer's embedding and its b2 layer", above=0.0, jaxmarl="MIXER_INIT_SCALE"
+    )
+    embed_norm: str = setting(
+        "layer_norm",
+        "normalisation of the entity embeddings: layer_norm | batch_norm (JaxMARL's)",
+        choices=("layer_norm", "batch_norm"),
+    )
+    scale_inputs: bool = setting(
+        False, "batch norm of the raw entity features before the embedding", jaxmarl="SCALE_INPUTS"
+    )
+    fast_attention: bool = setting(
+        False,
+        "linear attention with relu features (JaxMARL's USE_FAST_ATTENTION) instead of softmax attention",
+        jaxmarl="USE_FAST_ATTENTION",
+    )
 
     def check(self, config: Config) -> None:
         if not config.recurrent:
-            raise ConfigError("recurrent", "transf_qmix's agents are recurrent (their hidden state is a token of the "
-                                           "transformer); allowed: true")  # fmt: skip
+            raise ConfigError(
+                "recurrent",
+                "transf_qmix's agents are recurrent (their hidden state is a token of the transformer); allowed: true",
+            )
         for key in ("agent_heads", "mixer_heads"):
             if config.hidden_size % getattr(self, key):
-                raise ConfigError(f"transf.{key}", f"must divide hidden_size={config.hidden_size} (the transformer's "
-                                                   f"width); got {getattr(self, key)}")  # fmt: skip
+                raise ConfigError(
+                    f"transf.{key}",
+                    f"must divide hidden_size={config.hidden_size} (the transformer's width); got {getattr(self, key)}",
+                )
         if config.gru_hidden_size != config.hidden_size:  # evaluation and export size the recurrent state by it
-            raise ConfigError("gru_hidden_size", f"transf_qmix's hidden state is a token of the transformer: set it "
-                              f"to hidden_size={config.hidden_size}, got {config.gru_hidden_size}")  # fmt: skip
+            raise ConfigError(
+                "gru_hidden_size",
+                f"transf_qmix's hidden state is a token of the transformer: set it "
+                f"to hidden_size={config.hidden_size}, got {config.gru_hidden_size}",
+            )
 
 
 RELU_FEATURE_FLOOR = 1e-3  # added to every relu feature, so no query's weights all vanish (JaxMARL's kernel_epsilon)
@@ -128,8 +146,9 @@ class Encoder(nn.Module):
         """x [B, L, H], valid [B, L] (the keys attended to; None: all) -> [B, L, H]."""
         mask = None if valid is None else valid[:, None, None, :]  # [B, 1 head, 1 query, L keys]
         how = relu_linear_attention if self.fast_attention else nn.dot_product_attention  # (flax's default)
-        att = nn.MultiHeadDotProductAttention(num_heads=self.heads, use_bias=False, kernel_init=XAVIER,
-                                              attention_fn=how)(x, x, mask=mask)  # fmt: skip
+        att = nn.MultiHeadDotProductAttention(
+            num_heads=self.heads, use_bias=False, kernel_init=XAVIER, attention_fn=how
+        )(x, x, mask=mask)
         x = nn.LayerNorm()(x + att)
         mlp = dense(x.shape[-1], self.dtype, kernel_init=XAVIER)(
             nn.relu(dense(self.ff, self.dtype, kernel_init=XAVIER)(x))
@@ -137,8 +156,15 @@ class Encoder(nn.Module):
         return nn.LayerNorm()(x + mlp)
 
 
-def _embed(x: Array, width: int, relu: bool, dtype: str, scale: float = 1.0, norm: str = "layer_norm",
-           scale_inputs: bool = False) -> Array:  # fmt: skip
+def _embed(
+    x: Array,
+    width: int,
+    relu: bool,
+    dtype: str,
+    scale: float = 1.0,
+    norm: str = "layer_norm",
+    scale_inputs: bool = False,
+) -> Array:
     """Entities [B, n, F] -> [B, n, H]: batch norm of the features (`scale_inputs`), Dense, relu
     (optional), `norm` (layer_norm | batch_norm)."""
     x = dense(width, dtype, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)(
@@ -205,8 +231,9 @@ class TransformerMixer(nn.Module):
     @nn.compact
     def __call__(self, q: Array, hs: Array, world: Array) -> Array:
         B, N = q.shape
-        state = _embed(self.view(world), self.width, self.relu_embed, self.dtype, self.init_scale, self.norm,
-                       self.scale_inputs)  # [B, n_s, H]  # fmt: skip
+        state = _embed(
+            self.view(world), self.width, self.relu_embed, self.dtype, self.init_scale, self.norm, self.scale_inputs
+        )  # [B, n_s, H]
         token = jnp.broadcast_to(self.param("token", nn.initializers.zeros, (self.width,)), (B, 1, self.width))
         x = jnp.concatenate([token, state, hs], axis=1)  # [B, 1 + n_s + N, H]
         for _ in range(self.layers):
@@ -223,8 +250,19 @@ def transformer_team(config: Config, view: EntityView) -> TeamValue:
     """TransfQMix's team value for `qlearning.build`: the transformer mixer on the agents' values,
     their hidden states and the world state's entities (the target network's at t + 1 for the bootstrap)."""
     c = config.transf
-    mixer = TransformerMixer(config.hidden_size, c.mixer_layers, c.mixer_heads, c.mixer_ff, c.relu_embed, view.world,
-                             c.mixer_init_scale, config.dtype, c.embed_norm, c.scale_inputs, c.fast_attention)  # fmt: skip
+    mixer = TransformerMixer(
+        config.hidden_size,
+        c.mixer_layers,
+        c.mixer_heads,
+        c.mixer_ff,
+        c.relu_embed,
+        view.world,
+        c.mixer_init_scale,
+        config.dtype,
+        c.embed_norm,
+        c.scale_inputs,
+        c.fast_attention,
+    )
     learns_stats = c.embed_norm == "batch_norm" or c.scale_inputs
 
     def mixed(params, values: Array, world: Array, hs: Array, learning: bool = False):
@@ -252,10 +290,23 @@ def transformer_team(config: Config, view: EntityView) -> TeamValue:
 def agent_networks(config: Config, env: EnvAdapter, view: EntityView) -> GroupNetworks:
     """Every group's transformer Q-network; the recurrent state is the transformer's width."""
     c = config.transf
-    nets = {g.name: TransformerQNetwork(g.action_dim, config.hidden_size, c.agent_layers, c.agent_heads, c.agent_ff,
-                                        c.relu_embed, view.obs, config.dtype, config.q.init_scale or 1.0, c.embed_norm,
-                                        c.scale_inputs, c.fast_attention)
-            for g in env.groups}  # fmt: skip
+    nets = {
+        g.name: TransformerQNetwork(
+            g.action_dim,
+            config.hidden_size,
+            c.agent_layers,
+            c.agent_heads,
+            c.agent_ff,
+            c.relu_embed,
+            view.obs,
+            config.dtype,
+            config.q.init_scale or 1.0,
+            c.embed_norm,
+            c.scale_inputs,
+            c.fast_attention,
+        )
+        for g in env.groups
+    }
     return GroupNetworks(nets, config.param_sharing == "independent", config.agent_id, config.hidden_size)
 
 
@@ -263,21 +314,33 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     """qlearning's pieces (replay, target network) with transformer agents and mixer."""
     view = entity_view(env)
     if view is None:
-        raise ConfigError("env", f"transf_qmix attends over entities, and marljax splits into entities the "
-                                 f"observations of MPE simple_spread and SMAX (unit_list) only, not {env.name}'s")  # fmt: skip
-    return qlearning.build(config, env, layout=layout, correction=correction, team=transformer_team(config, view),
-                           agents=agent_networks(config, env, view))  # fmt: skip
+        raise ConfigError(
+            "env",
+            f"transf_qmix attends over entities, and marljax splits into entities the "
+            f"observations of MPE simple_spread and SMAX (unit_list) only, not {env.name}'s",
+        )
+    return qlearning.build(
+        config,
+        env,
+        layout=layout,
+        correction=correction,
+        team=transformer_team(config, view),
+        agents=agent_networks(config, env, view),
+    )
 
 
 # MPE (spread): JaxMARL's transf_qmix_mpe.yaml as its script runs it (every environment reset after each
 # update), with layer norm where it has batch norm. Seed 0, greedy return per agent: -14.64 at 600k env steps,
 # -11.09 at 760k, where JaxMARL's own script reaches -14.79 and -13.02 (docs/guide/algorithms.md)
 JAXMARL_SPREAD = {
-    "num_envs": 8, "num_steps": 25, "adam_eps": 1e-6, "max_grad_norm": 10.0,
+    "num_envs": 8,
+    "num_steps": 25,
+    "adam_eps": 1e-6,
+    "max_grad_norm": 10.0,
     "q": {"eps_decay_steps": 800_000, "td_lambda": 0.6},
     "replay": {"gradient_steps": 1, "target_update_interval": 200, "reset_each_update": True},
     "transf": {"fast_attention": True, "mixer_init_scale": 0.01, "relu_embed": False},
-}  # fmt: skip
+}
 
 SPEC = AlgorithmSpec(
     AlgorithmSchema(
@@ -292,11 +355,10 @@ SPEC = AlgorithmSpec(
             "hidden_size": 32,
             "gru_hidden_size": 32,
             "agent_id": False,
-        },  # fmt: skip
+        },
         supports=Supports(),
         family_defaults={"mpe": JAXMARL_SPREAD},
     ),
     build,
     ("loss_total", "grad_norm", "lr", "q_mean"),
 )
-make_train = SPEC.make_train  # the derived trainer (api.derive), as the registry serves it

@@ -41,10 +41,11 @@ from marljax.bench.measure import six_digits
 from marljax.bench.swap import bench_swap
 from marljax.bench.table import markdown, report_text
 from marljax.bench.train import bench_train
-from marljax.config import Config, ConfigError, load_config, replace
+from marljax.config import Config, load_config, replace
 from marljax.parallel.layouts import AGENT
 from marljax.parallel.mesh import device_count, learner_specs
 from marljax.parallel.placement import fake_cpu_devices_env, platform
+from marljax.schema import ConfigError
 from marljax.train.wiring import make_adapter, make_trainer, prepare
 
 AGENTS = (4, 16, 64)
@@ -53,8 +54,16 @@ FAKE_DEVICES = 8  # CPU devices the child process sees when this one sees too fe
 UPDATES_PER_CHUNK = 2  # train.py times a warm-up chunk and up to three more
 MAX_AGENTS = 1 << 20  # the largest N the fit is searched to
 CHECK_MAX_AGENTS = 1024  # answers above this are not checked against shapes (building the env grows with N)
-DEFAULTS = ["param_sharing=independent", "num_envs=8", "num_steps=16", "num_seeds=1", "mesh.seed=1", "mesh.data=-1",
-            "progress=false", "plot=false"]  # fmt: skip
+DEFAULTS = [
+    "param_sharing=independent",
+    "num_envs=8",
+    "num_steps=16",
+    "num_seeds=1",
+    "mesh.seed=1",
+    "mesh.data=-1",
+    "progress=false",
+    "plot=false",
+]
 CHILD = "MARLJAX_BENCH_AGENTS_CHILD"  # set in the re-run child, so that it never re-runs itself
 
 
@@ -172,11 +181,14 @@ def what_fits(base: Config, rows: list[dict[str, Any]], ks: Sequence[int], budge
 # ----------------------------------------------------------------------------- the bench
 
 
-def run_agents_bench(base: Config, agents: Sequence[int], ks: Sequence[int], budget_mib: float | None,
-                     log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+def run_agents_bench(
+    base: Config, agents: Sequence[int], ks: Sequence[int], budget_mib: float | None, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Bench every (N, K) with K dividing N; print the table, what fits, then one JSON line."""
-    log(f"marljax bench agents: {base.algo} on {base.env}, param_sharing={base.param_sharing}, {device_count()} x "
-        f"{platform()}; {base.num_envs} envs x {base.num_steps} steps, N = {list(agents)}, K = {list(ks)}")  # fmt: skip
+    log(
+        f"marljax bench agents: {base.algo} on {base.env}, param_sharing={base.param_sharing}, {device_count()} x "
+        f"{platform()}; {base.num_envs} envs x {base.num_steps} steps, N = {list(agents)}, K = {list(ks)}"
+    )
     rows = []
     for n in agents:
         for k in ks:
@@ -186,20 +198,51 @@ def run_agents_bench(base: Config, agents: Sequence[int], ks: Sequence[int], bud
             rows.append(six_digits(bench_row(row_config(base, n, k))))
             log(" | ".join(_cells(rows[-1])) + f" | compile {rows[-1]['compile_s']:.0f} s")  # a row as it comes
     fits = what_fits(base, rows, sorted({1, *ks}), budget_mib)
-    result = {"bench": "agents", "algo": base.algo, "env": base.env, "devices": device_count(), "platform": platform(),
-              "num_envs": base.num_envs, "num_steps": base.num_steps, "rows": rows, **fits}  # fmt: skip
+    result = {
+        "bench": "agents",
+        "algo": base.algo,
+        "env": base.env,
+        "devices": device_count(),
+        "platform": platform(),
+        "num_envs": base.num_envs,
+        "num_steps": base.num_steps,
+        "rows": rows,
+        **fits,
+    }
     return report_text(markdown(HEADER, [_cells(r) for r in rows]) + "\n\n" + _fit_lines(fits), result, log)
 
 
-HEADER = ("N", "K", "mesh", "learner B/device", "learner B total", "per device / K=1", "ideal 1/K",
-          "swap params B/update", "swap traj B/update", "swap / update", "update ms", "env-steps/s")  # fmt: skip
+HEADER = (
+    "N",
+    "K",
+    "mesh",
+    "learner B/device",
+    "learner B total",
+    "per device / K=1",
+    "ideal 1/K",
+    "swap params B/update",
+    "swap traj B/update",
+    "swap / update",
+    "update ms",
+    "env-steps/s",
+)
 
 
 def _cells(r: dict[str, Any]) -> list[str]:
-    return [str(r["num_agents"]), str(r["mesh_agent"]), r["mesh"], f"{r['learner_bytes_per_device']:,}",
-            f"{r['learner_bytes_total']:,}", f"{r['per_device_over_total']:.3f}", f"{r['ideal']:.3f}",
-            f"{r['swap_param_bytes']:,}", f"{r['swap_traj_bytes']:,}", f"{100 * r['swap_share_of_update']:.1f}%",
-            f"{1000 * r['update_s']:.1f}", f"{r['train_env_steps_per_s']:,.0f}"]  # fmt: skip
+    return [
+        str(r["num_agents"]),
+        str(r["mesh_agent"]),
+        r["mesh"],
+        f"{r['learner_bytes_per_device']:,}",
+        f"{r['learner_bytes_total']:,}",
+        f"{r['per_device_over_total']:.3f}",
+        f"{r['ideal']:.3f}",
+        f"{r['swap_param_bytes']:,}",
+        f"{r['swap_traj_bytes']:,}",
+        f"{100 * r['swap_share_of_update']:.1f}%",
+        f"{1000 * r['update_s']:.1f}",
+        f"{r['train_env_steps_per_s']:,.0f}",
+    ]
 
 
 def _fit_lines(fits: dict[str, Any]) -> str:
@@ -219,9 +262,11 @@ def _fit_lines(fits: dict[str, Any]) -> str:
 
     if not fits["largest_fit"]:
         return f"Largest N that fits {fits['device_memory_mib']:,.2f} MiB per device: {fits['fit']}"
-    lines = [f"Largest N whose learner state (params + Adam) fits {fits['device_memory_mib']:,.2f} MiB per device "
-             f"(extrapolated: per-device bytes {fits['fit']}; each answer checked against the learner state's shapes "
-             "at N and N+K; activations, trajectories and envs not counted):"]  # fmt: skip
+    lines = [
+        f"Largest N whose learner state (params + Adam) fits {fits['device_memory_mib']:,.2f} MiB per device "
+        f"(extrapolated: per-device bytes {fits['fit']}; each answer checked against the learner state's shapes "
+        "at N and N+K; activations, trajectories and envs not counted):"
+    ]
     lines += [f"  K={k}: N = {n(k)}{check(k)}" for k in fits["largest_fit"]]
     one = fits["largest_fit"].get("1")
     best = max(fits["largest_fit"], key=lambda k: fits["largest_fit"][k] or 0)

@@ -32,8 +32,17 @@ from marljax.pipeline.actor_learner import AsyncRun
 from marljax.pipeline.micro_batches import join_slices
 from marljax.train.wiring import make_adapter, make_trainer
 
-DEFAULTS = ["mode=async", "num_envs=8", "num_steps=16", "hidden_size=32", "progress=false", "async.num_actor_threads=2",
-            "async.staleness_policy=drop", "async.buffer_capacity=2", "async.max_staleness=1"]  # fmt: skip
+DEFAULTS = [
+    "mode=async",
+    "num_envs=8",
+    "num_steps=16",
+    "hidden_size=32",
+    "progress=false",
+    "async.num_actor_threads=2",
+    "async.staleness_policy=drop",
+    "async.buffer_capacity=2",
+    "async.max_staleness=1",
+]
 UPDATES = 120
 LEARN_S = 0.03  # seconds per learner update (padded up to it): well above thread-switching noise
 
@@ -93,14 +102,24 @@ def balanced_run(runner: AsyncRun, config: Config, updates: int) -> dict[str, An
     rows: list[dict] = []
     final = runner.run(updates, lambda m, wall, row, learner: rows.append(row), chunk=max(1, updates // 10))
     stale = final.dropped.get("stale", 0)
-    return {"produced": final.produced, "consumed": final.consumed, "dropped_stale": stale,
-            "dropped_end_of_run": final.dropped.get("end of run", 0), "drop_share": stale / max(1, final.produced),
-            "active_actors": [r["active_actors"] for r in rows],
-            "batch_window": [r["batch_window"] for r in rows]}  # fmt: skip
+    return {
+        "produced": final.produced,
+        "consumed": final.consumed,
+        "dropped_stale": stale,
+        "dropped_end_of_run": final.dropped.get("end of run", 0),
+        "drop_share": stale / max(1, final.produced),
+        "active_actors": [r["active_actors"] for r in rows],
+        "batch_window": [r["batch_window"] for r in rows],
+    }
 
 
-def run_balance_bench(config: Config, ratio: float = 3.0, updates: int = UPDATES, learn_s: float = LEARN_S,
-                      log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+def run_balance_bench(
+    config: Config,
+    ratio: float = 3.0,
+    updates: int = UPDATES,
+    learn_s: float = LEARN_S,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     n = config.async_.num_actor_threads
     runner = AsyncRun(config, make_adapter(config), make_trainer, log=lambda s: None)
     gen, learn = stage_seconds(runner)
@@ -110,13 +129,21 @@ def run_balance_bench(config: Config, ratio: float = 3.0, updates: int = UPDATES
     pad_learning(runner, learn_pad)
     pad_generation(runner, gen_pad)
     capacity = n * (learn + learn_pad) / (gen + gen_pad)
-    log(f"marljax bench (balance): {n} actor threads, generation {1e3 * gen:.1f} + {1e3 * gen_pad:.1f} ms padding per "
+    log(
+        f"marljax bench (balance): {n} actor threads, generation {1e3 * gen:.1f} + {1e3 * gen_pad:.1f} ms padding per "
         f"batch, learning {1e3 * learn:.1f} + {1e3 * learn_pad:.1f} ms padding per update: capacity / consumption = "
         f"{capacity:.1f}; {updates} updates, drop mode, K={config.async_.max_staleness}, "
-        f"M={runner.micro_batches}")  # fmt: skip
-    result: dict[str, Any] = {"ratio": capacity, "generation_ms": 1e3 * gen, "generation_pad_ms": 1e3 * gen_pad,
-                              "learning_ms": 1e3 * learn, "learning_pad_ms": 1e3 * learn_pad, "updates": updates,
-                              "micro_batches": runner.micro_batches}  # fmt: skip
+        f"M={runner.micro_batches}"
+    )
+    result: dict[str, Any] = {
+        "ratio": capacity,
+        "generation_ms": 1e3 * gen,
+        "generation_pad_ms": 1e3 * gen_pad,
+        "learning_ms": 1e3 * learn,
+        "learning_pad_ms": 1e3 * learn_pad,
+        "updates": updates,
+        "micro_batches": runner.micro_batches,
+    }
     rows: list[Row] = []
     for mode in ("off", "rate"):
         r = balanced_run(runner, replace(config, **{"async": {"balance": mode}}), updates)

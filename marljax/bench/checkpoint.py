@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from marljax.bench.table import report
-from marljax.config import Config, ConfigError, replace
+from marljax.config import Config, replace
+from marljax.schema import ConfigError
 from marljax.train.loop import train
 
 
@@ -45,8 +46,11 @@ def run_checkpoint_bench(config: Config, rounds: int = 2, log: Callable[[str], N
     }
     rows = [
         ("without periodic saves", " ".join(f"{x:.2f}" for x in result["seconds_without"]), "s per run"),
-        ("with periodic saves", " ".join(f"{x:.2f}" for x in result["seconds_with"]),
-         f"s per run ({saves} saves, every {config.checkpoint_every} updates)"),
+        (
+            "with periodic saves",
+            " ".join(f"{x:.2f}" for x in result["seconds_with"]),
+            f"s per run ({saves} saves, every {config.checkpoint_every} updates)",
+        ),
         ("checkpoint overhead", f"{100 * result['overhead']:+.2f}%", f"median of {rounds} paired runs"),
-    ]  # fmt: skip
+    ]
     return report(rows, result, log)

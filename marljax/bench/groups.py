@@ -63,8 +63,11 @@ def group_costs(config: Config, trainer: Trainer, state: Any) -> dict[str, Any]:
 def group_rows(r: dict[str, Any], groups: list[str]) -> list[Row]:
     """One table row per group: parameters and forward FLOPs per agent step."""
     return [
-        (f"group {g}", f"{r[f'group_{g}_params']:,}",
-         f"params ({r[f'group_{g}_agents']} agent(s)); forward {r[f'group_{g}_forward_flops_per_agent_step']:,.0f} "
-         "FLOPs per agent step")
+        (
+            f"group {g}",
+            f"{r[f'group_{g}_params']:,}",
+            f"params ({r[f'group_{g}_agents']} agent(s)); forward {r[f'group_{g}_forward_flops_per_agent_step']:,.0f} "
+            "FLOPs per agent step",
+        )
         for g in groups
-    ]  # fmt: skip
+    ]

@@ -89,8 +89,9 @@ def datasheet(mesh: Mesh, dtype: str) -> dict[str, Any]:
     }
 
 
-def peak_matmul_gflops(mesh: Mesh, sizes: tuple[int, ...] | None = None, reps: int = MATMUL_REPS,
-                       dtype: str = "float32") -> dict:  # fmt: skip
+def peak_matmul_gflops(
+    mesh: Mesh, sizes: tuple[int, ...] | None = None, reps: int = MATMUL_REPS, dtype: str = "float32"
+) -> dict:
     """Best matmul GFLOP/s on the mesh's devices: one n x n @ n x n per device, 2 n^3 each, on
     `dtype` operands (bfloat16: with a float32 result, as the networks' dtype=bfloat16 runs them)."""
     devices = mesh.devices.size

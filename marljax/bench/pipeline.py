@@ -116,8 +116,13 @@ def measure_async(runner: AsyncRun, pads: Pads) -> dict[str, Any]:
         t = time.perf_counter()
         final = runner.run(ASYNC_BATCHES, lambda *a: None, chunk=ASYNC_BATCHES)
         asynch = final.consumed * runner.samples_per_batch / runner.micro_batches / (time.perf_counter() - t)
-    return {"async_samples_per_s": asynch, "staleness_max": final.staleness_max, "produced": final.produced,
-            "consumed": final.consumed, "dropped": sum(final.dropped.values())}  # fmt: skip
+    return {
+        "async_samples_per_s": asynch,
+        "staleness_max": final.staleness_max,
+        "produced": final.produced,
+        "consumed": final.consumed,
+        "dropped": sum(final.dropped.values()),
+    }
 
 
 def _compile_slices(runner: AsyncRun) -> None:
@@ -223,18 +228,29 @@ def _rows(name: str, r: dict[str, Any], micro_batches: int = 1) -> list[Row]:
         ("overlap efficiency", f"{r['overlap_efficiency']:.3f}", "async / min(generation, learning): 1 is ideal"),
         ("async / sync", f"{r['async_over_sync']:.2f}x", f"ideal {r['ideal_async_over_sync']:.2f}x"),
         ("counters", f"{r['produced']}/{r['consumed']}/{r['dropped']}", "produced/consumed/dropped"),
-    ] + ([] if micro_batches == 1 else [
-        ("async pipeline, M=1", f"{r['async_m1_samples_per_s']:,.0f}", "samples/s (measured in turns with M's)"),
-        (f"async pipeline, M={micro_batches}", f"{r['micro_async_samples_per_s']:,.0f}",
-         f"samples/s (async.micro_batches={micro_batches}; the other rows: M=1)"),
-        (f"M={micro_batches} / M=1", f"{r['micro_over_one']:.2f}x", "async pipeline, same threads, envs and pads"),
-        (f"counters, M={micro_batches}", f"{r['micro_produced']}/{r['micro_consumed']}/{r['micro_dropped']}",
-         "produced/consumed/dropped slices"),
-    ])  # fmt: skip
+    ] + (
+        []
+        if micro_batches == 1
+        else [
+            ("async pipeline, M=1", f"{r['async_m1_samples_per_s']:,.0f}", "samples/s (measured in turns with M's)"),
+            (
+                f"async pipeline, M={micro_batches}",
+                f"{r['micro_async_samples_per_s']:,.0f}",
+                f"samples/s (async.micro_batches={micro_batches}; the other rows: M=1)",
+            ),
+            (f"M={micro_batches} / M=1", f"{r['micro_over_one']:.2f}x", "async pipeline, same threads, envs and pads"),
+            (
+                f"counters, M={micro_batches}",
+                f"{r['micro_produced']}/{r['micro_consumed']}/{r['micro_dropped']}",
+                "produced/consumed/dropped slices",
+            ),
+        ]
+    )
 
 
-def run_async_bench(config: Config, log: Callable[[str], None] = print,
-                    scenarios: tuple[str, ...] = SCENARIOS) -> dict[str, Any]:  # fmt: skip
+def run_async_bench(
+    config: Config, log: Callable[[str], None] = print, scenarios: tuple[str, ...] = SCENARIOS
+) -> dict[str, Any]:
     """Measure the rates (see the module docstring) in each of `scenarios`; print a table, then one
     JSON line; return the dict."""
     env = make_adapter(config)
@@ -245,11 +261,17 @@ def run_async_bench(config: Config, log: Callable[[str], None] = print,
     n_threads = config.async_.num_actor_threads
     log(f"marljax bench (async): {config.algo} on {env.describe()}")
     result: dict[str, Any] = {
-        "mode": "async", "env": config.env, "env_kwargs": config.env_kwargs, "num_envs": config.num_envs,
-        "num_steps": config.num_steps, "num_actor_threads": n_threads, "max_staleness": config.async_.max_staleness,
-        "micro_batches": M, "actor_devices": len(runner.placement.actor_devices),
+        "mode": "async",
+        "env": config.env,
+        "env_kwargs": config.env_kwargs,
+        "num_envs": config.num_envs,
+        "num_steps": config.num_steps,
+        "num_actor_threads": n_threads,
+        "max_staleness": config.async_.max_staleness,
+        "micro_batches": M,
+        "actor_devices": len(runner.placement.actor_devices),
         "learner_devices": int(runner.placement.learner_mesh.devices.size),
-    }  # fmt: skip
+    }
     rows: list[Row] = []
     for name in ("configured", *(s for s in scenarios if s != "configured")):  # `equal` pads from `configured`
         pads = Pads() if name == "configured" else equalising_pads(result, runner.samples_per_batch, n_threads)
@@ -271,8 +293,12 @@ def _micro_figures(one: AsyncRun, micro: AsyncRun, pads: Pads, rounds: int = 2) 
         last = measure_async(micro, pads)
         rates["micro"].append(last["async_samples_per_s"])
     mean = {k: sum(v) / len(v) for k, v in rates.items()}
-    return {"async_m1_samples_per_s": mean["one"], **{f"micro_{k}": v for k, v in last.items()},
-            "micro_async_samples_per_s": mean["micro"], "micro_over_one": mean["micro"] / mean["one"]}  # fmt: skip
+    return {
+        "async_m1_samples_per_s": mean["one"],
+        **{f"micro_{k}": v for k, v in last.items()},
+        "micro_async_samples_per_s": mean["micro"],
+        "micro_over_one": mean["micro"] / mean["one"],
+    }
 
 
 __all__ = ["run_async_bench", "measure_stages", "equalising_pads", "Pads", "ASYNC_BATCHES", "SCENARIOS"]

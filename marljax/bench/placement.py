@@ -18,8 +18,9 @@ import jax
 
 from marljax.algos.api import Trainer
 from marljax.bench.table import Row
-from marljax.config import Config, ConfigError, replace
+from marljax.config import Config, replace
 from marljax.parallel.agent_placement import GroupCost, balanced, naive
+from marljax.schema import ConfigError
 
 ADAM_MOMENTS = 2  # the optimizer state per parameter: Adam's mu and nu, as the parameters' dtype
 
@@ -30,9 +31,16 @@ def group_cost_list(trainer: Trainer, state: Any, costs: dict[str, Any]) -> list
     for g in trainer.env.groups:
         nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state.learner.params[g.name]))
         n = g.size  # one parameter set per agent (mesh.agent > 1 needs param_sharing=independent)
-        out.append(GroupCost(g.name, n, costs[f"group_{g.name}_params"] // n,
-                             costs[f"group_{g.name}_forward_flops_per_agent_step"], nbytes // n,
-                             ADAM_MOMENTS * nbytes // n))  # fmt: skip
+        out.append(
+            GroupCost(
+                g.name,
+                n,
+                costs[f"group_{g.name}_params"] // n,
+                costs[f"group_{g.name}_forward_flops_per_agent_step"],
+                nbytes // n,
+                ADAM_MOMENTS * nbytes // n,
+            )
+        )
     return out
 
 
@@ -67,8 +75,13 @@ def placement_rows(r: dict[str, Any]) -> list[Row]:
         reps = r[f"placement_{name}_replicated"]
         secs = r.get(f"placement_{name}_update_s")
         time = "not run: " + r[f"placement_{name}_refused"] if secs is None else f"update {1000 * secs:.1f} ms"
-        rows.append((f"placement {name}", f"{r[f'placement_{name}_imbalance']:.3f}x",
-                     f"most-loaded device / mean FLOPs; replicated: {', '.join(reps) or 'none'}; {time}"))  # fmt: skip
+        rows.append(
+            (
+                f"placement {name}",
+                f"{r[f'placement_{name}_imbalance']:.3f}x",
+                f"most-loaded device / mean FLOPs; replicated: {', '.join(reps) or 'none'}; {time}",
+            )
+        )
         for a, (n, p, f, b) in enumerate(
             zip(*(r[f"placement_{name}_{x}"] for x in ("agents", "params", "flops", "bytes")))
         ):

@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from marljax.bench.table import report
-from marljax.config import Config, ConfigError, load_config
+from marljax.config import Config, load_config
+from marljax.schema import ConfigError
 
 PER_DEVICE = (64, 256, 1024, 4096, 16384, 65536)
 MAX_PER_DEVICE = {"cpu": 4096}  # elsewhere: every size
@@ -62,8 +63,13 @@ def row_overrides(config: Config, num_envs: int) -> list[str]:
     per_update = num_envs * config.num_steps
     updates_per_chunk = min(10, max(1, math.ceil(MIN_STEPS_PER_CHUNK / per_update)))
     chunks = 8  # a warm-up chunk, up to three timed, room to spare
-    return [f"num_envs={num_envs}", f"total_timesteps={per_update * updates_per_chunk * chunks}", f"num_chunks={chunks}",
-            "progress=false", "plot=false"]  # fmt: skip
+    return [
+        f"num_envs={num_envs}",
+        f"total_timesteps={per_update * updates_per_chunk * chunks}",
+        f"num_chunks={chunks}",
+        "progress=false",
+        "plot=false",
+    ]
 
 
 def _run_row(path: str | None, overrides: list[str], timeout: int) -> tuple[dict | None, str]:
@@ -81,16 +87,19 @@ def _run_row(path: str | None, overrides: list[str], timeout: int) -> tuple[dict
     return None, f"failed: {last[0][:200]}"
 
 
-def run_scale_bench(path: str | None, overrides: list[str], max_envs: int | None, timeout: int,
-                    log: Callable[[str], None] = print) -> list[dict[str, Any]]:  # fmt: skip
+def run_scale_bench(
+    path: str | None, overrides: list[str], max_envs: int | None, timeout: int, log: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
     import jax
 
     config = load_config(path, overrides)  # a bad setting stops here, before any row compiles
     platform, devices = jax.default_backend(), jax.device_count()
     limit = max_envs or MAX_PER_DEVICE.get(platform, DEFAULT_MAX)
     per_env_device = env_devices(config, devices)
-    log(f"marljax bench scale: {config.algo} on {config.env}, {devices} x {platform}; "
-        f"num_envs per device {', '.join(str(n) for n in PER_DEVICE if n <= limit)}")  # fmt: skip
+    log(
+        f"marljax bench scale: {config.algo} on {config.env}, {devices} x {platform}; "
+        f"num_envs per device {', '.join(str(n) for n in PER_DEVICE if n <= limit)}"
+    )
     rows, stopped = [], ""
     for n in (n for n in PER_DEVICE if n <= limit):
         result, stopped = _run_row(path, [*overrides, *row_overrides(config, n * per_env_device)], timeout)
@@ -100,17 +109,32 @@ def run_scale_bench(path: str | None, overrides: list[str], max_envs: int | None
         result["num_envs_per_device"] = n
         rows.append(result)
         log(json.dumps(result))
-    summary = {"bench": "scale", "platform": platform, "devices": devices, "stopped": stopped or "max-envs",
-               "rows": [{k: r.get(k) for k in SUMMARY_KEYS} for r in rows]}  # fmt: skip
+    summary = {
+        "bench": "scale",
+        "platform": platform,
+        "devices": devices,
+        "stopped": stopped or "max-envs",
+        "rows": [{k: r.get(k) for k in SUMMARY_KEYS} for r in rows],
+    }
     report([("num_envs / device", "env-steps/s", "MFU, peak memory, compile")] + [_row(r) for r in rows], summary, log)
     return rows
 
 
-SUMMARY_KEYS = ("num_envs_per_device", "num_envs", "train_env_steps_per_s", "mfu", "peak_device_mb", "peak_rss_mb",
-                "compile_s")  # fmt: skip
+SUMMARY_KEYS = (
+    "num_envs_per_device",
+    "num_envs",
+    "train_env_steps_per_s",
+    "mfu",
+    "peak_device_mb",
+    "peak_rss_mb",
+    "compile_s",
+)
 
 
 def _row(r: dict[str, Any]) -> tuple[str, str, str]:
     memory = f"device {r['peak_device_mb']:,.0f} MiB" if r.get("peak_device_mb") else f"RSS {r['peak_rss_mb']:,.0f} MiB"
-    return (f"{r['num_envs_per_device']:,} ({r['num_envs']:,} in all)", f"{r['train_env_steps_per_s']:,.0f}",
-            f"MFU {100 * r['mfu']:.2f}%, {memory}, compile {r['compile_s']:.1f} s")  # fmt: skip
+    return (
+        f"{r['num_envs_per_device']:,} ({r['num_envs']:,} in all)",
+        f"{r['train_env_steps_per_s']:,.0f}",
+        f"MFU {100 * r['mfu']:.2f}%, {memory}, compile {r['compile_s']:.1f} s",
+    )

@@ -34,13 +34,21 @@ import jax
 import jax.numpy as jnp
 
 from marljax.bench.table import markdown, report_text
-from marljax.config import ConfigError, load_config
+from marljax.config import load_config
 from marljax.nn import retention
+from marljax.schema import ConfigError
 from marljax.train.wiring import make_adapter, make_trainer
 
 AGENTS = (4, 16, 64, 128)
-DEFAULTS = ["num_envs=8", "num_steps=16", "ppo.num_minibatches=2", "ppo.update_epochs=2", "num_seeds=1",
-            "progress=false", "plot=false"]  # fmt: skip
+DEFAULTS = [
+    "num_envs=8",
+    "num_steps=16",
+    "ppo.num_minibatches=2",
+    "ppo.update_epochs=2",
+    "num_seeds=1",
+    "progress=false",
+    "plot=false",
+]
 TIMED = 3  # updates timed after the warm-up one
 RETENTION_AGENTS = (256, 1024, 4096)
 
@@ -120,13 +128,26 @@ def run_sequence_bench(agents: Sequence[int], overrides: list[str], log: Callabl
             r = {"num_agents": n, "model": label, **bench_update([*DEFAULTS, *given, *model, *env])}
             rows.append(r)
             mem = "-" if r["temp_mib"] is None else f"{r['temp_mib']:,.1f}"
-            table.append([str(n), label, f"{r['params']:,}", mem, f"{r['update_s'] * 1e3:,.0f}",
-                          f"{r['env_steps_per_s']:,.0f}", f"{r['compile_s']:.1f}"])  # fmt: skip
+            table.append(
+                [
+                    str(n),
+                    label,
+                    f"{r['params']:,}",
+                    mem,
+                    f"{r['update_s'] * 1e3:,.0f}",
+                    f"{r['env_steps_per_s']:,.0f}",
+                    f"{r['compile_s']:.1f}",
+                ]
+            )
             log(f"N={n} {label}: {mem} MiB, {r['update_s'] * 1e3:,.0f} ms per update")
     header = ["agents", "model", "params", "update temp MiB", "update ms", "env-steps/s", "compile s"]
-    alone = [{"num_agents": n, "chunk": chunk, "chunked_mib": retention_mib(n, chunk), "parallel_mib": retention_mib(n, n)}
-             for n in RETENTION_AGENTS]  # fmt: skip
-    second = markdown(["agents", f"retention temp MiB, chunks of {chunk}", "parallel (N x N)"],
-                      [[f"{r['num_agents']:,}", f"{r['chunked_mib']:.2f}", f"{r['parallel_mib']:.2f}"] for r in alone])  # fmt: skip
+    alone = [
+        {"num_agents": n, "chunk": chunk, "chunked_mib": retention_mib(n, chunk), "parallel_mib": retention_mib(n, n)}
+        for n in RETENTION_AGENTS
+    ]
+    second = markdown(
+        ["agents", f"retention temp MiB, chunks of {chunk}", "parallel (N x N)"],
+        [[f"{r['num_agents']:,}", f"{r['chunked_mib']:.2f}", f"{r['parallel_mib']:.2f}"] for r in alone],
+    )
     result = {"bench": "sequence", "platform": jax.default_backend(), "rows": rows, "retention_rows": alone}
     return report_text(markdown(header, table) + "\n\n" + second, result, log)

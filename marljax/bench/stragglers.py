@@ -28,8 +28,9 @@ from typing import Any
 
 from marljax.bench.measure import six_digits
 from marljax.bench.table import Row, report
-from marljax.config import Config, ConfigError, load_config, replace
+from marljax.config import Config, load_config, replace
 from marljax.pipeline.actor_learner import AsyncRun
+from marljax.schema import ConfigError
 from marljax.train.wiring import make_adapter, make_trainer
 
 ENV = "pettingzoo:marljax.testing.host_straggler:parallel_env"
@@ -48,22 +49,38 @@ def pipeline_rate(config: Config) -> tuple[float, dict, float]:
     final = runner.run(START + BATCHES, lambda *a: marks.append(time.perf_counter()), chunk=START)
     assert final.consumed == START + BATCHES and len(marks) == 2 + BATCHES // START, (final.consumed, len(marks))
     per_batch = runner.samples_per_batch
-    return (BATCHES * per_batch / (marks[-1] - marks[1]), runner.health.snapshot(),
-            START * per_batch / (marks[1] - marks[0]))  # fmt: skip
+    return (
+        BATCHES * per_batch / (marks[-1] - marks[1]),
+        runner.health.snapshot(),
+        START * per_batch / (marks[1] - marks[0]),
+    )
 
 
-def run_straggler_bench(config: Config, step_costs: tuple[float, ...] = STEP_COSTS, slow_factor: float = 10.0,
-                        repeats: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
+def run_straggler_bench(
+    config: Config,
+    step_costs: tuple[float, ...] = STEP_COSTS,
+    slow_factor: float = 10.0,
+    repeats: int = 1,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Each row: `repeats` pairs of runs, the two modes alternating which goes first (drift on a
     shared machine then favours neither); the rates shown are the medians, and with repeats > 1
     the range of the pairs' default/faster ratios."""
     kwargs = dict(config.env_kwargs)
     slow_every = kwargs.pop("slow_every", 8)
-    log(f"marljax bench (host stepping): {config.num_envs} copies x {config.num_steps} steps; step costs "
+    log(
+        f"marljax bench (host stepping): {config.num_envs} copies x {config.num_steps} steps; step costs "
         f"{', '.join(f'{c * 1e3:g} ms' for c in step_costs)}; straggler: 1 copy in {slow_every} {slow_factor:g}x slower"
-        + (f"; medians of {repeats} pairs" if repeats > 1 else ""))  # fmt: skip
-    result: dict[str, Any] = {"env": ENV, "num_envs": config.num_envs, "num_steps": config.num_steps,
-                              "slow_every": slow_every, "slow_factor": slow_factor, "repeats": repeats}  # fmt: skip
+        + (f"; medians of {repeats} pairs" if repeats > 1 else "")
+    )
+    result: dict[str, Any] = {
+        "env": ENV,
+        "num_envs": config.num_envs,
+        "num_steps": config.num_steps,
+        "slow_every": slow_every,
+        "slow_factor": slow_factor,
+        "repeats": repeats,
+    }
     rows: list[Row] = []
     modes = ("independent", "lockstep")
     for cost in step_costs:
@@ -89,11 +106,20 @@ def run_straggler_bench(config: Config, step_costs: tuple[float, ...] = STEP_COS
             share = rates["independent"] / max(rates.values())
             result[f"{row}_default_over_faster"] = share
             spread = f" (pairs {min(pairs):.2f}-{max(pairs):.2f})" if repeats > 1 else ""
-            rows.append((f"{cost * 1e3:g} ms, {label}",
-                         f"{rates['independent']:,.0f} | {rates['lockstep']:,.0f}",
-                         f"env-steps/s independent (default) | lockstep; default/faster {share:.2f}{spread}"))  # fmt: skip
-            rows.append((f"  first {START} batches", f"{starts['independent']:,.0f} | {starts['lockstep']:,.0f}",
-                         f"env-steps/s; default/faster {starts['independent'] / max(starts.values()):.2f}"))  # fmt: skip
+            rows.append(
+                (
+                    f"{cost * 1e3:g} ms, {label}",
+                    f"{rates['independent']:,.0f} | {rates['lockstep']:,.0f}",
+                    f"env-steps/s independent (default) | lockstep; default/faster {share:.2f}{spread}",
+                )
+            )
+            rows.append(
+                (
+                    f"  first {START} batches",
+                    f"{starts['independent']:,.0f} | {starts['lockstep']:,.0f}",
+                    f"env-steps/s; default/faster {starts['independent'] / max(starts.values()):.2f}",
+                )
+            )
         fast = result[f"{cost * 1e3:g}ms_all_fast_independent_samples_per_s"]
         slow = result[f"{cost * 1e3:g}ms_straggler_independent_samples_per_s"]
         result[f"{cost * 1e3:g}ms_default_straggler_over_fast"] = slow / fast

@@ -89,9 +89,10 @@ def bench_swap(config: Config, mesh: Mesh, trainer: Trainer, update_s: float) ->
     one_seed_params = jax.eval_shape(lambda p: jax.tree.map(lambda x: x[0], p), state.learner.params)
     one_seed_params = {
         k: jax.tree.map(lambda x: jax.ShapeDtypeStruct((x.shape[0] // lay.num_agent,) + x.shape[1:], x.dtype), v)
-        if k in split else v
+        if k in split
+        else v
         for k, v in one_seed_params.items()
-    }  # fmt: skip
+    }
     moved = lay.swap_bytes(one_seed_params, split, jax.tree.map(local, per_agent), jax.tree.map(local, per_env))
     seeds_per_device = S // mesh.shape[SEED]
     return result | {

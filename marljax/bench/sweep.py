@@ -85,23 +85,40 @@ def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SE
     total_ratio = (seq_compile + seq_run) / (vm_compile + vm_run)
     run_ratio = seq_run / vm_run
     result = {
-        "bench": "sweep", "runs": runs, "learning_rates": list(lrs), "seeds": seeds, "updates": config.num_updates,
-        "env_steps_per_run": steps, "num_envs": config.num_envs, "device": platform(),
-        "vmapped_compile_s": vm_compile, "vmapped_run_s": vm_run,
-        "sequential_compile_s": seq_compile, "sequential_run_s": seq_run,
-        "speedup_total": total_ratio, "speedup_run_only": run_ratio,
-        "vmapped_env_steps_per_s": runs * steps / vm_run, "sequential_env_steps_per_s": runs * steps / seq_run,
-        "return_vmapped": float(np.mean(vm_returns)), "return_sequential": float(np.mean(seq_returns)),
+        "bench": "sweep",
+        "runs": runs,
+        "learning_rates": list(lrs),
+        "seeds": seeds,
+        "updates": config.num_updates,
+        "env_steps_per_run": steps,
+        "num_envs": config.num_envs,
+        "device": platform(),
+        "vmapped_compile_s": vm_compile,
+        "vmapped_run_s": vm_run,
+        "sequential_compile_s": seq_compile,
+        "sequential_run_s": seq_run,
+        "speedup_total": total_ratio,
+        "speedup_run_only": run_ratio,
+        "vmapped_env_steps_per_s": runs * steps / vm_run,
+        "sequential_env_steps_per_s": runs * steps / seq_run,
+        "return_vmapped": float(np.mean(vm_returns)),
+        "return_sequential": float(np.mean(seq_returns)),
         "max_param_rel_diff": max_rel,
-    }  # fmt: skip
+    }
     rows = [
         ("vmapped", f"{vm_compile + vm_run:.1f}", f"s: compile {vm_compile:.1f} + run {vm_run:.1f}"),
         ("sequential", f"{seq_compile + seq_run:.1f}", f"s: compile {seq_compile:.1f} + run {seq_run:.1f}"),
         ("speed-up", f"{total_ratio:.1f}x", f"end to end; {run_ratio:.1f}x counting run time only"),
-        ("last-chunk return", f"{np.mean(vm_returns):.2f}",
-         f"vmapped; {np.mean(seq_returns):.2f} sequential (mean of {runs} runs)"),
-        ("largest parameter difference", f"{max_rel:.1e}",
-         "of the largest parameter (the runs start equal to ~1e-6 and part as float rounding flips a sampled "
-         "action, as any two float orderings do)"),
-    ]  # fmt: skip
+        (
+            "last-chunk return",
+            f"{np.mean(vm_returns):.2f}",
+            f"vmapped; {np.mean(seq_returns):.2f} sequential (mean of {runs} runs)",
+        ),
+        (
+            "largest parameter difference",
+            f"{max_rel:.1e}",
+            "of the largest parameter (the runs start equal to ~1e-6 and part as float rounding flips a sampled "
+            "action, as any two float orderings do)",
+        ),
+    ]
     return report(rows, result, log)

@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from marljax.bench.table import report
-from marljax.config import Config, ConfigError, replace
+from marljax.config import Config, replace
+from marljax.schema import ConfigError
 from marljax.train.chunks import Stopped
 from marljax.train.loop import train
 
@@ -43,8 +44,9 @@ class StoppedUnsaved(Stopped):
 
     def __init__(self, stop: Stopped, seen: str):
         self.signum, self.update = stop.signum, stop.update
-        Exception.__init__(self, f"{self.head} ({seen}); its run directory was temporary and is removed "
-                           "(give out_dir=D to keep one)")  # fmt: skip
+        Exception.__init__(
+            self, f"{self.head} ({seen}); its run directory was temporary and is removed (give out_dir=D to keep one)"
+        )
 
 
 def best_seen(curve: list[list[float]]) -> str:
@@ -81,9 +83,12 @@ def default_target(config: Config) -> float:
     key = (config.env, None if scenario is None else str(scenario))
     if key not in DEFAULT_TARGETS:
         known = ", ".join(f"{e}" + (f" scenario={s}" if s else "") for e, s in DEFAULT_TARGETS)
-        raise ConfigError("target", f"no default target for env={config.env}"
-                                    + (f" scenario={scenario}" if scenario else "")
-                                    + f"; give target=R (a return per agent). Defaults exist for: {known}")  # fmt: skip
+        raise ConfigError(
+            "target",
+            f"no default target for env={config.env}"
+            + (f" scenario={scenario}" if scenario else "")
+            + f"; give target=R (a return per agent). Defaults exist for: {known}",
+        )
     return DEFAULT_TARGETS[key]
 
 
@@ -105,8 +110,10 @@ def run_target_bench(config: Config, target: float | None = None, log: Callable[
     curve: list[list[float]] = []  # [env steps per seed, seconds since the start, mean return]
     compile_s: list[float] = []  # train hands it over once its chunk programs are compiled
 
-    log(f"marljax bench target: {config.algo} on {config.env}, {config.num_seeds} seed(s), target {target:g} "
-        f"(mean training return per agent over seeds), budget {config.total_timesteps:,} env steps per seed")  # fmt: skip
+    log(
+        f"marljax bench target: {config.algo} on {config.env}, {config.num_seeds} seed(s), target {target:g} "
+        f"(mean training return per agent over seeds), budget {config.total_timesteps:,} env steps per seed"
+    )
     start = time.perf_counter()
 
     def on_row(row: dict) -> None:
@@ -135,11 +142,20 @@ def run_target_bench(config: Config, target: float | None = None, log: Callable[
             )
     steps, wall, value = curve[-1]
     result = {
-        "algo": config.algo, "env": config.env, "num_seeds": config.num_seeds, "num_envs": config.num_envs,
-        "target": target, "reached": True, "wall_s": wall, "compile_s": compile_s[0] if compile_s else None,
-        "env_steps": steps, "env_steps_all_seeds": steps * config.num_seeds, "return": value,
-        "chunks": len(curve), "curve": curve,
-    }  # fmt: skip
+        "algo": config.algo,
+        "env": config.env,
+        "num_seeds": config.num_seeds,
+        "num_envs": config.num_envs,
+        "target": target,
+        "reached": True,
+        "wall_s": wall,
+        "compile_s": compile_s[0] if compile_s else None,
+        "env_steps": steps,
+        "env_steps_all_seeds": steps * config.num_seeds,
+        "return": value,
+        "chunks": len(curve),
+        "curve": curve,
+    }
     rows = [
         ("target", f"{target:g}", "mean training return per agent over seeds"),
         ("reached", f"{value:.3f}", f"after {len(curve)} chunk(s)"),

@@ -113,8 +113,11 @@ def _compile_cold_and_warm(compile_chunk: Callable[[], Any]) -> tuple[Any, float
         compiled, compile_s = _timed_compile(compile_chunk)
     if first.hits:
         return compiled, compile_s, {"compile_cache": "hit", "compile_cold_s": None, "compile_warm_s": compile_s}
-    figures: dict[str, Any] = {"compile_cache": "miss" if first.misses else "off", "compile_cold_s": compile_s,
-                               "compile_warm_s": None}  # fmt: skip
+    figures: dict[str, Any] = {
+        "compile_cache": "miss" if first.misses else "off",
+        "compile_cold_s": compile_s,
+        "compile_warm_s": None,
+    }
     if first.misses:
         jax.clear_caches()  # so that the second compile goes to the persistent cache, not to memory
         with compile_cache.CacheEvents() as second:
@@ -254,38 +257,74 @@ def _rows(r: dict[str, Any]) -> list[Row]:
     rows = [
         ("env", r["env"], ""),
         ("devices", f"{r['devices']} x {r['platform']}", f"mesh {r['mesh']}"),
-        ("seeds x envs x steps", f"{r['num_seeds']} x {r['num_envs']} x {r['num_steps']}",
-         f"{'recurrent' if r['recurrent'] else 'feed-forward'}, param_sharing={r['param_sharing']}"),
+        (
+            "seeds x envs x steps",
+            f"{r['num_seeds']} x {r['num_envs']} x {r['num_steps']}",
+            f"{'recurrent' if r['recurrent'] else 'feed-forward'}, param_sharing={r['param_sharing']}",
+        ),
         ("train throughput", f"{r['train_env_steps_per_s']:,.0f}", "env steps/s"),
-        ("  timed", f"{r['bench_updates']} updates", f"chunks of {r['updates_per_chunk']}, "
-         f"{r['train_chunk_s_min']:.2f}-{r['train_chunk_s_max']:.2f} s each"),
+        (
+            "  timed",
+            f"{r['bench_updates']} updates",
+            f"chunks of {r['updates_per_chunk']}, {r['train_chunk_s_min']:.2f}-{r['train_chunk_s_max']:.2f} s each",
+        ),
         ("  updates", f"{r['updates_per_s']:,.1f}", "/s"),
-        ("  gradient steps", f"{r['gradient_steps_per_s']:,.1f}",
-         f"/s, all seeds ({r['gradient_steps_per_update']} per update on {r['batch']:,} transitions each)"),
+        (
+            "  gradient steps",
+            f"{r['gradient_steps_per_s']:,.1f}",
+            f"/s, all seeds ({r['gradient_steps_per_update']} per update on {r['batch']:,} transitions each)",
+        ),
         ("env-only (random actions)", f"{r['env_only_env_steps_per_s']:,.0f}", "env steps/s"),
         ("  train / env-only", f"{r['train_over_env_only']:.3f}", ""),
-        ("FLOPs per env step", f"{r['flops_per_env_step']:,.0f}",
-         f"rollout {r['rollout_flops_per_env_step']:,.0f} (env {r['env_flops_per_env_step']:,.0f})"
-         f" + learn {r['learn_flops_per_env_step']:,.0f}"),
+        (
+            "FLOPs per env step",
+            f"{r['flops_per_env_step']:,.0f}",
+            f"rollout {r['rollout_flops_per_env_step']:,.0f} (env {r['env_flops_per_env_step']:,.0f})"
+            f" + learn {r['learn_flops_per_env_step']:,.0f}",
+        ),
         ("achieved", f"{r['achieved_gflops']:.2f}", "GFLOP/s"),
-        (f"peak {r['peak_matmul_dtype']} matmul", f"{r['peak_matmul_gflops']:.1f}", f"GFLOP/s (n={r['peak_matmul_n']})"),
+        (
+            f"peak {r['peak_matmul_dtype']} matmul",
+            f"{r['peak_matmul_gflops']:.1f}",
+            f"GFLOP/s (n={r['peak_matmul_n']})",
+        ),
         ("MFU", f"{100 * r['mfu']:.2f}%", "achieved / measured matmul peak"),
-        ("MFU (datasheet)", "n/a" if r["mfu_datasheet"] is None else f"{100 * r['mfu_datasheet']:.2f}%",
-         f"achieved / {r['device_kind']}'s datasheet {r['peak_matmul_dtype']} peak"
-         + ("" if r["datasheet_matmul_gflops"] is None else f" ({r['datasheet_matmul_gflops']:,.0f} GFLOP/s)")),
+        (
+            "MFU (datasheet)",
+            "n/a" if r["mfu_datasheet"] is None else f"{100 * r['mfu_datasheet']:.2f}%",
+            f"achieved / {r['device_kind']}'s datasheet {r['peak_matmul_dtype']} peak"
+            + ("" if r["datasheet_matmul_gflops"] is None else f" ({r['datasheet_matmul_gflops']:,.0f} GFLOP/s)"),
+        ),
         ("bytes per env step", f"{r['bytes_per_env_step']:,.0f}", "modelled (XLA's bytes accessed of the pieces)"),
-        ("achieved memory traffic", f"{r['achieved_gb_s']:,.1f}", "GB/s of that model"
-         + ("" if r["datasheet_memory_gb_s"] is None else f" (datasheet {r['datasheet_memory_gb_s']:,.0f})")),
-        ("loop trips per update", f"{r['loop_trips_per_update']:,.0f}", "sequential while-loop trips, compiled program"),
+        (
+            "achieved memory traffic",
+            f"{r['achieved_gb_s']:,.1f}",
+            "GB/s of that model"
+            + ("" if r["datasheet_memory_gb_s"] is None else f" (datasheet {r['datasheet_memory_gb_s']:,.0f})"),
+        ),
+        (
+            "loop trips per update",
+            f"{r['loop_trips_per_update']:,.0f}",
+            "sequential while-loop trips, compiled program",
+        ),
         ("compile", f"{r['compile_s']:.1f}", f"s (training chunk; compile cache {r['compile_cache']})"),
-        ("compile cold / warm", f"{_seconds(r['compile_cold_s'])} / {_seconds(r['compile_warm_s'])}",
-         "s (compiled / read back from the persistent cache; - where not seen)"),
+        (
+            "compile cold / warm",
+            f"{_seconds(r['compile_cold_s'])} / {_seconds(r['compile_warm_s'])}",
+            "s (compiled / read back from the persistent cache; - where not seen)",
+        ),
         ("peak RSS", f"{r['peak_rss_mb']:,.0f}", "MiB"),
-        ("peak device memory", "n/a" if r["peak_device_mb"] is None else f"{r['peak_device_mb']:,.0f}",
-         "MiB (largest over the devices)" if r["peak_device_mb"] is not None else "the CPU runtime keeps no count"),
-        ("learner bytes / device", f"{r['learner_bytes_per_device']:,}",
-         f"params + Adam; {r['learner_bytes_total']:,} in all"),
-    ]  # fmt: skip
+        (
+            "peak device memory",
+            "n/a" if r["peak_device_mb"] is None else f"{r['peak_device_mb']:,.0f}",
+            "MiB (largest over the devices)" if r["peak_device_mb"] is not None else "the CPU runtime keeps no count",
+        ),
+        (
+            "learner bytes / device",
+            f"{r['learner_bytes_per_device']:,}",
+            f"params + Adam; {r['learner_bytes_total']:,} in all",
+        ),
+    ]
     rows += group_rows(
         r, [k[len("group_") : -len("_params")] for k in r if k.startswith("group_") and k.endswith("_params")]
     )
@@ -295,7 +334,10 @@ def _rows(r: dict[str, Any]) -> list[Row]:
         rows += [
             ("swap: params in", f"{r['swap_param_bytes']:,}", "bytes per device per update (all-gather)"),
             ("swap: trajectories", f"{r['swap_traj_bytes']:,}", "bytes per device per update (all-to-all)"),
-            ("swap / update", f"{100 * r['swap_share_of_update']:.2f}%",
-             f"{1000 * r['swap_s']:.2f} ms alone, timed beside the training chunk"),
-        ]  # fmt: skip
+            (
+                "swap / update",
+                f"{100 * r['swap_share_of_update']:.2f}%",
+                f"{1000 * r['swap_s']:.2f} ms alone, timed beside the training chunk",
+            ),
+        ]
     return rows

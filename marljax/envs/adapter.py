@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.config import ConfigError
+from marljax.schema import ConfigError
 
 Array = jax.Array
 
@@ -132,20 +132,28 @@ class EnvAdapter:
 
         def info(key):
             _, state = self.env.reset(key)
-            actions = {g.name: jnp.zeros((g.size,) if g.discrete else (g.size, g.action_dim),
-                                         jnp.int32 if g.discrete else jnp.float32) for g in self.groups}  # fmt: skip
+            actions = {
+                g.name: jnp.zeros(
+                    (g.size,) if g.discrete else (g.size, g.action_dim), jnp.int32 if g.discrete else jnp.float32
+                )
+                for g in self.groups
+            }
             return self.env.step(key, state, self.env_actions(actions))[4]
 
         found = jax.eval_shape(info, jax.random.PRNGKey(0))
         field = "reward_shaping.info_key"
         keys = sorted(map(str, found)) if isinstance(found, dict) else []
         if self.bonus_key not in keys:
-            raise ConfigError(field, f"{self.name}'s step info has no key {self.bonus_key!r}; its keys: "
-                              f"{', '.join(keys) or 'none'}")  # fmt: skip
+            raise ConfigError(
+                field, f"{self.name}'s step info has no key {self.bonus_key!r}; its keys: {', '.join(keys) or 'none'}"
+            )
         value = found[self.bonus_key]
         if not (isinstance(value, dict) and all(a in value and value[a].size == 1 for a in self.agents)):
-            raise ConfigError(field, f"info[{self.bonus_key!r}] of {self.name} must map every agent to a scalar "
-                              f"reward, got {jax.tree.map(lambda x: x.shape, value)}")  # fmt: skip
+            raise ConfigError(
+                field,
+                f"info[{self.bonus_key!r}] of {self.name} must map every agent to a scalar "
+                f"reward, got {jax.tree.map(lambda x: x.shape, value)}",
+            )
 
     def _find_mask_fn(self):
         _, state = jax.eval_shape(self.env.reset, jax.random.PRNGKey(0))

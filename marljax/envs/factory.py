@@ -7,27 +7,14 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from marljax.config import ConfigError, first_line
-
-# Test and benchmark envs that moved out of envs/ into marljax.testing: their old import paths
-# still name them (in commands, scripts and the config.yaml of runs made before), silently.
-MOVED = {
-    "marljax.envs.host_spread": "marljax.testing.host_spread",
-    "marljax.envs.host_straggler": "marljax.testing.host_straggler",
-    "marljax.envs.host_bound": "marljax.testing.host_bound",
-}
-
-
-def module_now(module_name: str) -> str:
-    """Where the module named `module_name` (in an env's import path) lives now."""
-    return MOVED.get(module_name, module_name)
+from marljax.schema import ConfigError, first_line
 
 
 def import_env_module(module_name: str, spec: str) -> ModuleType:
     """The module of an env's import path `spec`; ConfigError("env") naming it when it cannot be
     imported or its own code fails as it loads (a SyntaxError, a NameError at its top level)."""
     try:
-        return importlib.import_module(module_now(module_name))
+        return importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError("env", f"cannot import module {module_name!r} from {spec!r}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - the user's module: its own code failed on import
@@ -43,8 +30,11 @@ def build_env(make: Callable[[], Any], label: str, kind: str, required: tuple[st
     except (ConfigError, KeyboardInterrupt):
         raise
     except BaseException as exc:  # noqa: BLE001 - the user's factory, even a BaseException of its own or sys.exit
-        raise ConfigError("env", f"building the env failed: {label} raised {type(exc).__name__}: "
-                                 f"{first_line(exc)}; fix the factory or env_kwargs") from exc  # fmt: skip
+        raise ConfigError(
+            "env",
+            f"building the env failed: {label} raised {type(exc).__name__}: "
+            f"{first_line(exc)}; fix the factory or env_kwargs",
+        ) from exc
     missing = [name for name in required if not hasattr(env, name)]
     if missing:
         raise ConfigError(

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from marljax.config import ConfigError
 from marljax.envs.adapter import AgentGroup
 from marljax.envs.factory import build_env, import_env_module
+from marljax.schema import ConfigError
 
 HOST_PREFIX = "pettingzoo:"
 

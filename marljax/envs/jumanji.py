@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from marljax.config import ConfigError, first_line, listed
+from marljax.schema import ConfigError, first_line, listed
 
 PREFIX = "jumanji:"
 INSTALL = "pip install 'marljax[jumanji]'"
@@ -141,8 +141,11 @@ def make_jumanji(name: str, env_kwargs: Mapping[str, Any] | None = None) -> Juma
         raise
     except Exception as exc:  # noqa: BLE001 - e.g. a grid too small for its agents
         given = ", ".join(f"{k}={v!r}" for k, v in {**generator, **own}.items())
-        raise ConfigError("env_kwargs", f"building the env failed: {name}({given}) raised "
-                                        f"{type(exc).__name__}: {first_line(exc)}; check env_kwargs") from exc  # fmt: skip
+        raise ConfigError(
+            "env_kwargs",
+            f"building the env failed: {name}({given}) raised "
+            f"{type(exc).__name__}: {first_line(exc)}; check env_kwargs",
+        ) from exc
 
 
 def _check_warehouse(name: str, generator) -> None:
@@ -156,12 +159,16 @@ def _check_warehouse(name: str, generator) -> None:
         layout = {k: int(getattr(generator, k)) for k in ("shelf_rows", "shelf_columns", "column_height")}
         field = "shelf_columns" if layout["shelf_columns"] < 3 else min(layout, key=layout.__getitem__)
         given = ", ".join(f"{k}={v}" for k, v in layout.items())
-        raise ConfigError(f"env_kwargs.{field}", f"{name}({given}) has no shelves (the middle shelf column is left "
-                                                 "free for the goals): it takes shelf_columns >= 3 and the others >= 1")  # fmt: skip
+        raise ConfigError(
+            f"env_kwargs.{field}",
+            f"{name}({given}) has no shelves (the middle shelf column is left "
+            "free for the goals): it takes shelf_columns >= 3 and the others >= 1",
+        )
     if not 1 <= queue < shelves:
         raise ConfigError(
-            "env_kwargs.request_queue_size", f"{name}: {queue} is not allowed; this layout has {shelves} shelves, "
-            f"so it takes 1 to {shelves - 1}")  # fmt: skip
+            "env_kwargs.request_queue_size",
+            f"{name}: {queue} is not allowed; this layout has {shelves} shelves, so it takes 1 to {shelves - 1}",
+        )
 
 
 class Discrete(NamedTuple):

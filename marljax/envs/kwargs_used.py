@@ -18,8 +18,13 @@ import textwrap
 
 
 def _is_super_init(func: ast.expr) -> bool:
-    return (isinstance(func, ast.Attribute) and func.attr == "__init__" and isinstance(func.value, ast.Call)
-            and isinstance(func.value.func, ast.Name) and func.value.func.id == "super")  # fmt: skip
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "__init__"
+        and isinstance(func.value, ast.Call)
+        and isinstance(func.value.func, ast.Name)
+        and func.value.func.id == "super"
+    )
 
 
 def _uses(tree: ast.AST, kw: str) -> tuple[set[str], bool, bool] | None:
@@ -36,8 +41,14 @@ def _uses(tree: ast.AST, kw: str) -> tuple[set[str], bool, bool] | None:
                     to_super = True
                     handled.add(id(k.value))
             f = node.func
-            if (isinstance(f, ast.Attribute) and f.attr in ("get", "pop") and isinstance(f.value, ast.Name)
-                    and f.value.id == kw and node.args and isinstance(node.args[0], ast.Constant)):  # fmt: skip
+            if (
+                isinstance(f, ast.Attribute)
+                and f.attr in ("get", "pop")
+                and isinstance(f.value, ast.Name)
+                and f.value.id == kw
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
                 keys.add(str(node.args[0].value))
                 handled.add(id(f.value))
         elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == kw:

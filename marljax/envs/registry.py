@@ -14,10 +14,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from marljax.config import ConfigError, first_line, listed
 from marljax.envs.factory import build_env, import_env_module
 from marljax.envs.jumanji import check_id as check_jumanji_id
 from marljax.envs.jumanji import is_jumanji, make_jumanji
+from marljax.schema import ConfigError, first_line, listed
 
 # Ids that import from the PyPI package but need something it does not install.
 _NEEDS = {
@@ -114,8 +114,12 @@ def _from_import_path(spec: str, kwargs: Mapping[str, Any]):
     if not callable(factory):
         raise ConfigError("env", f"{spec!r}: {module_name} has no callable named {attr!r}")
     try:
-        return build_env(lambda: factory(**kwargs), f"{spec}({listed(kwargs)})", "JaxMARL MultiAgentEnv",
-                         ("agents", "reset", "step", "observation_space", "action_space"))  # fmt: skip
+        return build_env(
+            lambda: factory(**kwargs),
+            f"{spec}({listed(kwargs)})",
+            "JaxMARL MultiAgentEnv",
+            ("agents", "reset", "step", "observation_space", "action_space"),
+        )
     except ConfigError as err:  # a TypeError: usually env_kwargs that its signature does not take
         if isinstance(err.__cause__, TypeError):
             raise ConfigError("env_kwargs", f"{spec}({listed(kwargs)}) failed: {first_line(err.__cause__)}") from None
@@ -152,8 +156,11 @@ def check_env_name(name: str) -> None:
         except ImportError:
             raise ConfigError("env", f"{name} needs {_NEEDS[name]}, which is not installed") from None
     if name.startswith(_ROBOTARIUM_PREFIX):
-        raise ConfigError("env", f"{name} needs the jaxrobotarium package, which is not installed and is not on PyPI "
-                                 "(install it from its source repository)")  # fmt: skip
+        raise ConfigError(
+            "env",
+            f"{name} needs the jaxrobotarium package, which is not installed and is not on PyPI "
+            "(install it from its source repository)",
+        )
 
 
 def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
@@ -183,8 +190,11 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
     except TypeError as exc:
         raise ConfigError("env_kwargs", f"{name} rejected env_kwargs {listed(kwargs)}: {first_line(exc)}") from exc
     except Exception as exc:  # noqa: BLE001 - e.g. a value the env cannot take
-        raise ConfigError("env_kwargs", f"building the env failed: {name}({listed(kwargs)}) raised "
-                                        f"{type(exc).__name__}: {first_line(exc)}; check env_kwargs") from exc  # fmt: skip
+        raise ConfigError(
+            "env_kwargs",
+            f"building the env failed: {name}({listed(kwargs)}) raised "
+            f"{type(exc).__name__}: {first_line(exc)}; check env_kwargs",
+        ) from exc
     _refuse_ignored_kwargs(name, env, kwargs)
     _refuse_kinds_unlike_the_defaults(name, env, kwargs)
     return env

@@ -183,8 +183,17 @@ def _patch_conv(dtype: str) -> Callable:
     so checkpoints and initialisation are unchanged; the sums run in another order."""
     dot = _low_precision(lax.dot_general, dtype) or lax.dot_general
 
-    def conv(lhs: Array, rhs: Array, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
-             dimension_numbers=None, feature_group_count=1, precision=None) -> Array:  # fmt: skip
+    def conv(
+        lhs: Array,
+        rhs: Array,
+        window_strides,
+        padding,
+        lhs_dilation=None,
+        rhs_dilation=None,
+        dimension_numbers=None,
+        feature_group_count=1,
+        precision=None,
+    ) -> Array:
         kh, kw, c, f = rhs.shape  # HWIO
         if padding != "SAME" or tuple(window_strides) != (1, 1) or feature_group_count != 1:
             raise NotImplementedError("_patch_conv: stride 1, SAME padding, one group only")
@@ -276,8 +285,14 @@ class GRUCell(nn.Module):
     def __call__(self, h: Array, x: Array) -> tuple[Array, Array]:
         def layer(name: str, on_input: bool) -> nn.Dense:
             init = nn.initializers.lecun_normal() if on_input else orthogonal()
-            return dense(self.features, self.dtype, use_bias=on_input or name == "hn", kernel_init=init,
-                         bias_init=nn.initializers.zeros, name=name)  # fmt: skip
+            return dense(
+                self.features,
+                self.dtype,
+                use_bias=on_input or name == "hn",
+                kernel_init=init,
+                bias_init=nn.initializers.zeros,
+                name=name,
+            )
 
         r = nn.sigmoid(layer("ir", True)(x) + layer("hr", False)(h))
         z = nn.sigmoid(layer("iz", True)(x) + layer("hz", False)(h))

@@ -148,8 +148,9 @@ class MultiScaleRetention(nn.Module):
         state, mixed = causal_step(state, q, k, v, self.gamma)
         return state, self._finish(x, mixed)
 
-    def step_with_memory(self, state: tuple[Array, Array], memory: Array, x: Array,
-                         kv: Array | None = None) -> tuple[tuple[Array, Array], Array]:  # fmt: skip
+    def step_with_memory(
+        self, state: tuple[Array, Array], memory: Array, x: Array, kv: Array | None = None
+    ) -> tuple[tuple[Array, Array], Array]:
         """One token of the causal form after the earlier steps' memory: state (within the step
         [B, H, dk, dv], this step's sum of k v^T so far [B, H, dk, dv]), x [B, D] (kv [B, D]) ->
         (state', [B, D]). After a step's last token, `memory_after` gives the next memory."""

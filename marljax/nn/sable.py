@@ -128,8 +128,14 @@ class DecoderBlock(nn.Module):
 
 
 def _head(features: int, embed_dim: int, scale: float, dtype: str) -> nn.Sequential:
-    return nn.Sequential([dense(embed_dim, dtype, kernel_init=orthogonal(2**0.5)), nn.gelu, nn.LayerNorm(),
-                          dense(features, dtype, kernel_init=orthogonal(scale))])  # fmt: skip
+    return nn.Sequential(
+        [
+            dense(embed_dim, dtype, kernel_init=orthogonal(2**0.5)),
+            nn.gelu,
+            nn.LayerNorm(),
+            dense(features, dtype, kernel_init=orthogonal(scale)),
+        ]
+    )
 
 
 class SableNetwork(nn.Module):
@@ -148,15 +154,19 @@ class SableNetwork(nn.Module):
         self.encoder = [EncoderBlock(D, self.num_heads, dt) for _ in range(self.num_blocks)]
         self.norm_rep = nn.LayerNorm()
         self.value_out = [_head(1, D, 1.0, dt) for _ in self.groups]
-        self.action_in = [nn.Sequential([dense(D, dt, use_bias=False, kernel_init=orthogonal(2**0.5)), nn.gelu])
-                          for _ in self.groups]  # fmt: skip
+        self.action_in = [
+            nn.Sequential([dense(D, dt, use_bias=False, kernel_init=orthogonal(2**0.5)), nn.gelu]) for _ in self.groups
+        ]
         self.start = self.param("start", nn.initializers.normal(0.02), (D,))
         self.decoder = [DecoderBlock(D, self.num_heads, self.chunk, dt) for _ in range(self.num_blocks)]
         self.norm_out = nn.LayerNorm()
         self.policy_out = [_head(g.num_actions, D, 0.01, dt) for g in self.groups]
         # Box groups: a state-independent log-std per action dimension, as the PPO family's Gaussian head
-        self.log_std = {g.name: self.param(f"log_std_{g.name}", nn.initializers.zeros, (g.num_actions,))
-                        for g in self.groups if not g.discrete}  # fmt: skip
+        self.log_std = {
+            g.name: self.param(f"log_std_{g.name}", nn.initializers.zeros, (g.num_actions,))
+            for g in self.groups
+            if not g.discrete
+        }
 
     def _split(self, x: Array) -> list[Array]:
         """[B, N, ...] -> one [B, A_g, ...] per group."""
@@ -283,5 +293,7 @@ def zero_step_state(net: SableNetwork, batch: int) -> tuple:
 def decoder_memory_after(net: SableNetwork, memory: tuple, state: tuple) -> tuple:
     """The decoder's memory after a step acted agent by agent, from the step's final state."""
     gamma = jnp.asarray(decays(net.num_heads))  # [H], as each retention's
-    return tuple(tuple(memory_after(m, written, gamma) for m, (_, written) in zip(mb, sb, strict=True))
-                 for mb, sb in zip(memory, state, strict=True))  # fmt: skip
+    return tuple(
+        tuple(memory_after(m, written, gamma) for m, (_, written) in zip(mb, sb, strict=True))
+        for mb, sb in zip(memory, state, strict=True)
+    )

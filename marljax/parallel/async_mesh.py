@@ -23,10 +23,11 @@ import jax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from marljax.config import AsyncConfig, ConfigError
 from marljax.parallel.layouts import AGENT
 from marljax.parallel.mesh import DATA
 from marljax.parallel.placement import shardings
+from marljax.pipeline.settings import AsyncConfig
+from marljax.schema import ConfigError
 from marljax.types import Trajectory
 
 
@@ -49,8 +50,10 @@ def async_placement(a: AsyncConfig, agent: int, num_envs: int) -> AsyncPlacement
         actor, learner = _split(a, jax.devices(), host_actors)
     else:
         mine = jax.process_index()
-        by_process = [_split(a, [d for d in jax.devices() if d.process_index == q], host_actors)
-                      for q in range(jax.process_count())]  # fmt: skip
+        by_process = [
+            _split(a, [d for d in jax.devices() if d.process_index == q], host_actors)
+            for q in range(jax.process_count())
+        ]
         actor, learner = by_process[mine][0], [d for _, devices in by_process for d in devices]
     k = agent  # mesh.agent
     if len(learner) % k:
@@ -60,15 +63,21 @@ def async_placement(a: AsyncConfig, agent: int, num_envs: int) -> AsyncPlacement
         # the mesh's rows (data shards) are k consecutive learner devices in process order: each
         # row within one process, so that each process holds every agent's parameters (its actors'
         # replica, placement.local_replica) and the agent swap never crosses processes
-        raise ConfigError("mesh.agent", f"with {jax.process_count()} processes, {k} must divide each process's "
-                          f"{per_process} learner devices (async.learner_devices): the agent axis lies within a process")  # fmt: skip
+        raise ConfigError(
+            "mesh.agent",
+            f"with {jax.process_count()} processes, {k} must divide each process's "
+            f"{per_process} learner devices (async.learner_devices): the agent axis lies within a process",
+        )
     if num_envs % len(learner):
         raise ConfigError("async.learner_devices", f"{len(learner)} learner devices must divide num_envs={num_envs}")
     n_proc, M = jax.process_count(), a.micro_batches
     if num_envs % (n_proc * M):  # each process's actors step num_envs/P environments, in M slices
         allowed = ", ".join(str(m) for m in range(1, num_envs // n_proc + 1) if num_envs % (n_proc * m) == 0)
-        raise ConfigError("async.micro_batches", f"with {n_proc} processes must divide each process's num_envs/"
-                          f"{n_proc}={num_envs / n_proc:g} environments; allowed: {allowed}; got {M}")  # fmt: skip
+        raise ConfigError(
+            "async.micro_batches",
+            f"with {n_proc} processes must divide each process's num_envs/"
+            f"{n_proc}={num_envs / n_proc:g} environments; allowed: {allowed}; got {M}",
+        )
     shape = (len(learner) // k, k)
     mesh = jax.make_mesh(shape, (DATA, AGENT), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=learner)
     return AsyncPlacement(tuple(actor), mesh)
@@ -82,8 +91,11 @@ def _host_cpu_devices(a: AsyncConfig) -> list | None:
     try:
         return jax.local_devices(backend="cpu")
     except RuntimeError as e:  # JAX_PLATFORMS left the CPU backend out
-        raise ConfigError("async.actor_backend", f"cpu: JAX has no CPU backend here ({e}); allow it "
-                          "(JAX_PLATFORMS=cuda,cpu, or unset) or set async.actor_backend=default") from None  # fmt: skip
+        raise ConfigError(
+            "async.actor_backend",
+            f"cpu: JAX has no CPU backend here ({e}); allow it "
+            "(JAX_PLATFORMS=cuda,cpu, or unset) or set async.actor_backend=default",
+        ) from None
 
 
 def _pick(spec: int | list, devices: list, name: str) -> list:

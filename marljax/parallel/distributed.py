@@ -25,8 +25,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from marljax.config import Config, ConfigError, DistributedConfig
+from marljax.config import Config
 from marljax.parallel import peer_watch
+from marljax.parallel.settings import DistributedConfig
+from marljax.schema import ConfigError
 
 
 class DistributedError(RuntimeError):
@@ -71,8 +73,9 @@ def initialize(config: Config, under: Path | None = None, again: str = "rerun wi
             f"{d.timeout_s}s (distributed.timeout_s). If JAX then stops with DEADLINE_EXCEEDED, a process did not "
             "join in time: check that all were started with the same distributed.num_processes and coordinator. "
             "If it aborts later with the coordination service UNAVAILABLE, process 0 was lost: resume=true",
-            file=sys.stderr, flush=True,
-        )  # fmt: skip
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         jax.distributed.initialize(**kwargs)
     except Exception as exc:  # noqa: BLE001 - every failure to join gets the same clear message
@@ -106,8 +109,10 @@ def _check_coordinator_here(address: str) -> None:
     try:
         candidates = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
     except (socket.gaierror, ValueError) as exc:
-        raise DistributedError(f"the coordinator address {address} (distributed.coordinator) does not resolve ({exc}); "
-                               "give process 0's host:port") from None  # fmt: skip
+        raise DistributedError(
+            f"the coordinator address {address} (distributed.coordinator) does not resolve ({exc}); "
+            "give process 0's host:port"
+        ) from None
     problem: OSError | None = None
     for family, kind, proto, _, sockaddr in candidates:
         with socket.socket(family, kind, proto) as probe:

@@ -27,10 +27,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from marljax.config import ConfigError, MeshConfig
 from marljax.parallel.agent_placement import REPLICATE, modes_for
 from marljax.parallel.layouts import AGENT, Layout
 from marljax.parallel.placement import shardings as named
+from marljax.parallel.settings import MeshConfig
+from marljax.schema import ConfigError
 from marljax.types import TrainState
 
 SEED, DATA = "seed", "data"

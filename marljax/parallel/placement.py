@@ -72,8 +72,10 @@ def local_replica(tree: Any) -> Any:
             out[s.index] = np.asarray(s.data)
             covered[s.index] = True
         if not covered.all():
-            raise ValueError(f"{jax.tree_util.keystr(path)}: this process's devices hold only part of it "
-                             f"(shape {x.shape}, sharding {x.sharding}); each process must hold every agent")  # fmt: skip
+            raise ValueError(
+                f"{jax.tree_util.keystr(path)}: this process's devices hold only part of it "
+                f"(shape {x.shape}, sharding {x.sharding}); each process must hold every agent"
+            )
         return out
 
     return jax.tree_util.tree_map_with_path(whole, tree)

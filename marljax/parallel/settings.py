@@ -17,14 +17,21 @@ class MeshConfig:
 
     seed: int = setting(1, "devices that split the seeds (-1: the devices left over)", resumable=True)
     data: int = setting(-1, "devices that split the environments; gradients are averaged over them", resumable=True)
-    agent: int = setting(1, "devices that split each group's per-agent parameters (param_sharing=independent)",
-                         minimum=1, resumable=True)  # fmt: skip
-    placement: str = setting("split", "how groups use mesh.agent: split (every group's agents divided over it; "
-                             "each count must divide mesh.agent) or balanced (split where the count divides, else "
-                             "replicated: whole on every agent device, its environments split over it)",
-                             choices=("split", "balanced"))  # fmt: skip
-    replicate: str = setting("", "comma-separated groups kept whole on every agent device (e.g. a heavy or "
-                             "odd-sized group), whatever mesh.placement says")  # fmt: skip
+    agent: int = setting(
+        1, "devices that split each group's per-agent parameters (param_sharing=independent)", minimum=1, resumable=True
+    )
+    placement: str = setting(
+        "split",
+        "how groups use mesh.agent: split (every group's agents divided over it; "
+        "each count must divide mesh.agent) or balanced (split where the count divides, else "
+        "replicated: whole on every agent device, its environments split over it)",
+        choices=("split", "balanced"),
+    )
+    replicate: str = setting(
+        "",
+        "comma-separated groups kept whole on every agent device (e.g. a heavy or "
+        "odd-sized group), whatever mesh.placement says",
+    )
 
     @property
     def replicated(self) -> tuple[str, ...]:
@@ -76,8 +83,9 @@ class DistributedConfig:
     auto: bool = setting(
         False, "jax.distributed.initialize() with no arguments (JAX finds the cluster)", resumable=True
     )
-    timeout_s: int = setting(120, "seconds before joining gives up (a missing process, a wrong address)",
-                             minimum=1, resumable=True)  # fmt: skip
+    timeout_s: int = setting(
+        120, "seconds before joining gives up (a missing process, a wrong address)", minimum=1, resumable=True
+    )
 
     def check(self, config: Any) -> None:
         if not 0 <= self.process_id < self.num_processes:
@@ -97,5 +105,12 @@ class DistributedConfig:
 
 
 register_part(Part("mesh", MeshConfig, order=20, help="device mesh shape: mesh.seed, mesh.data, mesh.agent"))
-register_part(Part("distributed", DistributedConfig, order=30, help="multi-host: distributed.* or distributed=auto",
-                   shorthand={"auto": {"auto": True}}))  # fmt: skip
+register_part(
+    Part(
+        "distributed",
+        DistributedConfig,
+        order=30,
+        help="multi-host: distributed.* or distributed=auto",
+        shorthand={"auto": {"auto": True}},
+    )
+)

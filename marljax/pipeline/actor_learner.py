@@ -75,15 +75,6 @@ from marljax.pipeline.micro_batches import SliceRotation, join_slices, slice_act
 from marljax.pipeline.watchdog import ActorStuck, Heartbeats, stuck_message
 from marljax.types import Trajectory
 
-# the balance controller's setting at the end of a chunk (balance.py); with balance=off: every thread, no limit (None)
-BALANCE_KEYS = ("active_actors", "batch_window", "balance_target")
-
-ASYNC_KEYS = (
-    "policy_version", "staleness_mean", "staleness_max", "produced", "consumed", "dropped",
-    "buffer_occupancy", "actor_wait_s", "learner_wait_s", "production_rate", "consumption_rate",
-    *EnvHealth.KEYS, *BALANCE_KEYS,
-)  # fmt: skip
-
 
 class ActorFailed(RuntimeError):
     """An actor thread raised; the message carries its traceback."""
@@ -118,8 +109,14 @@ class AsyncRun:
         # M > 1 or several processes: one rollout program per environment slice this process
         # steps (M compilations of E/(P*M) envs; slice index p*M + j of P*M)
         n_slices, first = self.processes * M, self.process * M
-        self.slice_collects = [jax.jit(jax.vmap(make_trainer(config, env, Layout.env_slice_of(first + j, n_slices)).collect))
-                               for j in range(M)] if n_slices > 1 else []  # fmt: skip
+        self.slice_collects = (
+            [
+                jax.jit(jax.vmap(make_trainer(config, env, Layout.env_slice_of(first + j, n_slices)).collect))
+                for j in range(M)
+            ]
+            if n_slices > 1
+            else []
+        )
         self.host_policy = jax.jit(jax.vmap(self.actor_trainer.policy_step))  # host envs: one step, all copies
         # a batch arrives in the acting layout: environments split over every learner device
         per_device = self.processes > 1
@@ -129,8 +126,11 @@ class AsyncRun:
             # one process: the rollout's episode totals are replicated on every learner device;
             # learn sums them over all of them, so each device contributes its 1/n share. Several:
             # each device holds its process's totals ([1, S, ...]) and contributes 1/n_stats of them
-            stats = jax.tree.map(lambda x: x[0] / n_stats, traj.stats) if per_device else \
-                jax.tree.map(lambda x: x / n_learn, traj.stats)  # fmt: skip
+            stats = (
+                jax.tree.map(lambda x: x[0] / n_stats, traj.stats)
+                if per_device
+                else jax.tree.map(lambda x: x / n_learn, traj.stats)
+            )
             traj = traj._replace(stats=stats)
 
             def one(state, t):
@@ -187,8 +187,12 @@ class AsyncRun:
                 return HostCollector(self.config, self.env, self.host_policy, device, keys, i, share)
             # lockstep, M slices: M collectors of num_envs/(P*M) copies, slice j of process p being
             # share p*M + j of P*M (its own env seeds), rolled out in turn
-            return SliceRotation([HostCollector(self.config, self.env, self.host_policy, device, keys, i, (p * M + j, P * M))
-                                  for j in range(M)])  # fmt: skip
+            return SliceRotation(
+                [
+                    HostCollector(self.config, self.env, self.host_policy, device, keys, i, (p * M + j, P * M))
+                    for j in range(M)
+                ]
+            )
         return _JaxCollector(self, device, keys)
 
     # ------------------------------------------------------------------ threads (bodies)
@@ -197,8 +201,16 @@ class AsyncRun:
         # a real copy even on a shared device (never an alias), since the learner donates its state
         store.publish(version, copy_to_devices(self.acting_params(params), self.placement.actor_devices))
 
-    def _actor(self, i: int, buffer: TrajectoryBuffer, store: ParamStore, budget: int | None, errors: list,
-               heart: Heartbeats, throttle: Throttle | None = None) -> None:  # fmt: skip
+    def _actor(
+        self,
+        i: int,
+        buffer: TrajectoryBuffer,
+        store: ParamStore,
+        budget: int | None,
+        errors: list,
+        heart: Heartbeats,
+        throttle: Throttle | None = None,
+    ) -> None:
         config = self.config
         collector = None
         try:
@@ -222,8 +234,9 @@ class AsyncRun:
                     heart.beat(i, f"the rollout of batch {ticket}")
                     # a collector may carry env steps over from earlier batches: it returns the oldest
                     # version in the batch, never below min_version (host_copies.py)
-                    traj, v = collector.collect(params[collector.device], ticket, version=version,
-                                                min_version=min_version)  # fmt: skip
+                    traj, v = collector.collect(
+                        params[collector.device], ticket, version=version, min_version=min_version
+                    )
                     heart.idle(i)
                     for leaf in jax.tree.leaves(traj):
                         if isinstance(leaf, jax.Array):
@@ -279,8 +292,12 @@ class AsyncRun:
         at chunk ends only, since each update is a collective) says whether to stop: the updates
         since the last chunk are then handed over and the run ends."""
         config = self.config
-        buffer = TrajectoryBuffer(config.async_.buffer_capacity, config.async_.max_staleness, config.async_.staleness_policy,
-                                  self.micro_batches)  # fmt: skip
+        buffer = TrajectoryBuffer(
+            config.async_.buffer_capacity,
+            config.async_.max_staleness,
+            config.async_.staleness_policy,
+            self.micro_batches,
+        )
         store = ParamStore(keep=config.async_.max_staleness + 2)
         self._publish(store, 0, self.learner.params)
         # block mode: the tickets every update's items need (the actors stop there)
@@ -292,8 +309,9 @@ class AsyncRun:
         balancer = throttle = None
         if config.async_.balanced():  # deterministic mode never gets here: its lockstep must not depend on timing
             # in items: with micro-batches the window, the waiting count and the target are in slices
-            balancer = RateBalancer(n_threads, config.async_.min_actor_threads,
-                                    config.async_.balance_target * self.micro_batches)  # fmt: skip
+            balancer = RateBalancer(
+                n_threads, config.async_.min_actor_threads, config.async_.balance_target * self.micro_batches
+            )
             throttle = Throttle(n_threads)
             buffer.on_taken = throttle.taken
         threads = [
@@ -311,8 +329,9 @@ class AsyncRun:
         if config.async_.record_trajectories:
             from marljax.pipeline.recorder import TrajectoryRecorder
 
-            recorder = TrajectoryRecorder(processes.dataset_dir(config.async_.record_trajectories, self.process,
-                                                                self.processes))  # fmt: skip
+            recorder = TrajectoryRecorder(
+                processes.dataset_dir(config.async_.record_trajectories, self.process, self.processes)
+            )
         clean = stopped = False
         pending: list[dict] = []
         staleness: list[int] = []  # per consumed item (slice) in this chunk
@@ -332,8 +351,13 @@ class AsyncRun:
                 for item in items:  # each slice keeps its own stamps
                     staleness.append(learner_version - item.version)
                     if recorder is not None:
-                        stamps = dict(version=item.version, actor=item.actor, seq=item.seq, ticket=item.ticket,
-                                      learner_version=learner_version)  # fmt: skip
+                        stamps = dict(
+                            version=item.version,
+                            actor=item.actor,
+                            seq=item.seq,
+                            ticket=item.ticket,
+                            learner_version=learner_version,
+                        )
                         recorder.append(item.data, stamps)
                 if self.micro_batches > 1:
                     slices.append([(item.version, learner_version - item.version) for item in items])
@@ -345,8 +369,11 @@ class AsyncRun:
                 if balancer is not None:
                     end = time.perf_counter()
                     dropped = sum(got.dropped.values())
-                    throttle.set(balancer.update(Observation(got.held, dropped - dropped_before, got_at - t_update,
-                                                             end - t_update)))  # fmt: skip
+                    throttle.set(
+                        balancer.update(
+                            Observation(got.held, dropped - dropped_before, got_at - t_update, end - t_update)
+                        )
+                    )
                     dropped_before, t_update = dropped, end
                 pending.append(metrics)
                 chunk_end = len(pending) == chunk or u == updates - 1
@@ -354,17 +381,23 @@ class AsyncRun:
                 if chunk_end or stopping:
                     stacked = jax.tree.map(lambda *xs: np.stack(xs, axis=1), *host_values(pending))
                     now, wall = buffer.stats(), time.perf_counter() - t_chunk
-                    row = async_row(now, last, staleness, wall, self.samples_per_batch // self.micro_batches,
-                                    self.health.snapshot())  # fmt: skip
+                    row = async_row(
+                        now, last, staleness, wall, self.samples_per_batch // self.micro_batches, self.health.snapshot()
+                    )
                     if self.micro_batches > 1:
-                        row.update(slice_versions=[[v for v, _ in one] for one in slices],
-                                   slice_staleness=[[k for _, k in one] for one in slices])  # fmt: skip
-                    row.update(active_actors=balancer.active if balancer else n_threads,
-                               batch_window=balancer.window if balancer else None,
-                               balance_target=config.async_.balance_target if balancer else None)  # fmt: skip
+                        row.update(
+                            slice_versions=[[v for v, _ in one] for one in slices],
+                            slice_staleness=[[k for _, k in one] for one in slices],
+                        )
+                    row.update(
+                        active_actors=balancer.active if balancer else n_threads,
+                        batch_window=balancer.window if balancer else None,
+                        balance_target=config.async_.balance_target if balancer else None,
+                    )
                     if self.processes > 1:  # the scalars above are this process's (process 0 writes the row)
-                        row["by_process"] = processes.by_process(now.produced, now.consumed, row["dropped"], now.held,
-                                                                 row["active_actors"])  # fmt: skip
+                        row["by_process"] = processes.by_process(
+                            now.produced, now.consumed, row["dropped"], now.held, row["active_actors"]
+                        )
                     on_chunk(stacked, wall, row, self.learner)
                     pending, staleness, slices, last, t_chunk = [], [], [], now, time.perf_counter()
                 if stopping:

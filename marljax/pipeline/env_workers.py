@@ -37,8 +37,15 @@ class Answer(NamedTuple):
 class CopyWorker:
     """A daemon thread that owns one env copy and runs its commands in order."""
 
-    def __init__(self, copy: int, incarnation: int, adapter: HostEnvAdapter, next_seed: Callable[[], int],
-                 answers: queue.SimpleQueue, name: str):  # fmt: skip
+    def __init__(
+        self,
+        copy: int,
+        incarnation: int,
+        adapter: HostEnvAdapter,
+        next_seed: Callable[[], int],
+        answers: queue.SimpleQueue,
+        name: str,
+    ):
         self.copy, self.incarnation = copy, incarnation
         self.adapter, self.next_seed, self.answers = adapter, next_seed, answers
         self.env: HostCopy | None = None  # made on the worker: a slow constructor blocks only this copy

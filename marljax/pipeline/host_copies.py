@@ -134,8 +134,17 @@ class IndependentHostCollector:
     newest: Callable[[], tuple[int, Any]] | None = None  # set by the actor thread: (version, params on this device)
     cancelled: Callable[[], bool] = staticmethod(lambda: False)  # set by the actor thread: the pipeline is closing
 
-    def __init__(self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int, health: EnvHealth,
-                 share: tuple[int, int] = (0, 1)):  # fmt: skip
+    def __init__(
+        self,
+        config,
+        adapter,
+        policy_step,
+        device,
+        keys: jax.Array,
+        thread_index: int,
+        health: EnvHealth,
+        share: tuple[int, int] = (0, 1),
+    ):
         """policy_step: jitted, seed-vmapped `Trainer.policy_step`, shared by the threads. share:
         (p, P), this process's slice of num_envs (processes.env_share)."""
         a = config.async_
@@ -172,8 +181,14 @@ class IndependentHostCollector:
 
     # ------------------------------------------------------------------ copies
     def _worker(self, c: int, incarnation: int) -> CopyWorker:
-        return CopyWorker(c, incarnation, self.adapter, lambda: next(self._seeds[c]), self.answers,
-                          name=f"actor{self.thread_index}-env{c}")  # fmt: skip
+        return CopyWorker(
+            c,
+            incarnation,
+            self.adapter,
+            lambda: next(self._seeds[c]),
+            self.answers,
+            name=f"actor{self.thread_index}-env{c}",
+        )
 
     def _send_reset(self, copy: _Copy) -> None:
         copy.ready, copy.pending, copy.filled = False, None, 0
@@ -208,7 +223,8 @@ class IndependentHostCollector:
                 raise EnvCopiesExhausted(
                     f"actor thread {self.thread_index}: {live} of {self.E} host env copies of seed {s} are left, fewer than "
                     f"async.min_env_copies={self.min_copies}; the others were retired after async.max_env_failures="
-                    f"{self.max_failures} failures in a row each. Last failure: {self.health.last_error}")  # fmt: skip
+                    f"{self.max_failures} failures in a row each. Last failure: {self.health.last_error}"
+                )
 
     # ------------------------------------------------------------------ answers
     def _take(self, ans: Answer, stats: dict) -> None:
@@ -342,8 +358,10 @@ class IndependentHostCollector:
 
     def _policy(self, params, key) -> dict:
         t0 = time.perf_counter()
-        split = lambda tree: {k: place(v.reshape((self.S, self.E) + v.shape[1:]), self.device)  # noqa: E731
-                              for k, v in tree.items()}  # fmt: skip
+
+        def split(tree):
+            return {k: place(v.reshape((self.S, self.E) + v.shape[1:]), self.device) for k, v in tree.items()}
+
         hidden = split(self.hidden) if self.rnn else {}
         out = jax.device_get(self.step_fn(params, split(self.obs), split(self.reset_flags), hidden, key))
         self.policy_s = 0.8 * self.policy_s + 0.2 * (time.perf_counter() - t0)
@@ -355,8 +373,11 @@ class IndependentHostCollector:
         oldest policy version in it)."""
         self._discard_stale(max(min_version, version - self.K))
         S, E, B = self.S, self.E, self.B
-        stats = {"return": np.zeros((S, self.adapter.num_agents), np.float32), "length": np.zeros(S, np.float32),
-                 "count": np.zeros(S, np.float32)}  # fmt: skip
+        stats = {
+            "return": np.zeros((S, self.adapter.num_agents), np.float32),
+            "length": np.zeros(S, np.float32),
+            "count": np.zeros(S, np.float32),
+        }
         key = _fold(self.keys, ticket)
         self._steps_taken, self._steps_inline = 0, 0
         inline = self._choose_stepping()
@@ -384,8 +405,9 @@ class IndependentHostCollector:
         self.health.add("env_steps_inline", self._steps_inline)
         batch, oldest = self._assemble()
         self.beat(f"the rollout of batch {ticket}")
-        return Trajectory(batch[0], batch[1], EpisodeStats(stats["return"], stats["length"], stats["count"],
-                                                           np.zeros(S, np.float32))), oldest  # fmt: skip
+        return Trajectory(
+            batch[0], batch[1], EpisodeStats(stats["return"], stats["length"], stats["count"], np.zeros(S, np.float32))
+        ), oldest
 
     def _step_times(self) -> tuple[float, list[float], bool]:
         """(the straggler line: STRAGGLER x the median of the copies' floors; the average step times
@@ -453,8 +475,13 @@ class IndependentHostCollector:
         if self.rnn:
             first.update(reset=self.reset_flags, hidden=self.hidden)
         dtypes = {"reward": np.float32, "done": bool}
-        return {f: {g.name: np.empty((self.T,) + np.shape(x[g.name][c]), dtypes.get(f, np.asarray(x[g.name][c]).dtype))
-                    for g in self.groups} for f, x in first.items()}  # fmt: skip
+        return {
+            f: {
+                g.name: np.empty((self.T,) + np.shape(x[g.name][c]), dtypes.get(f, np.asarray(x[g.name][c]).dtype))
+                for g in self.groups
+            }
+            for f, x in first.items()
+        }
 
     def _assemble(self) -> tuple[tuple[dict, dict], int]:
         """The first B finished segments of every seed -> (batch, last_value) arrays [S, T, B, ...]."""
@@ -475,8 +502,9 @@ class IndependentHostCollector:
             )
             for g in self.groups
         }
-        last_value = {g.name: np.stack([np.stack([seg.last_value[g.name] for seg in segs]) for segs in used])
-                      for g in self.groups}  # fmt: skip
+        last_value = {
+            g.name: np.stack([np.stack([seg.last_value[g.name] for seg in segs]) for segs in used]) for g in self.groups
+        }
         return (batch, last_value), min(seg.version for segs in used for seg in segs)
 
     # ------------------------------------------------------------------ shutdown

@@ -21,8 +21,9 @@ from marljax.types import EpisodeStats, GroupBatch, Trajectory
 class HostCollector:
     beat: Callable[[str], None] = staticmethod(lambda what: None)  # set by the actor thread (watchdog.py)
 
-    def __init__(self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int,
-                 share: tuple[int, int] = (0, 1)):  # fmt: skip
+    def __init__(
+        self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int, share: tuple[int, int] = (0, 1)
+    ):
         """policy_step: jitted, seed-vmapped `Trainer.policy_step`, built once and shared by threads
         (a jit wrapper made per thread would compile again in each one). share: (p, P), this
         process's slice of num_envs (processes.env_share)."""
@@ -55,8 +56,10 @@ class HostCollector:
         """(the rollout of batch `ticket`, every step with `params`, their version)."""
         groups, S, E, T = self.adapter.groups, self.S, self.E, self.T
         key = _fold(self.keys, ticket)
-        steps = {g.name: {f: [] for f in ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")}
-                 for g in groups}  # fmt: skip
+        steps = {
+            g.name: {f: [] for f in ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")}
+            for g in groups
+        }
         return_sum = np.zeros((S, self.adapter.num_agents), np.float32)
         length_sum, count = np.zeros(S, np.float32), np.zeros(S, np.float32)
         for t in range(T):

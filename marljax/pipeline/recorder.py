@@ -52,9 +52,12 @@ class TrajectoryRecorder:
     def _open(self, name: str, leaf: np.ndarray) -> ts.TensorStore:
         if name not in self._arrays:
             self._arrays[name] = ts.open(
-                zarr_spec(self.path / name), create=True, dtype=leaf.dtype, shape=[0, *leaf.shape],
+                zarr_spec(self.path / name),
+                create=True,
+                dtype=leaf.dtype,
+                shape=[0, *leaf.shape],
                 chunk_layout=ts.ChunkLayout(chunk_shape=[1, *leaf.shape]),
-            ).result()  # fmt: skip
+            ).result()
         return self._arrays[name]
 
     def append(self, traj: Any, stamps: dict[str, int]) -> None:

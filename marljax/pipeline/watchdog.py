@@ -48,6 +48,8 @@ class Heartbeats:
 
 def stuck_message(stuck: list[tuple[int, str, float]], limit_s: float) -> str:
     parts = "; ".join(f"actor thread {i} has been in {what} for {secs:.0f} s" for i, what, secs in stuck)
-    return (f"{parts} (async.actor_timeout_s={limit_s:g}): an environment that never returns? "
-            "The run stopped; its checkpoints so far are kept. Raise async.actor_timeout_s "
-            "(0 waits forever) if this step is just slow.")  # fmt: skip
+    return (
+        f"{parts} (async.actor_timeout_s={limit_s:g}): an environment that never returns? "
+        "The run stopped; its checkpoints so far are kept. Raise async.actor_timeout_s "
+        "(0 waits forever) if this step is just slow."
+    )

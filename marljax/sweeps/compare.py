@@ -237,9 +237,15 @@ def summarize_runs(runs: list[Run], metric: str, num_resamples: int = 2000, seed
     out = []
     for run in runs:
         values, at = final(*series(run, metric))  # [S] each
-        row = {"run": run.label, "env": run.env, "algo": run.algo, "metric": metric,
-               "seeds": int(np.sum(~np.isnan(values))), "num_seeds": run.num_seeds,
-               "env_steps": int(at.max()) if at.size and at.max() >= 0 else None}  # fmt: skip
+        row = {
+            "run": run.label,
+            "env": run.env,
+            "algo": run.algo,
+            "metric": metric,
+            "seeds": int(np.sum(~np.isnan(values))),
+            "num_seeds": run.num_seeds,
+            "env_steps": int(at.max()) if at.size and at.max() >= 0 else None,
+        }
         row.update(stat_columns("final", values, num_resamples, seed))
         row["final_per_seed"] = json.dumps([None if math.isnan(v) else float(v) for v in values])
         out.append(row)
@@ -253,9 +259,18 @@ def improvements(runs: list[Run], metric: str, num_resamples: int = 2000, seed: 
     for a in range(len(runs)):
         for b in range(a + 1, len(runs)):
             low, high = improvement_ci(finals[a], finals[b], num_resamples=num_resamples, seed=seed)
-            out.append({"run_a": runs[a].label, "run_b": runs[b].label, "metric": metric,
-                        "p_a_beats_b": probability_of_improvement(finals[a], finals[b]), "low": low, "high": high,
-                        "seeds_a": int(np.sum(~np.isnan(finals[a]))), "seeds_b": int(np.sum(~np.isnan(finals[b])))})  # fmt: skip
+            out.append(
+                {
+                    "run_a": runs[a].label,
+                    "run_b": runs[b].label,
+                    "metric": metric,
+                    "p_a_beats_b": probability_of_improvement(finals[a], finals[b]),
+                    "low": low,
+                    "high": high,
+                    "seeds_a": int(np.sum(~np.isnan(finals[a]))),
+                    "seeds_b": int(np.sum(~np.isnan(finals[b]))),
+                }
+            )
     return out
 
 
@@ -270,8 +285,10 @@ def statistical_notes(rows: list[dict], pairs: list[dict]) -> list[str]:
     for row in rows:
         low, high = row.get("final_iqm_low"), row.get("final_iqm_high")
         if row["seeds"] < MIN_SEEDS:
-            notes.append(f"warning: {row['run']} has {row['seeds']} seed(s) with a final value, fewer than "
-                         f"{MIN_SEEDS}: its brackets are not 95% intervals (rerun with num_seeds={MIN_SEEDS} or more)")  # fmt: skip
+            notes.append(
+                f"warning: {row['run']} has {row['seeds']} seed(s) with a final value, fewer than "
+                f"{MIN_SEEDS}: its brackets are not 95% intervals (rerun with num_seeds={MIN_SEEDS} or more)"
+            )
         if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)) or low == high:
             notes.append(
                 f"warning: {row['run']}'s interval is degenerate ([{low}, {high}]): it says nothing of the spread"
@@ -279,8 +296,10 @@ def statistical_notes(rows: list[dict], pairs: list[dict]) -> list[str]:
     for pair in pairs:
         low, high = pair["low"], pair["high"]
         if math.isfinite(low) and math.isfinite(high) and low <= 0.5 <= high:
-            notes.append(f"{pair['run_a']} vs {pair['run_b']}: P(A > B) {pair['p_a_beats_b']:.2f} [{low:.2f}, "
-                         f"{high:.2f}] covers 0.5: no significant difference")  # fmt: skip
+            notes.append(
+                f"{pair['run_a']} vs {pair['run_b']}: P(A > B) {pair['p_a_beats_b']:.2f} [{low:.2f}, "
+                f"{high:.2f}] covers 0.5: no significant difference"
+            )
     return notes
 
 
@@ -292,8 +311,15 @@ def long_rows(runs: list[Run]) -> list[dict]:
             steps, values = series(run, metric)
             for k, step in enumerate(steps):
                 for s in np.nonzero(~np.isnan(values[:, k]))[0]:
-                    out.append({"run": run.label, "seed": int(s), "env_steps": int(step), "metric": metric,
-                                "value": float(values[s, k])})  # fmt: skip
+                    out.append(
+                        {
+                            "run": run.label,
+                            "seed": int(s),
+                            "env_steps": int(step),
+                            "metric": metric,
+                            "value": float(values[s, k]),
+                        }
+                    )
     return out
 
 
@@ -302,13 +328,26 @@ def long_rows(runs: list[Run]) -> list[dict]:
 
 def format_final(rows: list[dict], show_env: bool) -> str:
     """Markdown table of `summarize_runs` rows."""
-    header = ["run", *(["env"] if show_env else []), "algo", "seeds", "env steps",
-              "final IQM [95% CI]", "final mean [95% CI]", "final median [95% CI]"]  # fmt: skip
+    header = [
+        "run",
+        *(["env"] if show_env else []),
+        "algo",
+        "seeds",
+        "env steps",
+        "final IQM [95% CI]",
+        "final mean [95% CI]",
+        "final median [95% CI]",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [row["run"], *([row["env"]] if show_env else []), row["algo"], f"{row['seeds']}/{row['num_seeds']}",
-                 str(row["env_steps"] if row["env_steps"] is not None else "n/a"),
-                 *(estimate(row, f"final_{name}") for name in ("iqm", "mean", "median"))]  # fmt: skip
+        cells = [
+            row["run"],
+            *([row["env"]] if show_env else []),
+            row["algo"],
+            f"{row['seeds']}/{row['num_seeds']}",
+            str(row["env_steps"] if row["env_steps"] is not None else "n/a"),
+            *(estimate(row, f"final_{name}") for name in ("iqm", "mean", "median")),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -369,10 +408,17 @@ def default_out_dir() -> Path:
 
 
 def compare(
-    specs: list[str], metric: str | None = None, out_dir: Path | None = None, *, allow_mixed: bool = False,
-    csv_path: Path | None = None, log: Callable[[str], None] = print, warn: Callable[[str], None] | None = None,
-    num_resamples: int = 2000, seed: int = 0,
-) -> dict[str, Path]:  # fmt: skip
+    specs: list[str],
+    metric: str | None = None,
+    out_dir: Path | None = None,
+    *,
+    allow_mixed: bool = False,
+    csv_path: Path | None = None,
+    log: Callable[[str], None] = print,
+    warn: Callable[[str], None] | None = None,
+    num_resamples: int = 2000,
+    seed: int = 0,
+) -> dict[str, Path]:
     """Compare the runs named by `specs`: print the final-performance and P(A > B) tables, write
     them (CSV and compare.md) and a curves PNG per metric into `out_dir`, and with `csv_path` every
     value in long format. Returns the written files by name. Bad inputs raise CompareError."""
@@ -400,8 +446,10 @@ def compare(
     rows = summarize_runs(runs, metric, num_resamples, seed)
     pairs = improvements(runs, metric, num_resamples, seed)
     envs = sorted({run.env for run in runs})
-    text = (f"{metric} ({METRICS[metric][1]}), final value per seed, {len(runs)} runs on {', '.join(envs)}\n\n"
-            + format_final(rows, show_env=len(envs) > 1))  # fmt: skip
+    text = (
+        f"{metric} ({METRICS[metric][1]}), final value per seed, {len(runs)} runs on {', '.join(envs)}\n\n"
+        + format_final(rows, show_env=len(envs) > 1)
+    )
     if pairs:
         text += "\nprobability of improvement of the final value\n\n" + format_improvements(pairs)
     notes = statistical_notes(rows, pairs)
@@ -424,6 +472,8 @@ def compare(
         paths["csv"] = write_csv(
             long_rows(runs), Path(csv_path), fields=("run", "seed", "env_steps", "metric", "value")
         )
-    log(f"written to {out_dir}: {', '.join(name for name in paths if name != 'csv')}"
-        + (f"; every value: {paths['csv']}" if csv_path is not None else ""))  # fmt: skip
+    log(
+        f"written to {out_dir}: {', '.join(name for name in paths if name != 'csv')}"
+        + (f"; every value: {paths['csv']}" if csv_path is not None else "")
+    )
     return paths

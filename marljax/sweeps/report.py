@@ -167,8 +167,9 @@ def _explanation(results: Results) -> str:
     wins = (
         " The *win rate* is the share of evaluation episodes won (envs with a win condition; n/a for the "
         "others); its final and absolute values come from the same evaluations as the return's."
-        if has_win_rate(results) else ""
-    )  # fmt: skip
+        if has_win_rate(results)
+        else ""
+    )
     return (
         "Each cell is one configuration of the sweep; its seeds are independent runs. "
         "*final* is the evaluation return at the cell's last evaluation; *absolute* is the return of "
@@ -236,8 +237,10 @@ def plot_iqm_curves(curves: list[tuple[str, tuple[np.ndarray, ...]]], path: Path
 def plot_curves(results: Results, path: Path, num_resamples: int = 2000, seed: int = 0) -> None:
     """IQM of the evaluation return over seeds against env steps of one run, one line per cell."""
     returns = results.metric("return")  # [C, S, K]
-    curves = [(cell["name"], iqm_curve(results.eval_steps[c], returns[c], num_resamples, seed))
-              for c, cell in enumerate(results.cells)]  # fmt: skip
+    curves = [
+        (cell["name"], iqm_curve(results.eval_steps[c], returns[c], num_resamples, seed))
+        for c, cell in enumerate(results.cells)
+    ]
     plot_iqm_curves(curves, path, "evaluation return")
 
 

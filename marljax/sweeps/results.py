@@ -112,22 +112,35 @@ class ResultsStore:
         self.directory = Path(directory)
         coords_path = self.directory / "coords.json"
         if coords_path.exists():
-            saved = read_json(coords_path, "remove it and rerun the same command: it is written again from the "
-                                           "sweep file (the results are kept)")  # fmt: skip
+            saved = read_json(
+                coords_path,
+                "remove it and rerun the same command: it is written again from the sweep file (the results are kept)",
+            )
             if saved != coords:
                 raise ValueError(f"{self.directory} holds the results of a different sweep (coords.json differs)")
         self.directory.mkdir(parents=True, exist_ok=True)
         episodes = coords["eval_episodes"]
-        size = {"C": len(coords["cells"]), "S": coords["num_seeds"], "K": coords["num_evals"], "M": len(coords["metrics"]),
-                "E": episodes, "A": episodes * coords["absolute_factor"], "1": 1}  # fmt: skip
+        size = {
+            "C": len(coords["cells"]),
+            "S": coords["num_seeds"],
+            "K": coords["num_evals"],
+            "M": len(coords["metrics"]),
+            "E": episodes,
+            "A": episodes * coords["absolute_factor"],
+            "1": 1,
+        }
         self.arrays = {}
         for name, (dtype, axes, chunk) in _ARRAYS.items():
             fill = -1 if dtype == "int64" else np.nan
             self.arrays[name] = _open(
-                self.directory / f"{name}.zarr", create=True, open=True, dtype=dtype,
-                shape=[size[a] for a in axes], chunk_layout=ts.ChunkLayout(chunk_shape=[size[a] for a in chunk]),
+                self.directory / f"{name}.zarr",
+                create=True,
+                open=True,
+                dtype=dtype,
+                shape=[size[a] for a in axes],
+                chunk_layout=ts.ChunkLayout(chunk_shape=[size[a] for a in chunk]),
                 fill_value=fill,
-            )  # fmt: skip
+            )
         if not coords_path.exists():
             write_text_atomic(
                 coords_path, json.dumps(coords, indent=1)
@@ -178,17 +191,29 @@ def load(directory: str | Path) -> Results:
         directory = directory / "results"
     if not (directory / "coords.json").exists():
         raise FileNotFoundError(f"no results store in {directory} (coords.json is missing)")
-    coords = read_json(directory / "coords.json", f"remove it and rerun `marljax sweep` with the sweep's file on "
-                                                   f"{directory.parent}: it is written again (the results are kept)")  # fmt: skip
-    read = {name: _read(directory / f"{name}.zarr", _open(directory / f"{name}.zarr")) for name in _ARRAYS
-            if name not in _ADDED_LATER or (directory / f"{name}.zarr").exists()}  # fmt: skip
+    coords = read_json(
+        directory / "coords.json",
+        f"remove it and rerun `marljax sweep` with the sweep's file on "
+        f"{directory.parent}: it is written again (the results are kept)",
+    )
+    read = {
+        name: _read(directory / f"{name}.zarr", _open(directory / f"{name}.zarr"))
+        for name in _ARRAYS
+        if name not in _ADDED_LATER or (directory / f"{name}.zarr").exists()
+    }
     steps = read["eval_steps"]  # [C, K]
     unwritten = steps < 0
     evals = np.where(unwritten[:, None, :, None], np.nan, read["evals"])
     episodes = np.where(unwritten[:, None, :, None], np.nan, read["episodes"])
     return Results(
-        cells=coords["cells"], num_seeds=coords["num_seeds"], metrics=tuple(coords["metrics"]), eval_steps=steps,
-        evals=evals, episode_returns=episodes, absolute=read["absolute"],
-        absolute_episode_returns=read["absolute_episodes"], absolute_factor=coords["absolute_factor"],
+        cells=coords["cells"],
+        num_seeds=coords["num_seeds"],
+        metrics=tuple(coords["metrics"]),
+        eval_steps=steps,
+        evals=evals,
+        episode_returns=episodes,
+        absolute=read["absolute"],
+        absolute_episode_returns=read["absolute_episodes"],
+        absolute_factor=coords["absolute_factor"],
         diverged_at=read.get("diverged", np.full(steps.shape[:1] + (coords["num_seeds"],), -1, np.int64)),
-    )  # fmt: skip
+    )

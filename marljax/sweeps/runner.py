@@ -40,13 +40,13 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from marljax.config import ConfigError, traced_keys
 from marljax.envs.host import is_host_env
 from marljax.files import DamagedFile, read_json, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.parallel.placement import place
+from marljax.schema import ConfigError, traced_keys
 from marljax.sweeps.results import METRICS, ResultsStore, load
 from marljax.sweeps.spec import Program, Sweep, located
 from marljax.train import compile_cache
@@ -139,8 +139,10 @@ def _saved_spec(path: Path) -> dict:
     except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
         saved = exc
     if not isinstance(saved, dict):
-        raise DamagedFile(f"{path} is damaged (not the mapping marljax wrote); restore it from a copy to continue the "
-                          "sweep, or start over with overwrite=true (which removes its results)")  # fmt: skip
+        raise DamagedFile(
+            f"{path} is damaged (not the mapping marljax wrote); restore it from a copy to continue the "
+            "sweep, or start over with overwrite=true (which removes its results)"
+        )
     return saved
 
 
@@ -169,9 +171,13 @@ def _mark_done(out: Path, name: str) -> None:
 
 
 def run_sweep(
-    sweep: Sweep, log: Callable[[str], None] = print, *, overwrite: bool = False, progress: bool = True,
+    sweep: Sweep,
+    log: Callable[[str], None] = print,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
     max_chunks: int | None = None,
-) -> SweepResult:  # fmt: skip
+) -> SweepResult:
     """Run (or continue) every program of `sweep`, then write marl-eval's JSON and the report.
 
     `max_chunks` stops after that many chunks in all, as if the process had been killed
@@ -187,8 +193,14 @@ def run_sweep(
     prepared = [_prepare(p) for p in sweep.programs]  # errors before anything runs
     for program, (_, mesh, trainer) in zip(sweep.programs, prepared):  # programs run one after another
         with located(f"program {program.name}"):
-            check_run(program.config, functools.partial(_estimate, program, trainer), mesh.devices.flat, log, eval_every(program.config),
-                      seeds_field="cells x seeds")  # fmt: skip
+            check_run(
+                program.config,
+                functools.partial(_estimate, program, trainer),
+                mesh.devices.flat,
+                log,
+                eval_every(program.config),
+                seeds_field="cells x seeds",
+            )
     if primary:
         _claim_out_dir(sweep, overwrite, log)
     distributed.barrier("marljax_sweep_out_dir")
@@ -267,9 +279,13 @@ def _run_program(
         }
 
     target = abstract_like(
-        {"state": fns.shapes, "best_params": fns.shapes.learner.params, "best_score": jax.ShapeDtypeStruct((program.rows,), jnp.float32)},
+        {
+            "state": fns.shapes,
+            "best_params": fns.shapes.learner.params,
+            "best_score": jax.ShapeDtypeStruct((program.rows,), jnp.float32),
+        },
         {"state": fns.shardings, "best_params": fns.shardings.learner.params, "best_score": hp_sharding["lr"]},
-    )  # fmt: skip
+    )
     checkpointer = Checkpointer(
         sweep.out_dir / "programs" / str(program.index) / "checkpoints", config.keep_checkpoints, log
     )
@@ -310,8 +326,13 @@ def _run_program(
             nonlocal k
             for ci, cell in enumerate(program.cells if store is not None else ()):
                 cell_rows = slice(ci * S, (ci + 1) * S)
-                store.write_eval(cell.index, k, update * config.run_steps_per_update,
-                                 _eval_metrics(result, cell_rows, env.has_win), result.returns[cell_rows])  # fmt: skip
+                store.write_eval(
+                    cell.index,
+                    k,
+                    update * config.run_steps_per_update,
+                    _eval_metrics(result, cell_rows, env.has_win),
+                    result.returns[cell_rows],
+                )
             k += 1
 
         def diverged(rows: dict[int, str], update: int) -> None:
@@ -321,23 +342,45 @@ def _run_program(
                 seeds = {r - ci * S: what for r, what in rows.items() if ci * S <= r < (ci + 1) * S}
                 new = seeds if store is None else store.write_diverged(cell.index, dict.fromkeys(seeds, update))
                 for seed in new:
-                    log(f"cell {cell.name}, seed {seed}: diverged by update {update} ({seeds[seed]}); "
-                        "its later evaluations are left out, the other runs go on")  # fmt: skip
+                    log(
+                        f"cell {cell.name}, seed {seed}: diverged by update {update} ({seeds[seed]}); "
+                        "its later evaluations are left out, the other runs go on"
+                    )
 
         meta = {"config": config.to_dict(), "program": program.name}
         driver = Driver(
-            config, env, start=start, groups=[slice(ci * S, (ci + 1) * S) for ci in range(len(program.cells))],
-            sinks=sinks, checkpoints=Checkpoints(checkpointer, config, lambda update: meta, start),
-            progress=Progress(progress, config.num_updates, start, len(program.cells) * S * config.run_steps_per_update,
-                              show_row=True, unit=" env-steps", desc=program.name[:40], leave=False),
-            evaluation=Evaluation(trainer, seed_index, every, config.num_updates), on_eval=keep, on_rows=record,
-            guard=trainer.losses if config.nan_guard else None, on_diverged=diverged,
-        )  # fmt: skip
+            config,
+            env,
+            start=start,
+            groups=[slice(ci * S, (ci + 1) * S) for ci in range(len(program.cells))],
+            sinks=sinks,
+            checkpoints=Checkpoints(checkpointer, config, lambda update: meta, start),
+            progress=Progress(
+                progress,
+                config.num_updates,
+                start,
+                len(program.cells) * S * config.run_steps_per_update,
+                show_row=True,
+                unit=" env-steps",
+                desc=program.name[:40],
+                leave=False,
+            ),
+            evaluation=Evaluation(trainer, seed_index, every, config.num_updates),
+            on_eval=keep,
+            on_rows=record,
+            guard=trainer.losses if config.nan_guard else None,
+            on_diverged=diverged,
+        )
 
         ok = finished = False
         try:
-            _, finished = driver.run_chunks(compiled, run["state"], todo, budget,
-                                            "the same `marljax sweep` command (it resumes every unfinished program)")  # fmt: skip
+            _, finished = driver.run_chunks(
+                compiled,
+                run["state"],
+                todo,
+                budget,
+                "the same `marljax sweep` command (it resumes every unfinished program)",
+            )
             ok = True
             if not finished:
                 return False

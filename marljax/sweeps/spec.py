@@ -33,11 +33,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from marljax.config import (
-    Config,
+from marljax.config import Config, check_key, from_dict
+from marljax.files import expand_home
+from marljax.schema import (
     ConfigError,
-    check_key,
-    from_dict,
     merge,
     parse_scalar,
     read_yaml_mapping,
@@ -46,7 +45,6 @@ from marljax.config import (
     traced_keys,
     unknown_key,
 )
-from marljax.files import expand_home
 
 SWEEP_KEYS = ("name", "base", "axes", "zip", "seeds", "traced", "out_dir", "max_cells")
 # the most cells a sweep may have unless its file says `max_cells: N`: 10^4 cells took minutes to
@@ -222,7 +220,7 @@ def expand(spec: Mapping[str, Any]) -> Sweep:
     for i, values in enumerate(combos):
         cell_name = ",".join(f"{k}={_label(values[k])}" for k in varied)
         cells.append(Cell(i, cell_name, values, _cell_config(base, values, seeds, f"cell {cell_name}")))
-    # traceable: carried as traced scalars in every cell's learner state (marljax.config.traced_keys)
+    # traceable: carried as traced scalars in every cell's learner state (marljax.schema.traced_keys)
     traceable = [k for k in traced_keys(cells[0].config) if all(k in traced_keys(c.config) for c in cells)]
 
     traced_spec = spec.get("traced")
@@ -264,8 +262,11 @@ def _check_cell_count(grid: Mapping[str, list], zip_values: Mapping[str, list], 
     cells = math.prod(len(v) for v in grid.values()) * zip_len
     if cells > max_cells:
         sizes = " x ".join([f"{k} {len(v)}" for k, v in grid.items()] + ([f"zip {zip_len}"] if zip_values else []))
-        raise ConfigError("axes", f"the grid has {cells:,} cells ({sizes}), more than max_cells={max_cells:,}; "
-                                  "shrink an axis, or put max_cells: N in the sweep file to run it anyway")  # fmt: skip
+        raise ConfigError(
+            "axes",
+            f"the grid has {cells:,} cells ({sizes}), more than max_cells={max_cells:,}; "
+            "shrink an axis, or put max_cells: N in the sweep file to run it anyway",
+        )
 
 
 def _label(value: Any) -> str:

@@ -10,7 +10,6 @@
                        with an uninterrupted run (tests/test_sigkill.py, experiments/kill_resume.py)
 
 They ship with the package because the benchmarks and the README's async examples name these envs
-(a user can rerun a figure); the tests' own fixtures that nothing else needs live in tests/. The
-envs' old paths (`marljax.envs.host_spread`, ...) still resolve, through `envs/factory.py`'s MOVED.
+(a user can rerun a figure); the tests' own fixtures that nothing else needs live in tests/.
 Nothing else in marljax imports this package.
 """

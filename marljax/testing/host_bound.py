@@ -39,9 +39,11 @@ class HostBoundSpread:
         # the host call depends on the step's inputs, so it runs once per step, in order
         token = jnp.sum(jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key)
         delay = jax.pure_callback(
-            self._host_step, jax.ShapeDtypeStruct(jnp.shape(token), jnp.float32), token.astype(jnp.float32),
+            self._host_step,
+            jax.ShapeDtypeStruct(jnp.shape(token), jnp.float32),
+            token.astype(jnp.float32),
             vmap_method="broadcast_all",
-        )  # fmt: skip
+        )
         reward = {a: r + delay for a, r in reward.items()}  # + 0: keeps the call in the program
         return obs, state, reward, done, info
 

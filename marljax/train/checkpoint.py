@@ -33,8 +33,9 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from marljax.config import Config, ConfigError, core_keys, first_line, from_dict, resumable_keys, to_flat
+from marljax.config import Config, from_dict
 from marljax.parallel import distributed
+from marljax.schema import ConfigError, core_keys, first_line, resumable_keys, to_flat
 from marljax.train import library_log
 
 # Fields a resumed run may change: when and how it runs, not what it trains. Everything else
@@ -55,8 +56,10 @@ def not_a_checkpoint_dir(directory: Path) -> str | None:
     for path in (directory, *directory.parents):
         if path.exists() and not path.is_dir():
             what = "it" if path == directory else f"{path} above it"
-            return (f"{directory} cannot hold checkpoints: {what} is a file, not a directory; nothing was changed: "
-                    "move the file aside, or start over with overwrite=true")  # fmt: skip
+            return (
+                f"{directory} cannot hold checkpoints: {what} is a file, not a directory; nothing was changed: "
+                "move the file aside, or start over with overwrite=true"
+            )
         if path.is_dir():
             return None
     return None
@@ -134,8 +137,10 @@ class _SaveDelay:
 
     def __call__(self) -> None:
         if self.only is None or self.update == self.only:
-            self.log(f"test hook {TEST_SAVE_DELAY}: the save of update {self.update} is written but not renamed; "
-                     f"holding it {self.seconds:g}s")  # fmt: skip
+            self.log(
+                f"test hook {TEST_SAVE_DELAY}: the save of update {self.update} is written but not renamed; "
+                f"holding it {self.seconds:g}s"
+            )
             time.sleep(self.seconds)
 
 

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from marljax.config import COMPILE_CACHE_AUTO as AUTO
-from marljax.config import COMPILE_CACHE_OFF as OFF
+from marljax.train.settings import COMPILE_CACHE_AUTO as AUTO
+from marljax.train.settings import COMPILE_CACHE_OFF as OFF
 
 _JAX_ENTRY_ERRORS = (
     "Error reading persistent compilation cache entry",
@@ -82,8 +82,10 @@ def use(value: Any, log: Callable[[str], None] = print) -> Path | None:
         if not os.access(path, os.W_OK | os.X_OK):
             raise PermissionError("not writable")
     except OSError as e:
-        log(f"compile_cache: cannot use {path} ({e.strerror or e}); compiling without a cache "
-            "(compile_cache=false silences this, compile_cache=DIR picks another)")  # fmt: skip
+        log(
+            f"compile_cache: cannot use {path} ({e.strerror or e}); compiling without a cache "
+            "(compile_cache=false silences this, compile_cache=DIR picks another)"
+        )
         jax.config.update("jax_enable_compilation_cache", False)
         return None
     jax.config.update("jax_enable_compilation_cache", True)
@@ -111,8 +113,11 @@ def _one_line_notes() -> None:
         text = str(message)
         if text.startswith(_JAX_ENTRY_ERRORS):
             what = "read" if "reading" in text else "written"
-            print(f"marljax: a compile cache entry could not be {what} ({text.split(': ', 1)[-1][:200]}); "
-                  "compiled afresh", file=sys.stderr)  # fmt: skip
+            print(
+                f"marljax: a compile cache entry could not be {what} ({text.split(': ', 1)[-1][:200]}); "
+                "compiled afresh",
+                file=sys.stderr,
+            )
             return
         previous(message, category, filename, lineno, file, line)
 
@@ -193,8 +198,11 @@ class CompileLog:
         if self._stack:
             import traceback
 
-            where = tuple(f"{Path(f.filename).stem}.{f.name}" for f in reversed(traceback.extract_stack())
-                          if "/marljax/" in f.filename and not f.filename.endswith("compile_cache.py"))  # fmt: skip
+            where = tuple(
+                f"{Path(f.filename).stem}.{f.name}"
+                for f in reversed(traceback.extract_stack())
+                if "/marljax/" in f.filename and not f.filename.endswith("compile_cache.py")
+            )
         name = str(fun_name)
         shapes = self._shapes.pop(name, "")  # the lowering just before, of the same name
         self.programs.append(Compiled(name, float(seconds), self._hit, where, shapes))

@@ -53,7 +53,6 @@ from marljax.files import DamagedFile, read_json, write_text_atomic
 DESCRIPTION = "marljax.json"  # marljax's description of a dataset, inside its directory
 FORMAT = "marljax dataset 1"
 FIELDS = ("observations", "actions", "rewards", "terminals", "truncations")  # every dataset has these
-QUALITIES = ("Good", "Medium", "Poor")  # OG-MARL's labels (any other uid is allowed, and named as given)
 QUANTILES = (5, 25, 50, 75, 95)
 INSTALL = 'pip install "marljax[offline]" (flashbax, which reads and writes the Vault format)'
 
@@ -88,8 +87,13 @@ def _quiet():
 def _open_vault(directory: Path, structure: Any = None, metadata: dict | None = None):
     Vault, _ = _flashbax()
     with _quiet():  # Vault(rel_dir, vault_name, uid) opens <rel_dir>/<vault_name>/<uid>
-        return Vault(directory.parent.name, structure, rel_dir=str(directory.parent.parent), vault_uid=directory.name,
-                     metadata=metadata)  # fmt: skip
+        return Vault(
+            directory.parent.name,
+            structure,
+            rel_dir=str(directory.parent.parent),
+            vault_uid=directory.name,
+            metadata=metadata,
+        )
 
 
 # ------------------------------------------------------------------------------------ where
@@ -127,8 +131,9 @@ def read_description(path: str | Path) -> dict:
         or described.get("format") != FORMAT
         or not isinstance(described.get("files"), dict)
     ):
-        raise DatasetError(f"{file} is not a description marljax wrote (no '{FORMAT}' format and file list); "
-                           "record the dataset again")  # fmt: skip
+        raise DatasetError(
+            f"{file} is not a description marljax wrote (no '{FORMAT}' format and file list); record the dataset again"
+        )
     return described
 
 
@@ -161,15 +166,21 @@ def verify(directory: Path, description: dict) -> None:
             raise DatasetError(f"{file} is missing: the dataset in {directory} is incomplete; record it again")
         size = file.stat().st_size
         if size != entry.get("bytes"):
-            raise DatasetError(f"{file} is {size} bytes, {entry.get('bytes')} when written (truncated or "
-                               "overwritten); the dataset is damaged: record it again")  # fmt: skip
+            raise DatasetError(
+                f"{file} is {size} bytes, {entry.get('bytes')} when written (truncated or "
+                "overwritten); the dataset is damaged: record it again"
+            )
         if _sha256(file) != entry.get("sha256"):
-            raise DatasetError(f"{file}: its bytes changed since it was written (sha256 differs); the dataset is "
-                               "damaged: record it again")  # fmt: skip
+            raise DatasetError(
+                f"{file}: its bytes changed since it was written (sha256 differs); the dataset is "
+                "damaged: record it again"
+            )
     unlisted = [str(p.relative_to(directory)) for p in _files(directory) if str(p.relative_to(directory)) not in listed]
     if unlisted:
-        raise DatasetError(f"{directory / unlisted[0]} was not part of the dataset when it was written (added "
-                           f"since: {len(unlisted)} file(s)); the dataset was changed: record it again")  # fmt: skip
+        raise DatasetError(
+            f"{directory / unlisted[0]} was not part of the dataset when it was written (added "
+            f"since: {len(unlisted)} file(s)); the dataset was changed: record it again"
+        )
 
 
 # ------------------------------------------------------------------------------------ reading
@@ -204,8 +215,10 @@ def read_dataset(path: str | Path) -> Dataset:
         raise
     except Exception as exc:  # noqa: BLE001 - tensorstore's and flashbax's errors on damaged stores
         text = str(exc).strip().splitlines()
-        raise DatasetError(f"{directory}: the Vault does not read back ({type(exc).__name__}: "
-                           f"{text[0][:300] if text else ''}); the dataset is damaged") from None  # fmt: skip
+        raise DatasetError(
+            f"{directory}: the Vault does not read back ({type(exc).__name__}: "
+            f"{text[0][:300] if text else ''}); the dataset is damaged"
+        ) from None
     check_experience(experience, directory)
     return Dataset(directory, experience, description)
 
@@ -226,8 +239,10 @@ def check_experience(experience: dict, where: Path) -> None:
     leaves = [(n, experience[n]) for n in FIELDS] + [(f"infos.{k}", v) for k, v in experience.get("infos", {}).items()]
     for name, leaf in leaves:
         if leaf.shape[:2] != lead:
-            raise DatasetError(f"{where}: {name} is {leaf.shape}, the rewards {experience['rewards'].shape}: "
-                               "every field holds the same [streams, steps]; the dataset is damaged")  # fmt: skip
+            raise DatasetError(
+                f"{where}: {name} is {leaf.shape}, the rewards {experience['rewards'].shape}: "
+                "every field holds the same [streams, steps]; the dataset is damaged"
+            )
         if name != "infos.state" and leaf.shape[2:3] != agents:
             raise DatasetError(f"{where}: {name} is {leaf.shape}: its agent axis is not the rewards' {agents}")
     if lead[1] == 0:
@@ -272,10 +287,14 @@ def check_stackable(env: Any) -> None:
     must share their spaces; DatasetError naming them otherwise."""
     kinds = {(tuple(g.obs_shape), g.discrete, g.action_dim) for g in env.groups}
     if len(kinds) > 1:
-        spaces = "; ".join(f"{g.name}: obs {tuple(g.obs_shape)}, {'Discrete' if g.discrete else 'Box'}({g.action_dim})"
-                           for g in env.groups)  # fmt: skip
-        raise DatasetError(f"env {env.name}: its agents differ ({spaces}); a dataset in OG-MARL's layout stacks every "
-                           "agent's observations and actions on one axis, so every agent needs the same spaces")  # fmt: skip
+        spaces = "; ".join(
+            f"{g.name}: obs {tuple(g.obs_shape)}, {'Discrete' if g.discrete else 'Box'}({g.action_dim})"
+            for g in env.groups
+        )
+        raise DatasetError(
+            f"env {env.name}: its agents differ ({spaces}); a dataset in OG-MARL's layout stacks every "
+            "agent's observations and actions on one axis, so every agent needs the same spaces"
+        )
 
 
 class DatasetWriter:
@@ -324,7 +343,17 @@ class DatasetWriter:
 
 
 __all__ = [
-    "DESCRIPTION", "FIELDS", "QUALITIES", "Dataset", "DatasetError", "DatasetWriter", "check_stackable", "dataset_dir",
+    "DESCRIPTION",
+    "FIELDS",
+    "Dataset",
+    "DatasetError",
+    "DatasetWriter",
+    "check_stackable",
+    "dataset_dir",
     "digests",
-    "episode_returns", "read_dataset", "read_description", "return_distribution", "verify",
-]  # fmt: skip
+    "episode_returns",
+    "read_dataset",
+    "read_description",
+    "return_distribution",
+    "verify",
+]

@@ -23,6 +23,7 @@ Around the loop: `resume` (the newest good checkpoint, or a fresh start), `StopC
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -33,9 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.config import Config, ConfigError
+from marljax.config import Config
 from marljax.parallel import distributed
 from marljax.parallel.distributed import any_process, host_values
+from marljax.schema import ConfigError
 from marljax.train.checkpoint import Checkpointer, CheckpointError, check_resumable, with_weak_types
 from marljax.train.chunks import ChunkBudget, Stopped, StopSignals, checkpoint_due, run_chunks
 from marljax.train.evaluate import EvalResult, Evaluation, eval_fields
@@ -136,8 +138,7 @@ def _why_no_checkpoint(directory: Path) -> str:
     """`resume=true` found nothing to resume from: why, in words."""
     unfinished = sorted(p.name for p in directory.iterdir() if "tmp" in p.name) if directory.is_dir() else []
     if unfinished:
-        return (f"no finished checkpoint in {directory} (only {', '.join(unfinished[:3])}: a save that did not "
-                "complete)")  # fmt: skip
+        return f"no finished checkpoint in {directory} (only {', '.join(unfinished[:3])}: a save that did not complete)"
     return f"no checkpoint in {directory} (none was saved there)"
 
 
@@ -146,8 +147,14 @@ class RowSink:
     """Where one run's metrics rows go (a sweep has one per cell): its metrics.jsonl (None on
     processes other than 0), its trackers, `rows` (kept in memory) and `on_row(copy)`."""
 
-    def __init__(self, path: Path | None, trackers: Trackers, config_text: str, rows: list[dict] | None = None,
-                 on_row: Callable[[dict], None] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        path: Path | None,
+        trackers: Trackers,
+        config_text: str,
+        rows: list[dict] | None = None,
+        on_row: Callable[[dict], None] | None = None,
+    ):
         self.writer = JsonlWriter(path) if path is not None else None
         self.trackers, self.config_text, self.rows, self.on_row = trackers, config_text, rows, on_row
 
@@ -245,9 +252,11 @@ def diverged_rows(metrics: dict, params, losses: Iterable[str]) -> dict[int, str
 def _without_rows(result: EvalResult, rows) -> EvalResult:
     """The evaluation with the `rows` [R] bool left out: returns and lengths NaN, nothing won."""
     nan = jnp.float32(jnp.nan)
-    return EvalResult(jnp.where(rows[:, None], nan, result.returns),
-                      jnp.where(rows[:, None], nan, result.lengths.astype(jnp.float32)),
-                      result.won & ~rows[:, None])  # fmt: skip
+    return EvalResult(
+        jnp.where(rows[:, None], nan, result.returns),
+        jnp.where(rows[:, None], nan, result.lengths.astype(jnp.float32)),
+        result.won & ~rows[:, None],
+    )
 
 
 def pooled(rows: list[dict]) -> dict:
@@ -345,6 +354,10 @@ class StopControl:
 
 
 # ---------------------------------------------------------------------------------- the loop
+def _whole(tree):
+    return tree
+
+
 class Driver:
     """The host side of one run (or one sweep program): `step(chunk)` after every chunk, `close`.
 
@@ -360,10 +373,21 @@ class Driver:
     """
 
     def __init__(
-        self, config: Config, env, *, start: int, groups: list[slice], sinks: list[RowSink], checkpoints: Checkpoints,
-        progress: Progress, evaluation: Evaluation | None = None, guard: Iterable[str] | None = None,
-        on_eval: Callable | None = None, on_rows: Callable | None = None, on_diverged: Callable | None = None,
-    ):  # fmt: skip
+        self,
+        config: Config,
+        env,
+        *,
+        start: int,
+        groups: list[slice],
+        sinks: list[RowSink],
+        checkpoints: Checkpoints,
+        progress: Progress,
+        evaluation: Evaluation | None = None,
+        guard: Iterable[str] | None = None,
+        on_eval: Callable | None = None,
+        on_rows: Callable | None = None,
+        on_diverged: Callable | None = None,
+    ):
         self.config, self.env, self.groups, self.sinks = config, env, groups, sinks
         self.checkpoints, self.progress, self.evaluation, self.guard = checkpoints, progress, evaluation, guard
         self.clock = checkpoints.clock  # the run's phases (evaluation, checkpoints, training)
@@ -376,12 +400,18 @@ class Driver:
         env, per_run = self.env, self.config.run_steps_per_update
         out = []
         for group in self.groups:
-            pick = (lambda tree: tree) if len(self.groups) == 1 else (lambda tree: jax.tree.map(operator.itemgetter(group), tree))  # noqa: B023, E731 (used at once)  # fmt: skip
+            # this group's rows of every metric (all of them when there is one group)
+            pick = functools.partial(jax.tree.map, operator.itemgetter(group)) if len(self.groups) > 1 else _whole
             row = chunk_row(
-                pick(chunk.metrics), update=self.update, env_steps=self.update * per_run, wall_s=chunk.wall,
-                chunk_env_steps=chunk.n * per_run * (group.stop - group.start), num_agents=env.num_agents,
-                groups=tuple((g.name, g.size) for g in env.groups), wins=env.has_win,
-            )  # fmt: skip
+                pick(chunk.metrics),
+                update=self.update,
+                env_steps=self.update * per_run,
+                wall_s=chunk.wall,
+                chunk_env_steps=chunk.n * per_run * (group.stop - group.start),
+                num_agents=env.num_agents,
+                groups=tuple((g.name, g.size) for g in env.groups),
+                wins=env.has_win,
+            )
             row.update(chunk.extra or {})
             if result is not None:
                 part = pick(result)
@@ -417,8 +447,11 @@ class Driver:
     def _note_diverged(self, chunk: Chunk) -> None:
         """Rows that diverged in this chunk, marked and handed to on_diverged (each row once)."""
         assert self.guard is not None and self.on_diverged is not None
-        new = {r: what for r, what in diverged_rows(chunk.metrics, chunk.params, self.guard).items()
-               if not self.diverged[r]}  # fmt: skip
+        new = {
+            r: what
+            for r, what in diverged_rows(chunk.metrics, chunk.params, self.guard).items()
+            if not self.diverged[r]
+        }
         if new:
             self.diverged[list(new)] = True
             self.on_diverged(new, self.update)

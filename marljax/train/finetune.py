@@ -3,7 +3,7 @@
     marljax finetune OFFLINE_RUN_DIR out_dir=D [algo=ippo] [key=value ...]
 
 The online run starts from the offline run's newest good checkpoint: in the same env, with the same
-networks (`NETWORK_KEYS` are taken from it) and seeds (seed i continues the offline run's seed i);
+networks (`CARRIED_KEYS` are taken from it) and seeds (seed i continues the offline run's seed i);
 every parameter the online algorithm has that the offline run has too (same group, same path in
 the network, same shape) is copied, the rest (a critic the offline algorithm did not train, say)
 starts from the online algorithm's own initialisation; the optimiser starts afresh. `bc` and `maicq`
@@ -23,18 +23,33 @@ from typing import Any
 
 import jax
 
-from marljax.config import Config, ConfigError, from_dict, merge, parse_overrides, replace
+from marljax.config import Config, from_dict, replace
 from marljax.files import check_writable_dir
+from marljax.schema import ConfigError, merge, parse_overrides
 
 # what the offline run decides for the online one: the env, the networks' shapes and the seeds
-NETWORK_KEYS = ("env", "env_kwargs", "hidden_size", "num_layers", "network", "activation", "torso", "dtype",
-                "agent_id", "param_sharing", "recurrent", "gru_hidden_size", "seed", "num_seeds")  # fmt: skip
+CARRIED_KEYS = (
+    "env",
+    "env_kwargs",
+    "hidden_size",
+    "num_layers",
+    "network",
+    "activation",
+    "torso",
+    "dtype",
+    "agent_id",
+    "param_sharing",
+    "recurrent",
+    "gru_hidden_size",
+    "seed",
+    "num_seeds",
+)
 
 
 def online_config(offline: Config, overrides: list[str]) -> Config:
-    """The online run's config: algo=ippo and the offline run's `NETWORK_KEYS`, then `overrides`
+    """The online run's config: algo=ippo and the offline run's `CARRIED_KEYS`, then `overrides`
     (which may change any of them; the parameters must still fit, `copy_params` checks)."""
-    base = {"algo": "ippo", **{key: offline.value(key) for key in NETWORK_KEYS}}
+    base = {"algo": "ippo", **{key: offline.value(key) for key in CARRIED_KEYS}}
     config = from_dict(merge(base, parse_overrides(overrides)))
     if not config.out_dir:
         raise ConfigError("out_dir", "finetune writes a new run: give out_dir=D")
@@ -58,22 +73,30 @@ def copy_params(offline: dict, online: dict, groups: list[str], where: str) -> t
         theirs, ours = _leaves(offline[g]), _leaves(online[g])
         for path in sorted(set(theirs) & set(ours)):
             if theirs[path].shape != ours[path].shape:
-                raise ConfigError("algo", f"the network of group {g} differs from the offline run's ({where}): "
-                                  f"{path} is {tuple(theirs[path].shape)} there, {tuple(ours[path].shape)} here; "
-                                  "keep its network settings (hidden_size, num_layers, network.*, param_sharing, "
-                                  "num_seeds)")  # fmt: skip
+                raise ConfigError(
+                    "algo",
+                    f"the network of group {g} differs from the offline run's ({where}): "
+                    f"{path} is {tuple(theirs[path].shape)} there, {tuple(ours[path].shape)} here; "
+                    "keep its network settings (hidden_size, num_layers, network.*, param_sharing, "
+                    "num_seeds)",
+                )
         shared = set(theirs) & set(ours)
         copied_any |= bool(shared)
         flat, treedef = jax.tree_util.tree_flatten_with_path(online[g])
         leaves = [theirs[jax.tree_util.keystr(p)] if jax.tree_util.keystr(p) in shared else leaf for p, leaf in flat]
         out[g] = jax.tree_util.tree_unflatten(treedef, leaves)
         fresh = len(ours) - len(shared)
-        said.append(f"{g}: {len(shared)} of {len(ours)} parameter arrays copied"
-                    + (f", {fresh} initialised afresh" if fresh else "")
-                    + (f"; {len(theirs) - len(shared)} of the offline run's left out" if len(theirs) > len(shared) else ""))  # fmt: skip
+        said.append(
+            f"{g}: {len(shared)} of {len(ours)} parameter arrays copied"
+            + (f", {fresh} initialised afresh" if fresh else "")
+            + (f"; {len(theirs) - len(shared)} of the offline run's left out" if len(theirs) > len(shared) else "")
+        )
     if not copied_any:
-        raise ConfigError("algo", f"the offline run's networks ({where}) share no parameter with this algorithm's: a "
-                          "bc or maicq run continues with algo=ippo (or mappo), an iql_cql run with algo=iql")  # fmt: skip
+        raise ConfigError(
+            "algo",
+            f"the offline run's networks ({where}) share no parameter with this algorithm's: a "
+            "bc or maicq run continues with algo=ippo (or mappo), an iql_cql run with algo=iql",
+        )
     return out, said
 
 
@@ -104,8 +127,9 @@ def finetune(
     env, mesh, trainer = prepare(config)
     fns = shard_trainer(trainer, mesh)
     fresh = fns.init(seed_keys(config.seed, config.num_seeds))
-    params, said = copy_params(jax.device_get(theirs), jax.device_get(fresh.learner.params), list(trainer.networks),
-                               str(run_dir))  # fmt: skip
+    params, said = copy_params(
+        jax.device_get(theirs), jax.device_get(fresh.learner.params), list(trainer.networks), str(run_dir)
+    )
     extra = fresh.extra
     if extra is not None and hasattr(extra, "target"):  # a Q-learner's target network starts as the copy
         extra = extra.replace(target=params)
@@ -123,4 +147,4 @@ def finetune(
     return train(replace(config, resume=True), log=log, max_chunks=max_chunks)
 
 
-__all__ = ["NETWORK_KEYS", "copy_params", "finetune", "online_config"]
+__all__ = ["CARRIED_KEYS", "copy_params", "finetune", "online_config"]

@@ -21,13 +21,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.config import Config, ConfigError, replace
+from marljax.config import Config, replace
 from marljax.files import DirectoryLock, check_writable_dir, expand_home, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.async_mesh import async_placement
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.processes import dataset_dir
+from marljax.schema import ConfigError
 from marljax.train import compile_cache
 from marljax.train.budget import continue_budget, saved_run
 from marljax.train.checkpoint import (
@@ -79,10 +80,13 @@ def default_out_dir(config: Config) -> str:
 
 
 def train(
-    config: Config, log: Callable[[str], None] = print, max_chunks: int | None = None,
-    on_row: Callable[[dict], None] | None = None, on_compiled: Callable[[float], None] | None = None,
+    config: Config,
+    log: Callable[[str], None] = print,
+    max_chunks: int | None = None,
+    on_row: Callable[[dict], None] | None = None,
+    on_compiled: Callable[[float], None] | None = None,
     started: float | None = None,
-) -> RunResult:  # fmt: skip
+) -> RunResult:
     """Run `config` to the end and return the final (sharded) state, the metrics rows and the
     run's summary (`print(result.summary)`: the return first to last, the time breakdown, where
     the outputs are and what to run next; also in `<out_dir>/summary.json`).
@@ -161,8 +165,11 @@ def _claim(
     if distributed.is_primary():
         holder = lock.acquire()
         if holder:
-            raise ConfigError("out_dir", f"{out_dir} is in use by {holder} (another marljax run writing there); "
-                                         "wait for it, or choose another out_dir")  # fmt: skip
+            raise ConfigError(
+                "out_dir",
+                f"{out_dir} is in use by {holder} (another marljax run writing there); "
+                "wait for it, or choose another out_dir",
+            )
     return config, log, out_dir, lock, bool(has_run)
 
 
@@ -334,8 +341,13 @@ def _driver(
     """`marljax train`'s parts (both modes): one metrics.jsonl and its trackers, evaluation every
     `eval_every` updates, the NaN guard, checkpoints, the progress bar in env steps."""
     primary, out_dir = distributed.is_primary(), Path(config.out_dir)
-    sink = RowSink(out_dir / "metrics.jsonl" if primary else None, Trackers(config, out_dir), config_yaml(config),
-                   rows, on_row if primary else None)  # fmt: skip
+    sink = RowSink(
+        out_dir / "metrics.jsonl" if primary else None,
+        Trackers(config, out_dir),
+        config_yaml(config),
+        rows,
+        on_row if primary else None,
+    )
     evaluation = None
     if config.eval_every:
         evaluation = Evaluation(trainer, jnp.arange(config.num_seeds), config.eval_every, config.num_updates)
@@ -343,11 +355,26 @@ def _driver(
     checkpoints = Checkpoints(
         checkpointer, config, lambda update: {**meta, "env_steps": update * config.run_steps_per_update}, start, clock
     )
-    progress = Progress(config.progress, config.num_updates, start, config.env_steps_per_update, show_row=True,
-                        unit=" env-steps", desc="training")  # fmt: skip
-    return Driver(config, env, start=start, groups=[slice(0, config.num_seeds)], sinks=[sink], checkpoints=checkpoints,
-                  progress=progress, evaluation=evaluation,
-                  guard=trainer.losses if config.nan_guard else None)  # fmt: skip
+    progress = Progress(
+        config.progress,
+        config.num_updates,
+        start,
+        config.env_steps_per_update,
+        show_row=True,
+        unit=" env-steps",
+        desc="training",
+    )
+    return Driver(
+        config,
+        env,
+        start=start,
+        groups=[slice(0, config.num_seeds)],
+        sinks=[sink],
+        checkpoints=checkpoints,
+        progress=progress,
+        evaluation=evaluation,
+        guard=trainer.losses if config.nan_guard else None,
+    )
 
 
 def primary_only(config: Config, log: Callable[[str], None]) -> tuple[Config, Callable[[str], None]]:
@@ -418,13 +445,23 @@ def _train_async(
         )
 
         def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
-            counters = _add_counters(before, {k: extra[k] for k in ("produced", "consumed", "dropped", "dropped_by_reason",
-                                                                     "by_process", *EnvHealth.KEYS) if k in extra})  # fmt: skip
+            counters = _add_counters(
+                before,
+                {
+                    k: extra[k]
+                    for k in ("produced", "consumed", "dropped", "dropped_by_reason", "by_process", *EnvHealth.KEYS)
+                    if k in extra
+                },
+            )
             chunk = Chunk(
-                learner, metrics, int(np.shape(metrics["lr"])[1]), wall, runner.acting_params(learner.params),
+                learner,
+                metrics,
+                int(np.shape(metrics["lr"])[1]),
+                wall,
+                runner.acting_params(learner.params),
                 extra={**extra, **counters, "policy_version": start + extra["policy_version"]},
                 extra_meta={"async_counters": counters},
-            )  # fmt: skip
+            )
             driver.step(chunk, save=stop.stopping)  # several processes: the stop they agreed on
 
         ok = False
@@ -460,8 +497,10 @@ def _add_counters(before: dict, now: dict) -> dict:
         reasons[reason] = reasons.get(reason, 0) + n
     if "by_process" in now:
         was = before.get("by_process", {})
-        out["by_process"] = {k: [a + b for a, b in zip(was.get(k, [0] * len(v)), v)] if k in cumulative else v
-                             for k, v in now["by_process"].items()}  # fmt: skip
+        out["by_process"] = {
+            k: [a + b for a, b in zip(was.get(k, [0] * len(v)), v)] if k in cumulative else v
+            for k, v in now["by_process"].items()
+        }
     return {**out, "dropped_by_reason": reasons}
 
 

@@ -27,8 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.config import Config, ConfigError
+from marljax.config import Config
 from marljax.parallel.placement import memory_stats
+from marljax.schema import ConfigError
 
 LIMIT_ENV = "MARLJAX_MEMORY_LIMIT"
 WARN_FRACTION = 0.6  # an estimate above this share of the limit gets one warning line
@@ -172,10 +173,16 @@ def estimate(
     keys = {p.name: tuple(p.keys) for p in apart}
     update = update_bytes(trainer.update, per_seed(state_shapes))
     S = config.num_seeds
-    parts |= {"rollout": update.rollout * S, "working buffers": update.working * S,
-              "training state": tree_bytes(state_shapes) - sum(parts.values())}  # fmt: skip
-    keys |= {"rollout": ("num_envs", "num_steps"), "working buffers": ("num_envs", "num_steps", "hidden_size"),
-             "training state": ("num_envs", "hidden_size")}  # fmt: skip
+    parts |= {
+        "rollout": update.rollout * S,
+        "working buffers": update.working * S,
+        "training state": tree_bytes(state_shapes) - sum(parts.values()),
+    }
+    keys |= {
+        "rollout": ("num_envs", "num_steps"),
+        "working buffers": ("num_envs", "num_steps", "hidden_size"),
+        "training state": ("num_envs", "hidden_size"),
+    }
     for name, (n, key) in (extra or {}).items():
         parts[name], keys[name] = n, (key,)
     return estimate_of(config, parts, keys)._replace(state=(*(p.name for p in apart), "training state"))
@@ -227,8 +234,13 @@ def memory_limit(devices: Iterable[Any], environ=os.environ) -> MemoryLimit | No
     )
 
 
-def check_fits(est: MemoryEstimate, limit: MemoryLimit | None, seeds: int, seeds_field: str = "num_seeds",
-               log: Callable[[str], None] = print) -> None:  # fmt: skip
+def check_fits(
+    est: MemoryEstimate,
+    limit: MemoryLimit | None,
+    seeds: int,
+    seeds_field: str = "num_seeds",
+    log: Callable[[str], None] = print,
+) -> None:
     """ConfigError naming the field that drives the size when `est` is above `limit`; one warning
     line when it is above WARN_FRACTION of it."""
     if limit is None or est.total <= WARN_FRACTION * limit.bytes:
@@ -241,7 +253,11 @@ def check_fits(est: MemoryEstimate, limit: MemoryLimit | None, seeds: int, seeds
     head = f"the run holds about {human(est.total)}{across}: {parts}"
     lower = " or ".join(est.keys[big] + ((seeds_field,) if seeds > 1 else ()))
     if est.total > limit.bytes:
-        raise ConfigError(est.keys[big][0], f"{head}; more than {human(limit.bytes)}, {limit.source}; lower {lower} "
-                          f"({LIMIT_ENV}=off skips this check)")  # fmt: skip
-    log(f"warning: {head}; {est.total / limit.bytes:.0%} of {human(limit.bytes)}, {limit.source}; it may not fit "
-        f"(lower {lower})")  # fmt: skip
+        raise ConfigError(
+            est.keys[big][0],
+            f"{head}; more than {human(limit.bytes)}, {limit.source}; lower {lower} ({LIMIT_ENV}=off skips this check)",
+        )
+    log(
+        f"warning: {head}; {est.total / limit.bytes:.0%} of {human(limit.bytes)}, {limit.source}; it may not fit "
+        f"(lower {lower})"
+    )

@@ -180,8 +180,15 @@ def plot_returns(rows: list[dict], path: Path, title: str) -> None:
             ax.plot(steps, per_seed, color="tab:blue", alpha=0.25, lw=0.8)
         ax.plot(steps, [r["return_mean"] for r in rows], color="tab:blue", lw=2, label="training, mean over seeds")
     if evals:
-        ax.plot([r["env_steps"] for r in evals], [r["eval_return"] for r in evals], color="tab:orange", lw=2,
-                marker="o", ms=3, label="evaluation, mean over seeds")  # fmt: skip
+        ax.plot(
+            [r["env_steps"] for r in evals],
+            [r["eval_return"] for r in evals],
+            color="tab:orange",
+            lw=2,
+            marker="o",
+            ms=3,
+            label="evaluation, mean over seeds",
+        )
     if rows or evals:
         ax.legend(loc="lower right")
     ax.set_xlabel("environment steps per run (per seed)")

@@ -26,11 +26,12 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from marljax.config import Config, ConfigError, first_line, from_dict
+from marljax.config import Config, from_dict
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.registry import is_import_path
 from marljax.files import DamagedFile, read_json, write_text_atomic
 from marljax.parallel.mesh import first_device_sharding
+from marljax.schema import ConfigError, first_line
 from marljax.train import library_log
 from marljax.train.checkpoint import Checkpointer, abstract_like, config_from_meta, fingerprint, versions
 from marljax.train.wiring import make_adapter, make_trainer
@@ -99,8 +100,9 @@ def restore_run(run_dir: str | Path, log: Callable = print, trust_code: bool = F
     return restored[0], restored[1], config
 
 
-def export_policy(run_dir: str | Path, path: str | Path, seed_index: int = 0, log: Callable = print,
-                  trust_code: bool = False) -> Path:  # fmt: skip
+def export_policy(
+    run_dir: str | Path, path: str | Path, seed_index: int = 0, log: Callable = print, trust_code: bool = False
+) -> Path:
     """Write the actors of seed `seed_index` from the newest good checkpoint in `run_dir` to `path`."""
     run_dir, path = Path(run_dir), Path(path).absolute()
     if path.exists():  # checked before anything is read or written
@@ -116,8 +118,13 @@ def export_policy(run_dir: str | Path, path: str | Path, seed_index: int = 0, lo
     _, trainer = _rebuild(config, trust_code, run_dir)
     params = {k: jax.tree.map(lambda x: x[seed_index], v) for k, v in acting_params(trainer, learner.params).items()}
     library_log.install()
-    info = {"config": config.to_dict(), "seed_index": seed_index, "update": meta["update"], "versions": versions(),
-            "params_fingerprint": fingerprint(params)}  # fmt: skip
+    info = {
+        "config": config.to_dict(),
+        "seed_index": seed_index,
+        "update": meta["update"],
+        "versions": versions(),
+        "params_fingerprint": fingerprint(params),
+    }
     try:
         saver = ocp.StandardCheckpointer()
         try:
@@ -166,8 +173,10 @@ def check_versions(saved: Any, where: Path, log: Callable = print) -> None:
     ours = versions().get("marljax", "0.0.0").split(".")
     theirs = str((saved or {}).get("marljax", "unknown")).split(".") if isinstance(saved, dict) else ["unknown"]
     if theirs[0] != ours[0]:
-        raise PolicyError(f"{where} was written by marljax {'.'.join(theirs)}; this is marljax {'.'.join(ours)}, "
-                          "a different major version: export it again with this version")  # fmt: skip
+        raise PolicyError(
+            f"{where} was written by marljax {'.'.join(theirs)}; this is marljax {'.'.join(ours)}, "
+            "a different major version: export it again with this version"
+        )
     if theirs[:2] != ours[:2]:
         log(f"warning: {where} was written by marljax {'.'.join(theirs)}; this is {'.'.join(ours)}")
 
@@ -179,15 +188,19 @@ def _grouped_obs(obs: Any, env: EnvAdapter, env_name: str, where: Path) -> dict[
     try:
         grouped = env.group_obs(obs)
     except (KeyError, TypeError, ValueError) as exc:
-        raise PolicyError(f"the policy in {where} acts in {env_name} (agents {', '.join(map(str, env.agents))}); "
-                          f"these observations do not fit it ({type(exc).__name__}: {str(exc)[:200]}): "
-                          f"give it {env_name}'s observation dict") from None  # fmt: skip
+        raise PolicyError(
+            f"the policy in {where} acts in {env_name} (agents {', '.join(map(str, env.agents))}); "
+            f"these observations do not fit it ({type(exc).__name__}: {str(exc)[:200]}): "
+            f"give it {env_name}'s observation dict"
+        ) from None
     for g in env.groups:
         got = tuple(grouped[g.name].shape[1:])
         if got != tuple(g.obs_shape):
-            raise PolicyError(f"the policy in {where} was trained on {env_name}, whose agents {', '.join(map(str, g.agents))} "
-                              f"observe shape {tuple(g.obs_shape)}; got {got}: observations of another env? "
-                              f"act takes {env_name}'s observations")  # fmt: skip
+            raise PolicyError(
+                f"the policy in {where} was trained on {env_name}, whose agents {', '.join(map(str, g.agents))} "
+                f"observe shape {tuple(g.obs_shape)}; got {got}: observations of another env? "
+                f"act takes {env_name}'s observations"
+            )
     return grouped
 
 
@@ -282,17 +295,22 @@ def _restore_params(path: Path, target: Any, saved_fingerprint: Any, log: Callab
     try:
         params = restorer.restore(path / "params", target)
     except Exception as exc:  # noqa: BLE001 - missing, damaged, or another network's parameters
-        raise PolicyError(f"{path / 'params'} does not hold the parameters of the network {POLICY_JSON} describes "
-                          f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})"
-                          ) from None  # fmt: skip
+        raise PolicyError(
+            f"{path / 'params'} does not hold the parameters of the network {POLICY_JSON} describes "
+            f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})"
+        ) from None
     finally:
         restorer.close()
     if saved_fingerprint is None:
-        log(f"warning: {path / POLICY_JSON} carries no fingerprint of the parameters (exported by an older marljax); "
-            "they are not checked")  # fmt: skip
+        log(
+            f"warning: {path / POLICY_JSON} carries no fingerprint of the parameters (exported by an older marljax); "
+            "they are not checked"
+        )
     elif fingerprint(params) != saved_fingerprint:
-        raise PolicyError(f"{path / 'params'} does not match the fingerprint in {POLICY_JSON}: its bytes changed after "
-                          "export (damaged or edited); export the policy again")  # fmt: skip
+        raise PolicyError(
+            f"{path / 'params'} does not match the fingerprint in {POLICY_JSON}: its bytes changed after "
+            "export (damaged or edited); export the policy again"
+        )
     return params
 
 

@@ -27,8 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marljax.config import Config, ConfigError, load_config
+from marljax.config import Config, load_config
 from marljax.envs.adapter import EnvAdapter
+from marljax.schema import ConfigError
 from marljax.train.datasets import DatasetWriter, check_stackable, episode_returns, return_distribution
 from marljax.train.evaluate import baseline_act
 
@@ -103,8 +104,10 @@ def behaviour(source: str, settings: RecordSettings, overrides: list[str], log: 
         env = make_adapter(config)
         return Behaviour(config, env, baseline_act(env, RANDOM), None, lambda _: {}, {"source": RANDOM}, False)
     if overrides:
-        raise ConfigError(overrides[0].split("=")[0], f"sets the env of a random policy (SOURCE=random); {source} acts "
-                          "in the env it was trained on")  # fmt: skip
+        raise ConfigError(
+            overrides[0].split("=")[0],
+            f"sets the env of a random policy (SOURCE=random); {source} acts in the env it was trained on",
+        )
     path = Path(source)
     if (path / "policy.json").is_file():
         policy = load_policy(path, settings.trust_code, log)
@@ -112,8 +115,10 @@ def behaviour(source: str, settings: RecordSettings, overrides: list[str], log: 
         described = {"source": "policy", "path": str(path.absolute()), "algo": policy.config.algo}
         return Behaviour(policy.config, policy.env, trainer.act, policy.params, trainer.initial_hidden, described, True)
     if not (path / "checkpoints").is_dir():
-        raise PolicyError(f"{source} is neither a run's directory (with checkpoints/), an exported policy "
-                          f"(with policy.json) nor {RANDOM}")  # fmt: skip
+        raise PolicyError(
+            f"{source} is neither a run's directory (with checkpoints/), an exported policy "
+            f"(with policy.json) nor {RANDOM}"
+        )
     state, meta, config = restore_run(path, log, settings.trust_code)
     if not 0 <= settings.seed_index < config.num_seeds:
         raise ConfigError("seed_index", f"must be in [0, {config.num_seeds}) for this run, got {settings.seed_index}")
@@ -121,8 +126,13 @@ def behaviour(source: str, settings: RecordSettings, overrides: list[str], log: 
     trainer = make_trainer(config, env)
     learner = state if config.mode == "async" else state.learner
     params = jax.tree.map(lambda x: x[settings.seed_index], acting_params(trainer, learner.params))
-    described = {"source": "run", "path": str(path.absolute()), "algo": config.algo, "update": int(meta["update"]),
-                 "seed_index": settings.seed_index}  # fmt: skip
+    described = {
+        "source": "run",
+        "path": str(path.absolute()),
+        "algo": config.algo,
+        "update": int(meta["update"]),
+        "seed_index": settings.seed_index,
+    }
     return Behaviour(config, env, trainer.act, params, trainer.initial_hidden, described, True)
 
 
@@ -210,8 +220,13 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def record(source: str, out: str | Path, settings: RecordSettings, overrides: Sequence[str] = (),
-           log: Callable[[str], None] = print) -> Path:  # fmt: skip
+def record(
+    source: str,
+    out: str | Path,
+    settings: RecordSettings,
+    overrides: Sequence[str] = (),
+    log: Callable[[str], None] = print,
+) -> Path:
     """Record SOURCE's experience as the dataset OUT/<quality> (module docstring); -> its directory."""
     settings.check()
     behave = behaviour(source, settings, list(overrides), log)
@@ -228,8 +243,10 @@ def record(source: str, out: str | Path, settings: RecordSettings, overrides: Se
     agents = [str(a) for a in env.agents]
     metadata = {"source": "marljax", "env": config.env, "env_kwargs": dict(config.env_kwargs), "agents": agents}
     writer, done, returns = None, 0, []
-    log(f"recording {E} x {T} steps of {env.describe()} ({behave.described['source']} policy, epsilon "
-        f"{settings.epsilon}, {'greedy' if settings.greedy else 'sampled'}) into {Path(out) / quality}")  # fmt: skip
+    log(
+        f"recording {E} x {T} steps of {env.describe()} ({behave.described['source']} policy, epsilon "
+        f"{settings.epsilon}, {'greedy' if settings.greedy else 'sampled'}) into {Path(out) / quality}"
+    )
     try:
         while done < T:
             steps = min(CHUNK_STEPS, T - done)
@@ -245,16 +262,28 @@ def record(source: str, out: str | Path, settings: RecordSettings, overrides: Se
         distribution = return_distribution(episode_returns(whole))
         g = env.groups[0]
         description = {
-            "env": config.env, "env_kwargs": dict(config.env_kwargs), "agents": agents, "num_agents": env.num_agents,
+            "env": config.env,
+            "env_kwargs": dict(config.env_kwargs),
+            "agents": agents,
+            "num_agents": env.num_agents,
             "obs_shape": list(g.obs_shape),
-            "action": {"kind": "discrete" if g.discrete else "continuous", "dim": g.action_dim,
-                       "low": g.action_low, "high": g.action_high},
-            "state": env.has_world_state, "streams": E, "transitions": E * T,
-            "quality": quality, "quality_from": "given" if settings.quality else "derived from the policy",
-            "returns": distribution, "policy": behave.described,
-            "exploration": {"epsilon": settings.epsilon, "greedy": settings.greedy}, "seed": settings.seed,
+            "action": {
+                "kind": "discrete" if g.discrete else "continuous",
+                "dim": g.action_dim,
+                "low": g.action_low,
+                "high": g.action_high,
+            },
+            "state": env.has_world_state,
+            "streams": E,
+            "transitions": E * T,
+            "quality": quality,
+            "quality_from": "given" if settings.quality else "derived from the policy",
+            "returns": distribution,
+            "policy": behave.described,
+            "exploration": {"epsilon": settings.epsilon, "greedy": settings.greedy},
+            "seed": settings.seed,
             "versions": _versions(),
-        }  # fmt: skip
+        }
         assert writer is not None
         path = writer.finish(description)
     except BaseException:
@@ -262,9 +291,11 @@ def record(source: str, out: str | Path, settings: RecordSettings, overrides: Se
             writer.abort()
         raise
     mean = distribution.get("mean")
-    log(f"wrote {E * T} transitions, {distribution['episodes']} complete episodes, return per agent "
+    log(
+        f"wrote {E * T} transitions, {distribution['episodes']} complete episodes, return per agent "
         + (f"{mean:.2f} +- {distribution['std']:.2f}" if mean is not None else "- (no episode ended)")
-        + f" ({quality}) to {path}")  # fmt: skip
+        + f" ({quality}) to {path}"
+    )
     return path
 
 

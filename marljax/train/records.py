@@ -12,7 +12,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from marljax.config import Config, device_defaults, dump_yaml, family_defaults
+from marljax.config import Config, device_defaults, family_defaults
+from marljax.schema import dump_yaml
 from marljax.train.checkpoint import versions
 
 BUILD_RECORD = Path(__file__).resolve().parents[1] / "_build.json"  # written into a wheel by setup.py
@@ -28,8 +29,12 @@ def git_commit() -> str:
         return _built_from()
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     if head.returncode != 0:
@@ -58,8 +63,10 @@ def family_note(config: Config) -> str | None:
     family, kept = family_defaults(config)
     if kept:
         settings = ", ".join(f"{key}={value}" for key, value in kept.items())
-        notes.append(f"defaults for env family {family}: {settings} (algo={config.algo}'s for it; "
-                     "family_defaults=none leaves them out)")  # fmt: skip
+        notes.append(
+            f"defaults for env family {family}: {settings} (algo={config.algo}'s for it; "
+            "family_defaults=none leaves them out)"
+        )
     device, chosen = device_defaults(config)
     if chosen:
         settings = ", ".join(f"{key}={value}" for key, value in chosen.items())

@@ -42,8 +42,11 @@ def check_logins(log: LogConfig) -> None:
         return
     for b in log.backends:
         if b in LOGIN and _login_missing(b):
-            raise ConfigError("log.offline", f"false streams to {b}, which finds no login here ({LOGIN[b]}); "
-                                             "log in, or keep log.offline=true (the run is written under out_dir, to sync later)")  # fmt: skip
+            raise ConfigError(
+                "log.offline",
+                f"false streams to {b}, which finds no login here ({LOGIN[b]}); "
+                "log in, or keep log.offline=true (the run is written under out_dir, to sync later)",
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,20 +54,28 @@ class LogConfig:
     """`log.*`: experiment trackers that mirror every metrics row (marljax/train/trackers.py).
     metrics.jsonl is always written; each tracker is an optional extra, imported only when chosen."""
 
-    backends: Any = setting(help="trackers besides metrics.jsonl: a list of tensorboard, wandb, neptune, mlflow",
-                            factory=list, resumable=True)  # fmt: skip
-    project: str = setting("marljax", "the tracker's project (wandb, neptune) or experiment (mlflow)", resumable=True,
-                           jaxmarl="PROJECT")  # fmt: skip
-    entity: str = setting("", "wandb entity / neptune workspace; empty: the account's default", resumable=True,
-                          jaxmarl="ENTITY")  # fmt: skip
+    backends: Any = setting(
+        help="trackers besides metrics.jsonl: a list of tensorboard, wandb, neptune, mlflow",
+        factory=list,
+        resumable=True,
+    )
+    project: str = setting(
+        "marljax", "the tracker's project (wandb, neptune) or experiment (mlflow)", resumable=True, jaxmarl="PROJECT"
+    )
+    entity: str = setting(
+        "", "wandb entity / neptune workspace; empty: the account's default", resumable=True, jaxmarl="ENTITY"
+    )
     run_name: str = setting("", "the run's name in the tracker; empty: the out_dir's name", resumable=True)
     tags: Any = setting(help="tags of the tracker's run (a list of strings)", factory=list, resumable=True)
-    group: str = setting("", "group the tracker's runs under this name (a sweep groups its cells by default)",
-                         resumable=True)  # fmt: skip
-    offline: bool = setting(True, "wandb, neptune: write under out_dir and sync later (false: stream to the server)",
-                            resumable=True)  # fmt: skip
-    mlflow_uri: str = setting("", "MLflow tracking URI (a server, sqlite:///...); empty: a file store in <out_dir>/mlruns",
-                              resumable=True)  # fmt: skip
+    group: str = setting(
+        "", "group the tracker's runs under this name (a sweep groups its cells by default)", resumable=True
+    )
+    offline: bool = setting(
+        True, "wandb, neptune: write under out_dir and sync later (false: stream to the server)", resumable=True
+    )
+    mlflow_uri: str = setting(
+        "", "MLflow tracking URI (a server, sqlite:///...); empty: a file store in <out_dir>/mlruns", resumable=True
+    )
 
     def check(self, config: Any) -> None:
         for name in ("backends", "tags"):
@@ -89,15 +100,20 @@ class RewardShapingConfig:
     steps (JaxMARL's Overcooked pays `info["shaped_reward"]` for onions placed, dishes taken and
     soups picked up). Logged returns stay the env's own reward."""
 
-    info_key: str = setting("", "the env step's info key holding a per-agent dense reward (overcooked: "
-                            "shaped_reward); empty: no shaping")  # fmt: skip
-    horizon: int = setting(0, "env steps (of one seed) over which the shaping factor falls linearly from 1 to 0; "
-                           "0: constant 1", minimum=0)  # fmt: skip
+    info_key: str = setting(
+        "", "the env step's info key holding a per-agent dense reward (overcooked: shaped_reward); empty: no shaping"
+    )
+    horizon: int = setting(
+        0, "env steps (of one seed) over which the shaping factor falls linearly from 1 to 0; 0: constant 1", minimum=0
+    )
 
     def check(self, config: Any) -> None:
         if self.info_key and config.mode == "async":
-            raise ConfigError("reward_shaping.info_key", "the shaping factor follows the learner's updates on device; "
-                              "allowed with mode=anakin (or leave it empty)")  # fmt: skip
+            raise ConfigError(
+                "reward_shaping.info_key",
+                "the shaping factor follows the learner's updates on device; "
+                "allowed with mode=anakin (or leave it empty)",
+            )
 
 
 # compile_cache's values (marljax/train/compile_cache.py uses the directory they mean)
@@ -126,8 +142,11 @@ class RunConfig:
     progress: bool = setting(True, "show a progress bar", resumable=True)
     plot: bool = setting(True, "write returns.png at the end", resumable=True)
     compile_cache: Any = setting(
-        "auto", "JAX's persistent compilation cache, kept across runs: auto (~/.cache/marljax/jax-compile/<machine>; "
-        "JAX_COMPILATION_CACHE_DIR wins when set) | false | a directory", resumable=True)  # fmt: skip
+        "auto",
+        "JAX's persistent compilation cache, kept across runs: auto (~/.cache/marljax/jax-compile/<machine>; "
+        "JAX_COMPILATION_CACHE_DIR wins when set) | false | a directory",
+        resumable=True,
+    )
 
     def check(self, config: Any) -> None:
         if (why := compile_cache_problem(self.compile_cache)) is not None:
@@ -138,8 +157,9 @@ class RunConfig:
 class CheckpointConfig:
     """Checkpoints (<out_dir>/checkpoints, flat keys): the whole training state, saved asynchronously."""
 
-    checkpoint_every: int = setting(100, "updates between checkpoints (at chunk ends); 0: only at the end",
-                                    minimum=0, resumable=True)  # fmt: skip
+    checkpoint_every: int = setting(
+        100, "updates between checkpoints (at chunk ends); 0: only at the end", minimum=0, resumable=True
+    )
     keep_checkpoints: int = setting(3, "the newest this many checkpoints are kept", minimum=1, resumable=True)
     resume: bool = setting(False, "continue from the newest good checkpoint in out_dir", resumable=True)
     nan_guard: bool = setting(
@@ -165,15 +185,27 @@ class EvaluationConfig:
     eval_every: int = setting(
         0, "updates between greedy evaluations (at chunk ends); 0: never", minimum=0, resumable=True
     )
-    eval_episodes: int = setting(32, "fresh episodes each seed plays per evaluation", minimum=1, resumable=True,
-                                 jaxmarl=("NUM_TEST_EPISODES", "TEST_NUM_ENVS", "NUM_TEST_ENVS"))  # fmt: skip
+    eval_episodes: int = setting(
+        32,
+        "fresh episodes each seed plays per evaluation",
+        minimum=1,
+        resumable=True,
+        jaxmarl=("NUM_TEST_EPISODES", "TEST_NUM_ENVS", "NUM_TEST_ENVS"),
+    )
     eval_greedy: bool = setting(True, "evaluate the policy's most likely action (false: sample it)", resumable=True)
 
 
-register_part(Part("log", LogConfig, order=40,
-                   help="experiment trackers: log.backends=[tensorboard,wandb,neptune,mlflow]"))  # fmt: skip
-register_part(Part("reward_shaping", RewardShapingConfig, order=50, help="a dense reward from the env's info, "
-                   "annealed: reward_shaping.info_key, reward_shaping.horizon"))  # fmt: skip
+register_part(
+    Part("log", LogConfig, order=40, help="experiment trackers: log.backends=[tensorboard,wandb,neptune,mlflow]")
+)
+register_part(
+    Part(
+        "reward_shaping",
+        RewardShapingConfig,
+        order=50,
+        help="a dense reward from the env's info, annealed: reward_shaping.info_key, reward_shaping.horizon",
+    )
+)
 register_part(Part("run", RunConfig, order=60, flat=True))
 register_part(Part("checkpoint", CheckpointConfig, order=70, flat=True))
 register_part(Part("evaluation", EvaluationConfig, order=80, flat=True))

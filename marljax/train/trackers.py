@@ -32,8 +32,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from marljax.config import Config, LogConfig, to_flat
+from marljax.config import Config
 from marljax.files import write_text_atomic
+from marljax.schema import to_flat
+from marljax.train.settings import LogConfig
 
 
 def scalars(row: dict) -> dict[str, float]:
@@ -62,8 +64,17 @@ class TensorBoard:
 
     name = "tensorboard"
 
-    def __init__(self, log: LogConfig, params: dict, out_dir: Path, store: Path, run_name: str, group: str,
-                 record: dict, ids: dict):  # fmt: skip
+    def __init__(
+        self,
+        log: LogConfig,
+        params: dict,
+        out_dir: Path,
+        store: Path,
+        run_name: str,
+        group: str,
+        record: dict,
+        ids: dict,
+    ):
         from tensorboardX import SummaryWriter
 
         self.writer = SummaryWriter(logdir=str(out_dir / "tensorboard"))
@@ -88,18 +99,34 @@ class WandB:
 
     name = "wandb"
 
-    def __init__(self, log: LogConfig, params: dict, out_dir: Path, store: Path, run_name: str, group: str,
-                 record: dict, ids: dict):  # fmt: skip
+    def __init__(
+        self,
+        log: LogConfig,
+        params: dict,
+        out_dir: Path,
+        store: Path,
+        run_name: str,
+        group: str,
+        record: dict,
+        ids: dict,
+    ):
         import wandb
 
         self.wandb = wandb
         ids.setdefault("wandb", uuid.uuid4().hex[:12])
         self.run = wandb.init(
-            project=log.project, entity=log.entity or None, name=run_name, tags=list(log.tags) or None,
-            group=group or None, dir=str(out_dir), mode="offline" if log.offline else "online",
-            id=ids["wandb"], resume="allow", reinit="create_new",
+            project=log.project,
+            entity=log.entity or None,
+            name=run_name,
+            tags=list(log.tags) or None,
+            group=group or None,
+            dir=str(out_dir),
+            mode="offline" if log.offline else "online",
+            id=ids["wandb"],
+            resume="allow",
+            reinit="create_new",
             config={**params, **{f"record/{k}": v for k, v in record.items()}},
-        )  # fmt: skip
+        )
         self.run.define_metric("env_steps")
         self.run.define_metric("*", step_metric="env_steps")
 
@@ -133,8 +160,17 @@ class Neptune:
 
     name = "neptune"
 
-    def __init__(self, log: LogConfig, params: dict, out_dir: Path, store: Path, run_name: str, group: str,
-                 record: dict, ids: dict):  # fmt: skip
+    def __init__(
+        self,
+        log: LogConfig,
+        params: dict,
+        out_dir: Path,
+        store: Path,
+        run_name: str,
+        group: str,
+        record: dict,
+        ids: dict,
+    ):
         import neptune
 
         ids.setdefault("neptune", uuid.uuid4().hex[:16])
@@ -142,9 +178,14 @@ class Neptune:
         # the client reads its data directory from the environment when the run opens
         with _environ("NEPTUNE_DATA_DIRECTORY", str(out_dir / ".neptune")):
             self.run = neptune.init_run(
-                project=project, name=run_name, tags=list(log.tags), custom_run_id=ids["neptune"],
-                mode="offline" if log.offline else "async", capture_stdout=False, capture_stderr=False,
-            )  # fmt: skip
+                project=project,
+                name=run_name,
+                tags=list(log.tags),
+                custom_run_id=ids["neptune"],
+                mode="offline" if log.offline else "async",
+                capture_stdout=False,
+                capture_stderr=False,
+            )
         if group:
             self.run["sys/group_tags"].add([group])
         self.run["config"] = {k.replace(".", "/"): str(v) for k, v in params.items()}
@@ -169,8 +210,17 @@ class MLflow:
 
     name = "mlflow"
 
-    def __init__(self, log: LogConfig, params: dict, out_dir: Path, store: Path, run_name: str, group: str,
-                 record: dict, ids: dict):  # fmt: skip
+    def __init__(
+        self,
+        log: LogConfig,
+        params: dict,
+        out_dir: Path,
+        store: Path,
+        run_name: str,
+        group: str,
+        record: dict,
+        ids: dict,
+    ):
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
@@ -236,8 +286,16 @@ class Trackers:
         record, params = run_record(), to_flat(config.to_dict())  # a backend gets log.* and the flat settings
         try:
             for b in chosen:
-                backend = BACKENDS[b](config.log, params, self.out_dir, Path(store or out_dir), name,
-                                      config.log.group or group, record, ids)  # fmt: skip
+                backend = BACKENDS[b](
+                    config.log,
+                    params,
+                    self.out_dir,
+                    Path(store or out_dir),
+                    name,
+                    config.log.group or group,
+                    record,
+                    ids,
+                )
                 self.backends.append(backend)
         except Exception:
             self.finish(None, "", failed=True)  # close the ones already open
@@ -253,8 +311,10 @@ class Trackers:
             try:
                 backend.row(row, values)
             except Exception as exc:  # noqa: BLE001 - a tracker's trouble must not end the training run
-                print(f"warning: log.backends: {backend.name} failed ({type(exc).__name__}: {exc}); "
-                      "it is switched off for the rest of this run, metrics.jsonl is unaffected")  # fmt: skip
+                print(
+                    f"warning: log.backends: {backend.name} failed ({type(exc).__name__}: {exc}); "
+                    "it is switched off for the rest of this run, metrics.jsonl is unaffected"
+                )
                 self.backends.remove(backend)
 
     def finish(self, plot: Path | None, config_text: str, failed: bool = False) -> None:

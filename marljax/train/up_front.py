@@ -15,7 +15,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from marljax.config import Config, ConfigError, first_line
+from marljax.config import Config
+from marljax.schema import ConfigError, first_line
 from marljax.train import memory
 from marljax.train.memory import MemoryEstimate, per_seed, rollout_bytes, tree_bytes
 from marljax.train.wiring import make_trainer
@@ -29,14 +30,26 @@ def long_run_warning(config: Config, chunk: int | None = None) -> str | None:
     sees the run only between jitted chunks of `chunk` updates, that rows and stops wait for them."""
     if config.num_updates <= LONG_RUN_UPDATES:
         return None
-    between = (f"; metrics rows, checkpoints and a Ctrl-C/SIGTERM stop come only between chunks of {chunk:,} updates "
-               "(raise num_chunks for shorter ones)" if chunk and chunk > 1 else "")  # fmt: skip
-    return (f"warning: total_timesteps={config.total_timesteps:,} is {config.num_updates:,} updates of "
-            f"{config.run_steps_per_update:,} env steps each, a very long run{between}")  # fmt: skip
+    between = (
+        f"; metrics rows, checkpoints and a Ctrl-C/SIGTERM stop come only between chunks of {chunk:,} updates "
+        "(raise num_chunks for shorter ones)"
+        if chunk and chunk > 1
+        else ""
+    )
+    return (
+        f"warning: total_timesteps={config.total_timesteps:,} is {config.num_updates:,} updates of "
+        f"{config.run_steps_per_update:,} env steps each, a very long run{between}"
+    )
 
 
-def check_run(config: Config, estimate: Callable[[], MemoryEstimate], devices: Iterable[Any],
-              log: Callable[[str], None], chunk: int | None = None, seeds_field: str = "num_seeds") -> None:  # fmt: skip
+def check_run(
+    config: Config,
+    estimate: Callable[[], MemoryEstimate],
+    devices: Iterable[Any],
+    log: Callable[[str], None],
+    chunk: int | None = None,
+    seeds_field: str = "num_seeds",
+) -> None:
     """Refuse (ConfigError) or warn, each in one line, before anything compiles. An estimate that
     fails is one note, never the run's end: the check is a guard, not a requirement."""
     devices = list(devices)
@@ -61,8 +74,10 @@ def with_checkpoint_copy(estimate: MemoryEstimate) -> MemoryEstimate:
     with a 15 GiB replay buffer, 73% of the 20.6 GiB available, was killed for memory)."""
     state = {k: estimate.parts[k] for k in estimate.state if k in estimate.parts}
     keys = estimate.keys[max(state, key=state.get)]
-    return estimate._replace(parts={**estimate.parts, "checkpoint copy": sum(state.values())},
-                             keys={**estimate.keys, "checkpoint copy": keys})  # fmt: skip
+    return estimate._replace(
+        parts={**estimate.parts, "checkpoint copy": sum(state.values())},
+        keys={**estimate.keys, "checkpoint copy": keys},
+    )
 
 
 def sync_estimate(config: Config, trainer, shapes: Any, best_params: bool = False) -> MemoryEstimate:
@@ -89,6 +104,9 @@ def async_estimate(config: Config, trainer, host_env: bool) -> MemoryEstimate:
         in_flight = a.buffer_capacity + a.num_actor_threads + 1
         parts["environments"] = tree_bytes(actors) * a.num_actor_threads
         parts["rollouts"] = rollout_bytes(trainer, one) * S * in_flight
-    keys = {"training state": ("hidden_size",), "environments": ("num_envs", "async.num_actor_threads"),
-            "rollouts": ("num_envs", "num_steps", "async.buffer_capacity")}  # fmt: skip
+    keys = {
+        "training state": ("hidden_size",),
+        "environments": ("num_envs", "async.num_actor_threads"),
+        "rollouts": ("num_envs", "num_steps", "async.buffer_capacity"),
+    }
     return memory.estimate_of(config, parts, keys)

@@ -10,13 +10,14 @@ from jax.sharding import Mesh
 
 from marljax.algos import registry
 from marljax.algos.api import Trainer
-from marljax.config import Config, ConfigError, algorithm_schema, algorithms_that
+from marljax.config import Config, algorithms_that
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
 from marljax.envs.registry import make_env
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import build_mesh, mesh_layout, replicated_groups
 from marljax.parallel.placement import platform
+from marljax.schema import ConfigError, algorithm_schema
 
 
 def make_adapter(config: Config) -> EnvAdapter:
@@ -54,8 +55,11 @@ def check_action_kinds(config: Config, env: EnvAdapter | HostEnvAdapter) -> None
             space = "Discrete" if kind == "discrete" else "Box"
             others = algorithms_that(lambda s, kind=kind: kind in s.actions)
             hint = " (MPE: env_kwargs.action_type=Continuous gives Box actions)" if kind == "discrete" else ""
-            raise ConfigError("algo", f"algo={config.algo} takes {' and '.join(takes)} actions; {config.env} has "
-                              f"{space} actions in group(s) {', '.join(groups)}: {others} take them{hint}")  # fmt: skip
+            raise ConfigError(
+                "algo",
+                f"algo={config.algo} takes {' and '.join(takes)} actions; {config.env} has "
+                f"{space} actions in group(s) {', '.join(groups)}: {others} take them{hint}",
+            )
 
 
 def check_group_networks(config: Config, env: EnvAdapter | HostEnvAdapter) -> None:
@@ -76,8 +80,11 @@ def check_agent_axis(config: Config, env: EnvAdapter) -> frozenset[str]:
     names = [g.name for g in env.groups]
     unknown = [name for name in config.mesh.replicated if name not in names]
     if unknown:
-        raise ConfigError("mesh.replicate", f"{config.env} has no group {unknown[0]!r} with "
-                          f"param_sharing={config.param_sharing}; its groups: {', '.join(names)}")  # fmt: skip
+        raise ConfigError(
+            "mesh.replicate",
+            f"{config.env} has no group {unknown[0]!r} with "
+            f"param_sharing={config.param_sharing}; its groups: {', '.join(names)}",
+        )
     k = config.mesh.agent
     replicated = replicated_groups(config.mesh, {g.name: g.size for g in env.groups})
     split = [g for g in env.groups if g.name not in replicated]
@@ -106,8 +113,11 @@ def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> 
 def warn_slow_dtype(config: Config, mesh: Mesh | None = None) -> None:
     """dtype=bfloat16 on a CPU is allowed but slower than float32 there: one line on stderr."""
     if config.dtype == "bfloat16" and platform(mesh) == "cpu":
-        print("warning: dtype=bfloat16 on a CPU: bf16 matmuls run slower than float32 here; the option is for GPUs "
-              "and TPUs", file=sys.stderr)  # fmt: skip
+        print(
+            "warning: dtype=bfloat16 on a CPU: bf16 matmuls run slower than float32 here; the option is for GPUs "
+            "and TPUs",
+            file=sys.stderr,
+        )
 
 
 def prepare(config: Config):
