@@ -256,3 +256,11 @@ def test_the_reader_on_files(tmp_path):
         "pkg.low:4 imports pkg (in a function; layer 0 < 2)",
         "pkg.low:5 imports pkg.sub.top (in a function; layer 0 < 1)",
     ]
+
+
+def test_the_formatter_formats_the_package_with_few_opt_outs():
+    """Issue 64: `# fmt: skip` at most 10 times in marljax/, each with its reason beside it."""
+    package = Path(__file__).resolve().parent.parent / "marljax"
+    marked = [f"{p}:{i}" for p in package.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
+              if "fmt: skip" in line]  # fmt: skip
+    assert len(marked) <= 10, marked

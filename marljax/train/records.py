@@ -86,9 +86,11 @@ def cpu_speed_note(config: Config, obs_shapes: list[tuple[int, ...]], platform: 
         why.append("the observations are images, encoded by a CNN")
     if not why:
         return None
-    return (f"on a CPU: {' and '.join(why)}, so expect several times fewer env-steps/s than IPPO's MLP on "
-            f"MPE and a longer compile (`marljax bench algo={config.algo} env={config.env}` measures it here); "
-            "a GPU is what this is built for")  # fmt: skip
+    return (
+        f"on a CPU: {' and '.join(why)}, so expect several times fewer env-steps/s than IPPO's MLP on "
+        f"MPE and a longer compile (`marljax bench algo={config.algo} env={config.env}` measures it here); "
+        "a GPU is what this is built for"
+    )
 
 
 def config_yaml(config: Config) -> str:
