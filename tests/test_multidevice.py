@@ -31,7 +31,7 @@ def run(tmp_path, name: str, overrides: list[str], devices: int) -> tuple[dict, 
     [
         # nightly: the independent4 case below runs the same mesh (and feed-forward) in CI
         pytest.param([], ["mesh.seed=2", "mesh.data=4"], marks=pytest.mark.nightly),
-        (["recurrent=true"], ["mesh.seed=1", "mesh.data=8"]),
+        pytest.param(["recurrent=true"], ["mesh.seed=1", "mesh.data=8"], marks=pytest.mark.nightly),  # CI: independent4
         (
             ["param_sharing=independent", "env_kwargs.num_agents=4", "env_kwargs.num_landmarks=4"],
             ["mesh.seed=2", "mesh.data=4"],

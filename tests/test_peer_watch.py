@@ -64,6 +64,7 @@ def test_the_lost_line_names_the_process_and_the_newest_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # nightly since 2026-11-28: CI's time (issue 63); the heartbeat's own tests above run in CI
 def test_a_killed_process_ends_the_survivor_in_one_line_and_the_run_resumes_in_one_process(tmp_path):
     """Before: the survivor sat about 94 s, then JAX's runtime aborted it (exit 134, a C++ stack, no
     word of which process). Now it ends within the watch's 15 s with one line, and `resume=true` on one

@@ -145,6 +145,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # nightly since 2026-11-28: CI's time (issue 63); IPPO's one-vs-eight-devices runs the data axis in CI
 def test_replay_splits_over_the_data_axis(tmp_path):
     """Recurrent QMIX on mesh.data=2 against one device. Acting is the same (keys follow global env
     indices), so before learning the rows are equal and each shard's half of the buffer holds its

@@ -49,6 +49,7 @@ def _compare(tmp_path, runs, mesh: list[str], n_devices: int, base: list[str] = 
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # nightly since 2026-11-28: CI's time (issue 63); IPPO's heterogeneous groups on the agent axis run in CI
 def test_replay_algorithms_on_agent_axis_match_one_device(tmp_path):
     """Recurrent QMIX (the team loss through the mixer, the replayed GRU, the all-gather of every
     agent's values) on mesh.agent=2 (2 agents per device): ~1.2 CPU-minutes (each run compiles)."""

@@ -277,6 +277,7 @@ def test_chunks_bound_retention_s_memory():
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # nightly since 2026-11-28: CI's time (issue 63); IPPO's exported-policy test runs in CI
 def test_exported_policy_acts_as_the_trained_one(tmp_path):
     """train -> export -> load_policy: the loaded policy's greedy actions on SMAX 3m equal the
     trainer's, and every one is available; a policy of other parameters (seed 0) differs somewhere."""
@@ -348,7 +349,7 @@ RESUME = ["algo=sable", "num_envs=4", "num_steps=8", "total_timesteps=256", "num
     [
         "dtype=float32",
         pytest.param("dtype=bfloat16", marks=pytest.mark.nightly),
-        "recurrent=true",
+        pytest.param("recurrent=true", marks=pytest.mark.nightly),  # since 2026-11-28: CI's time (issue 63)
         pytest.param("env_kwargs.action_type=Continuous", marks=pytest.mark.nightly),
     ],
 )

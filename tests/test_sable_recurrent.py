@@ -193,7 +193,7 @@ def test_the_rollout_s_log_probs_and_values_are_what_learning_replays_across_epi
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("minibatches", [1, 2])
+@pytest.mark.parametrize("minibatches", [1, pytest.param(2, marks=pytest.mark.nightly)])  # CI: 1 minibatch
 def test_learning_s_ratio_is_one_before_its_first_step(minibatches):
     """The algorithm's own replay: one epoch at a negligible learning rate, the approximate KL of
     the new policy to the behaviour one is float noise; with every step's reset flag set (the
@@ -220,6 +220,7 @@ def trainer_learn(cfg, env, learner, traj):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # nightly since 2026-11-28: CI's time (issue 63); IPPO's exported GRU policy runs in CI
 def test_an_exported_recurrent_policy_carries_the_memory_as_the_trainer_does(tmp_path):
     """train -> export -> load_policy: over 30 steps of spread (one episode end, where the policy's
     user starts a fresh carry and the trainer sees reset flags), the loaded policy's greedy
