@@ -274,7 +274,9 @@ def _sweep(args: list[str]) -> int:
         from marljax.sweeps.spec import load_sweep
 
         try:
-            run_sweep(load_sweep(args[0], rest), **options)
+            from marljax.train.timing import process_start
+
+            run_sweep(load_sweep(args[0], rest), **options, started=process_start() or _IMPORTED)
         except (DistributedError, DamagedFile) as exc:
             print(f"marljax: {exc}", file=sys.stderr)
             return 1

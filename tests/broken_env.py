@@ -29,3 +29,19 @@ def sleeps(**kwargs):
 
     print("factory started", flush=True)
     time.sleep(60)
+
+
+def spins(**kwargs):
+    """A factory that never returns, busy in Python (a loop waiting for something that never comes)."""
+    while True:
+        pass
+
+
+def naps(seconds: float = 3600.0, **kwargs):
+    """A factory that blocks in a sleep (a simulator that never answers), or returns after `seconds`."""
+    import time
+
+    time.sleep(seconds)
+    import jaxmarl
+
+    return jaxmarl.make("MPE_simple_spread_v3")

@@ -813,6 +813,30 @@ def test_a_factory_raising_a_base_exception_is_one_config_error(factory, words):
         make_env(f"tests.broken_env:{factory}")
 
 
+@pytest.mark.parametrize("factory", ["spins", "naps"])
+def test_a_factory_that_never_returns_is_one_config_error_after_the_limit(factory):
+    """Before: the run waited forever (a host env's step was guarded, its construction was not)."""
+    import time
+
+    from marljax.config import ConfigError
+    from marljax.envs.registry import make_env
+
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"env: building the env did not return in 1 s: tests.broken_env:{factory}\(\) hangs"):
+        make_env(f"tests.broken_env:{factory}", timeout_s=1.0)
+    assert time.monotonic() - started < 10
+    # control: a factory that returns within its limit builds its env, and a test's own timer runs on after
+    import signal
+
+    signal.setitimer(signal.ITIMER_REAL, 600.0)
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    try:
+        env = make_env("tests.broken_env:naps", {"seconds": 0.1}, timeout_s=5.0)
+        assert env.num_agents == 3 and signal.getitimer(signal.ITIMER_REAL)[0] > 500
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
 def test_a_user_module_that_does_not_compile_is_named(tmp_path, monkeypatch):
     """Before: `marljax: SyntaxError: invalid syntax (badmod.py, line 1)`, nothing saying it came from env=."""
     from marljax.config import ConfigError

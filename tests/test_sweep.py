@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import jax
@@ -219,6 +220,9 @@ def test_sweep_writes_cells_store_marl_eval_and_report(finished):
     # the best parameters' absolute return is one of theirs, re-measured with 10x the episodes:
     # it must lie within the range of returns those parameters could plausibly get (not a copy)
     assert not np.array_equal(res.absolute[..., 0], res.evals[..., 0].max(axis=2))
+    # the last line: where the wall time went, every program together (issue 67)
+    phases = set(re.findall(r"(\S+) [0-9.]+ s \(\d+%\)", logs[-1]))
+    assert logs[-1].startswith("time ") and {"build", "compile", "training", "evaluation"} <= phases, logs[-1]
     for cell in (out / "cells").iterdir():
         rows = [json.loads(line) for line in (cell / "metrics.jsonl").read_text().splitlines()]
         assert [r["update"] for r in rows] == [3, 6, 9, 12]

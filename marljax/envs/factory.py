@@ -1,9 +1,14 @@
-"""Calling a user's env factory: one clear ConfigError for a factory that raises or returns the wrong thing."""
+"""Calling a user's env factory: one clear ConfigError for a factory that raises, hangs or returns
+the wrong thing."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -22,11 +27,61 @@ def import_env_module(module_name: str, spec: str) -> ModuleType:
         raise ConfigError("env", f"importing module {module_name!r} for {spec!r} failed: {failed}; fix it") from exc
 
 
-def build_env(make: Callable[[], Any], label: str, kind: str, required: tuple[str, ...]) -> Any:
-    """`make()`, or ConfigError("env") saying that building the env failed (naming `label`, the
-    factory and its arguments) or that what it returned is no `kind` (it lacks one of `required`)."""
+# the default limit on building one env: async.actor_timeout_s's default, the watchdog of env steps
+BUILD_TIMEOUT_S = 300.0
+
+
+class BuildTimedOut(BaseException):  # a BaseException: a factory's own `except Exception` cannot swallow it
+    pass
+
+
+@contextlib.contextmanager
+def build_watchdog(timeout_s: float) -> Iterator[None]:
+    """Raise BuildTimedOut in the block after `timeout_s` (SIGALRM: it interrupts a Python loop and a
+    sleep alike). A timer already running (pytest-timeout's, a user's) keeps its deadline and its
+    handler: it fires as it would have, and runs on after the block. Off the main thread, and where
+    the platform has no interval timer, there is no limit."""
+    if timeout_s <= 0 or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    theirs, interval = signal.getitimer(signal.ITIMER_REAL)
+    ours = not theirs or timeout_s < theirs  # whose deadline comes first
+
+    def expire(signum, frame):
+        if ours:
+            raise BuildTimedOut
+        if callable(previous):
+            previous(signum, frame)
+
+    started = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s if ours else theirs)
     try:
-        env = make()
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if theirs:
+            signal.setitimer(signal.ITIMER_REAL, max(theirs - (time.monotonic() - started), 1e-3), interval)
+
+
+def build_env(
+    make: Callable[[], Any], label: str, kind: str, required: tuple[str, ...], timeout_s: float = BUILD_TIMEOUT_S
+) -> Any:
+    """`make()`, or ConfigError("env") saying that building the env failed (naming `label`, the
+    factory and its arguments), did not return within `timeout_s` (0: no limit), or that what it
+    returned is no `kind` (it lacks one of `required`)."""
+    started = time.monotonic()
+    try:
+        with build_watchdog(timeout_s):
+            env = make()
+    except BuildTimedOut:
+        raise ConfigError(
+            "env",
+            f"building the env did not return in {time.monotonic() - started:.0f} s: {label} hangs, or builds "
+            "something far too large for env_kwargs; fix the factory or env_kwargs "
+            "(async.actor_timeout_s sets this limit; 0 waits forever)",
+        ) from None
     except (ConfigError, KeyboardInterrupt):
         raise
     except BaseException as exc:  # noqa: BLE001 - the user's factory, even a BaseException of its own or sys.exit

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from marljax.envs.adapter import AgentGroup
-from marljax.envs.factory import build_env, import_env_module
+from marljax.envs.factory import BUILD_TIMEOUT_S, build_env, import_env_module
 from marljax.schema import ConfigError
 
 HOST_PREFIX = "pettingzoo:"
@@ -55,13 +55,14 @@ class HostEnvAdapter:
     has_world_state = False
     has_win = False  # no win condition is read from host envs
 
-    def __init__(self, make_one: Callable[[], Any], name: str):
+    def __init__(self, make_one: Callable[[], Any], name: str, timeout_s: float = BUILD_TIMEOUT_S):
         self.make_one, self.name = make_one, name
         proto = build_env(
             make_one,
             name,
             "PettingZoo ParallelEnv",
             ("possible_agents", "reset", "step", "observation_space", "action_space"),
+            timeout_s,
         )
         self.agents = tuple(proto.possible_agents)
         self.num_agents = len(self.agents)

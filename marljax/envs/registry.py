@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from marljax.envs.factory import build_env, import_env_module
+from marljax.envs.factory import BUILD_TIMEOUT_S, BuildTimedOut, build_env, build_watchdog, import_env_module
 from marljax.envs.jumanji import check_id as check_jumanji_id
 from marljax.envs.jumanji import is_jumanji, make_jumanji
 from marljax.schema import ConfigError, first_line, listed
@@ -108,7 +108,7 @@ def _layout_kwargs(name: str, kwargs: dict) -> dict:
     return {**kwargs, "layout": layouts[layout]}
 
 
-def _from_import_path(spec: str, kwargs: Mapping[str, Any]):
+def _from_import_path(spec: str, kwargs: Mapping[str, Any], timeout_s: float):
     module_name, _, attr = spec.partition(":")
     factory = getattr(import_env_module(module_name, spec), attr, None)
     if not callable(factory):
@@ -119,6 +119,7 @@ def _from_import_path(spec: str, kwargs: Mapping[str, Any]):
             f"{spec}({listed(kwargs)})",
             "JaxMARL MultiAgentEnv",
             ("agents", "reset", "step", "observation_space", "action_space"),
+            timeout_s,
         )
     except ConfigError as err:  # a TypeError: usually env_kwargs that its signature does not take
         if isinstance(err.__cause__, TypeError):
@@ -163,14 +164,16 @@ def check_env_name(name: str) -> None:
         )
 
 
-def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
-    """Build the raw JaxMARL-API environment named by `name` (`jumanji:<id>`: a Jumanji env behind that API)."""
+def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None, timeout_s: float = BUILD_TIMEOUT_S):
+    """Build the raw JaxMARL-API environment named by `name` (`jumanji:<id>`: a Jumanji env behind
+    that API); a user's factory or JaxMARL's constructor that has not returned after `timeout_s`
+    (0: no limit) is a ConfigError naming it."""
     kwargs = dict(env_kwargs or {})
     check_env_name(name)
     if is_jumanji(name):
         return make_jumanji(name, kwargs)
     if ":" in name:
-        return _from_import_path(name, kwargs)
+        return _from_import_path(name, kwargs, timeout_s)
     _import_jaxmarl()
     import jaxmarl
 
@@ -184,7 +187,14 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None):
             "enemy policy); use HeuristicEnemySMAX for a scripted enemy",
         )
     try:
-        env = jaxmarl.make(name, **kwargs)
+        with build_watchdog(timeout_s):
+            env = jaxmarl.make(name, **kwargs)
+    except BuildTimedOut:
+        raise ConfigError(
+            "env_kwargs",
+            f"building {name}({listed(kwargs)}) did not return in {timeout_s:g} s: env_kwargs ask for an env far "
+            "too large (async.actor_timeout_s sets this limit; 0 waits forever)",
+        ) from None
     except ConfigError:
         raise
     except TypeError as exc:

@@ -58,7 +58,7 @@ from marljax.train.memory import MemoryEstimate
 from marljax.train.metrics import plot_returns, read_jsonl
 from marljax.train.records import config_yaml
 from marljax.train.settings import check_logins
-from marljax.train.timing import Ticker
+from marljax.train.timing import RunClock, Ticker
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import check_run, sync_estimate
 from marljax.train.wiring import prepare
@@ -177,12 +177,23 @@ def run_sweep(
     overwrite: bool = False,
     progress: bool = True,
     max_chunks: int | None = None,
+    started: float | None = None,
 ) -> SweepResult:
-    """Run (or continue) every program of `sweep`, then write marl-eval's JSON and the report.
+    """Run (or continue) every program of `sweep`, then write marl-eval's JSON and the report;
+    the last line says where the wall time went (every program together).
 
     `max_chunks` stops after that many chunks in all, as if the process had been killed
-    there (tests); what was written stays valid and a rerun continues from it.
+    there (tests); what was written stays valid and a rerun continues from it. `started`: the
+    epoch time the wall time counts from (`marljax sweep` passes its process's start).
     """
+    clock = RunClock(started).listen()
+    try:
+        return _sweep(sweep, log, overwrite, progress, max_chunks, clock)
+    finally:
+        clock.close()
+
+
+def _sweep(sweep: Sweep, log, overwrite: bool, progress: bool, max_chunks: int | None, clock: RunClock) -> SweepResult:
     distributed.initialize(sweep.programs[0].config, sweep.out_dir, "rerun the same marljax sweep command")
     primary = distributed.is_primary()
     if not primary:  # multi-host: process 0 alone logs and writes files; all train and checkpoint
@@ -190,7 +201,8 @@ def run_sweep(
     compile_cache.use(sweep.programs[0].config.compile_cache, log)  # before anything compiles
     if primary:  # process 0 alone opens the trackers
         check_logins(sweep.programs[0].config.log)
-    prepared = [_prepare(p) for p in sweep.programs]  # errors before anything runs
+    with clock.phase("build"):
+        prepared = [_prepare(p) for p in sweep.programs]  # errors before anything runs
     for program, (_, mesh, trainer) in zip(sweep.programs, prepared):  # programs run one after another
         with located(f"program {program.name}"):
             check_run(
@@ -221,7 +233,7 @@ def run_sweep(
                 skipped.append(program.name)
                 continue
             ran.append(program.name)
-            finished = _run_program(sweep, program, env, mesh, trainer, store, log, progress, budget)
+            finished = _run_program(sweep, program, env, mesh, trainer, store, log, progress, budget, clock)
             if not finished:
                 return SweepResult(sweep.out_dir, ran, skipped, {})
             if primary:
@@ -231,7 +243,10 @@ def run_sweep(
         bar.close()
     if skipped:
         log(f"already finished, not rerun: {', '.join(skipped)}")
-    return SweepResult(sweep.out_dir, ran, skipped, finish(sweep.out_dir, log) if primary else {})
+    with clock.phase("plot"):  # the report and its figures
+        paths = finish(sweep.out_dir, log) if primary else {}
+    log(clock.line())
+    return SweepResult(sweep.out_dir, ran, skipped, paths)
 
 
 def finish(out_dir: Path, log: Callable[[str], None] = print) -> dict:
@@ -257,7 +272,7 @@ def row_hparams(program: Program, seeds: int) -> HParams:
 
 
 def _run_program(
-    sweep: Sweep, program: Program, env, mesh, trainer, store: ResultsStore, log, progress, budget
+    sweep: Sweep, program: Program, env, mesh, trainer, store: ResultsStore, log, progress, budget, clock: RunClock
 ) -> bool:
     """Run one program to its end (True) or until the chunk budget is spent (False)."""
     config, S = program.config, sweep.seeds
@@ -304,7 +319,7 @@ def _run_program(
             f"program {program.index + 1}/{len(sweep.programs)} {program.name}: compiling its chunk program "
             f"({program.rows} rows)"
         )
-        with Ticker("compiling", progress):
+        with clock.phase("compile"), Ticker("compiling", progress):
             compiled = compile_chunks(fns, run["state"], todo)
         log(
             f"program {program.index + 1}/{len(sweep.programs)} {program.name}: {len(program.cells)} cell(s) x {S} seeds "
@@ -354,7 +369,7 @@ def _run_program(
             start=start,
             groups=[slice(ci * S, (ci + 1) * S) for ci in range(len(program.cells))],
             sinks=sinks,
-            checkpoints=Checkpoints(checkpointer, config, lambda update: meta, start),
+            checkpoints=Checkpoints(checkpointer, config, lambda update: meta, start, clock=clock),
             progress=Progress(
                 progress,
                 config.num_updates,

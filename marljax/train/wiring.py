@@ -31,13 +31,16 @@ def make_adapter(config: Config) -> EnvAdapter:
             raise ConfigError("env", f"host (PettingZoo) envs run in mode=async with algo={' or '.join(hosts)}")
         if config.eval_every:
             raise ConfigError("eval_every", "evaluation runs on device; host (PettingZoo) envs have none (set 0)")
-        env = HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env)
+        env = HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env, config.async_.actor_timeout_s)
         check_group_networks(config, env)
         check_action_kinds(config, env)
         return env
     group_by = "roles" if config.param_sharing == "per_role" else "spaces"
     env = EnvAdapter(
-        make_env(config.env, config.env_kwargs), config.env, group_by=group_by, bonus_key=config.reward_shaping.info_key
+        make_env(config.env, config.env_kwargs, config.async_.actor_timeout_s),
+        config.env,
+        group_by=group_by,
+        bonus_key=config.reward_shaping.info_key,
     )
     check_group_networks(config, env)
     check_action_kinds(config, env)
