@@ -822,7 +822,9 @@ def test_a_factory_that_never_returns_is_one_config_error_after_the_limit(factor
     from marljax.envs.registry import make_env
 
     started = time.monotonic()
-    with pytest.raises(ConfigError, match=rf"env: building the env did not return in 1 s: tests.broken_env:{factory}\(\) hangs"):
+    with pytest.raises(
+        ConfigError, match=rf"env: building the env did not return in 1 s: tests.broken_env:{factory}\(\) hangs"
+    ):
         make_env(f"tests.broken_env:{factory}", timeout_s=1.0)
     assert time.monotonic() - started < 10
     # control: a factory that returns within its limit builds its env, and a test's own timer runs on after
