@@ -224,6 +224,8 @@ def compile_chunks(fns: ShardedFns, state, sizes) -> dict:
     an argument, since a second program would double the compile (8-9 s of the default run's on
     the card and on a CPU); `run_chunks` keeps the first n rows of its metrics."""
     distinct = sorted(set(sizes))
+    if not distinct:  # nothing left to run (a resume of a finished run)
+        return {}
     if len(distinct) == 1:
         return {distinct[0]: fns.chunk.lower(state, distinct[0]).compile()}
     longest, replicated = distinct[-1], NamedSharding(fns.mesh, P())
