@@ -220,9 +220,12 @@ def test_sweep_writes_cells_store_marl_eval_and_report(finished):
     # the best parameters' absolute return is one of theirs, re-measured with 10x the episodes:
     # it must lie within the range of returns those parameters could plausibly get (not a copy)
     assert not np.array_equal(res.absolute[..., 0], res.evals[..., 0].max(axis=2))
+    # 2 seeds a cell: the brackets are said not to be intervals, in the log and in report.md
+    warned = [line for line in logs if line.startswith("warning: every cell: 2 seed(s) with a value, fewer than 8")]
+    assert len(warned) == 1 and warned[0] in (out / "report" / "report.md").read_text()
     # the last line: where the wall time went, every program together (issue 67)
     phases = set(re.findall(r"(\S+) [0-9.]+ s \(\d+%\)", logs[-1]))
-    assert logs[-1].startswith("time ") and {"build", "compile", "training", "evaluation"} <= phases, logs[-1]
+    assert logs[-1].startswith("time ") and {"build", "compile", "training"} <= phases, logs[-1]
     for cell in (out / "cells").iterdir():
         rows = [json.loads(line) for line in (cell / "metrics.jsonl").read_text().splitlines()]
         assert [r["update"] for r in rows] == [3, 6, 9, 12]
@@ -512,3 +515,11 @@ def test_a_sweep_that_streams_to_a_tracker_without_a_login_is_refused_before_it_
     assert not (tmp_path / "sweep").exists()
     monkeypatch.setenv("NEPTUNE_API_TOKEN", "x" * 40)
     check_logins(sweep.programs[0].config.log)
+
+
+def test_the_few_seeds_note_names_the_cells_below_eight_and_is_silent_at_eight():
+    from marljax.sweeps.report import few_seeds_note
+
+    rows = [{"cell": "lr=0.001", "seeds": 8}, {"cell": "lr=0.01", "seeds": 3}]
+    assert few_seeds_note(rows).startswith("warning: lr=0.01: 3 seed(s) with a value, fewer than 8")
+    assert few_seeds_note(rows[:1]) is None  # 8 seeds: an interval, nothing to say

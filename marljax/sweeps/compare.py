@@ -42,6 +42,7 @@ import yaml
 
 from marljax.files import check_writable_dir, read_json, write_text_atomic
 from marljax.sweeps.report import (
+    MIN_SEEDS,
     estimate,
     finite,
     iqm_curve,
@@ -272,9 +273,6 @@ def improvements(runs: list[Run], metric: str, num_resamples: int = 2000, seed: 
                 }
             )
     return out
-
-
-MIN_SEEDS = 8  # fewer runs than this make a bootstrap interval little more than the runs' range
 
 
 def statistical_notes(rows: list[dict], pairs: list[dict]) -> list[str]:

@@ -149,6 +149,24 @@ WIN_RATE_COLUMNS = (  # shown where summarize found a win rate
 )
 
 
+MIN_SEEDS = 8  # fewer runs than this make a bootstrap interval little more than the runs' range
+
+
+def few_seeds_note(rows: list[dict], rerun: str = "seeds") -> str | None:
+    """One line where some rows have fewer than MIN_SEEDS seeds with a value: their brackets are
+    not 95% intervals. None where every row has enough."""
+    few = [row for row in rows if row["seeds"] < MIN_SEEDS]
+    if not few:
+        return None
+    which = "every cell" if len(few) == len(rows) else ", ".join(str(row["cell"]) for row in few)
+    counted = sorted({row["seeds"] for row in few})
+    return (
+        f"warning: {which}: {' or '.join(map(str, counted))} seed(s) with a value, fewer than {MIN_SEEDS}: "
+        f"the brackets are the bootstrap's spread over so few runs, not 95% intervals "
+        f"(rerun with {rerun}={MIN_SEEDS} or more)"
+    )
+
+
 def format_table(rows: list[dict]) -> str:
     """The markdown table of `summarize` rows: cell, seeds counted, and each estimate with its CI
     (the win rate's too, where the rows have one)."""
@@ -276,7 +294,9 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = summarize(results, num_resamples=num_resamples, seed=seed) if rows is None else rows
     paths = {name: out_dir / name for name in ("report.md", "report.csv", "curves.png", "final.png")}
-    write_text_atomic(paths["report.md"], "# Sweep report\n\n" + format_table(rows) + "\n" + _explanation(results))
+    note = few_seeds_note(rows)
+    table = format_table(rows) + (f"\n{note}\n" if note else "")
+    write_text_atomic(paths["report.md"], "# Sweep report\n\n" + table + "\n" + _explanation(results))
     write_csv(rows, paths["report.csv"])
     plot_curves(results, paths["curves.png"], num_resamples=num_resamples, seed=seed)
     plot_final(rows, paths["final.png"])

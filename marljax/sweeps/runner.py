@@ -252,13 +252,15 @@ def _sweep(sweep: Sweep, log, overwrite: bool, progress: bool, max_chunks: int |
 def finish(out_dir: Path, log: Callable[[str], None] = print) -> dict:
     """marl-eval's metrics.json and the report of the sweep in `out_dir` (what `marljax report` does)."""
     from marljax.sweeps.marl_eval import write_marl_eval
-    from marljax.sweeps.report import format_table, summarize, write_report
+    from marljax.sweeps.report import few_seeds_note, format_table, summarize, write_report
 
     results, out_dir = load(out_dir), Path(out_dir)
     marl_eval = write_marl_eval(results, out_dir / "metrics.json")
     rows = summarize(results)
     paths = write_report(results, out_dir / "report", rows=rows)
     log(format_table(rows))
+    if note := few_seeds_note(rows):
+        log(note)
     log(f"report: {paths['report.md']}; marl-eval: {marl_eval}")
     return paths
 
