@@ -80,7 +80,7 @@ def build_env(
             "env",
             f"building the env did not return in {time.monotonic() - started:.0f} s: {label} hangs, or builds "
             "something far too large for env_kwargs; fix the factory or env_kwargs "
-            "(async.actor_timeout_s sets this limit; 0 waits forever)",
+            "(async.actor_timeout_s sets this limit where the algorithm has it, else 300 s; 0 waits forever)",
         ) from None
     except (ConfigError, KeyboardInterrupt):
         raise

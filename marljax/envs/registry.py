@@ -193,7 +193,7 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None, timeout_s: 
         raise ConfigError(
             "env_kwargs",
             f"building {name}({listed(kwargs)}) did not return in {timeout_s:g} s: env_kwargs ask for an env far "
-            "too large (async.actor_timeout_s sets this limit; 0 waits forever)",
+            "too large (async.actor_timeout_s sets this limit where the algorithm has it, else 300 s; 0 waits forever)",
         ) from None
     except ConfigError:
         raise

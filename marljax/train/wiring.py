@@ -12,12 +12,19 @@ from marljax.algos import registry
 from marljax.algos.api import Trainer
 from marljax.config import Config, algorithms_that
 from marljax.envs.adapter import EnvAdapter
+from marljax.envs.factory import BUILD_TIMEOUT_S
 from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
 from marljax.envs.registry import make_env
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import build_mesh, mesh_layout, replicated_groups
 from marljax.parallel.placement import platform
 from marljax.schema import ConfigError, algorithm_schema
+
+
+def _build_timeout(config: Config) -> float:
+    """How long building the env may take: async.actor_timeout_s where the algorithm has an async
+    section (the limit on its env steps too), else the same default."""
+    return config.sections["async"].actor_timeout_s if "async" in config.sections else BUILD_TIMEOUT_S
 
 
 def make_adapter(config: Config) -> EnvAdapter:
@@ -31,13 +38,13 @@ def make_adapter(config: Config) -> EnvAdapter:
             raise ConfigError("env", f"host (PettingZoo) envs run in mode=async with algo={' or '.join(hosts)}")
         if config.eval_every:
             raise ConfigError("eval_every", "evaluation runs on device; host (PettingZoo) envs have none (set 0)")
-        env = HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env, config.async_.actor_timeout_s)
+        env = HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env, _build_timeout(config))
         check_group_networks(config, env)
         check_action_kinds(config, env)
         return env
     group_by = "roles" if config.param_sharing == "per_role" else "spaces"
     env = EnvAdapter(
-        make_env(config.env, config.env_kwargs, config.async_.actor_timeout_s),
+        make_env(config.env, config.env_kwargs, _build_timeout(config)),
         config.env,
         group_by=group_by,
         bonus_key=config.reward_shaping.info_key,
