@@ -37,6 +37,7 @@ def test_rows_hold_a_few_chunks_of_a_useful_size():
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # nightly since 2026-11-28: CI's time (issue 63); a bench's figures, not a contract of training
 def test_bench_scale_runs_a_row_then_the_protocol_summary_reads_it(tmp_path):
     proc = _cli("bench", "scale", "--max-envs", "64", *SMALL)
     assert proc.returncode == 0, proc.stderr[-2000:]

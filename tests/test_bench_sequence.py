@@ -14,6 +14,7 @@ TINY = ["num_envs=2", "num_steps=4", "ppo.num_minibatches=1", "ppo.update_epochs
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # nightly since 2026-11-28: CI's time (issue 63); a bench's figures, not a contract of training
 def test_rows_per_agent_count_and_model():
     lines: list[str] = []
     result = run_sequence_bench((4,), TINY, lines.append)

@@ -168,6 +168,7 @@ def test_cheap_copies_step_inline_without_a_probe(clock):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # nightly since 2026-11-28: CI's time (issue 63); a bench's figures, not a contract of training
 def test_the_stragglers_bench_reports_medians_of_alternating_pairs(monkeypatch, capsys):
     import json
 

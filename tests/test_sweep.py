@@ -393,6 +393,7 @@ def test_compare_takes_sweep_cells(finished, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # nightly since 2026-11-28: CI's time (issue 63); a bench's figures, not a contract of training
 def test_bench_sweep_times_the_same_runs_both_ways(capfd):
     from marljax.bench.sweep import run_sweep_bench
 
