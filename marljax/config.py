@@ -463,11 +463,11 @@ def family_defaults(config: Config) -> tuple[str | None, dict[str, Any]]:
     return family, {key: value for key, value in declared.items() if config.value(key) == value}
 
 
-def _device(values: Mapping[str, Any], algo: str, family: str | None) -> str | None:
-    """The device whose defaults a mapping's run takes (`device_defaults`), or None. `auto` asks
+def _device(choice: Any, algo: str, family: str | None, several_processes: bool) -> str | None:
+    """The device whose defaults a run takes (`device_defaults` = `choice`), or None. `auto` asks
     JAX only where some device declares defaults for the run, and never in a multi-process run:
     starting the backend there would come before jax.distributed.initialize."""
-    choice = coerce("device_defaults", values.get("device_defaults", "auto"), str)
+    choice = coerce("device_defaults", choice, str)
     one_of("device_defaults", choice, fields(CoreConfig)["device_defaults"].metadata["choices"])
     if choice == "none":
         return None
@@ -475,25 +475,31 @@ def _device(values: Mapping[str, Any], algo: str, family: str | None) -> str | N
         return choice
     if not device_declared(algo, family):
         return None
+    return device_platform(start_backend=not several_processes)
+
+
+def _several_processes(values: Mapping[str, Any]) -> bool:
+    """Whether a mapping's run is multi-process (`distributed=auto`, a coordinator, or more than one
+    process), read before its DistributedConfig is built."""
     distributed = values.get("distributed")
-    several = (
-        distributed == "auto"
-        or isinstance(distributed, Mapping)
-        and (
-            bool(distributed.get("coordinator"))
-            or str(distributed.get("auto", "")).lower() == "true"
-            or str(distributed.get("num_processes", 1)) not in ("1", "")
-        )
+    if distributed == "auto":
+        return True
+    if not isinstance(distributed, Mapping):
+        return False
+    return (
+        bool(distributed.get("coordinator"))
+        or str(distributed.get("auto", "")).lower() == "true"
+        or str(distributed.get("num_processes", 1)) not in ("1", "")
     )
-    return device_platform(start_backend=not several)
 
 
 def device_defaults(config: Config) -> tuple[str | None, dict[str, Any]]:
     """(the device whose defaults apply, {dotted key: value} of those the run kept): what the run's
     header, config.yaml and `--help` report. A key set explicitly to another value is left out."""
     family = _family({"env": config.env, "family_defaults": config.family_defaults})
-    processes = {key: getattr(config.distributed, key) for key in ("coordinator", "num_processes", "auto")}
-    device = _device({"device_defaults": config.device_defaults, "distributed": processes}, config.algo, family)
+    d = config.distributed
+    several = bool(d.coordinator) or d.auto or d.num_processes > 1
+    device = _device(config.device_defaults, config.algo, family, several)
     declared = to_flat(dict(device_overrides(device, config.algo, family))) if device else {}
     return device, {key: value for key, value in declared.items() if config.value(key) == value}
 
@@ -505,7 +511,7 @@ def _build_config(values: Mapping[str, Any]) -> Config:
     schema = algorithm_schema(algo)
     family = _family(values)
     over = schema.family_defaults.get(family, {}) if family is not None else {}
-    device = _device(values, algo, family)
+    device = _device(values.get("device_defaults", "auto"), algo, family, _several_processes(values))
     on_device = device_overrides(device, algo, family) if device else {}
     return Config(*build(values, schema, merge(merge(dict(schema.defaults), over), on_device)))
 

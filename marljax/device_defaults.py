@@ -39,7 +39,7 @@ def platform(start_backend: bool = True) -> str:
     if not installed:
         return "cpu"
     if not start_backend:
-        return "tpu" if installed == {"tpu"} else "gpu" if "gpu" in installed else "tpu"
+        return "gpu" if "gpu" in installed else "tpu"
     import jax
 
     backend = jax.default_backend()

@@ -29,6 +29,10 @@ def import_env_module(module_name: str, spec: str) -> ModuleType:
 
 # the default limit on building one env: async.actor_timeout_s's default, the watchdog of env steps
 BUILD_TIMEOUT_S = 300.0
+# where the limit comes from, for the messages of an env that did not finish building
+LIMIT_NOTE = (
+    f"async.actor_timeout_s sets this limit where the algorithm has it, else {BUILD_TIMEOUT_S:g} s; 0 waits forever"
+)
 
 
 class BuildTimedOut(BaseException):  # a BaseException: a factory's own `except Exception` cannot swallow it
@@ -71,16 +75,14 @@ def build_env(
     """`make()`, or ConfigError("env") saying that building the env failed (naming `label`, the
     factory and its arguments), did not return within `timeout_s` (0: no limit), or that what it
     returned is no `kind` (it lacks one of `required`)."""
-    started = time.monotonic()
     try:
         with build_watchdog(timeout_s):
             env = make()
     except BuildTimedOut:
         raise ConfigError(
             "env",
-            f"building the env did not return in {time.monotonic() - started:.0f} s: {label} hangs, or builds "
-            "something far too large for env_kwargs; fix the factory or env_kwargs "
-            "(async.actor_timeout_s sets this limit where the algorithm has it, else 300 s; 0 waits forever)",
+            f"building the env did not return in {timeout_s:g} s: {label} hangs, or builds "
+            f"something far too large for env_kwargs; fix the factory or env_kwargs ({LIMIT_NOTE})",
         ) from None
     except (ConfigError, KeyboardInterrupt):
         raise

@@ -14,7 +14,14 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from marljax.envs.factory import BUILD_TIMEOUT_S, BuildTimedOut, build_env, build_watchdog, import_env_module
+from marljax.envs.factory import (
+    BUILD_TIMEOUT_S,
+    LIMIT_NOTE,
+    BuildTimedOut,
+    build_env,
+    build_watchdog,
+    import_env_module,
+)
 from marljax.envs.jumanji import check_id as check_jumanji_id
 from marljax.envs.jumanji import is_jumanji, make_jumanji
 from marljax.schema import ConfigError, first_line, listed
@@ -193,7 +200,7 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None, timeout_s: 
         raise ConfigError(
             "env_kwargs",
             f"building {name}({listed(kwargs)}) did not return in {timeout_s:g} s: env_kwargs ask for an env far "
-            "too large (async.actor_timeout_s sets this limit where the algorithm has it, else 300 s; 0 waits forever)",
+            f"too large ({LIMIT_NOTE})",
         ) from None
     except ConfigError:
         raise

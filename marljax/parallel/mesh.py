@@ -237,7 +237,7 @@ class CountedChunk:
     """`program(state, n)` as a chunk of n updates: `compiled[n](state)` like a program of its own."""
 
     def __init__(self, program: Callable, n: int, sharding: NamedSharding):
-        self.program, self.n = program, n
+        self.program = program
         # placed once here: the chunk loop runs under a transfer guard that refuses a host scalar
         self.count = jax.make_array_from_callback((), sharding, lambda _: np.int32(n))
 

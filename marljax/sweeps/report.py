@@ -152,7 +152,7 @@ WIN_RATE_COLUMNS = (  # shown where summarize found a win rate
 MIN_SEEDS = 8  # fewer runs than this make a bootstrap interval little more than the runs' range
 
 
-def few_seeds_note(rows: list[dict], rerun: str = "seeds") -> str | None:
+def few_seeds_note(rows: list[dict]) -> str | None:
     """One line where some rows have fewer than MIN_SEEDS seeds with a value: their brackets are
     not 95% intervals. None where every row has enough."""
     few = [row for row in rows if row["seeds"] < MIN_SEEDS]
@@ -163,7 +163,7 @@ def few_seeds_note(rows: list[dict], rerun: str = "seeds") -> str | None:
     return (
         f"warning: {which}: {' or '.join(map(str, counted))} seed(s) with a value, fewer than {MIN_SEEDS}: "
         f"the brackets are the bootstrap's spread over so few runs, not 95% intervals "
-        f"(rerun with {rerun}={MIN_SEEDS} or more)"
+        f"(rerun with seeds={MIN_SEEDS} or more)"
     )
 
 
