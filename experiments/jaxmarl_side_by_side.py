@@ -101,7 +101,7 @@ def marljax_side(num_envs: int | None, timesteps: float, seeds: int) -> dict:
     compile_s, compiled = _timed(lambda: fns.chunk.lower(state, config.num_updates).compile())
     run_s, (_, metrics) = _timed(compiled, state)
     steps = config.num_updates * config.env_steps_per_update
-    episodes = metrics["episodes"]  # every update's finished episodes, per seed
+    episodes = metrics.episodes  # every update's finished episodes, per seed
     count = np.asarray(episodes.count)  # [S, U]
     per_agent = np.asarray(episodes.return_sum).mean(axis=-1)  # [S, U]: summed over the episodes, mean over agents
     curve = np.nanmean(per_agent / np.where(count > 0, count, np.nan), axis=0)  # [U]

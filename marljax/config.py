@@ -58,7 +58,6 @@ from marljax.schema import (
     fields,
     first_line,
     homes,
-    hparams_values,
     listed,
     merge,
     misplaced,
@@ -325,6 +324,8 @@ class AlgorithmSchema:
     jaxmarl_files: tuple[str, ...] = ()  # JaxMARL config-file stems it answers to besides its name (ql: ql_*.yaml)
     # env family (marljax.families) -> nested overrides of `defaults` for it; a setting given explicitly wins
     family_defaults: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    # why it runs far slower on a CPU than on an accelerator (said as a CPU run starts); "": nothing to say
+    cpu_note: str = ""
 
 
 # ----------------------------------------------------------------------------- the assembled config
@@ -711,7 +712,6 @@ __all__ = [
     "setting",
     "traced_keys",
     "resumable_keys",
-    "hparams_values",
     "schema_fields",
     "to_flat",
     "divisors",

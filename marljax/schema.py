@@ -226,11 +226,6 @@ def resumable_keys(config: Any) -> frozenset[str]:
     return frozenset(key for key, f in config_walk(config) if f.metadata.get("resumable"))
 
 
-def hparams_values(config: Any) -> dict[str, float]:
-    """The traced hyperparameters' values, by dotted key."""
-    return {key: float(config.value(key)) for key in traced_keys(config)}
-
-
 def _mappings(kind: str | None = None) -> set[str]:
     """Top-level keys of free-form mapping fields (of one merge kind, or any)."""
     return {

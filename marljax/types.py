@@ -6,6 +6,8 @@ sharded chunk), `A_g` the agents of group g, `N` all agents, `T` num_steps.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
@@ -15,9 +17,35 @@ from flax import struct
 Array = jax.Array
 
 
-# The traced hyperparameters, by dotted config key ("lr", "ppo.clip_eps", ...): float32 scalars []
-# carried in the learner state so that a sweep can vmap them (the keys: marljax.schema.traced_keys).
-HParams = dict
+def traced(key: str) -> Any:
+    """A field of a traced-hyperparameters pytree, read from the config's dotted `key`."""
+    return dataclasses.field(metadata={"key": key})
+
+
+@struct.dataclass
+class HParams:
+    """The traced hyperparameters every learner has: float32 scalars [] carried in the learner
+    state, so that a sweep vmaps them (one row per cell and seed: [R] across a sweep's rows).
+    An algorithm with traced settings of its own subclasses this with `traced(key)` fields, one per
+    field that `marljax.schema.traced_keys` lists for its config."""
+
+    lr: Array = traced("lr")
+    gamma: Array = traced("gamma")
+    max_grad_norm: Array = traced("max_grad_norm")
+
+    if TYPE_CHECKING:  # added by flax.struct.dataclass; declared for the type checker
+
+        def replace(self, **changes: Any) -> HParams: ...
+
+
+def hparam_keys(kind: type[HParams]) -> dict[str, str]:
+    """Field name -> the config's dotted key, of a traced-hyperparameters class."""
+    return {f.name: f.metadata["key"] for f in dataclasses.fields(kind)}
+
+
+def hparams_of(kind: type[HParams], value: Callable[[str], Any]) -> HParams:
+    """`kind` with each field float32 `value(dotted key)` (a scalar, or rows [R])."""
+    return kind(**{name: jnp.asarray(value(key), jnp.float32) for name, key in hparam_keys(kind).items()})
 
 
 @struct.dataclass
@@ -107,3 +135,20 @@ class EpisodeStats(NamedTuple):
             self.count + jnp.sum(fin),
             self.won_sum + jnp.sum(fin * won.astype(jnp.float32)),
         )
+
+
+@struct.dataclass
+class UpdateMetrics:
+    """What `learn` reports of one update: the algorithm's own figures by the names it gives them
+    (losses, lr, ...: [] float32) and the episodes that finished during its rollout. A chunk's
+    program stacks its updates ([n, ...]; [S, n, ...] across seeds on the host)."""
+
+    values: dict  # name -> [] float32
+    episodes: EpisodeStats
+
+    def __getitem__(self, name: str) -> Array:
+        return self.values[name]
+
+    if TYPE_CHECKING:  # added by flax.struct.dataclass; declared for the type checker
+
+        def replace(self, **changes: Any) -> UpdateMetrics: ...

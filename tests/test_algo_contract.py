@@ -8,11 +8,14 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 from marljax.algos import api, registry
 from marljax.config import ConfigError, load_config
+from marljax.schema import traced_keys
 from marljax.train.wiring import make_adapter, make_trainer
+from marljax.types import HParams, hparam_keys
 
 
 @pytest.mark.newest_jax  # each algorithm's own code, lowered and compiled, meets the newest jax too (CI leg 2)
@@ -37,11 +40,14 @@ def test_make_train_fills_the_contract_and_its_cost_pieces_compile(algo, tmp_pat
     assert not empty, f"{algo}: fields left None: {empty}"
 
     state = jax.eval_shape(trainer.init, jax.random.PRNGKey(0))
+    # its class of traced hyperparameters has a field for every traced key of its config, and no other
+    assert sorted(hparam_keys(type(state.learner.hparams)).values()) == sorted(traced_keys(config)), algo
+    assert all(x.shape == () and x.dtype == jnp.float32 for x in jax.tree.leaves(state.learner.hparams)), algo
     assert (trainer.extra_layout is None) == (state.extra is None), algo
     if state.extra is not None:
         trainer.extra_places(state.extra)  # the declaration fits the state (raises otherwise)
     _, metrics = jax.eval_shape(trainer.update, state)
-    assert trainer.losses and set(trainer.losses) <= set(metrics), (algo, trainer.losses, sorted(metrics))
+    assert trainer.losses and set(trainer.losses) <= set(metrics.values), (algo, trainer.losses, sorted(metrics.values))
     pieces = trainer.cost_pieces(state)
     assert [p.part for p in pieces][0] == "rollout" and {p.part for p in pieces} == {"rollout", "learn"}
     for piece in pieces:
@@ -72,3 +78,10 @@ def test_an_action_space_the_algorithm_does_not_declare_is_refused_in_one_line(a
     assert f"algo={algo} takes" in message and f"{space} actions in group(s) agents" in message
     takers = [n for n in registry.names() if kind in registry.get(n).schema.supports.actions]
     assert f"algo={', '.join(takers)} take them" in message
+
+
+def test_the_core_hparams_lack_ppos_traced_keys():
+    """Negative control of the hyperparameters check above: the core class misses `ppo.*`'s fields."""
+    config = load_config(None, ["algo=ippo"])
+    missing = set(traced_keys(config)) - set(hparam_keys(HParams).values())
+    assert missing == {"ppo.clip_eps", "ppo.ent_coef", "ppo.gae_lambda", "ppo.vf_coef"}

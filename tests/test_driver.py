@@ -18,6 +18,7 @@ from marljax.train import driver as driver_module
 from marljax.train.driver import Checkpoints, Chunk, Driver, Progress, StopControl, TrainingDiverged
 from marljax.train.loop import train
 from marljax.train.metrics import chunk_row
+from marljax.types import UpdateMetrics
 
 SMALL = ["num_envs=8", "num_steps=16", "total_timesteps=1024", "num_chunks=2", "progress=false", "plot=false"]
 SWEEP = {"base": {"num_envs": 8, "num_steps": 16, "total_timesteps": 768, "eval_every": 3, "eval_episodes": 2,
@@ -31,7 +32,7 @@ def steps(monkeypatch):
     real = Driver.step
 
     def spy(self, chunk: Chunk, save: bool = False) -> None:
-        seen.append((chunk.n, int(np.shape(chunk.metrics["episodes"].count)[0])))
+        seen.append((chunk.n, int(np.shape(chunk.metrics.episodes.count)[0])))
         real(self, chunk, save)
 
     monkeypatch.setattr(Driver, "step", spy)
@@ -96,7 +97,7 @@ def _driver(groups, checkpointer, **kwargs) -> Driver:
 
 
 def _chunk(loss: float, S: int = 2, n: int = 2) -> Chunk:
-    metrics = {"episodes": _episodes(S, n, 1, np.arange(S * n, dtype=float)), "loss_total": np.full((S, n), loss)}
+    metrics = UpdateMetrics({"loss_total": np.full((S, n), loss)}, _episodes(S, n, 1, np.arange(S * n, dtype=float)))
     return Chunk(None, metrics, n, 1.0, {"agent": {"w": np.ones((S, 3))}})
 
 
@@ -105,10 +106,9 @@ def test_rows_are_one_per_group_of_rows_each_from_its_own_slice():
     per_cell = _driver([slice(0, 1), slice(1, 2)], _Checkpointer()).rows(chunk, None)
     whole = _driver([slice(0, 2)], _Checkpointer()).rows(chunk, None)
     for i, row in enumerate(per_cell):
-        part = {
-            "episodes": _episodes(1, 2, 1, np.arange(4, dtype=float)[2 * i : 2 * i + 2]),
-            "loss_total": np.full((1, 2), 0.5),
-        }
+        part = UpdateMetrics(
+            {"loss_total": np.full((1, 2), 0.5)}, _episodes(1, 2, 1, np.arange(4, dtype=float)[2 * i : 2 * i + 2])
+        )
         expected = chunk_row(part, update=0, env_steps=0, wall_s=1.0, chunk_env_steps=2 * 128, num_agents=1)
         assert row == expected
     assert [row["return_mean"] for row in per_cell] == [0.5, 2.5] and whole[0]["return_mean"] == 1.5  # control

@@ -57,7 +57,7 @@ def test_reset_each_update_starts_every_rollout_afresh_and_counts_the_cut_episod
     episodes = []
     for _ in range(3):
         state, m = update(state)
-        episodes.append(jax.device_get(m["episodes"]))
+        episodes.append(jax.device_get(m.episodes))
     data = jax.device_get(state.extra.buffer.data)  # 3 rollouts x 4 envs: every slot written once
     starts = data["reset"]["agents"][:, 0]  # [12, A]: the first observation of each stored sequence starts an episode
     assert not data["done"].any()  # no episode ends inside a rollout either way

@@ -345,7 +345,7 @@ def test_a_vmapped_row_runs_what_train_runs_for_its_cell():
     trainer = make_trainer(program.config, make_adapter(program.config))  # unsharded
     keys = jnp.tile(seed_keys(0, 2), (2, 1))  # [4, 2]: rows (cell, seed)
     state = jax.vmap(trainer.init)(keys)
-    state = state.replace(learner=state.learner.replace(hparams=row_hparams(program, 2)))
+    state = state.replace(learner=state.learner.replace(hparams=row_hparams(program, 2, type(state.learner.hparams))))
     swept = jax.jit(jax.vmap(lambda s: trainer.run_updates(s, 4)))(state)
     rows = lambda tree, c: jax.tree.map(lambda x: x[2 * c : 2 * c + 2], tree)  # noqa: E731
     singles = [make_trainer(cell.config, make_adapter(cell.config)) for cell in program.cells]

@@ -16,7 +16,7 @@ from marljax.envs.adapter import EnvAdapter
 from marljax.train.loop import train
 from marljax.train.metrics import chunk_row
 from marljax.train.wiring import make_adapter
-from marljax.types import EpisodeStats
+from marljax.types import EpisodeStats, UpdateMetrics
 
 
 def test_won_matches_the_terminal_state_of_the_battle():
@@ -85,8 +85,8 @@ def test_chunk_row_win_rate_per_seed():
         count=np.array([[2.0, 0.0, 1.0], [0.0, 0.0, 0.0]]), won_sum=np.array([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]),
     )  # fmt: skip
     row = chunk_row(
-        {"episodes": episodes}, update=3, env_steps=96, wall_s=1.0, chunk_env_steps=96, num_agents=4, wins=True
+        UpdateMetrics({}, episodes), update=3, env_steps=96, wall_s=1.0, chunk_env_steps=96, num_agents=4, wins=True
     )
     assert row["win_rate"] == pytest.approx(2 / 3) and row["win_rate_per_seed"] == [pytest.approx(2 / 3), None]
-    assert "win_rate_per_seed" not in chunk_row({"episodes": episodes}, update=3, env_steps=96, wall_s=1.0,
+    assert "win_rate_per_seed" not in chunk_row(UpdateMetrics({}, episodes), update=3, env_steps=96, wall_s=1.0,
                                                 chunk_env_steps=96, num_agents=4)  # fmt: skip

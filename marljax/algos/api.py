@@ -36,8 +36,8 @@ import jax.numpy as jnp
 from marljax.config import AlgorithmSchema, Config
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import AGENTS, ENVS, Placed
-from marljax.schema import ConfigError, divisors, hparams_values, setting
-from marljax.types import ActorState, LearnerState, TrainState
+from marljax.schema import ConfigError, divisors, setting
+from marljax.types import ActorState, HParams, LearnerState, TrainState, UpdateMetrics, hparams_of
 
 Array = jax.Array
 
@@ -47,7 +47,7 @@ Array = jax.Array
 Key = Array  # [2] uint32 PRNG key
 Params = dict  # group (or an algorithm's own entry, e.g. a central critic) -> flax params, leaves [1 or A_g, ...]
 GroupArrays = dict  # group -> [B, A_g, ...]: observations, reset flags, hidden states, masks, actions
-Metrics = dict  # name -> [] float32 of one update, and "episodes": EpisodeStats
+Metrics = UpdateMetrics  # one update's figures by name, and the episodes that finished
 Extra = Any  # what an algorithm keeps beside the learner (None, or a pytree `Algorithm.extra_layout` lays out)
 Batch = Any  # what `collect` hands to `learn` (the PPO family: types.Trajectory; the async pipeline carries it)
 
@@ -387,6 +387,7 @@ class EpochSchedule:
         return config.num_steps if self.minibatch_split == "envs" else config.num_steps // self.num_minibatches
 
 
-def hparams_from_config(config: Config) -> dict:
-    """The learner's traced hyperparameters: dotted key -> float32 scalar [] (see types.HParams)."""
-    return {key: jnp.float32(value) for key, value in hparams_values(config).items()}
+def hparams_from_config(config: Config, kind: type[HParams] = HParams) -> HParams:
+    """The learner's traced hyperparameters, float32 scalars [] of `kind` (`types.HParams` or an
+    algorithm's subclass of it) read from `config`."""
+    return hparams_of(kind, config.value)

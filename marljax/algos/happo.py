@@ -30,7 +30,7 @@ on `mesh.data`; the order is drawn from the learner's key, the same on every dat
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +40,7 @@ import optax
 from marljax.algos import ippo, mappo
 from marljax.algos.acting import GroupNetworks, flat
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, hparams_from_config
+from marljax.algos.ippo import PPOHParams
 from marljax.algos.learning import Minibatches, adam, learning_rate
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
@@ -47,7 +48,7 @@ from marljax.nn import ops
 from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
 from marljax.schema import setting
-from marljax.types import GroupBatch, HParams, LearnerState, TrainState, Trajectory
+from marljax.types import GroupBatch, LearnerState, TrainState, Trajectory, UpdateMetrics
 
 Array = jax.Array
 CRITIC_KEY = ippo.CRITIC_KEY
@@ -138,7 +139,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return jnp.broadcast_to(per_agent, shape).reshape(-1)
 
     # ------------------------------------------------------------------ the losses
-    def actor_loss(actor_params: dict, mb: dict, block: Array, hp: HParams):
+    def actor_loss(actor_params: dict, mb: dict, block: Array, hp: PPOHParams):
         """Block `block`'s clipped surrogate with advantages times M (stop-gradient), minus its entropy bonus.
 
         mb: group -> (GroupBatch, adv, target) with leaves [L, E, A_g, ...], "factor" -> M [L, E]."""
@@ -153,16 +154,16 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             log_ratio = logp - flat(b.logp, 3)
             ratio = jnp.exp(log_ratio)
             a = ops.normalize(flat(adv, 3), axes) * m
-            eps = hp["ppo.clip_eps"]
+            eps = hp.clip_eps
             surrogate = jnp.minimum(ratio * a, jnp.clip(ratio, 1 - eps, 1 + eps) * a)
             actor, ent = -masked_mean(surrogate, w), masked_mean(entropy, w)
-            total = total + actor - hp["ppo.ent_coef"] * ent
+            total = total + actor - hp.ent_coef * ent
             kl = masked_mean((ratio - 1) - log_ratio, w)
             clipped = masked_mean((jnp.abs(ratio - 1) > eps).astype(jnp.float32), w)
             parts.append(jnp.stack([actor, ent, kl, clipped]) * (jnp.sum(w) > 0))
         return total, sum(parts)  # exactly one group holds the block: the sum is its figures
 
-    def critic_loss(critic_params, mb: dict, hp: HParams):
+    def critic_loss(critic_params, mb: dict, hp: PPOHParams):
         """MAPPO's clipped value loss of every group, times vf_coef.
 
         mb: group -> (behaviour value, target) [L, E, A_g], "world" -> [L, E, W]."""
@@ -170,28 +171,28 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         for g in groups:
             old, target = mb[g.name]  # [L, E, A_g] each
             value, old = values(critic_params, g, mb["world"]), flat(old, 3)
-            clipped = old + jnp.clip(value - old, -hp["ppo.clip_eps"], hp["ppo.clip_eps"])
+            clipped = old + jnp.clip(value - old, -hp.clip_eps, hp.clip_eps)
             target = flat(target, 3)
             total = total + 0.5 * jnp.mean(jnp.maximum(jnp.square(value - target), jnp.square(clipped - target)))
-        return hp["ppo.vf_coef"] * total
+        return hp.vf_coef * total
 
     actor_grad = jax.value_and_grad(actor_loss, has_aux=True)
     critic_grad = jax.value_and_grad(critic_loss)
 
     # ------------------------------------------------------------------ descent, per parameter set
-    def descend_sets(params, opt_state, grads, active: Array, lr: Array, hp: HParams):
+    def descend_sets(params, opt_state, grads, active: Array, lr: Array, hp: PPOHParams):
         """Adam on each set (leaves [S, ...]) with its own norm clip; only the sets where active [S] move."""
 
         def one(p, o, gr):
             norm = ops.global_norm(gr)
-            p, o = ops.descend(p, o, gr, norm, tx, lr, hp["max_grad_norm"])
+            p, o = ops.descend(p, o, gr, norm, tx, lr, hp.max_grad_norm)
             return p, o, norm
 
         new_p, new_o, norms = jax.vmap(one)(params, opt_state, grads)
         keep = lambda new, old: jnp.where(active.reshape(active.shape + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
         return jax.tree.map(keep, new_p, params), jax.tree.map(keep, new_o, opt_state), norms
 
-    def actor_step(block: Array, hp: HParams, lr: Array):
+    def actor_step(block: Array, hp: PPOHParams, lr: Array):
         """One gradient step of block `block` on a minibatch; carry (params, opt_state)."""
 
         def step(carry, mb):
@@ -212,15 +213,15 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
         return step
 
-    def critic_step(hp: HParams, lr: Array):
+    def critic_step(hp: PPOHParams, lr: Array):
         def step(carry, mb):
             params, opt_state = carry
             with jax.named_scope("forward_backward"):
                 loss, grads = critic_grad(params[CRITIC_KEY], mb, hp)
             grads = ops.pmean_tree(grads, layout.data_axis)
             norm = ops.global_norm(grads)
-            p, o = ops.descend(params[CRITIC_KEY], opt_state[CRITIC_KEY], grads, norm, tx, lr, hp["max_grad_norm"])
-            return ({**params, CRITIC_KEY: p}, {**opt_state, CRITIC_KEY: o}), (loss / hp["ppo.vf_coef"], norm)
+            p, o = ops.descend(params[CRITIC_KEY], opt_state[CRITIC_KEY], grads, norm, tx, lr, hp.max_grad_norm)
+            return ({**params, CRITIC_KEY: p}, {**opt_state, CRITIC_KEY: o}), (loss / hp.vf_coef, norm)
 
         return step
 
@@ -244,10 +245,12 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return jax.lax.map(run, runs).reshape((T,) + data["factor"].shape[1:])
 
     # ------------------------------------------------------------------ learn
-    def learn(learner: LearnerState, extra: None, traj: Trajectory, key: Array) -> tuple[LearnerState, None, dict]:
+    def learn(
+        learner: LearnerState, extra: None, traj: Trajectory, key: Array
+    ) -> tuple[LearnerState, None, UpdateMetrics]:
         """GAE on the central critic's values; each set's epochs of minibatches in a random order,
         its advantages times M; then the critic's."""
-        hp = learner.hparams
+        hp = cast(PPOHParams, learner.hparams)
         k_order, k_actor, k_critic = jax.random.split(key, 3)
         world = traj.batch[groups[0].name].world  # [T, E, W]
         data: dict[str, Any] = {}  # group -> (GroupBatch, adv, target), leaves [T, E, A_g, ...]
@@ -255,7 +258,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             b = traj.batch[g.name]._replace(world=None)
             with jax.named_scope("gae"):
                 adv, target = ops.gae(
-                    b.reward, b.value, b.done, traj.last_value[g.name], hp["gamma"], hp["ppo.gae_lambda"], choices().gae
+                    b.reward, b.value, b.done, traj.last_value[g.name], hp.gamma, hp.gae_lambda, choices().gae
                 )
             data[g.name] = (b, adv, target)
         critic_data = {**{g.name: (data[g.name][0].value, data[g.name][2]) for g in groups}, "world": world}
@@ -295,16 +298,18 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             factor_dev=mean(jnp.abs(factor - 1.0)),
         )
         figures, stats = ops.psum_tree((figures, traj.stats), axes)
-        metrics = {
-            "loss_total": figures["loss_actor"]
-            + hp["ppo.vf_coef"] * figures["loss_value"]
-            - hp["ppo.ent_coef"] * figures["entropy"],
-            **figures,
-            "grad_norm": jnp.mean(actor_norm),
-            "critic_grad_norm": jnp.mean(critic_norm),
-            "lr": lr,
-            "episodes": stats,
-        }
+        metrics = UpdateMetrics(
+            {
+                "loss_total": figures["loss_actor"]
+                + hp.vf_coef * figures["loss_value"]
+                - hp.ent_coef * figures["entropy"],
+                **figures,
+                "grad_norm": jnp.mean(actor_norm),
+                "critic_grad_norm": jnp.mean(critic_norm),
+                "lr": lr,
+            },
+            stats,
+        )
         return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), extra, metrics
 
     def init_learner(key: Array) -> LearnerState:
@@ -329,7 +334,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             "factor": jax.ShapeDtypeStruct((1, batches.rows(b0.value.shape[1])), jnp.float32),
         }
         critic_mb = {**{name: (rows(b.value), rows(b.value)) for name, b in batch.items()}, "world": rows(b0.world)}
-        hp = hparams_from_config(config)
+        hp = hparams_from_config(config, PPOHParams)
         lr = jax.ShapeDtypeStruct((), jnp.float32)
         trips = batches.epochs * M
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, group_keys, uses_cnn
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, EpochSchedule, split_groups
@@ -36,7 +37,17 @@ from marljax.nn.networks import ActorCritic, RecurrentActorCritic
 from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
 from marljax.schema import setting
-from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
+from marljax.types import (
+    ActorState,
+    EpisodeStats,
+    GroupBatch,
+    HParams,
+    LearnerState,
+    TrainState,
+    Trajectory,
+    UpdateMetrics,
+    traced,
+)
 
 Array = jax.Array
 CORRECTIONS = ("none", "ppo_clip", "vtrace")
@@ -50,6 +61,16 @@ class PPOConfig(EpochSchedule):
     clip_eps: float = setting(0.2, "clip range of the probability ratio", minimum=0.0, traced=True, jaxmarl="CLIP_EPS")
     ent_coef: float = setting(0.01, "entropy bonus coefficient", minimum=0.0, traced=True, jaxmarl="ENT_COEF")
     vf_coef: float = setting(0.5, "value loss coefficient", minimum=0.0, traced=True, jaxmarl="VF_COEF")
+
+
+@struct.dataclass
+class PPOHParams(HParams):
+    """The PPO family's traced hyperparameters (IPPO, MAPPO, HAPPO, Sable): the core's and `ppo.*`'s."""
+
+    gae_lambda: Array = traced("ppo.gae_lambda")
+    clip_eps: Array = traced("ppo.clip_eps")
+    ent_coef: Array = traced("ppo.ent_coef")
+    vf_coef: Array = traced("ppo.vf_coef")
 
 
 class CentralCritic(NamedTuple):
@@ -187,7 +208,7 @@ def build(
         return params
 
     def learner_init(key: Array) -> LearnerState:
-        return init_learner(config, key, init_params)
+        return init_learner(config, key, init_params, PPOHParams)
 
     def init_actors(key: Array) -> ActorState:
         return vec.init_actors(init_keys(key).env, nets.gru_size)
@@ -270,7 +291,7 @@ def build(
         dist, value, _ = evaluate(params, g, merge(b.obs), merge(b.mask), None, None, merge(b.world), True)
         return dist, value
 
-    def loss_fn(params, minibatch, hp: HParams):
+    def loss_fn(params, minibatch, hp: PPOHParams):
         total: Array | float = 0.0
         parts = []
         for g in groups:
@@ -285,9 +306,9 @@ def build(
                 flat(b.value, 3),
                 ops.normalize(flat(adv, 3), layout.env_axes),
                 flat(target, 3),
-                hp["ppo.clip_eps"],
-                hp["ppo.vf_coef"],
-                hp["ppo.ent_coef"],
+                hp.clip_eps,
+                hp.vf_coef,
+                hp.ent_coef,
                 None if weight is None else flat(weight, 3),
             )
             total = total + loss.total
@@ -297,19 +318,17 @@ def build(
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def minibatch_step(params, opt_state, minibatch, hp: HParams, lr: Array):
+    def minibatch_step(params, opt_state, minibatch, hp: PPOHParams, lr: Array):
         """One gradient step on one minibatch (group -> (GroupBatch, adv, target, weight|None), leaves [L, E, A_g, ...])."""
         with jax.named_scope("forward_backward"):
             (_, parts), grads = grad_fn(params, minibatch, hp)
         params, opt_state, grad_norm = descend(adam(config), layout, split, params, opt_state, grads, lr, hp)
         return (params, opt_state), (parts, grad_norm)
 
-    def advantages(params, b: GroupBatch, last_value: Array, g: AgentGroup, hp: HParams):
+    def advantages(params, b: GroupBatch, last_value: Array, g: AgentGroup, hp: PPOHParams):
         """(batch, advantages, value targets, importance weight or None), learning layout, [T, E, A]."""
         if correction == "none":
-            adv, target = ops.gae(
-                b.reward, b.value, b.done, last_value, hp["gamma"], hp["ppo.gae_lambda"], choices().gae
-            )
+            adv, target = ops.gae(b.reward, b.value, b.done, last_value, hp.gamma, hp.gae_lambda, choices().gae)
             return b, adv, target, None
         dist, value = evaluate_seq(params, g, b)  # the proximal policy: the learner now
         shape = b.reward.shape
@@ -318,11 +337,9 @@ def build(
         prox_value = jax.lax.stop_gradient(value.reshape(shape))
         b = b._replace(logp=prox_logp, value=prox_value)
         if correction == "ppo_clip":
-            adv, target = ops.gae(
-                b.reward, prox_value, b.done, last_value, hp["gamma"], hp["ppo.gae_lambda"], choices().gae
-            )
+            adv, target = ops.gae(b.reward, prox_value, b.done, last_value, hp.gamma, hp.gae_lambda, choices().gae)
             return b, adv, target, weight
-        target, adv = ops.vtrace(b.reward, prox_value, b.done, last_value, weight, hp["gamma"])
+        target, adv = ops.vtrace(b.reward, prox_value, b.done, last_value, weight, hp.gamma)
         return b, adv, target, jnp.ones_like(weight)  # V-trace's advantages already carry rho
 
     def shuffle(data: dict, key: Array) -> dict:
@@ -332,9 +349,11 @@ def build(
         kept = {g.name: data[g.name] for g in groups if g.name in layout.replicated}
         return {**out, **acting_batches.shuffle(kept, key, runs=rnn)} if kept else out
 
-    def learn(learner: LearnerState, extra: None, traj: Trajectory, k_epochs: Array) -> tuple[LearnerState, None, dict]:
+    def learn(
+        learner: LearnerState, extra: None, traj: Trajectory, k_epochs: Array
+    ) -> tuple[LearnerState, None, UpdateMetrics]:
         """One PPO update on `traj` (acting layout): swap to agent-major, advantages, epochs of minibatches."""
-        hp = learner.hparams
+        hp = cast(PPOHParams, learner.hparams)
         # environment-major -> agent-major (the world state, shared by all groups, travels once);
         # replicated groups stay environment-major, beside the acting layout's world state
         world = traj.batch[groups[0].name].world
@@ -361,17 +380,19 @@ def build(
         parts, stats = ops.psum_tree(
             (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), traj.stats), layout.env_axes
         )
-        metrics = {
-            "loss_total": parts.total,
-            "loss_actor": parts.actor,
-            "loss_value": parts.value,
-            "entropy": parts.entropy,
-            "approx_kl": parts.approx_kl,
-            "clip_frac": parts.clip_frac,
-            "grad_norm": jnp.mean(grad_norm),
-            "lr": lr,
-            "episodes": stats,
-        }
+        metrics = UpdateMetrics(
+            {
+                "loss_total": parts.total,
+                "loss_actor": parts.actor,
+                "loss_value": parts.value,
+                "entropy": parts.entropy,
+                "approx_kl": parts.approx_kl,
+                "clip_frac": parts.clip_frac,
+                "grad_norm": jnp.mean(grad_norm),
+                "lr": lr,
+            },
+            stats,
+        )
         return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), extra, metrics
 
     # ------------------------------------------------------------------- FLOPs

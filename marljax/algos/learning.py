@@ -46,17 +46,20 @@ def init_keys(key: Array) -> InitKeys:
     return InitKeys(*jax.random.split(key, 3))
 
 
-def init_learner(config: Config, key: Array, init_params: Callable[[Array], dict]) -> LearnerState:
+def init_learner(
+    config: Config, key: Array, init_params: Callable[[Array], dict], hparams: type[HParams] = HParams
+) -> LearnerState:
     """Parameters from `init_params(InitKeys.net)`, `adam`'s zero moments, the traced
-    hyperparameters, the run key and no update done. No environment is touched."""
+    hyperparameters (of the algorithm's `hparams` class), the run key and no update done. No
+    environment is touched."""
     keys = init_keys(key)
     params = init_params(keys.net)
-    return LearnerState(params, adam(config).init(params), hparams_from_config(config), keys.run, jnp.int32(0))
+    return LearnerState(params, adam(config).init(params), hparams_from_config(config, hparams), keys.run, jnp.int32(0))
 
 
 def learning_rate(config: Config, learner: LearnerState) -> Array:
     """This update's learning rate []: `schedule(config)` of the traced base rate."""
-    return schedule(config)(learner.hparams["lr"], learner.update)
+    return schedule(config)(learner.hparams.lr, learner.update)
 
 
 def schedule(config: Config) -> Callable[[Array, Array], Array]:
@@ -86,7 +89,7 @@ def descend(
     over `agent`), clipped to `max_grad_norm`, `tx` (`adam(config)`). -> (params, opt_state, grad_norm [])."""
     with jax.named_scope("optimizer"):  # a label for profiles (experiments/profile_chunk.py)
         grads, grad_norm = layout.reduce_grads(grads, split)
-        params, opt_state = ops.descend(params, opt_state, grads, grad_norm, tx, lr, hp["max_grad_norm"])
+        params, opt_state = ops.descend(params, opt_state, grads, grad_norm, tx, lr, hp.max_grad_norm)
     return params, opt_state, grad_norm
 
 
@@ -220,7 +223,7 @@ def epoch_cost_pieces(
     _, step_batch = jax.eval_shape(rollout_step, params, actors, key)  # group -> GroupBatch [E, A_g, ...]
     rows = lambda x: jax.ShapeDtypeStruct((1, batches.rows(x.shape[0])) + x.shape[1:], x.dtype)  # noqa: E731
     minibatch = {g: (jax.tree.map(rows, b), rows(b.value), rows(b.value), *extra) for g, b in step_batch.items()}
-    hp = hparams_from_config(config)
+    hp = hparams_from_config(config, type(state.learner.hparams))
 
     def gradient_step(params, opt_state, minibatch, lr):
         return minibatch_step(params, opt_state, minibatch, hp, lr)

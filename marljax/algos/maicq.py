@@ -32,6 +32,7 @@ from typing import cast
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from marljax.algos import offline
 from marljax.algos.api import Algorithm, AlgorithmSpec
@@ -44,7 +45,7 @@ from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.parallel.layouts import Layout
 from marljax.schema import setting
-from marljax.types import HParams
+from marljax.types import HParams, traced
 
 Array = jax.Array
 CRITICS = "__q__"  # params[CRITICS]: group -> the agents' Q-networks
@@ -62,6 +63,13 @@ class MAICQConfig(TargetConfig):
         above=0.0,
         traced=True,
     )
+
+
+@struct.dataclass
+class MAICQHParams(HParams):
+    """MAICQ's traced hyperparameters: the core's and the actors' weight temperature."""
+
+    alpha: Array = traced("maicq.alpha")
 
 
 def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
@@ -88,7 +96,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         out = cast(Array, mixer.apply(mix_params, values.reshape(E * L, N), world.reshape(E * L, -1)))
         return out.reshape(E, L)
 
-    def loss_fn(params, target, batch: offline.Transitions, hp: HParams):
+    def loss_fn(params, target, batch: offline.Transitions, hp: MAICQHParams):
         world = offline.world_of(batch)  # [E, L+1, W]
         now, taken, later_taken = [], [], []
         for g in groups:
@@ -104,7 +112,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         q_next = mixed(target[MIXER], jnp.concatenate(later_taken, axis=-1), world[:, 1:])
         reward = jnp.sum(batch.reward[:, :-1], axis=-1) * config.q.reward_scale  # the team's, summed like the values
         alive = 1.0 - batch.terminal[:, :-1].astype(jnp.float32)
-        goal = jax.lax.stop_gradient(reward + hp["gamma"] * alive * q_next)
+        goal = jax.lax.stop_gradient(reward + hp.gamma * alive * q_next)
         valid = (~batch.truncation[:, :-1]).astype(jnp.float32)
         critic_loss = 0.5 * jnp.sum(valid * (q_tot - goal) ** 2) / jnp.maximum(jnp.sum(valid), 1.0)
 
@@ -119,7 +127,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             baseline = jnp.sum(probs * values, axis=-1)  # the policy's expected Q_i
             k = slope[..., start : start + g.size]
             start += g.size
-            z = jax.lax.stop_gradient(k * (q_a - baseline) / hp["maicq.alpha"]).reshape(-1)  # [E*L*A_g]
+            z = jax.lax.stop_gradient(k * (q_a - baseline) / hp.alpha).reshape(-1)  # [E*L*A_g]
             w = jax.nn.softmax(z) * z.size  # normalised over the batch: mean 1
             actor_loss = actor_loss - jnp.mean(w * logp)
             weight_max.append(jnp.max(w))
@@ -128,7 +136,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def gradient_step(params, opt_state, target, batch: offline.Transitions, hp: HParams, lr: Array):
+    def gradient_step(params, opt_state, target, batch: offline.Transitions, hp: MAICQHParams, lr: Array):
         (loss, parts), grads = grad_fn(params, target, batch, hp)
         params, opt_state, grad_norm = descend(adam(config), layout, frozenset(), params, opt_state, grads, lr, hp)
         return params, opt_state, (loss, *parts, grad_norm)
@@ -141,6 +149,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         init_params=init_params,
         act=make_act(actors, groups),
         gradient_step=gradient_step,
+        hparams=MAICQHParams,
         target=offline.Target(config.maicq, critics),
         metrics=("loss_total", "loss_critic", "loss_actor", "q_tot_mean", "weight_max", "grad_norm"),
     )

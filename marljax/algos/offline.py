@@ -43,7 +43,7 @@ from marljax.config import Config
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.parallel.layouts import Layout
 from marljax.schema import ConfigError, setting
-from marljax.types import ActorState, EpisodeStats, LearnerState, TrainState
+from marljax.types import ActorState, EpisodeStats, HParams, LearnerState, TrainState, UpdateMetrics
 
 Array = jax.Array
 Data = Any  # an array of a dataset: np.ndarray on the host, jax.Array on the devices
@@ -347,6 +347,7 @@ def pieces(
     gradient_step: Callable,
     metrics: tuple[str, ...],
     target: Target | None = None,
+    hparams: type[HParams] = HParams,
 ) -> Algorithm:
     """An offline algorithm's `api.Algorithm` from its own parts: its networks and their first
     parameters, `act`, and one gradient step, `gradient_step(params, opt_state[, target], batch, hp,
@@ -355,7 +356,7 @@ def pieces(
     each step), a fresh sample per update, the metrics averaged over the data shards."""
 
     def learner_init(key: Array) -> LearnerState:
-        return init_learner(config, key, init_params)
+        return init_learner(config, key, init_params, hparams)
 
     def init_extra(key: Array, learner: LearnerState) -> OfflineExtra:
         return OfflineExtra(source.device_copy(key), None if target is None else target.of(learner.params))
@@ -371,14 +372,14 @@ def pieces(
             extra = extra.replace(target=target.moved(params, extra.target, done))
         values = dict(zip(metrics, mean_over_shards(tuple(out), layout)))
         learner = learner.replace(params=params, opt_state=opt_state, update=done)
-        return learner, extra, {**values, "lr": lr, "episodes": stats}
+        return learner, extra, UpdateMetrics({**values, "lr": lr}, stats)
 
     def cost_pieces(state: TrainState) -> list[CostPiece]:
         """(a) the batch's read (`OfflineSource.read_piece`) x num_steps; (b) one gradient step (the
         algorithm's loss and its gradient on num_envs x span transitions, clipping, Adam) x 1."""
         learner, extra = state.learner, state.extra
         batch = jax.eval_shape(source.sample, extra.data, jax.ShapeDtypeStruct((2,), jnp.uint32))
-        hp, lr = hparams_from_config(config), jax.ShapeDtypeStruct((), jnp.float32)
+        hp, lr = hparams_from_config(config, hparams), jax.ShapeDtypeStruct((), jnp.float32)
         before = () if target is None else (extra.target,)
 
         def one_step(params, opt_state, *rest):  # rest: [target,] batch, lr

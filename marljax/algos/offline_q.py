@@ -22,6 +22,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from marljax.algos import offline
 from marljax.algos.acting import flat
@@ -33,7 +34,7 @@ from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
 from marljax.schema import ConfigError, setting
-from marljax.types import HParams
+from marljax.types import HParams, traced
 
 Array = jax.Array
 
@@ -60,6 +61,13 @@ class CQLConfig(TargetConfig):
         minimum=0.0,
         traced=True,
     )
+
+
+@struct.dataclass
+class CQLHParams(HParams):
+    """IQL+CQL's traced hyperparameters: the core's and the conservative penalty's weight."""
+
+    alpha: Array = traced("cql.alpha")
 
 
 def check_q(config: Config) -> None:
@@ -117,19 +125,19 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     source = offline.OfflineSource.of(config, env, layout, next_obs=True)
     q = make_q_acting(config, env, layout)
 
-    def loss_fn(params, target, batch: offline.Transitions, hp: HParams):
+    def loss_fn(params, target, batch: offline.Transitions, hp: CQLHParams):
         td, cql, q_mean = [], [], []
         for g in groups:
-            taken, goal, valid, values, legal = td_parts(config, q, params, target, g, batch, hp["gamma"])
+            taken, goal, valid, values, legal = td_parts(config, q, params, target, g, batch, hp.gamma)
             td.append(0.5 * jnp.sum(valid * (taken - goal) ** 2) / jnp.maximum(jnp.sum(valid) * g.size, 1.0))
             cql.append(jnp.mean(conservative_penalty(values, legal, taken)))
             q_mean.append(jnp.mean(taken))
         td_loss, penalty = sum(td), sum(cql)
-        return td_loss + hp["cql.alpha"] * penalty, (td_loss, penalty, jnp.mean(jnp.stack(q_mean)))
+        return td_loss + hp.alpha * penalty, (td_loss, penalty, jnp.mean(jnp.stack(q_mean)))
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def gradient_step(params, opt_state, target, batch: offline.Transitions, hp: HParams, lr: Array):
+    def gradient_step(params, opt_state, target, batch: offline.Transitions, hp: CQLHParams, lr: Array):
         (loss, (td, penalty, q_mean)), grads = grad_fn(params, target, batch, hp)
         params, opt_state, grad_norm = descend(adam(config), layout, frozenset(), params, opt_state, grads, lr, hp)
         return params, opt_state, (loss, td, penalty, q_mean, grad_norm)
@@ -144,6 +152,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         gradient_step=gradient_step,
         metrics=("loss_total", "loss_td", "cql_penalty", "q_mean", "grad_norm"),
         target=offline.Target(config.cql),
+        hparams=CQLHParams,
     )
 
 

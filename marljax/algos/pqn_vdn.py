@@ -48,7 +48,7 @@ from marljax.nn import ops
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import AGENTS, ENVS, Placed
 from marljax.schema import ConfigError, setting
-from marljax.types import ActorState, HParams, LearnerState, TrainState
+from marljax.types import ActorState, HParams, LearnerState, TrainState, UpdateMetrics
 
 Array = jax.Array
 
@@ -193,14 +193,14 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
 
     def learn(
         learner: LearnerState, extra: dict | None, batch: QRollout, k_epochs: Array
-    ) -> tuple[LearnerState, Any, dict]:
+    ) -> tuple[LearnerState, Any, UpdateMetrics]:
         """Q(lambda) targets from the bootstrap values, then epochs of minibatches on 0.5 (Q_tot - G)^2
         (a memory window: on its W steps, then the rollout's T)."""
         traj, next_q, stats = batch.traj, batch.bootstrap, batch.stats
         assert next_q is not None  # collect above always sets it
         eps = q.epsilon(learner.update)
         team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_act]: the sum matches Q_tot = sum_i Q_i
-        target = ops.q_lambda_returns(team_reward, traj["done"], next_q, learner.hparams["gamma"], config.q.td_lambda)
+        target = ops.q_lambda_returns(team_reward, traj["done"], next_q, learner.hparams.gamma, config.q.td_lambda)
         # environment-major -> agent-major (identity unless mesh.agent > 1): [T, E_learn, A_g/K, ...]
         fields = ("obs", "action", "reset", "hidden") if rnn else ("obs", "action")
         per_agent, target = layout.to_learning({k: traj[k] for k in fields}, jax.lax.stop_gradient(target))
@@ -220,14 +220,16 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         )
         n = layout.num_env_shards
         (loss, q_mean), stats = ops.psum_tree(((jnp.mean(loss) / n, jnp.mean(q_mean) / n), stats), layout.env_axes)
-        metrics = {
-            "loss_total": loss,
-            "q_mean": q_mean,
-            "grad_norm": jnp.mean(grad_norm),
-            "lr": lr,
-            "epsilon": eps,
-            "episodes": stats,
-        }
+        metrics = UpdateMetrics(
+            {
+                "loss_total": loss,
+                "q_mean": q_mean,
+                "grad_norm": jnp.mean(grad_norm),
+                "lr": lr,
+                "epsilon": eps,
+            },
+            stats,
+        )
         return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), extra, metrics
 
     def cost_pieces(state: TrainState) -> list[CostPiece]:

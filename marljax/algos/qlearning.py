@@ -73,7 +73,7 @@ from marljax.envs.adapter import EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
 from marljax.schema import ConfigError, setting
-from marljax.types import ActorState, HParams, LearnerState, TrainState
+from marljax.types import ActorState, HParams, LearnerState, TrainState, UpdateMetrics
 
 Array = jax.Array
 MIXER = "__mixer__"  # params[MIXER]: the team value's own parameters (QMIX's mixer, SHAQ's alpha network)
@@ -101,13 +101,14 @@ class TeamValue(NamedTuple):
     stats: bool = False
 
 
-def default_team(config: Config, num_agents: int) -> TeamValue | None:
-    """`algo`'s team value: None for iql (every agent its own), VDN's sum, QMIX's mixer."""
-    if config.algo == "vdn":
-        total = lambda params, values, world, *_: jnp.sum(values, axis=-1)  # noqa: E731
-        return TeamValue(False, total, total)
-    if config.algo != "qmix":
-        return None
+def summed_team() -> TeamValue:
+    """VDN's team value: the sum of the agents' Q-values."""
+    total = lambda params, values, world, *_: jnp.sum(values, axis=-1)  # noqa: E731
+    return TeamValue(False, total, total)
+
+
+def mixed_team(config: Config) -> TeamValue:
+    """QMIX's team value: its monotonic mixer of the agents' Q-values on the world state."""
     mixer = QMixer(config.mixer.embed_dim, config.mixer.hyper_hidden, config.dtype, config.mixer.init_scale)
 
     def mixed(params, values: Array, world: Array, *_) -> Array:
@@ -212,10 +213,10 @@ def build(
     team: TeamValue | None = None,
     agents: GroupNetworks | None = None,
 ) -> Algorithm:
-    """IQL, VDN or QMIX as `config.algo` says; `team`: another method's team value (SHAQ's);
-    `agents`: other Q-networks than config's (TransfQMix's transformers)."""
+    """Q-learning with replay and a target network: IQL (no `team`: every agent its own value), or a
+    team value's method (`summed_team` VDN, `mixed_team` QMIX, SHAQ's); `agents`: other Q-networks
+    than config's (TransfQMix's transformers)."""
     del correction
-    team = team or default_team(config, env.num_agents)
     world = team is not None and team.world  # the replay keeps the world state
     D = layout.num_data  # data shards: each keeps buffer_size/D slots of its own environments' sequences
     for name in ("buffer_size", "batch_size"):
@@ -342,7 +343,7 @@ def build(
                 team.target(target.get(MIXER), nxt, None if world is None else world[:, 1:], *later)
             )
             reward = jnp.sum(seq["reward"], axis=-1)  # the team's reward, summed like the values
-        returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp["gamma"], config.q.td_lambda))
+        returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp.gamma, config.q.td_lambda))
         return 0.5 * jnp.mean((q_now - jax.lax.stop_gradient(returns)) ** 2), (jnp.mean(q_now), stats)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -360,7 +361,7 @@ def build(
         grads = {k: jax.tree.map(lambda x: x * K, v) if k in split else v for k, v in grads.items()}
         new, opt_state, grad_norm = descend(adam(config), layout, split, params, opt_state, grads, lr, hp)
         if team is not None and team.lr is not None:  # its own base rate: its step scaled by lr_team / lr
-            scale = team.lr / hp["lr"]
+            scale = team.lr / hp.lr
             new[MIXER] = jax.tree.map(lambda p, n: p + scale * (n - p), params[MIXER], new[MIXER])
         return keep_stats(layout, split, new, stats), opt_state, (loss, q_mean, grad_norm)
 
@@ -406,7 +407,7 @@ def build(
 
     def learn(
         learner: LearnerState, extra: QExtra, batch: QRollout, k_learn: Array
-    ) -> tuple[LearnerState, QExtra, dict]:
+    ) -> tuple[LearnerState, QExtra, UpdateMetrics]:
         """The rollout into the buffer; once `learning_starts` has passed, `gradient_steps` on
         samples of it; the target network copied or averaged."""
         stats, eps = batch.stats, q.epsilon(learner.update)
@@ -436,15 +437,17 @@ def build(
         )  # over data shards: means of the losses, sums of the slots and episodes
         if split:  # the loss and the replay are the same on every agent device; episodes were split over them
             stats = ops.psum_tree(stats, layout.agent_axis)
-        metrics = {
-            "loss_total": loss,
-            "q_mean": q_mean,
-            "grad_norm": grad_norm,
-            "lr": lr,
-            "epsilon": eps,
-            "replay_size": replay_size,
-            "episodes": stats,
-        }
+        metrics = UpdateMetrics(
+            {
+                "loss_total": loss,
+                "q_mean": q_mean,
+                "grad_norm": grad_norm,
+                "lr": lr,
+                "epsilon": eps,
+                "replay_size": replay_size,
+            },
+            stats,
+        )
         learner = learner.replace(params=params, opt_state=opt_state, update=n_done)
         return learner, extra.replace(target=target), metrics
 
@@ -493,7 +496,15 @@ def build(
 REPLAY_DEFAULTS = {"total_timesteps": 1_000_000, "activation": "relu", "lr": 1e-3, "num_envs": 16, "num_steps": 32}
 
 
-def _spec(name: str, summary: str, sections: dict | None = None, **defaults) -> AlgorithmSpec:
+def build_vdn(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
+    return build(config, env, layout=layout, correction=correction, team=summed_team())
+
+
+def build_qmix(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
+    return build(config, env, layout=layout, correction=correction, team=mixed_team(config))
+
+
+def _spec(name: str, summary: str, sections: dict | None = None, builder=build, **defaults) -> AlgorithmSpec:
     return AlgorithmSpec(
         AlgorithmSchema(
             name,
@@ -503,7 +514,7 @@ def _spec(name: str, summary: str, sections: dict | None = None, **defaults) -> 
             supports=Supports(agent_axis=True),
             jaxmarl_files=("ql",),
         ),
-        build,
+        builder,
         ("loss_total", "grad_norm", "lr", "q_mean"),
     )
 
@@ -516,6 +527,7 @@ IQL = _spec(
 VDN = _spec(
     "vdn",
     "VDN: the team's value is the sum of the agents' Q-values (replay, target network)",
+    builder=build_vdn,
     gamma=0.9,
     q={"eps_decay_steps": 200_000},
 )
@@ -523,6 +535,7 @@ QMIX = _spec(
     "qmix",
     "QMIX: a monotonic mixer of the agents' Q-values on the world state (replay, target network)",
     {"mixer": MixerConfig},
+    builder=build_qmix,
     gamma=0.9,
     q={"eps_decay_steps": 200_000},
 )

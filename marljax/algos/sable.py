@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from marljax.algos import ippo
 from marljax.algos.acting import VecEnv, flat, group_keys
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece
+from marljax.algos.ippo import PPOHParams
 from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces, init_keys, init_learner, learning_rate
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
@@ -53,7 +54,7 @@ from marljax.nn.sable import (
 from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
 from marljax.schema import ConfigError, setting
-from marljax.types import ActorState, EpisodeStats, GroupBatch, HParams, LearnerState, TrainState, Trajectory
+from marljax.types import ActorState, EpisodeStats, GroupBatch, LearnerState, TrainState, Trajectory, UpdateMetrics
 
 Array = jax.Array
 NETWORK = "sable"  # params[NETWORK]: the one network of the team; hidden[NETWORK]: the recurrent one's memory
@@ -181,7 +182,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         return {NETWORK: net.init(key, obs, actions)}
 
     def learner_init(key: Array) -> LearnerState:
-        return init_learner(config, key, init_params)
+        return init_learner(config, key, init_params, PPOHParams)
 
     def init_actors(key: Array) -> ActorState:
         actors = vec.init_actors(init_keys(key).env, None)
@@ -251,7 +252,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         _, (values, logits) = jax.lax.scan(one_step, first, xs)
         return values, logits
 
-    def loss_fn(params, minibatch: dict, hp: HParams):
+    def loss_fn(params, minibatch: dict, hp: PPOHParams):
         """PPO per agent on a minibatch (group -> (GroupBatch, adv, target), leaves [L, E, A_g, ...]),
         every agent's log-prob from the decoder given the taken actions of the agents before it."""
         merged = {g.name: jax.tree.map(lambda x: flat(x, 2), minibatch[g.name]) for g in groups}  # [L*E, A_g, ...]
@@ -279,29 +280,31 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             cat([b.value for b, _, _ in bs]),
             ops.normalize(cat([adv for _, adv, _ in bs]), layout.env_axes),
             cat([t for _, _, t in bs]),
-            hp["ppo.clip_eps"],
-            hp["ppo.vf_coef"],
-            hp["ppo.ent_coef"],
+            hp.clip_eps,
+            hp.vf_coef,
+            hp.ent_coef,
         )
         return loss.total, loss
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def minibatch_step(params, opt_state, minibatch, hp: HParams, lr: Array):
+    def minibatch_step(params, opt_state, minibatch, hp: PPOHParams, lr: Array):
         with jax.named_scope("forward_backward"):
             (_, parts), grads = grad_fn(params, minibatch, hp)
         params, opt_state, grad_norm = descend(adam(config), layout, frozenset(), params, opt_state, grads, lr, hp)
         return (params, opt_state), (parts, grad_norm)
 
-    def learn(learner: LearnerState, extra: None, traj: Trajectory, key: Array) -> tuple[LearnerState, None, dict]:
+    def learn(
+        learner: LearnerState, extra: None, traj: Trajectory, key: Array
+    ) -> tuple[LearnerState, None, UpdateMetrics]:
         """GAE per agent, then epochs of minibatches of the per-agent PPO loss."""
-        hp = learner.hparams
+        hp = cast(PPOHParams, learner.hparams)
         data = {}
         for g in groups:
             b = traj.batch[g.name]
             with jax.named_scope("gae"):
                 adv, target = ops.gae(
-                    b.reward, b.value, b.done, traj.last_value[g.name], hp["gamma"], hp["ppo.gae_lambda"], choices().gae
+                    b.reward, b.value, b.done, traj.last_value[g.name], hp.gamma, hp.gae_lambda, choices().gae
                 )
             data[g.name] = (b, adv, target)
         lr = learning_rate(config, learner)
@@ -312,17 +315,19 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         parts, stats = ops.psum_tree(
             (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), traj.stats), layout.env_axes
         )
-        metrics = {
-            "loss_total": parts.total,
-            "loss_actor": parts.actor,
-            "loss_value": parts.value,
-            "entropy": parts.entropy,
-            "approx_kl": parts.approx_kl,
-            "clip_frac": parts.clip_frac,
-            "grad_norm": jnp.mean(grad_norm),
-            "lr": lr,
-            "episodes": stats,
-        }
+        metrics = UpdateMetrics(
+            {
+                "loss_total": parts.total,
+                "loss_actor": parts.actor,
+                "loss_value": parts.value,
+                "entropy": parts.entropy,
+                "approx_kl": parts.approx_kl,
+                "clip_frac": parts.clip_frac,
+                "grad_norm": jnp.mean(grad_norm),
+                "lr": lr,
+            },
+            stats,
+        )
         return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), extra, metrics
 
     # ------------------------------------------------------------------ FLOPs
@@ -351,6 +356,7 @@ SPEC = AlgorithmSpec(
         "and over the time steps of an episode)",
         {"ppo": ippo.PPOConfig, "sable": SableConfig},
         supports=Supports(actions=("discrete", "continuous"), recurrent=True, param_sharing=("shared",)),
+        cpu_note="sable attends over the agents and time steps (a transformer)",
         # searched on MPE spread at 1M steps, 2 seeds (docs/guide/algorithms.md): the best of seven settings,
         # +3.58 per agent over no-op where Sable's own defaults gain about +1.6; more epochs or a wider model did worse
         family_defaults={"mpe": ippo.SHORT_ROLLOUTS},

@@ -63,7 +63,7 @@ from marljax.nn import ops
 from marljax.nn.networks import MLP, CNNEncoder, dense, orthogonal
 from marljax.parallel.layouts import Layout
 from marljax.schema import ConfigError, setting
-from marljax.types import ActorState, EpisodeStats, HParams, LearnerState, TrainState
+from marljax.types import ActorState, EpisodeStats, HParams, LearnerState, TrainState, UpdateMetrics, traced
 
 Array = jax.Array
 CRITIC = "__critic__"  # params[CRITIC]: isac: group -> that group's critics; masac: the central critics
@@ -110,6 +110,16 @@ class SACConfig:
                 f"must hold at least one rollout: >= num_envs*num_steps="
                 f"{config.num_envs * config.num_steps} transitions, got {self.buffer_size}",
             )
+
+
+@struct.dataclass
+class SACHParams(HParams):
+    """SAC's traced hyperparameters: the core's (lr: the critics') and `sac.*`'s."""
+
+    tau: Array = traced("sac.tau")
+    actor_lr: Array = traced("sac.actor_lr")
+    alpha_lr: Array = traced("sac.alpha_lr")
+    target_entropy: Array = traced("sac.target_entropy")
 
 
 class SACRollout(NamedTuple):
@@ -226,10 +236,13 @@ def to_env(action: Array, group: AgentGroup) -> Array:
 
 
 # ------------------------------------------------------------------ the algorithm
-def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
+def build(
+    config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none", central: bool = False
+) -> Algorithm:
+    """ISAC's pieces, or with `central` MASAC's (central twin critics on the world state and every
+    agent's action)."""
     del correction  # on device the data is on-policy for the rollout; replay is off-policy by design
     algo, sac = config.algo, config.sac
-    central = algo == "masac"
     groups = env.groups
     # Box actions only: make_adapter refuses Discrete groups from SUPPORTS.actions (train/wiring.py)
     if layout.agent_parallel:
@@ -320,7 +333,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             for i, g in enumerate(groups)
         }
 
-    def loss_fn(params, target, batch: dict, key: Array, hp: HParams):
+    def loss_fn(params, target, batch: dict, key: Array, hp: SACHParams):
         """The three losses of one gradient step on `batch` (leaves [B, ...]), summed: each part's
         gradient reaches only its own parameters (the others are held by stop_gradient)."""
         B = batch["done"].shape[0]
@@ -331,7 +344,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         # critics: the soft target from the next observation, the current policy and the target critics
         next_action, next_logp = policy(frozen, batch["next_obs"], noise_like(k_next, (B,)))
         q_next = q_values(target, batch["next_obs"], batch.get("next_world"), next_action)  # [B, N, 2]
-        y = soft_target(batch["reward"], batch["done"][:, None], q_next, every_agent(next_logp), alpha, hp["gamma"])
+        y = soft_target(batch["reward"], batch["done"][:, None], q_next, every_agent(next_logp), alpha, hp.gamma)
         q_taken = q_values(params[CRITIC], batch["obs"], batch.get("world"), batch["action"])  # [B, N, 2]
         critic_loss = 0.5 * jnp.mean(jnp.sum((q_taken - jax.lax.stop_gradient(y)[..., None]) ** 2, axis=-1))
         # actors: every agent's fresh action, valued by the critics held fixed
@@ -339,7 +352,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         logp_all = every_agent(logp)  # [B, N]
         q_pi = jnp.min(q_values(frozen[CRITIC], batch["obs"], batch.get("world"), action), axis=-1)  # [B, N]
         actor_loss = jnp.mean(alpha * logp_all - q_pi)
-        alpha_loss = temperature_loss(log_alpha, logp_all, hp["sac.target_entropy"] * target_entropy)
+        alpha_loss = temperature_loss(log_alpha, logp_all, hp.target_entropy * target_entropy)
         total = critic_loss + actor_loss + (alpha_loss if sac.autotune else 0.0)
         aux = (critic_loss, actor_loss, alpha_loss, jnp.mean(q_taken), -jnp.mean(logp_all), jnp.mean(alpha))
         return total, aux
@@ -349,7 +362,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     def actor_tree(tree: dict) -> dict:
         return {g.name: tree[g.name] for g in groups}
 
-    def gradient_step(params, opt_state, target, buffer: replay.ReplayState, key: Array, hp: HParams, lrs):
+    def gradient_step(params, opt_state, target, buffer: replay.ReplayState, key: Array, hp: SACHParams, lrs):
         """One gradient step on batch_size/D transitions sampled from `buffer`, then the target
         critics' Polyak step -> (params, opt_state, target, metrics of the step)."""
         k_sample, k_loss = jax.random.split(key)
@@ -365,9 +378,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             del parts["alpha"]
         new, new_opt = dict(params), dict(opt_state)
         for name, (p, gr, lr) in parts.items():
-            p, new_opt[name] = ops.descend(p, opt_state[name], gr, ops.global_norm(gr), tx, lr, hp["max_grad_norm"])
+            p, new_opt[name] = ops.descend(p, opt_state[name], gr, ops.global_norm(gr), tx, lr, hp.max_grad_norm)
             new.update(p if name == "actor" else {CRITIC if name == "critic" else LOG_ALPHA: p})
-        target = polyak(new[CRITIC], target, hp["sac.tau"])
+        target = polyak(new[CRITIC], target, hp.tau)
         return new, new_opt, target, (*aux, grad_norm)
 
     # ---------------------------------------------------------------- the buffer
@@ -430,7 +443,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             "critic": tx.init(params[CRITIC]),
             "alpha": tx.init(params[LOG_ALPHA]),
         }
-        return LearnerState(params, opt_state, hparams_from_config(config), keys.run, jnp.int32(0))
+        return LearnerState(params, opt_state, hparams_from_config(config, SACHParams), keys.run, jnp.int32(0))
 
     def init_actors(key: Array) -> ActorState:
         return vec.init_actors(init_keys(key).env, None)
@@ -490,8 +503,8 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     # ---------------------------------------------------------------- learning
     def rates(learner: LearnerState) -> tuple[Array, Array, Array]:
         """This update's (actor, critic, alpha) learning rates, on the run's schedule."""
-        hp, u = learner.hparams, learner.update
-        return sched(hp["sac.actor_lr"], u), sched(hp["lr"], u), sched(hp["sac.alpha_lr"], u)
+        hp, u = cast(SACHParams, learner.hparams), learner.update
+        return sched(hp.actor_lr, u), sched(hp.lr, u), sched(hp.alpha_lr, u)
 
     def learn(learner: LearnerState, extra: SACExtra, batch: SACRollout, key: Array):
         """The rollout into the buffer; once learning has started, gradient_steps on samples of it."""
@@ -526,19 +539,21 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             (tuple(x / D for x in means), (replay.size(buffer).astype(jnp.float32) * T, batch.stats)), layout.data_axis
         )  # over data shards: means of the losses, sums of the transitions kept and the episodes
         critic_loss, actor_loss, alpha_loss, q_mean, entropy, alpha = means
-        metrics = {
-            "loss_total": critic_loss + actor_loss,
-            "loss_critic": critic_loss,
-            "loss_actor": actor_loss,
-            "loss_alpha": alpha_loss,
-            "alpha": alpha,
-            "entropy": entropy,
-            "q_mean": q_mean,
-            "grad_norm": grad_norm,
-            "lr": lrs[1],
-            "replay_size": replay_size,
-            "episodes": stats,
-        }
+        metrics = UpdateMetrics(
+            {
+                "loss_total": critic_loss + actor_loss,
+                "loss_critic": critic_loss,
+                "loss_actor": actor_loss,
+                "loss_alpha": alpha_loss,
+                "alpha": alpha,
+                "entropy": entropy,
+                "q_mean": q_mean,
+                "grad_norm": grad_norm,
+                "lr": lrs[1],
+                "replay_size": replay_size,
+            },
+            stats,
+        )
         learner = learner.replace(params=params, opt_state=opt_state, update=learner.update + 1)
         return learner, SACExtra(target, buffer), metrics
 
@@ -550,7 +565,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         learner, extra = state.learner, state.extra
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
         scalar = jax.ShapeDtypeStruct((), jnp.float32)
-        hp = hparams_from_config(config)
+        hp = hparams_from_config(config, SACHParams)
 
         def one_gradient_step(params, opt_state, target, buffer, key, lr):
             return gradient_step(params, opt_state, target, buffer, key, hp, (lr, lr, lr))
@@ -611,6 +626,12 @@ ISAC = AlgorithmSpec(
     build,
     LOSSES,
 )
+
+
+def build_masac(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
+    return build(config, env, layout=layout, correction=correction, central=True)
+
+
 MASAC = AlgorithmSpec(
     AlgorithmSchema(
         "masac",
@@ -620,6 +641,6 @@ MASAC = AlgorithmSpec(
         defaults=DEFAULTS,
         supports=SUPPORTS,
     ),
-    build,
+    build_masac,
     LOSSES,
 )

@@ -10,6 +10,7 @@ the absolute times mean little on a shared CPU. The last line is JSON.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,7 @@ from marljax.sweeps.runner import row_hparams
 from marljax.sweeps.spec import expand
 from marljax.train.chunks import chunk_sizes, run_chunks
 from marljax.train.wiring import prepare
+from marljax.types import HParams
 
 LRS = (3e-4, 1e-3, 2e-3, 3e-3)
 SEEDS = 8
@@ -30,14 +32,18 @@ SEEDS = 8
 DEFAULTS = ("total_timesteps=2.5e5", "num_envs=32", "progress=false", "plot=false")
 
 
-def _timed_run(config: Config, keys: jax.Array, hparams=None) -> tuple[float, float, dict, np.ndarray]:
-    """(build+compile seconds, run seconds, final params on the host, last chunk's return per row [R])."""
+def _timed_run(
+    config: Config, keys: jax.Array, hparams: Callable[[type[HParams]], HParams] | None = None
+) -> tuple[float, float, dict, np.ndarray]:
+    """(build+compile seconds, run seconds, final params on the host, last chunk's return per row [R]);
+    `hparams(the algorithm's class of them)`: every row's, in place of the config's."""
     t0 = time.perf_counter()
     _, mesh, trainer = prepare(config)
     fns = shard_trainer(trainer, mesh)
     state = fns.init(keys)
     if hparams is not None:
-        state = state.replace(learner=state.learner.replace(hparams=place(hparams, fns.shardings.learner.hparams)))
+        rows = hparams(type(state.learner.hparams))
+        state = state.replace(learner=state.learner.replace(hparams=place(rows, fns.shardings.learner.hparams)))
     schedule = chunk_sizes(config.num_updates, config.updates_per_chunk)
     compiled = compile_chunks(fns, state, schedule)
     jax.block_until_ready(state)
@@ -45,7 +51,7 @@ def _timed_run(config: Config, keys: jax.Array, hparams=None) -> tuple[float, fl
     chunk_metrics = []
     state, _ = run_chunks(compiled, state, schedule, lambda _s, metrics, _n, _w: chunk_metrics.append(metrics))
     params = jax.device_get(state.learner.params)
-    ep = chunk_metrics[-1]["episodes"]
+    ep = chunk_metrics[-1].episodes
     returns = ep.return_sum.sum(axis=(1, 2)) / np.maximum(ep.count.sum(axis=1), 1) / ep.return_sum.shape[-1]
     return t1 - t0, time.perf_counter() - t1, params, returns
 
@@ -66,7 +72,7 @@ def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SE
     )
     keys = seed_keys(config.seed, seeds)
     vm_compile, vm_run, vm_params, vm_returns = _timed_run(
-        program.config, jnp.tile(keys, (len(lrs), 1)), row_hparams(program, seeds)
+        program.config, jnp.tile(keys, (len(lrs), 1)), lambda kind: row_hparams(program, seeds, kind)
     )
     log(f"  vmapped: {vm_compile + vm_run:.1f}s; now the same {runs} runs one after another")
 

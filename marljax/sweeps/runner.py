@@ -39,14 +39,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import yaml
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from marljax.envs.host import is_host_env
 from marljax.files import DamagedFile, read_json, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
-from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
+from marljax.parallel.mesh import SEED, compile_chunks, seed_keys, shard_trainer
 from marljax.parallel.placement import place
-from marljax.schema import ConfigError, traced_keys
+from marljax.schema import ConfigError
 from marljax.sweeps.results import METRICS, ResultsStore, load
 from marljax.sweeps.spec import Program, Sweep, located
 from marljax.train import compile_cache
@@ -62,7 +64,7 @@ from marljax.train.timing import RunClock, Ticker
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import check_run, sync_estimate
 from marljax.train.wiring import prepare
-from marljax.types import HParams
+from marljax.types import HParams, hparams_of
 
 DEFAULT_EVALUATIONS = 20  # eval_every when the sweep leaves it 0: this many evaluations per run
 _ABSOLUTE_EVALUATION = 0x7FFFFFFF  # the key index of the absolute metric's episodes
@@ -265,12 +267,10 @@ def finish(out_dir: Path, log: Callable[[str], None] = print) -> dict:
     return paths
 
 
-def row_hparams(program: Program, seeds: int) -> HParams:
-    """Every row's traced hyperparameters [R]: cell c's values for its `seeds` rows."""
-    return {
-        key: jnp.asarray([c.config.value(key) for c in program.cells for _ in range(seeds)], jnp.float32)
-        for key in traced_keys(program.config)
-    }
+def row_hparams(program: Program, seeds: int, kind: type[HParams]) -> HParams:
+    """Every row's traced hyperparameters [R] (`kind`: the algorithm's class of them): cell c's
+    values for its `seeds` rows."""
+    return hparams_of(kind, lambda key: [c.config.value(key) for c in program.cells for _ in range(seeds)])
 
 
 def _run_program(
@@ -282,17 +282,18 @@ def _run_program(
     every = eval_every(config)
     schedule = chunk_sizes(config.num_updates, every)
     seed_index = jnp.tile(jnp.arange(S), len(program.cells))  # [R]
-    hp_sharding = fns.shardings.learner.hparams
+    hp_sharding, hp_kind = fns.shardings.learner.hparams, type(fns.shapes.learner.hparams)
+    per_row = NamedSharding(fns.mesh, P(SEED))  # [R]: split over `seed`, as every row's metrics are
 
     def fresh():
         state = fns.init(jnp.tile(seed_keys(config.seed, S), (len(program.cells), 1)))
-        hparams = place(row_hparams(program, S), hp_sharding)
+        hparams = place(row_hparams(program, S, hp_kind), hp_sharding)
         state = state.replace(learner=state.learner.replace(hparams=hparams))
         best = jax.tree.map(lambda x: x.copy(), state.learner.params)  # a copy: the chunk donates the state
         return {
             "state": state,
             "best_params": best,
-            "best_score": place(jnp.full(program.rows, -jnp.inf), hp_sharding["lr"]),
+            "best_score": place(jnp.full(program.rows, -jnp.inf), per_row),
         }
 
     target = abstract_like(
@@ -301,7 +302,7 @@ def _run_program(
             "best_params": fns.shapes.learner.params,
             "best_score": jax.ShapeDtypeStruct((program.rows,), jnp.float32),
         },
-        {"state": fns.shardings, "best_params": fns.shardings.learner.params, "best_score": hp_sharding["lr"]},
+        {"state": fns.shardings, "best_params": fns.shardings.learner.params, "best_score": per_row},
     )
     checkpointer = Checkpointer(
         sweep.out_dir / "programs" / str(program.index) / "checkpoints", config.keep_checkpoints, log

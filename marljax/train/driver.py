@@ -44,6 +44,7 @@ from marljax.train.evaluate import EvalResult, Evaluation, eval_fields
 from marljax.train.metrics import JsonlWriter, chunk_row, first_non_finite, read_rows_kept, write_jsonl_atomic
 from marljax.train.timing import RunClock
 from marljax.train.trackers import Trackers
+from marljax.types import UpdateMetrics
 
 
 class TrainingDiverged(RuntimeError):
@@ -54,7 +55,7 @@ class Chunk(NamedTuple):
     """One finished chunk of `n` updates, as a source hands it to `Driver.step`."""
 
     state: Any  # what a checkpoint saves
-    metrics: dict  # host copies: scalars [R, n], "episodes" fields [R, n, ...]
+    metrics: UpdateMetrics  # host copies: values [R, n], episodes' fields [R, n, ...]
     n: int
     wall: float  # seconds the chunk took
     params: Any  # the acting parameters, leaves [R, ...]: evaluated and checked by the NaN guard
@@ -234,13 +235,13 @@ def _finite_by_row(params) -> jax.Array:
     return jnp.stack([jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1) for x in leaves]).all(axis=0)
 
 
-def diverged_rows(metrics: dict, params, losses: Iterable[str]) -> dict[int, str]:
+def diverged_rows(metrics: UpdateMetrics, params, losses: Iterable[str]) -> dict[int, str]:
     """Row -> what became non-finite in this chunk (the first of the declared `losses` at any of
     its updates, else its parameters), for the rows where something did (metrics: host [R, n])."""
     finite = host_values(_finite_by_row(params))  # [R]
     out = {}
     for r in range(finite.shape[0]):
-        bad = next((k for k in losses if k in metrics and not np.all(np.isfinite(metrics[k][r]))), None)
+        bad = next((k for k in losses if k in metrics.values and not np.all(np.isfinite(metrics[k][r]))), None)
         if bad is not None:
             out[r] = f"{bad} became {metrics[bad][r][~np.isfinite(metrics[bad][r])][0]}"
         elif not finite[r]:

@@ -456,7 +456,7 @@ def _train_async(
             chunk = Chunk(
                 learner,
                 metrics,
-                int(np.shape(metrics["lr"])[1]),
+                int(np.shape(metrics.episodes.count)[1]),  # updates in this chunk: [S, n]
                 wall,
                 runner.acting_params(learner.params),
                 extra={**extra, **counters, "policy_version": start + extra["policy_version"]},

@@ -12,15 +12,18 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from marljax.files import naming, write_text_atomic
 
+if TYPE_CHECKING:  # an annotation only: the row is built from host copies, without JAX
+    from marljax.types import UpdateMetrics
+
 
 def chunk_row(
-    metrics: Mapping[str, Any],  # host copies: scalars [S, n]; "episodes" fields [S, n, ...]
+    metrics: UpdateMetrics,  # host copies: values [S, n]; episodes' fields [S, n, ...]
     *,
     update: int,
     env_steps: int,
@@ -32,7 +35,7 @@ def chunk_row(
 ) -> dict:
     """Aggregate one chunk's per-update metrics into a metrics.jsonl row (`wins`: the env has a
     win condition, so the row also carries the finished episodes' `win_rate`, pooled and per seed)."""
-    ep = metrics["episodes"]
+    ep = metrics.episodes
     count = float(np.sum(ep.count))
     per_seed_count = np.sum(ep.count, axis=1)  # [S]
     per_seed_return = np.sum(ep.return_sum, axis=(1, 2))  # [S]
@@ -61,8 +64,8 @@ def chunk_row(
             part = float(np.sum(ep.return_sum[..., start : start + size]))
             row[f"return_{name}"] = part / (count * size) if count else None
             start += size
-    for key, value in metrics.items():  # the algorithm's own scalar metrics, whatever it names them
-        if key not in row and key != "episodes":
+    for key, value in metrics.values.items():  # the algorithm's own figures, whatever it names them
+        if key not in row:
             row[key] = float(np.mean(value))
     return row
 

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from marljax.config import Config, device_defaults, family_defaults
-from marljax.schema import dump_yaml
+from marljax.schema import algorithm_schema, dump_yaml
 from marljax.train.checkpoint import versions
 
 BUILD_RECORD = Path(__file__).resolve().parents[1] / "_build.json"  # written into a wheel by setup.py
@@ -80,8 +80,8 @@ def cpu_speed_note(config: Config, obs_shapes: list[tuple[int, ...]], platform: 
     if platform != "cpu":
         return None
     why = []
-    if config.algo == "sable":
-        why.append("sable attends over the agents and time steps (a transformer)")
+    if note := algorithm_schema(config.algo).cpu_note:
+        why.append(note)
     if config.torso == "cnn" or config.torso == "auto" and any(len(shape) == 3 for shape in obs_shapes):
         why.append("the observations are images, encoded by a CNN")
     if not why:
