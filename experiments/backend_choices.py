@@ -1,4 +1,4 @@
-"""Each backend-specific choice of `marljax/parallel/backend.py` timed both ways on this machine's
+"""Each backend-specific choice of `marljax/nn/backend.py` timed both ways on this machine's
 default backend: GAE as a serial scan or an associative scan, and the CNN torso's gradient with
 the patch convolution or the convolution itself (parameters vmapped over agents, as
 param_sharing=independent runs it).

@@ -395,7 +395,7 @@ def _record(args: list[str]) -> int:
     )
     if positional is None:
         return 2
-    from marljax.train.datasets import DatasetError
+    from marljax.datasets import DatasetError
     from marljax.train.policy import PolicyError
     from marljax.train.record import parse_settings, record
 

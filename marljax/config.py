@@ -3,7 +3,7 @@
 A run's settings are one frozen `Config`: the core every run has (declared here: the algorithm,
 the env, the rollout shape and budget, the optimiser, the networks, seeds, the execution mode),
 each layer's settings declared beside its code (`marljax/parallel/settings.py`: `mesh.*`,
-`distributed.*`; `marljax/train/settings.py`: the host loop, checkpoints, evaluation, `log.*`,
+`distributed.*`; `marljax/run_settings.py`: the host loop, checkpoints, evaluation, `log.*`,
 `reward_shaping.*`, the compile cache; `marljax/pipeline/settings.py`: `async.*`), and the
 chosen algorithm's sections only (`ppo.*`, `q.*`, `replay.*`, ...). Each algorithm registers its
 sections and its own defaults (`register_schema`, called by `marljax.algos.registry`), so
@@ -30,8 +30,8 @@ from typing import Any
 
 import marljax.parallel.settings  # noqa: F401  (registers mesh.*, distributed.*)
 import marljax.pipeline.settings  # noqa: F401  (registers async.*, a section of the algorithms that support it)
+import marljax.run_settings  # noqa: F401  (registers the host loop, checkpoints, evaluation, log.*, ...)
 import marljax.schema
-import marljax.train.settings  # noqa: F401  (registers the host loop, checkpoints, evaluation, log.*, ...)
 from marljax.device_defaults import DEVICES
 from marljax.device_defaults import declared as device_declared
 from marljax.device_defaults import overrides as device_overrides
@@ -39,6 +39,18 @@ from marljax.device_defaults import platform as device_platform
 from marljax.families import FAMILY_NAMES, family_of
 from marljax.parallel.settings import DistributedConfig, MeshConfig
 from marljax.pipeline.settings import AsyncConfig
+from marljax.run_settings import (
+    COMPILE_CACHE_AUTO,
+    COMPILE_CACHE_OFF,
+    TRACKER_MODULES,
+    TRACKERS,
+    CheckpointConfig,
+    EvaluationConfig,
+    LogConfig,
+    RewardShapingConfig,
+    RunConfig,
+    compile_cache_problem,
+)
 from marljax.schema import (
     FILE_FORMATS,
     INT32_MAX,
@@ -77,18 +89,6 @@ from marljax.schema import (
     traced_keys,
     unknown_key,
     walk,
-)
-from marljax.train.settings import (
-    COMPILE_CACHE_AUTO,
-    COMPILE_CACHE_OFF,
-    TRACKER_MODULES,
-    TRACKERS,
-    CheckpointConfig,
-    EvaluationConfig,
-    LogConfig,
-    RewardShapingConfig,
-    RunConfig,
-    compile_cache_problem,
 )
 
 ACTIVATIONS = ("tanh", "relu")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from marljax.train.datasets import DatasetWriter
+from marljax.datasets import DatasetWriter
 
 SPREAD = "MPE_simple_spread_v3"
 

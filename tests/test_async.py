@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from marljax.config import ConfigError, load_config
-from marljax.pipeline.actor_learner import ActorFailed, AsyncRun
+from marljax.train.actor_learner import ActorFailed, AsyncRun
 from marljax.train.loop import train
 from tests._subprocess import run_with_devices, train_runs
 from tests._trees import AGENTS, NOT_NUMBERS, SEEDS, assert_same_run

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import pytest
 
 from marljax.config import ConfigError, load_config
-from marljax.parallel.async_mesh import _split, async_placement
+from marljax.pipeline.async_mesh import _split, async_placement
 
 
 def _placement(config):
@@ -53,7 +53,7 @@ def test_actors_come_from_the_host_cpus_and_the_learner_from_the_accelerator(
 def test_the_cpu_pool_is_used_only_when_asked_for_and_the_default_backend_is_not_the_cpu(monkeypatch):
     import jax
 
-    from marljax.parallel import async_mesh
+    from marljax.pipeline import async_mesh
 
     monkeypatch.setattr(jax, "local_devices", lambda backend=None: CPUS if backend == "cpu" else GPUS)
     cpu = load_config(None, BASE + ["async.actor_backend=cpu"])

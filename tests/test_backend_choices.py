@@ -1,4 +1,4 @@
-"""The backend-specific choices (parallel/backend.py), the flat minibatch loop, the loop-trip count
+"""The backend-specific choices (nn/backend.py), the flat minibatch loop, the loop-trip count
 and the device defaults: each against a reference computed another way, with a negative control."""
 
 from __future__ import annotations

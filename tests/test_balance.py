@@ -88,7 +88,7 @@ def _drop_runs(micro_batches: int, updates: int = 48) -> dict[str, dict]:
     """balance=off, then rate, on one runner (compiled once): drop mode, K=1, 2 actor threads, M slices."""
     from marljax.bench.balance import DEFAULTS, balanced_run, pad_generation, pad_learning
     from marljax.config import replace
-    from marljax.pipeline.actor_learner import AsyncRun
+    from marljax.train.actor_learner import AsyncRun
     from marljax.train.wiring import make_adapter, make_trainer
 
     config = load_config(None, DEFAULTS + [f"async.micro_batches={micro_batches}"])
@@ -116,7 +116,7 @@ def test_rate_balance_drops_fewer_batches_than_off(micro_batches):
 def test_deterministic_mode_ignores_balance_bitwise():
     """One runner (compiled once) from the same initial state, run with balance=off and =rate."""
     from marljax.config import replace
-    from marljax.pipeline.actor_learner import AsyncRun
+    from marljax.train.actor_learner import AsyncRun
     from marljax.train.wiring import make_adapter, make_trainer
 
     base = load_config(None, ["mode=async", "num_envs=8", "num_steps=16", "async.deterministic=true",

@@ -396,8 +396,8 @@ def test_each_layer_declares_its_section_and_config_yaml_keeps_its_order():
     """The layers' parts sit where config.yaml always had them; a part whose key is taken is refused."""
     from marljax.parallel.settings import DistributedConfig
     from marljax.pipeline.settings import AsyncConfig
+    from marljax.run_settings import CheckpointConfig, LogConfig
     from marljax.schema import Part, register_part
-    from marljax.train.settings import CheckpointConfig, LogConfig
 
     config = load_config(None, ["mode=async"])
     keys = list(config.to_dict())

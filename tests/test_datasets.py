@@ -1,4 +1,4 @@
-"""Offline datasets in OG-MARL's Vault layout (marljax/train/datasets.py, marljax/train/record.py): a
+"""Offline datasets in OG-MARL's Vault layout (marljax/datasets.py, marljax/train/record.py): a
 Vault written with flashbax's own API reads into marljax with every field equal, marljax's datasets
 read back with flashbax's Vault reader with every field equal, a damaged one (truncated file,
 flipped byte, missing file or field, added file) is refused in one line naming the file, and
@@ -21,7 +21,7 @@ from flashbax.buffers.trajectory_buffer import TrajectoryBufferState  # noqa: E4
 from flashbax.vault import Vault  # noqa: E402
 
 from marljax.cli import main  # noqa: E402
-from marljax.train.datasets import (  # noqa: E402
+from marljax.datasets import (  # noqa: E402
     DESCRIPTION,
     DatasetError,
     DatasetWriter,

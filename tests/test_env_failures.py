@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from marljax.config import ConfigError, load_config
-from marljax.pipeline.actor_learner import ActorFailed
+from marljax.train.actor_learner import ActorFailed
 from marljax.train.loop import train
 
 pytest.importorskip("pettingzoo")

@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "marljax").rglob("settings.py"))
+SETTINGS = sorted(
+    ".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "marljax").rglob("*settings.py")
+)  # a layer's settings.py, and run_settings.py (the run's, beside config.py)
 
 BLOCKED = """
 import importlib, importlib.abc, json, sys
@@ -46,7 +48,7 @@ def _imports_without_jax(*modules: str) -> dict:
 
 def test_the_schema_and_every_settings_module_import_without_jax():
     # the glob finds them (a new layer's settings.py joins by itself)
-    assert {"marljax.parallel.settings", "marljax.pipeline.settings", "marljax.train.settings"} <= set(SETTINGS)
+    assert {"marljax.parallel.settings", "marljax.pipeline.settings", "marljax.run_settings"} <= set(SETTINGS)
     modules = ["marljax", "marljax.schema", *SETTINGS]
     out = _imports_without_jax(*modules)
     assert {name: out[name] for name in modules} == dict.fromkeys(modules, "ok")

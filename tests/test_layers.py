@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #   families           an env id's family, from the id alone (the per-family defaults)
 #   schema             the settings engine: knows no field; layers and algorithms register into it
 #   layer settings     each layer's own settings, declared beside its code (parallel/settings.py:
-#                      mesh, distributed; pipeline/settings.py: async; train/settings.py: run,
-#                      log, checkpoints, evaluation): light modules that import only the engine
+#                      mesh, distributed; pipeline/settings.py: async), and the run's (run_settings.py:
+#                      run, log, checkpoints, evaluation; beside config.py, which the train layer
+#                      above it reads): light modules that import only the engine
 #   config             the run's one Config, assembled from the core and the layers' settings
 #   envs, parallel     env construction and adapters; the mesh and every sharding (layouts
 #                      import nn.ops); neither imports the other
@@ -32,9 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #                      config rather than config importing it)
 #   algos              the protocol, the registry and one module per algorithm: parallel's layouts,
 #                      envs' groups
-#   pipeline           host buffer, actor/learner threads, host env workers: no algorithm by name
-#                      (it does not import algos at all today; above it, it could use the protocol)
-#   train              the run driver and its parts; it wires algos and drives the pipeline
+#   pipeline           host buffer, env workers, the async mode's devices: no algorithm by name
+#                      (it imports neither algos nor config: what it reads of a run comes as an
+#                      argument from the train layer)
+#   train              the run driver and its parts, the async mode's actor/learner threads
+#                      (train/actor_learner.py); it wires algos and drives the pipeline
 #   sweeps             many runs of train's pieces in one program; reports and comparisons
 #   testing            fixtures for tests and benchmarks (test envs, fault injection); above
 #                      train because faults starts and reads training runs; nothing imports it
@@ -44,22 +47,22 @@ ROOT = Path(__file__).resolve().parents[1]
 #                      Nothing inside the package imports it; every submodule import runs it
 #                      anyway, so an import of it from inside would be a circle in disguise.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # parallel.backend (what depends on the backend a program compiles for) and device_defaults import
+    # nn.backend (what depends on the backend a program compiles for) and device_defaults import
     # nothing of marljax's: the networks read the first
     (
         "marljax.types",
         "marljax.nn",
         "marljax.version",
         "marljax.families",
-        "marljax.parallel.backend",
+        "marljax.nn.backend",
         "marljax.device_defaults",
     ),
     ("marljax.schema", "marljax.files"),  # files names its errors with the schema's ConfigError
-    ("marljax.parallel.settings", "marljax.pipeline.settings", "marljax.train.settings"),
+    ("marljax.parallel.settings", "marljax.pipeline.settings", "marljax.run_settings"),
     ("marljax.config",),
     # process_env: the environment's variables checked before JAX reads them (the CLI calls it);
-    # train.datasets: the offline datasets' reader, which the offline algorithms take their data from
-    ("marljax.envs", "marljax.parallel", "marljax.process_env", "marljax.train.datasets"),
+    # datasets: the offline datasets' reader, which the offline algorithms take their data from
+    ("marljax.envs", "marljax.parallel", "marljax.process_env", "marljax.datasets"),
     ("marljax.jaxmarl_config",),
     ("marljax.algos",),
     ("marljax.pipeline",),
@@ -210,6 +213,30 @@ def test_no_circle_through_lazy_imports_either():
 
 def test_no_import_climbs_back_up_a_layer():
     assert climbing(package_imports()) == []
+
+
+def folder(module: str) -> str:
+    """A module's subpackage (pkg.train.loop -> pkg.train), or the module itself at the top (pkg.config)."""
+    return ".".join(module.split(".")[:2])
+
+
+def folder_imports(imports: Iterable[Import]) -> list[Import]:
+    """The imports between subpackages (and top-level modules), each taken as one unit."""
+    return [imp._replace(source=folder(imp.source), target=folder(imp.target), module_level=True)
+            for imp in imports if folder(imp.source) != folder(imp.target)]  # fmt: skip
+
+
+def test_no_circle_between_subpackages():
+    """Folders are layered too, not only modules: no subpackage imports one that imports it back
+    (config.py imported the layers' settings while parallel/, pipeline/ and train/ imported config.py;
+    issue 64). Lazy imports count."""
+    assert circles(folder_imports(package_imports())) == []
+
+
+def test_the_folder_check_catches_a_circle_of_folders():
+    """Negative control: no module circle, but pkg.a and pkg.b import each other's modules."""
+    imports = [Import("pkg.a.x", "pkg.b.y", True, 1), Import("pkg.b.z", "pkg.a.w", False, 2)]
+    assert circles(imports) == [] and circles(folder_imports(imports)) == [["pkg.a", "pkg.b"]]
 
 
 def test_the_package_does_not_use_its_test_fixtures():

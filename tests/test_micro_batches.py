@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from marljax.config import ConfigError, load_config, replace
-from marljax.pipeline.actor_learner import AsyncRun
 from marljax.pipeline.buffer import Stamped, TrajectoryBuffer
 from marljax.pipeline.recorder import load_trajectories
+from marljax.train.actor_learner import AsyncRun
 from marljax.train.loop import train
 from marljax.train.wiring import make_adapter, make_trainer
 

@@ -60,7 +60,7 @@ def test_two_processes_match_one_process_with_the_same_devices(tmp_path):
 
 # the learner made slow (0.3 s more per update) in both processes, so each process's two actor
 # threads produce faster than the learner consumes and max_staleness=0 makes them drop
-SLOW_LEARNER = ("import time, marljax.pipeline.actor_learner as al\n"
+SLOW_LEARNER = ("import time, marljax.train.actor_learner as al\n"
                 "_shard = al.shard_learn\n"
                 "def _slow(*a, **k):\n"
                 "    learn = _shard(*a, **k)\n"
@@ -140,7 +140,7 @@ def test_an_agent_axis_that_would_cross_processes_is_refused(monkeypatch):
     divide a process's share of the environments."""
     import jax
 
-    import marljax.parallel.async_mesh as am
+    import marljax.pipeline.async_mesh as am
 
     class FakeDevice:
         def __init__(self, process: int, i: int):

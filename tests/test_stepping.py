@@ -108,7 +108,7 @@ def _stepped(extra: list[str], batches: int = 2 * PROBE + 12, force_inline: bool
     force_inline: every item chooses inline (what the straggler rule then does is tested alone)."""
     from marljax.config import load_config
     from marljax.pipeline import host_copies
-    from marljax.pipeline.actor_learner import AsyncRun
+    from marljax.train.actor_learner import AsyncRun
     from marljax.train.wiring import make_adapter, make_trainer
 
     counts = {"inline": 0, "worker": 0, "slow_inline": 0, "slow_worker": 0}

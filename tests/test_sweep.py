@@ -507,7 +507,7 @@ def test_sigterm_stops_a_sweep_at_a_chunk_end_with_a_checkpoint_and_a_rerun_resu
 def test_a_sweep_that_streams_to_a_tracker_without_a_login_is_refused_before_it_writes(tmp_path, monkeypatch):
     """The run's pre-flight (tests/test_trackers.py), for a sweep: refused naming log.offline, nothing written.
     Control: with the login set, the same check passes (the sweep itself is not run here)."""
-    from marljax.train.settings import check_logins
+    from marljax.run_settings import check_logins
 
     monkeypatch.delenv("NEPTUNE_API_TOKEN", raising=False)
     spec = _spec(tmp_path / "sweep")

@@ -148,7 +148,7 @@ def test_streaming_without_a_login_is_refused_naming_log_offline_before_anything
     the check passes."""
     import importlib.util
 
-    from marljax.train.settings import check_logins
+    from marljax.run_settings import check_logins
 
     netrc = tmp_path / "netrc"
     netrc.write_text("")

@@ -77,7 +77,7 @@ def test_an_async_run_over_the_limit_is_refused_before_its_actors_start(monkeypa
     def no_runner(*_args, **_kwargs):
         raise Compiled
 
-    monkeypatch.setattr("marljax.pipeline.actor_learner.AsyncRun", no_runner)
+    monkeypatch.setattr("marljax.train.actor_learner.AsyncRun", no_runner)
     config = load_config(None, [*SMALL, "mode=async", f"out_dir={tmp_path / 'run'}"])
     with pytest.raises(ConfigError, match=r"more than 100.0 KiB.*lower"):
         loop.train(config, log=lambda _line: None)

@@ -45,7 +45,7 @@ from marljax.algos.learning import Minibatches, adam, learning_rate
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
-from marljax.parallel.backend import choices
+from marljax.nn.backend import choices
 from marljax.parallel.layouts import Layout
 from marljax.schema import setting
 from marljax.types import GroupBatch, LearnerState, TrainState, Trajectory, UpdateMetrics

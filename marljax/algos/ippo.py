@@ -33,8 +33,8 @@ from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
+from marljax.nn.backend import choices
 from marljax.nn.networks import ActorCritic, RecurrentActorCritic
-from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
 from marljax.schema import setting
 from marljax.types import (

@@ -1,7 +1,7 @@
 """What every offline algorithm shares: its dataset in place of an env stream.
 
 An offline algorithm (`bc`, `iql_cql`, `maicq`) learns from a dataset (`offline.dataset=PATH`,
-marljax/train/datasets.py: `marljax record` writes one; OG-MARL's Vaults read too) and is evaluated
+marljax/datasets.py: `marljax record` writes one; OG-MARL's Vaults read too) and is evaluated
 online, in the env the dataset came from, by the run's own evaluation (`eval_every`). It is an
 `api.Algorithm` like any other, so the mesh, vmapped seeds, sweeps, checkpoints, resume, export
 and the bench take it as they are:
@@ -78,7 +78,7 @@ class OfflineConfig:
         themselves are read and checked when the algorithm is built."""
         if not self.dataset:
             return  # refused when the algorithm is built: --help and the settings list need no dataset
-        from marljax.train.datasets import DatasetError, read_description
+        from marljax.datasets import DatasetError, read_description
 
         try:
             described = read_description(self.dataset)
@@ -140,7 +140,7 @@ def load(config: Config, env: EnvAdapter) -> Transitions:
             KEY,
             f"algo={config.algo} learns from a dataset: give {KEY}=PATH (a Vault directory; marljax record writes one)",
         )
-    from marljax.train.datasets import DatasetError, dataset_dir
+    from marljax.datasets import DatasetError, dataset_dir
 
     try:
         where = dataset_dir(config.offline.dataset)
@@ -156,7 +156,7 @@ def load(config: Config, env: EnvAdapter) -> Transitions:
 def _read(where: str, stamp: tuple) -> Transitions:
     """The dataset in `where`, read and checked once per process (a run builds its algorithm more
     than once); `stamp` (every file's size and modification time) tells a changed dataset apart."""
-    from marljax.train.datasets import read_dataset
+    from marljax.datasets import read_dataset
 
     exp = read_dataset(where).experience
     infos = exp.get("infos", {})
@@ -179,7 +179,7 @@ def _read(where: str, stamp: tuple) -> Transitions:
 
 def check_fits(data: Transitions, env: EnvAdapter, where: Path) -> None:
     """The dataset's agents, observations and actions are the env's; ConfigError naming what differs."""
-    from marljax.train.datasets import check_stackable
+    from marljax.datasets import check_stackable
 
     try:
         check_stackable(env)

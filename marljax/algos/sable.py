@@ -43,6 +43,7 @@ from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
 from marljax.nn import ops
+from marljax.nn.backend import choices
 from marljax.nn.sable import (
     GroupShape,
     SableNetwork,
@@ -51,7 +52,6 @@ from marljax.nn.sable import (
     zero_memory,
     zero_step_state,
 )
-from marljax.parallel.backend import choices
 from marljax.parallel.layouts import Layout
 from marljax.schema import ConfigError, setting
 from marljax.types import ActorState, EpisodeStats, GroupBatch, LearnerState, TrainState, Trajectory, UpdateMetrics

@@ -28,8 +28,8 @@ from marljax.bench.pipeline import _Padded  # a collector whose rollouts end wit
 from marljax.bench.table import Row, report
 from marljax.config import Config, load_config, replace
 from marljax.parallel.placement import copy_to
-from marljax.pipeline.actor_learner import AsyncRun
 from marljax.pipeline.micro_batches import join_slices
+from marljax.train.actor_learner import AsyncRun
 from marljax.train.wiring import make_adapter, make_trainer
 
 DEFAULTS = [

@@ -44,7 +44,7 @@ from marljax.bench.measure import six_digits
 from marljax.bench.table import Row, report
 from marljax.config import Config, replace
 from marljax.parallel.placement import copy_to
-from marljax.pipeline.actor_learner import AsyncRun
+from marljax.train.actor_learner import AsyncRun
 from marljax.train.wiring import make_adapter, make_trainer
 
 ASYNC_BATCHES = 40  # batches timed for each of generation, learning, sync and async

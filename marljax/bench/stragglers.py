@@ -29,8 +29,8 @@ from typing import Any
 from marljax.bench.measure import six_digits
 from marljax.bench.table import Row, report
 from marljax.config import Config, load_config, replace
-from marljax.pipeline.actor_learner import AsyncRun
 from marljax.schema import ConfigError
+from marljax.train.actor_learner import AsyncRun
 from marljax.train.wiring import make_adapter, make_trainer
 
 ENV = "pettingzoo:marljax.testing.host_straggler:parallel_env"

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from marljax.parallel.backend import choices
+from marljax.nn.backend import choices
 
 Array = jax.Array
 _NEG = -1e9  # logit for an unavailable action (finite, so gradients stay finite)
@@ -221,7 +221,7 @@ class CNNEncoder(nn.Module):
     @nn.compact
     def __call__(self, x: Array) -> Array:
         act = _act(self.activation)
-        # the backend's choice (parallel/backend.py): patches on a CPU, the convolution itself on a card
+        # the backend's choice (nn/backend.py): patches on a CPU, the convolution itself on a card
         conv = (
             _patch_conv(self.dtype)
             if choices().conv == "patch"

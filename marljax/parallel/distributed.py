@@ -1,6 +1,6 @@
 """Multi-host runs on JAX's own multi-controller runtime (`jax.distributed`).
 
-Every process runs the same program; `initialize(config)` joins them before any
+Every process runs the same program; `initialize(config.distributed, ...)` joins them before any
 device is touched, after which `jax.devices()` lists every process's devices and the
 mesh spans them all. Process 0 is the *primary*: it alone writes logs, metrics,
 plots, results and the progress bar; checkpoints are written by all processes
@@ -19,13 +19,13 @@ import json
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from marljax.config import Config
 from marljax.parallel import peer_watch
 from marljax.parallel.settings import DistributedConfig
 from marljax.schema import ConfigError
@@ -46,13 +46,15 @@ def _backends_started() -> bool:
     return xla_bridge.backends_are_initialized()
 
 
-def initialize(config: Config, under: Path | None = None, again: str = "rerun with resume=true") -> None:
-    """Join the other processes (no-op for a single-process config, or when already joined), then
-    watch them (marljax/parallel/peer_watch.py): a lost one ends this process with a line naming it
-    and the newest checkpoint under `under` (default: the config's out_dir), to continue by `again`."""
-    if not enabled(config.distributed) or jax.distributed.is_initialized():
+def initialize(
+    d: DistributedConfig, settings: Mapping[str, Any], under: Path | None, again: str = "rerun with resume=true"
+) -> None:
+    """Join the other processes (no-op for a single-process run, or when already joined), check
+    that every process was given the same `settings` (the run's config as a mapping), then watch
+    them (marljax/parallel/peer_watch.py): a lost one ends this process with a line naming it and
+    the newest checkpoint under `under` (the run's out_dir), to continue by `again`."""
+    if not enabled(d) or jax.distributed.is_initialized():
         return
-    d = config.distributed
     if _backends_started():
         raise ConfigError(
             "distributed", "must be initialized before JAX touches a device; start marljax in a fresh process"
@@ -90,8 +92,8 @@ def initialize(config: Config, under: Path | None = None, again: str = "rerun wi
             "process was started, with the same distributed.num_processes and coordinator address, and that the "
             "coordinator's port is reachable"
         ) from exc
-    check_same_config(config)
-    _watch_peers(under if under is not None else Path(config.out_dir) if config.out_dir else None, again)
+    check_same_config(settings)
+    _watch_peers(under, again)
 
 
 def _watch_peers(under: Path | None, again: str) -> None:
@@ -151,22 +153,22 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
-def _field_hashes(config: Config) -> tuple[list[str], np.ndarray]:
+def _field_hashes(settings: Mapping[str, Any]) -> tuple[list[str], np.ndarray]:
     """(field names, one uint32 hash per field [F]); distributed.process_id is left out."""
-    values = config.to_dict()
+    values = dict(settings)
     values["distributed"] = {k: v for k, v in values["distributed"].items() if k != "process_id"}
     names = sorted(values)
     digest = [hashlib.sha256(json.dumps(values[k], sort_keys=True, default=str).encode()).digest()[:4] for k in names]
     return names, np.array([int.from_bytes(d, "little") for d in digest], np.uint32)
 
 
-def check_same_config(config: Config) -> None:
+def check_same_config(settings: Mapping[str, Any]) -> None:
     """ConfigError naming the fields in which the processes' configs differ."""
     if jax.process_count() == 1:
         return
     from jax.experimental import multihost_utils
 
-    names, mine = _field_hashes(config)
+    names, mine = _field_hashes(settings)
     every = np.asarray(multihost_utils.process_allgather(mine))  # [P, F]
     differ = ~(every == every[0]).all(axis=0)  # [F]
     if differ.any():

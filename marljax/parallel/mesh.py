@@ -1,6 +1,6 @@
 """The trainer's mesh: built once from the config; the state's specs; the sharded programs on it.
 
-With `placement.py` and `async_mesh.py`, the only code that touches devices (see placement.py).
+With `placement.py` and `pipeline/async_mesh.py`, the only code that touches devices (see placement.py).
 
 Mesh axes:
   * `seed`: splits the seeds (independent runs; no communication);

@@ -1,6 +1,6 @@
 """Putting arrays where they run: on a device, on a mesh's shardings, or a copy per actor device.
 
-With `mesh.py` (the trainer's mesh) and `async_mesh.py` (the async mode's actor devices and
+With `mesh.py` (the trainer's mesh) and `pipeline/async_mesh.py` (the async mode's actor devices and
 learner mesh), the only code that calls `jax.device_put` or `jax.devices()` or builds a
 `NamedSharding`: the pipeline, sweeps and benchmarks receive meshes, devices and shardings
 and place with these functions.

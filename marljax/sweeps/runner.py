@@ -48,6 +48,7 @@ from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import SEED, compile_chunks, seed_keys, shard_trainer
 from marljax.parallel.placement import place
+from marljax.run_settings import check_logins
 from marljax.schema import ConfigError
 from marljax.sweeps.results import METRICS, ResultsStore, load
 from marljax.sweeps.spec import Program, Sweep, located
@@ -59,7 +60,6 @@ from marljax.train.evaluate import ABSOLUTE_FACTOR, Evaluation, eval_keys, keep_
 from marljax.train.memory import MemoryEstimate
 from marljax.train.metrics import plot_returns, read_jsonl
 from marljax.train.records import config_yaml
-from marljax.train.settings import check_logins
 from marljax.train.timing import RunClock, Ticker
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import check_run, sync_estimate
@@ -196,7 +196,8 @@ def run_sweep(
 
 
 def _sweep(sweep: Sweep, log, overwrite: bool, progress: bool, max_chunks: int | None, clock: RunClock) -> SweepResult:
-    distributed.initialize(sweep.programs[0].config, sweep.out_dir, "rerun the same marljax sweep command")
+    first = sweep.programs[0].config
+    distributed.initialize(first.distributed, first.to_dict(), sweep.out_dir, "rerun the same marljax sweep command")
     primary = distributed.is_primary()
     if not primary:  # multi-host: process 0 alone logs and writes files; all train and checkpoint
         log, progress = (lambda _line: None), False

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from marljax.train.settings import COMPILE_CACHE_AUTO as AUTO
-from marljax.train.settings import COMPILE_CACHE_OFF as OFF
+from marljax.run_settings import COMPILE_CACHE_AUTO as AUTO
+from marljax.run_settings import COMPILE_CACHE_OFF as OFF
 
 _JAX_ENTRY_ERRORS = (
     "Error reading persistent compilation cache entry",

@@ -1,7 +1,7 @@
 """`marljax train`: claim out_dir, build the run's source of chunks, and let the driver run it.
 
 The source is the on-device chunk program (`_train_sync`: compiled once, run chunk by chunk) or
-the async pipeline (`_train_async`, pipeline/actor_learner.py); what happens between chunks
+the async pipeline (`_train_async`, train/actor_learner.py); what happens between chunks
 (metrics rows, evaluation, NaN guard, checkpoints, progress, stop signals) is `train.driver`'s.
 At the start the resolved config goes to `<out_dir>/config.yaml`; at the end the returns plot to
 `<out_dir>/returns.png`.
@@ -24,10 +24,11 @@ import numpy as np
 from marljax.config import Config, replace
 from marljax.files import DirectoryLock, check_writable_dir, expand_home, write_text_atomic
 from marljax.parallel import distributed
-from marljax.parallel.async_mesh import async_placement
 from marljax.parallel.mesh import compile_chunks, seed_keys, shard_trainer
+from marljax.pipeline.async_mesh import async_placement
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.processes import dataset_dir
+from marljax.run_settings import check_logins
 from marljax.schema import ConfigError
 from marljax.train import compile_cache
 from marljax.train.budget import continue_budget, saved_run
@@ -54,7 +55,6 @@ from marljax.train.evaluate import Evaluation
 from marljax.train.marl_eval_run import write_run_marl_eval
 from marljax.train.metrics import plot_returns
 from marljax.train.records import config_yaml, cpu_speed_note, family_note
-from marljax.train.settings import check_logins
 from marljax.train.summary import SUMMARY_FILE, RunSummary, return_line, summarize
 from marljax.train.timing import RunClock, Ticker
 from marljax.train.trackers import Trackers
@@ -125,7 +125,7 @@ def _claim(
 ) -> tuple[Config, Callable[[str], None], Path, DirectoryLock, bool]:
     """Everything refused before the run is built, then out_dir locked: (config with its out_dir,
     the log (silent on processes other than 0), out_dir, the lock, whether out_dir held a run)."""
-    distributed.initialize(config)
+    distributed.initialize(config.distributed, config.to_dict(), Path(config.out_dir) if config.out_dir else None)
     config, log = primary_only(config, log)
     compile_cache.use(config.compile_cache, log)  # before anything compiles
     if not config.out_dir:
@@ -400,7 +400,7 @@ def _train_async(
     environments afresh, so it is not bitwise equal to an uninterrupted run. SIGINT/SIGTERM:
     the update in progress finishes, a checkpoint is saved, and the run raises `Stopped`.
     """
-    from marljax.pipeline.actor_learner import AsyncRun
+    from marljax.train.actor_learner import AsyncRun
 
     with clock.phase("build"):
         log(f"{clock.stamp()} building {config.env} and {config.algo}'s trainer")

@@ -8,7 +8,7 @@ choose the env). The policy acts in `num_envs` environments side by side for `tr
 in all; with `epsilon` each agent takes a uniformly random available action (Box: uniform within
 the bounds) with that probability instead of the policy's, and `greedy` says whether the policy's
 own action is its most likely one or a sample of it. OUT is the dataset's `<name>.vlt` directory;
-the dataset goes in `OUT/<quality>` (`marljax.train.datasets` describes the layout), with its
+the dataset goes in `OUT/<quality>` (`marljax.datasets` describes the layout), with its
 episode-return distribution and a quality label beside it: the one given, else derived from the
 policy (random: Poor; a trained policy with exploration, epsilon > 0 or sampled actions: Medium;
 greedy without exploration: Good), as OG-MARL labels its datasets by the policy that made them.
@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from marljax.config import Config, load_config
+from marljax.datasets import DatasetWriter, check_stackable, episode_returns, return_distribution
 from marljax.envs.adapter import EnvAdapter
 from marljax.schema import ConfigError
-from marljax.train.datasets import DatasetWriter, check_stackable, episode_returns, return_distribution
 from marljax.train.evaluate import baseline_act
 
 RANDOM = "random"

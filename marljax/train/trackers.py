@@ -34,8 +34,8 @@ from typing import Any
 
 from marljax.config import Config
 from marljax.files import write_text_atomic
+from marljax.run_settings import LogConfig
 from marljax.schema import to_flat
-from marljax.train.settings import LogConfig
 
 
 def scalars(row: dict) -> dict[str, float]:

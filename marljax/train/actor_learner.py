@@ -62,12 +62,12 @@ import jax
 import numpy as np
 
 from marljax.config import Config
-from marljax.parallel.async_mesh import async_placement, learner_on_mesh, shard_learn, trajectory_shardings
 from marljax.parallel.distributed import host_values
 from marljax.parallel.layouts import Layout
 from marljax.parallel.mesh import learner_specs, mesh_layout, seed_keys, split_groups
 from marljax.parallel.placement import copy_to_devices, local_replica, place, place_process_local
 from marljax.pipeline import processes
+from marljax.pipeline.async_mesh import async_placement, learner_on_mesh, shard_learn, trajectory_shardings
 from marljax.pipeline.balance import Observation, RateBalancer, Throttle
 from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
 from marljax.pipeline.env_workers import EnvHealth
