@@ -1,7 +1,7 @@
 """The reference runs a restructuring must leave bitwise unchanged.
 
-Ten tiny runs (every algorithm, FF and GRU, the sharing modes, async deterministic) and one
-two-cell sweep, each writing metrics rows. A refactor runs them before and after and compares:
+Tiny runs of every algorithm (FF and GRU, the sharing modes, async deterministic; the offline
+ones on a dataset of random play recorded first) and one two-cell sweep, each writing metrics rows. A refactor runs them before and after and compares:
 
     python experiments/reference_runs.py run /tmp/ref_before      # at the old commit
     python experiments/reference_runs.py run /tmp/ref_after       # at the new one
@@ -36,7 +36,20 @@ RUNS: dict[str, str] = {
     "qmix": f"algo=qmix {Q_TINY}",
     "qmix_rnn": f"algo=qmix recurrent=true {Q_TINY}",
     "ippo_async_deterministic": "algo=ippo mode=async async.deterministic=true",
+    "happo": "algo=happo",
+    "sable": "algo=sable",
+    "shaq": f"algo=shaq {Q_TINY}",
+    "transf_qmix": f"algo=transf_qmix {Q_TINY}",
+    "isac": f"algo=isac {SAC_TINY}",
+    "masac": f"algo=masac {SAC_TINY}",
 }
+
+# the offline algorithms learn from a dataset recorded here first (random play on the default env)
+DATASET = "transitions=2048 num_envs=8 seed=3"
+OFFLINE_RUNS: dict[str, str] = {name: f"algo={name}" for name in ("bc", "iql_cql", "maicq")}
+OFFLINE_TINY = "total_timesteps=64 num_chunks=4 eval_every=8 eval_episodes=4 num_seeds=2"
+
+SAC_TINY = "env_kwargs.action_type=Continuous sac.buffer_size=256 sac.learning_starts=64 sac.batch_size=16"
 
 SWEEP = """name: reference_sweep
 base:
@@ -80,6 +93,15 @@ def run(out: Path) -> None:
     common = "progress=false plot=false compile_cache=false overwrite=true"
     for name, flags in RUNS.items():
         cmd = ["marljax", "train", *f"{flags} {TINY} {common} out_dir={out / name}".split()]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+    data = out / "dataset.vlt"
+    cmd = ["marljax", "record", "random", str(data), *DATASET.split(), "quality=Poor"]
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    for name, flags in OFFLINE_RUNS.items():
+        dataset = f"offline.dataset={data / 'Poor'}"
+        cmd = ["marljax", "train", *f"{flags} {dataset} {OFFLINE_TINY} {common} out_dir={out / name}".split()]
         print("$", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
     spec = out / "sweep.yaml"
