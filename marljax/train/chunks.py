@@ -18,6 +18,7 @@ from typing import Any
 import jax
 
 from marljax.parallel.distributed import host_values
+from marljax.types import UpdateMetrics
 
 
 def chunk_sizes(num_updates: int, per_chunk: int) -> list[int]:
@@ -96,7 +97,7 @@ def run_chunks(
     compiled: dict[int, Callable],
     state: Any,
     schedule: Sequence[int],
-    on_chunk: Callable[[Any, dict, int, float], None],
+    on_chunk: Callable[[Any, UpdateMetrics, int, float], None],
     budget: ChunkBudget | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> tuple[Any, bool]:

@@ -472,7 +472,7 @@ class Driver:
         its checkpoint is still being written (to overlap the run's end with it)."""
         with StopControl() as stop:
 
-            def step(state, metrics: dict, n: int, wall: float) -> None:
+            def step(state, metrics: UpdateMetrics, n: int, wall: float) -> None:
                 self.step(Chunk(state, metrics, n, wall, state.learner.params), save=stop())
 
             with self.clock.phase("training"):

@@ -60,7 +60,7 @@ from marljax.train.timing import RunClock, Ticker
 from marljax.train.trackers import Trackers
 from marljax.train.up_front import async_estimate, check_run, sync_estimate
 from marljax.train.wiring import check_agent_axis, make_adapter, make_trainer, prepare, warn_slow_dtype
-from marljax.types import TrainState
+from marljax.types import TrainState, UpdateMetrics
 
 __all__ = ["RunResult", "TrainingDiverged", "default_out_dir", "set_aside_runs", "summary", "train"]
 
@@ -444,7 +444,7 @@ def _train_async(
             "as training in this mode)"
         )
 
-        def on_chunk(metrics: dict, wall: float, extra: dict, learner) -> None:
+        def on_chunk(metrics: UpdateMetrics, wall: float, extra: dict, learner) -> None:
             counters = _add_counters(
                 before,
                 {
