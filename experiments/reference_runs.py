@@ -25,6 +25,8 @@ Q_TINY = (
     "lr=2e-3 activation=tanh gamma=0.99 hidden_size=64"
 )
 
+SAC_TINY = "env_kwargs.action_type=Continuous sac.buffer_size=256 sac.learning_starts=64 sac.batch_size=16"
+
 RUNS: dict[str, str] = {
     "ippo": "algo=ippo",
     "ippo_rnn_independent": "algo=ippo recurrent=true param_sharing=independent",
@@ -39,7 +41,7 @@ RUNS: dict[str, str] = {
     "happo": "algo=happo",
     "sable": "algo=sable",
     "shaq": f"algo=shaq {Q_TINY}",
-    "transf_qmix": f"algo=transf_qmix {Q_TINY}",
+    "transf_qmix": f"algo=transf_qmix {Q_TINY} gru_hidden_size=64",
     "isac": f"algo=isac {SAC_TINY}",
     "masac": f"algo=masac {SAC_TINY}",
 }
@@ -47,9 +49,7 @@ RUNS: dict[str, str] = {
 # the offline algorithms learn from a dataset recorded here first (random play on the default env)
 DATASET = "transitions=2048 num_envs=8 seed=3"
 OFFLINE_RUNS: dict[str, str] = {name: f"algo={name}" for name in ("bc", "iql_cql", "maicq")}
-OFFLINE_TINY = "total_timesteps=64 num_chunks=4 eval_every=8 eval_episodes=4 num_seeds=2"
-
-SAC_TINY = "env_kwargs.action_type=Continuous sac.buffer_size=256 sac.learning_starts=64 sac.batch_size=16"
+OFFLINE_TINY = "num_envs=16 num_steps=1 total_timesteps=256 num_chunks=4 eval_every=8 eval_episodes=4 num_seeds=2"
 
 SWEEP = """name: reference_sweep
 base:
