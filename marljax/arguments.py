@@ -76,7 +76,7 @@ def positive(kind: type) -> Convert:
     return convert
 
 
-def listed(kind: type, minimum: float) -> Convert:
+def number_list(kind: type, minimum: float) -> Convert:
     """A comma-separated list of numbers, each at least `minimum`, as a tuple."""
     what = f"comma-separated {'whole numbers' if kind is int else 'numbers'} >= {minimum:g}"
 
@@ -92,7 +92,7 @@ def listed(kind: type, minimum: float) -> Convert:
     return convert
 
 
-def one_of(*choices: str) -> Convert:
+def choice(*choices: str) -> Convert:
     def convert(name: str, value: str) -> str:
         if value not in choices:
             raise ConfigError(name, f"expected one of {', '.join(choices)}, got {value!r}")

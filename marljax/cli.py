@@ -30,10 +30,10 @@ from marljax.arguments import (  # noqa: E402 - after the time above
     Option,
     Parsed,
     UsageError,
+    choice,
     finite,
-    listed,
     nearest,
-    one_of,
+    number_list,
     options_of,
     positive,
     typed,
@@ -370,8 +370,8 @@ key=value settings apply to every row (marljax train --help lists them).""",
         "agents",
         Arguments(
             options=(
-                Option("--agents", "4,16,64", listed(int, 1)),
-                Option("--mesh-agent", "1,2,4,8", listed(int, 1)),
+                Option("--agents", "4,16,64", number_list(int, 1)),
+                Option("--mesh-agent", "1,2,4,8", number_list(int, 1)),
                 Option("--device-memory-mib", "M", positive(float)),
             ),
             overrides=KEY_VALUES,
@@ -392,7 +392,7 @@ absolute); key=value settings (marljax train --help) change every row.""",
     ),
     Command(
         "sequence",
-        Arguments(options=(Option("--agents", "4,16,64,128", listed(int, 2)),), overrides=KEY_VALUES),
+        Arguments(options=(Option("--agents", "4,16,64,128", number_list(int, 2)),), overrides=KEY_VALUES),
         "Sable's memory and time per update over the agent count N: chunked, fully parallel, and MAPPO beside them",
         _bench_sequence,
         """\
@@ -423,7 +423,7 @@ of 2 minibatches; key=value settings (marljax train --help) change every row."""
         "stragglers",
         Arguments(
             options=(
-                Option("step_costs", "0,0.0005,0.005", listed(float, 0)),
+                Option("step_costs", "0,0.0005,0.005", number_list(float, 0)),
                 Option("slow_factor", "10", positive(float), 10.0),
                 Option("repeats", "1", positive(int), 1),
             ),
@@ -595,7 +595,7 @@ run is then an ordinary one (resume=true continues it).""",
     ),
     Command(
         "doctor",
-        Arguments(options=(Option("--expect", "cpu|gpu|tpu", one_of("cpu", "gpu", "tpu")),)),
+        Arguments(options=(Option("--expect", "cpu|gpu|tpu", choice("cpu", "gpu", "tpu")),)),
         "versions, backend, devices and the installed jax build; --expect gpu exits 1 on a CPU-only jax",
         _doctor,
         """\

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from marljax.arguments import KEY_VALUES, Arguments, Option, UsageError, listed, one_of, positive, typed
+from marljax.arguments import KEY_VALUES, Arguments, Option, UsageError, choice, number_list, positive, typed
 from marljax.schema import ConfigError
 
 EXAMPLE = Arguments(
     ("RUN_DIR",),
     config=True,
     options=(
-        Option("--agents", "4,16", listed(int, 1)),
+        Option("--agents", "4,16", number_list(int, 1)),
         Option("--allow-mixed"),
         Option("seed_index", "N", typed("int"), 0),
     ),
@@ -76,8 +76,8 @@ def test_a_key_option_outside_the_settings_is_named_and_its_bad_value_is_a_confi
     [
         (positive(int), "0", "n: expected a positive whole number, got '0'"),
         (positive(float), "nan", "n: expected a positive number, got 'nan'"),
-        (listed(float, 0), "0,-1", "n: expected comma-separated numbers >= 0, got '0,-1'"),
-        (one_of("cpu", "gpu"), "tpu", "n: expected one of cpu, gpu, got 'tpu'"),
+        (number_list(float, 0), "0,-1", "n: expected comma-separated numbers >= 0, got '0,-1'"),
+        (choice("cpu", "gpu"), "tpu", "n: expected one of cpu, gpu, got 'tpu'"),
         (typed("bool"), "maybe", "n: expected true or false, got 'maybe'"),
     ],
 )
