@@ -22,7 +22,7 @@ def run_bench(agents: str, ks: str) -> dict:
     on 8 fake ones; the JSON line it prints last."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "marljax.bench.agents", "--agents", agents, "--mesh-agent", ks, *TINY]
+    cmd = [sys.executable, "-m", "marljax.cli", "bench", "agents", "--agents", agents, "--mesh-agent", ks, *TINY]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
