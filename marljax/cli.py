@@ -2,7 +2,8 @@
 
 Every command is declared once, in COMMANDS below (its name, arguments, one-line summary, help
 and handler); `marljax --help`, `marljax help COMMAND`, `marljax COMMAND --help` and the dispatch
-are all made from that table. `bench` holds the benchmarks as its subcommands (`marljax bench
+are all made from that table. Its arguments are an `Arguments` (marljax/arguments.py), parsed
+before its handler runs: a wrong shape is one line ending in the command's usage, exit code 2. `bench` holds the benchmarks as its subcommands (`marljax bench
 target ...`).
 
 Nested keys take dots: `mesh.data=4`, `env_kwargs.scenario=3m`. A bad config prints one line
@@ -286,7 +287,8 @@ def _export(args: Parsed) -> int:
     from marljax.train.policy import PolicyError, export_policy
 
     try:
-        export_policy(*args.positional, args.options["seed_index"], trust_code=args.options["trust_code"])
+        run_dir, policy_dir = args.positional
+        export_policy(run_dir, policy_dir, args.options["seed_index"], trust_code=args.options["trust_code"])
     except (PolicyError, CheckpointError) as exc:
         return _failed(exc)
     return 0
@@ -301,7 +303,8 @@ def _record(args: Parsed) -> int:
     settings = RecordSettings(**args.options)
     settings.check()
     try:
-        record(*args.positional, settings, args.overrides)
+        source, out = args.positional
+        record(source, out, settings, args.overrides)
     except (DatasetError, PolicyError) as exc:
         return _failed(exc)
     return 0
@@ -820,10 +823,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return 0
     if "--help" in argv[1:] or "-h" in argv[1:]:
         return _command_help(argv)
-    path, rest = resolve(argv)
-    if not path:
+    named, rest = resolve(argv)
+    if not named:
         return _unknown("command", argv[0], COMMANDS)
-    path = _runnable(path, rest)
+    path = _runnable(named, rest)
     args = None if path is None else _parsed(path, rest)
     if path is None or args is None:
         return 2
@@ -834,8 +837,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"marljax: {exc}", file=sys.stderr)
         return 2
+    run = path[-1].run
+    assert run is not None  # only a command with subcommands has none, and one of them was chosen
     try:
-        return path[-1].run(args)
+        return run(args)
     except ConfigError as exc:  # the arguments, the config, a run that refuses them
         return _config_error(exc)
 
@@ -843,14 +848,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
 def _command_help(argv: list[str]) -> int:
     """`marljax COMMAND [NAME] [CONFIG.yaml] [algo=A] --help`: the command's usage (for one that
     trains, every setting of the algorithm the arguments choose)."""
-    path, rest = resolve(argv)
-    if not path:
+    named, rest = resolve(argv)
+    if not named:
         return _unknown("command", argv[0], COMMANDS)
     rest = [a for a in rest if a not in ("--help", "-h")]
-    if path[-1].subcommands and rest:  # bench algo=qmix --help: the default bench's settings for qmix
-        path = _runnable(path, rest)  # an unknown bench: refused as running it would be
-        if path is None:
-            return 2
+    # bench algo=qmix --help: the default bench's settings for qmix; an unknown bench is refused as running it would be
+    path = _runnable(named, rest) if named[-1].subcommands and rest else named
+    if path is None:
+        return 2
     if not path[-1].settings:
         print(command_usage(path))
         return 0
