@@ -1,6 +1,6 @@
 """`marljax bench scale`: the training throughput of one config as num_envs grows.
 
-    marljax bench scale [CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]
+    marljax bench scale [CONFIG.yaml] [--max-envs N] [--timeout S] [key=value ...]
 
 Runs `marljax bench` (`train.py`) once per row, each in its own process, at 64, 256, 1k, 4k,
 16k and 64k environments per device (times the devices the environments split over), until
