@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +113,7 @@ class Option:
     metavar: str = ""  # its value in the usage line ("M", "4,16,64"); "" for a --switch that takes none
     convert: Convert = text
     default: Any = None
+    shown: bool = True  # in the usage line; False: the command's --help alone describes it (a long line stays short)
 
     @property
     def key(self) -> str:
@@ -132,11 +133,11 @@ class Option:
 METAVARS = {"int": "N", "float": "X", "bool": "true|false", "str": "TEXT"}
 
 
-def options_of(settings: type) -> tuple[Option, ...]:
-    """A settings dataclass's fields as key=value options, typed and defaulted as the fields are."""
-    return tuple(
-        Option(f.name, METAVARS[str(f.type)], typed(str(f.type)), f.default) for f in dataclasses.fields(settings)
-    )
+def options_of(settings: type, shown: Collection[str]) -> tuple[Option, ...]:
+    """A settings dataclass's fields as key=value options, typed and defaulted as the fields are; the
+    usage line shows those named in `shown`."""
+    fields = dataclasses.fields(settings)
+    return tuple(Option(f.name, METAVARS[str(f.type)], typed(str(f.type)), f.default, f.name in shown) for f in fields)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,9 @@ class Arguments:
             *(["[CONFIG.yaml]"] if self.config else []),
             *([f"{self.more} ..."] if self.more else []),
         ]
-        return " ".join([*words, *(o.usage() for o in self.options), *([self.overrides] if self.overrides else [])])
+        return " ".join(
+            [*words, *(o.usage() for o in self.options if o.shown), *([self.overrides] if self.overrides else [])]
+        )
 
     def refusal(self, prog: str, exc: UsageError) -> str:
         """What a UsageError says, in one line: what is wrong, then the usage of `prog` (the command)."""

@@ -558,7 +558,7 @@ load them with `marljax.load_policy(POLICY_DIR)`.""",
         "record",
         Arguments(
             ("SOURCE", "OUT"),
-            options=options_of(RecordSettings),
+            options=options_of(RecordSettings, shown=("transitions", "num_envs", "epsilon", "greedy", "quality")),
             overrides=KEY_VALUES,
         ),
         "write a policy's experience (a run, an exported policy or random) as an offline dataset in OG-MARL's Vault "

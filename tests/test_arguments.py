@@ -37,6 +37,9 @@ def test_the_usage_line_is_made_from_the_declaration():
     assert EXAMPLE.usage() == "RUN_DIR [CONFIG.yaml] [--agents 4,16] [--allow-mixed] [seed_index=N] [key=value ...]"
     assert Arguments(more="RUN").usage() == "RUN ..."
     assert Arguments().usage() == ""
+    # an option its command's --help alone describes: parsed, left out of the usage line
+    quiet = Arguments(options=(Option("seed", "N", typed("int"), 0, shown=False),))
+    assert quiet.usage() == "" and quiet.parse(["seed=3"]).options == {"seed": 3}
 
 
 @pytest.mark.parametrize(
