@@ -142,6 +142,8 @@ def options_of(settings: type, shown: Collection[str]) -> tuple[Option, ...]:
 
 @dataclass(frozen=True)
 class Parsed:
+    """A command's arguments, sorted by kind."""
+
     args: tuple[str, ...]  # as given (a bench that re-runs itself in a child passes them on)
     positional: list[str]
     config: str | None  # the CONFIG.yaml given first, if any
