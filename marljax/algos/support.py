@@ -68,6 +68,11 @@ def replaced(text: str, where: str) -> str:
 
 def main(argv: list[str]) -> int:
     """Print the table, or with --write rewrite it in FILES."""
+    if "--help" in argv or "-h" in argv:
+        print(
+            f"usage: {PROG} {ARGUMENTS.usage()}\n\nPrint the support table; --write rewrites it in {' and '.join(FILES)}."
+        )
+        return 0
     try:
         write = ARGUMENTS.parse(argv).options["write"]
     except UsageError as exc:
