@@ -2,7 +2,8 @@
 
 Every command is declared once, in COMMANDS below (its name, arguments, one-line summary, help
 and handler); `marljax --help`, `marljax help COMMAND`, `marljax COMMAND --help` and the dispatch
-are all made from that table. `bench` holds the benchmarks as its subcommands (`marljax bench
+are all made from that table. Its arguments are an `Arguments` (marljax/arguments.py), parsed
+before its handler runs: a wrong shape is one line ending in the command's usage, exit code 2. `bench` holds the benchmarks as its subcommands (`marljax bench
 target ...`).
 
 Nested keys take dots: `mesh.data=4`, `env_kwargs.scenario=3m`. A bad config prints one line
@@ -24,7 +25,22 @@ from pathlib import Path
 
 _IMPORTED = time.time()  # the start-up's start where /proc cannot say when the process began
 
+from marljax.arguments import (  # noqa: E402 - after the time above
+    KEY_VALUES,
+    Arguments,
+    Option,
+    Parsed,
+    UsageError,
+    choice,
+    finite,
+    nearest,
+    number_list,
+    options_of,
+    positive,
+    typed,
+)
 from marljax.config import Config, load_config  # noqa: E402 - after the time above
+from marljax.run_settings import RecordSettings  # noqa: E402 - after the time above
 from marljax.schema import ConfigError  # noqa: E402 - after the time above
 
 
@@ -33,27 +49,17 @@ class Command:
     """One command of `marljax` (or one of `marljax bench`): what the usage shows, what runs it."""
 
     name: str
-    args: str  # its arguments, as its usage line shows them
+    arguments: Arguments  # what it takes; its usage line is made from this
     summary: str  # what `marljax --help` says of it (wrapped there)
-    run: Callable[[list[str]], int]  # the arguments after its name -> the exit code
+    run: Callable[[Parsed], int] | None  # its parsed arguments -> the exit code; None: a subcommand runs
     help: str = ""  # `marljax NAME --help`: said after the usage line
     settings: bool = False  # --help also lists every setting of the config (a command that trains)
     subcommands: tuple[Command, ...] = ()  # bench's benchmarks; the first is the default
 
-
-def _config_errors_exit_2(handler: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
-    """A handler whose ConfigError (the arguments, the config, a run that refuses them) is one line
-    on stderr and exit code 2."""
-
-    @functools.wraps(handler)
-    def run(args: list[str]) -> int:
-        try:
-            return handler(args)
-        except ConfigError as exc:
-            print(f"marljax: config error: {exc}", file=sys.stderr)
-            return 2
-
-    return run
+    @property
+    def args(self) -> str:
+        """Its arguments as its usage line shows them."""
+        return " ".join(filter(None, ["[NAME]" if self.subcommands else "", self.arguments.usage()]))
 
 
 class _Terminated(KeyboardInterrupt):
@@ -69,14 +75,14 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise _Terminated(signum)
 
 
-def _stopped_exits_with_its_signal(handler: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
+def _stopped_exits_with_its_signal(handler: Callable[[Parsed], int]) -> Callable[[Parsed], int]:
     """A handler whose run SIGINT, SIGTERM or SIGHUP stopped at a chunk boundary (`Stopped`) prints
     its one line on stderr and exits 128 + the signal number, as a shell reports it. SIGTERM or
     SIGHUP before the chunk loop (or after it) says so in one line, rather than killing the process
     with nothing said."""
 
     @functools.wraps(handler)
-    def run(args: list[str]) -> int:
+    def run(args: Parsed) -> int:
         import signal
 
         main_thread = threading.current_thread() is threading.main_thread()
@@ -105,15 +111,19 @@ def _stopped_exits_with_its_signal(handler: Callable[[list[str]], int]) -> Calla
     return run
 
 
-def _config(args: Sequence[str], defaults: Sequence[str] = ()) -> Config:
+def _config(args: Parsed, defaults: Sequence[str] = ()) -> Config:
     """The config of [CONFIG.yaml] [key=value ...]; `defaults` come first when no file is given."""
-    path, overrides = _split_args(args)
-    return load_config(path, [*(defaults if path is None else ()), *overrides])
+    return load_config(args.config, [*(defaults if args.config is None else ()), *args.overrides])
 
 
-@_config_errors_exit_2
+def _failed(exc: Exception, prefix: str = "") -> int:
+    """A run-time failure the command names: its one line on stderr, exit code 1."""
+    print(f"marljax: {prefix}{exc}", file=sys.stderr)
+    return 1
+
+
 @_stopped_exits_with_its_signal
-def _train(args: list[str]) -> int:
+def _train(args: Parsed) -> int:
     from marljax.parallel.distributed import DistributedError
     from marljax.pipeline.watchdog import ActorStuck
     from marljax.train.checkpoint import CheckpointError
@@ -127,119 +137,94 @@ def _train(args: list[str]) -> int:
         from marljax.parallel.peer_watch import settle
 
         settle(exc)  # a checkpoint a lost peer failed: its watch's line instead (it exits the process)
-        print(f"marljax: {exc}", file=sys.stderr)
-        return 1
+        return _failed(exc)
     return 0
 
 
-@_config_errors_exit_2
-def _bench_throughput(args: list[str]) -> int:
+def _bench_throughput(args: Parsed) -> int:
     from marljax.bench.train import run_bench
 
     run_bench(_config(args))
     return 0
 
 
-@_config_errors_exit_2
 @_stopped_exits_with_its_signal
-def _bench_target(args: list[str]) -> int:
-    from marljax.bench.target import TargetNotReached, default_target, run_target_bench, split_target
+def _bench_target(args: Parsed) -> int:
+    from marljax.bench.target import TargetNotReached, default_target, run_target_bench
 
-    target, rest = split_target(args)  # target=R is the benchmark's, not a config key
-    config = _config(rest)
+    config = _config(args)
+    target = args.options["target"]
     target = default_target(config) if target is None else target  # refused before anything compiles
     try:
         run_target_bench(config, target)
     except TargetNotReached as exc:
-        print(f"marljax: {exc}", file=sys.stderr)
-        return 1
+        return _failed(exc)
     return 0
 
 
-@_config_errors_exit_2
-def _bench_scale(args: list[str]) -> int:
-    from marljax.bench.scale import parse_flags, run_scale_bench
+def _bench_scale(args: Parsed) -> int:
+    from marljax.bench.scale import ROW_TIMEOUT_S, run_scale_bench
 
-    rest, max_envs, timeout = parse_flags(args)
-    path, overrides = _split_args(rest)
-    return 0 if run_scale_bench(path, overrides, max_envs, timeout) else 1
+    timeout = args.options["timeout"] or ROW_TIMEOUT_S
+    return 0 if run_scale_bench(args.config, args.overrides, args.options["max_envs"], timeout) else 1
 
 
-@_config_errors_exit_2
-def _bench_sequence(args: list[str]) -> int:
-    from marljax.bench.sequence import parse_agents, run_sequence_bench
+def _bench_sequence(args: Parsed) -> int:
+    from marljax.bench.sequence import AGENTS, run_sequence_bench
 
-    agents, rest = parse_agents(args)
-    run_sequence_bench(agents, rest)
+    run_sequence_bench(args.options["agents"] or AGENTS, args.overrides)
     return 0
 
 
-def _bench_agents(args: list[str]) -> int:
+def _bench_agents(args: Parsed) -> int:
     from marljax.bench.agents import main as bench_agents
 
     return bench_agents(args)
 
 
-@_config_errors_exit_2
-def _bench_checkpoint(args: list[str]) -> int:
+def _bench_checkpoint(args: Parsed) -> int:
     from marljax.bench.checkpoint import run_checkpoint_bench
 
     run_checkpoint_bench(_config(args))
     return 0
 
 
-@_config_errors_exit_2
-def _bench_sweep(args: list[str]) -> int:
+def _bench_sweep(args: Parsed) -> int:
     from marljax.bench.sweep import DEFAULTS, run_sweep_bench
 
     run_sweep_bench(_config(args, DEFAULTS))  # its own defaults, unless a file gives the run
     return 0
 
 
-@_config_errors_exit_2
-def _bench_stragglers(args: list[str]) -> int:
-    from marljax.bench.stragglers import main as bench_stragglers
+def _bench_stragglers(args: Parsed) -> int:
+    from marljax.bench.stragglers import DEFAULTS, STEP_COSTS, run_straggler_bench
 
-    return bench_stragglers(args)
-
-
-@_config_errors_exit_2
-def _bench_balance(args: list[str]) -> int:
-    from marljax.bench.balance import main as bench_balance
-
-    return bench_balance(args)
+    costs, slow_factor, repeats = (args.options[k] for k in ("step_costs", "slow_factor", "repeats"))
+    run_straggler_bench(load_config(None, DEFAULTS + args.overrides), costs or STEP_COSTS, slow_factor, repeats)
+    return 0
 
 
-def _doctor(args: list[str]) -> int:
+def _bench_balance(args: Parsed) -> int:
+    from marljax.bench.balance import DEFAULTS, run_balance_bench
+
+    run_balance_bench(load_config(None, DEFAULTS + args.overrides), args.options["ratio"])
+    return 0
+
+
+def _doctor(args: Parsed) -> int:
     from marljax import doctor
 
-    return doctor.main(args)
-
-
-def _bench(args: list[str]) -> int:
-    """`marljax bench [NAME] ...`: the benchmark NAME, else the default one with every argument."""
-    bench = BY_NAME["bench"]
-    if args and _looks_like_a_name(args[0]):
-        return _unknown("bench", args[0], bench.subcommands, prefix="bench ")
-    return bench.subcommands[0].run(args)
-
-
-def _usage_line(name: str) -> str:
-    """`usage: marljax NAME ARGS`: a command's own usage line (its --help says the rest)."""
-    return f"usage: marljax {name} {BY_NAME[name].args}"
+    return doctor.main(args.options["expect"])
 
 
 def _unknown(kind: str, name: str, choices: Sequence[Command], prefix: str = "") -> int:
     """A mistyped command or bench: one line with the nearest name, then at most that one's usage line; exit 2.
     `prefix`: the words before the name (`bench `), or none."""
-    import difflib
-
     by_name = {c.name: c for c in choices}
-    close = difflib.get_close_matches(name, list(by_name), n=1, cutoff=0.6)
+    close = nearest(name, list(by_name))
     if close:
-        command = by_name[close[0]]
-        line = f"usage: marljax {prefix}{command.name} {command.args}".rstrip()
-        print(f"marljax: unknown {kind} {name!r}; did you mean {close[0]!r}?\n{line}", file=sys.stderr)
+        line = f"usage: marljax {prefix}{close} {by_name[close].args}".rstrip()
+        print(f"marljax: unknown {kind} {name!r}; did you mean {close!r}?\n{line}", file=sys.stderr)
     else:
         names = ", ".join(by_name)
         print(f"marljax: unknown {kind} {name!r}; allowed: {names} (marljax {prefix}--help says more)", file=sys.stderr)
@@ -252,186 +237,104 @@ def _looks_like_a_name(arg: str) -> bool:
 
 
 @_stopped_exits_with_its_signal
-def _sweep(args: list[str]) -> int:
-    if not args or "=" in args[0]:
-        print(f"marljax: sweep takes a sweep file first\n{_usage_line('sweep')}", file=sys.stderr)
-        return 2
-    options = {"overwrite": False, "progress": True}
-    rest = []
-    for arg in args[1:]:
-        key, _, value = arg.partition("=")
-        if key.strip() in options:
-            if value.strip().lower() not in ("true", "false"):
-                print(f"marljax: config error: {key}: expected true or false, got {value!r}", file=sys.stderr)
-                return 2
-            options[key.strip()] = value.strip().lower() == "true"
-        else:
-            rest.append(arg)
+def _sweep(args: Parsed) -> int:
+    from marljax.files import DamagedFile
+    from marljax.parallel.distributed import DistributedError
+    from marljax.sweeps.runner import run_sweep
+    from marljax.sweeps.spec import load_sweep
+    from marljax.train.timing import process_start
+
     try:
-        from marljax.files import DamagedFile
-        from marljax.parallel.distributed import DistributedError
-        from marljax.sweeps.runner import run_sweep
-        from marljax.sweeps.spec import load_sweep
-
-        try:
-            from marljax.train.timing import process_start
-
-            run_sweep(load_sweep(args[0], rest), **options, started=process_start() or _IMPORTED)
-        except (DistributedError, DamagedFile) as exc:
-            print(f"marljax: {exc}", file=sys.stderr)
-            return 1
-    except ConfigError as exc:
-        print(f"marljax: config error: {exc}", file=sys.stderr)
-        return 2
+        sweep = load_sweep(args.positional[0], args.overrides)
+        run_sweep(sweep, **args.options, started=process_start() or _IMPORTED)
+    except (DistributedError, DamagedFile) as exc:
+        return _failed(exc)
     return 0
 
 
-def _report(args: list[str]) -> int:
-    if len(args) != 1:
-        print(f"marljax: report takes one sweep directory\n{_usage_line('report')}", file=sys.stderr)
-        return 2
+def _report(args: Parsed) -> int:
     from marljax.files import DamagedFile
     from marljax.sweeps.runner import finish
 
     try:
-        finish(Path(args[0]))
+        finish(Path(args.positional[0]))
     except FileNotFoundError as exc:
         print(f"marljax: {exc}", file=sys.stderr)
         return 2
     except DamagedFile as exc:
-        print(f"marljax: {exc}", file=sys.stderr)
-        return 1
+        return _failed(exc)
     return 0
 
 
-def _compare(args: list[str]) -> int:
-    """`marljax compare RUN ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]`."""
+def _compare(args: Parsed) -> int:
+    from marljax.files import DamagedFile
     from marljax.sweeps.compare import CompareError, compare
 
-    specs, options, rest = [], {"allow_mixed": False}, list(args)
-    while rest:
-        arg = rest.pop(0)
-        flag, has_value, value = arg.partition("=")
-        if flag == "--allow-mixed" and not has_value:
-            options["allow_mixed"] = True
-        elif flag in ("--metric", "--out", "--csv"):
-            if not has_value:
-                if not rest or rest[0].startswith("--"):
-                    print(f"marljax: compare: {flag} takes a value", file=sys.stderr)
-                    return 2
-                value = rest.pop(0)
-            options[{"--metric": "metric", "--out": "out_dir", "--csv": "csv_path"}[flag]] = value
-        elif arg.startswith("--"):
-            print(
-                f"marljax: compare: unknown option {arg}; expected --metric, --out, --csv or --allow-mixed",
-                file=sys.stderr,
-            )
-            return 2
-        else:
-            specs.append(arg)
-    from marljax.files import DamagedFile
-
+    o = args.options
     try:
-        compare(specs, warn=lambda line: print(line, file=sys.stderr), **options)
+        warn = functools.partial(print, file=sys.stderr)
+        compare(args.positional, o["metric"], o["out"], allow_mixed=o["allow_mixed"], csv_path=o["csv"], warn=warn)
     except CompareError as exc:
         print(f"marljax: compare: {exc}", file=sys.stderr)
         return 2
     except DamagedFile as exc:
-        print(f"marljax: compare: {exc}", file=sys.stderr)
-        return 1
+        return _failed(exc, "compare: ")
     return 0
 
 
-def _export(args: list[str]) -> int:
-    positional = [a for a in args if "=" not in a]
-    options = dict(a.split("=", 1) for a in args if "=" in a)
-    if len(positional) != 2 or set(options) - {"seed_index", "trust_code"}:
-        print(
-            f"marljax: export takes a run's directory and a new policy directory\n{_usage_line('export')}",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        seed_index = int(options.get("seed_index", 0))
-    except ValueError:
-        print(f"marljax: config error: seed_index: expected an integer, got {options['seed_index']!r}", file=sys.stderr)
-        return 2
-    if options.get("trust_code", "false").lower() not in ("true", "false"):
-        print(
-            f"marljax: config error: trust_code: expected true or false, got {options['trust_code']!r}", file=sys.stderr
-        )
-        return 2
+def _export(args: Parsed) -> int:
     from marljax.train.checkpoint import CheckpointError
     from marljax.train.policy import PolicyError, export_policy
 
     try:
-        export_policy(
-            positional[0], positional[1], seed_index, trust_code=options.get("trust_code", "").lower() == "true"
-        )
-    except ConfigError as exc:
-        print(f"marljax: config error: {exc}", file=sys.stderr)
-        return 2
+        run_dir, policy_dir = args.positional
+        export_policy(run_dir, policy_dir, args.options["seed_index"], trust_code=args.options["trust_code"])
     except (PolicyError, CheckpointError) as exc:
-        print(f"marljax: {exc}", file=sys.stderr)
-        return 1
+        return _failed(exc)
     return 0
 
 
-def _positional(args: list[str], count: int, takes: str) -> list[str] | None:
-    """The arguments without `=`, when there are `count` of them; else None, after one line saying
-    what the command `takes` and the usage."""
-    positional = [a for a in args if "=" not in a]
-    if len(positional) == count:
-        return positional
-    print(f"marljax: {takes}\n\n{usage()}", file=sys.stderr)
-    return None
-
-
-@_config_errors_exit_2
-def _record(args: list[str]) -> int:
+def _record(args: Parsed) -> int:
     """`marljax record SOURCE OUT [key=value ...]` (marljax/train/record.py)."""
-    positional = _positional(
-        args, 2, "record takes SOURCE (a run, a policy or random) and OUT (a <name>.vlt directory)"
-    )
-    if positional is None:
-        return 2
     from marljax.datasets import DatasetError
     from marljax.train.policy import PolicyError
-    from marljax.train.record import parse_settings, record
+    from marljax.train.record import record
 
-    settings, overrides = parse_settings(dict(a.split("=", 1) for a in args if "=" in a))
+    settings = RecordSettings(**args.options)
+    settings.check()
     try:
-        record(positional[0], positional[1], settings, overrides)
+        source, out = args.positional
+        record(source, out, settings, args.overrides)
     except (DatasetError, PolicyError) as exc:
-        print(f"marljax: {exc}", file=sys.stderr)
-        return 1
+        return _failed(exc)
     return 0
 
 
-@_config_errors_exit_2
 @_stopped_exits_with_its_signal
-def _finetune(args: list[str]) -> int:
+def _finetune(args: Parsed) -> int:
     """`marljax finetune OFFLINE_RUN_DIR out_dir=D [key=value ...]` (marljax/train/finetune.py)."""
-    positional = _positional(args, 1, "finetune takes one run directory (an offline run's) and key=value settings")
-    if positional is None:
-        return 2
     from marljax.train.checkpoint import CheckpointError
     from marljax.train.finetune import finetune
     from marljax.train.loop import TrainingDiverged
     from marljax.train.policy import PolicyError
 
     try:
-        finetune(positional[0], [a for a in args if "=" in a])
+        finetune(args.positional[0], args.overrides)
     except (PolicyError, CheckpointError, TrainingDiverged) as exc:
-        print(f"marljax: {exc}", file=sys.stderr)
-        return 1
+        return _failed(exc)
     return 0
+
+
+# the arguments of a command that trains: [CONFIG.yaml] [key=value ...]
+TRAINS = Arguments(config=True, overrides=KEY_VALUES)
+# the benches that start from their own defaults: key=value only
+SETTINGS = Arguments(overrides=KEY_VALUES)
 
 
 BENCHES = (
     Command(
         "throughput",
-        "[CONFIG.yaml] [key=value ...]",
+        TRAINS,
         "the default: throughput, FLOPs, MFU, compile time and memory of "
         "the config's training (`marljax bench key=value ...` runs it); prints a JSON line last",
         _bench_throughput,
@@ -440,7 +343,7 @@ BENCHES = (
     ),
     Command(
         "target",
-        "[CONFIG.yaml] [key=value ...] [target=R]",
+        Arguments(config=True, options=(Option("target", "R", finite("a return per agent")),), overrides=KEY_VALUES),
         "train until the mean training return over seeds first "
         "reaches R (per agent; default -20.3 on MPE simple_spread, 1.8 on SMAX 3m) and print the wall time with "
         "compilation, the env steps used and the curve; a JSON line last",
@@ -452,7 +355,11 @@ BENCHES = (
     ),
     Command(
         "scale",
-        "[CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]",
+        Arguments(
+            config=True,
+            options=(Option("--max-envs", "N", positive(int)), Option("--timeout", "S", positive(int))),
+            overrides=KEY_VALUES,
+        ),
         "the bench at 64, 256, 1k, 4k, 16k, 64k envs per device, until memory or time runs out",
         _bench_scale,
         """\
@@ -464,7 +371,14 @@ key=value settings apply to every row (marljax train --help lists them).""",
     ),
     Command(
         "agents",
-        "[--agents 4,16,64] [--mesh-agent 1,2,4,8] [--device-memory-mib M] [key=value ...]",
+        Arguments(
+            options=(
+                Option("--agents", "4,16,64", number_list(int, 1)),
+                Option("--mesh-agent", "1,2,4,8", number_list(int, 1)),
+                Option("--device-memory-mib", "M", positive(float)),
+            ),
+            overrides=KEY_VALUES,
+        ),
         "learner bytes per device, swap bytes and update time over agent count N and mesh.agent K (independent "
         "parameters), and the largest N whose learner state fits a device budget",
         _bench_agents,
@@ -481,7 +395,7 @@ absolute); key=value settings (marljax train --help) change every row.""",
     ),
     Command(
         "sequence",
-        "[--agents 4,16,64,128] [key=value ...]",
+        Arguments(options=(Option("--agents", "4,16,64,128", number_list(int, 2)),), overrides=KEY_VALUES),
         "Sable's memory and time per update over the agent count N: chunked, fully parallel, and MAPPO beside them",
         _bench_sequence,
         """\
@@ -494,7 +408,7 @@ of 2 minibatches; key=value settings (marljax train --help) change every row."""
     ),
     Command(
         "checkpoint",
-        "[CONFIG.yaml] [key=value ...]",
+        TRAINS,
         "training time with checkpoints every checkpoint_every updates vs only at the end",
         _bench_checkpoint,
         "Training time with checkpoints every checkpoint_every updates vs only at the end.",
@@ -502,7 +416,7 @@ of 2 minibatches; key=value settings (marljax train --help) change every row."""
     ),
     Command(
         "sweep",
-        "[CONFIG.yaml] [key=value ...]",
+        TRAINS,
         "8 seeds x 4 learning rates: one vmapped program vs the same 32 runs one after another",
         _bench_sweep,
         "4 learning rates x 8 seeds: one vmapped program vs the same runs one after another.",
@@ -510,7 +424,14 @@ of 2 minibatches; key=value settings (marljax train --help) change every row."""
     ),
     Command(
         "stragglers",
-        "[step_costs=0,0.0005,0.005] [slow_factor=10] [key=value ...]",
+        Arguments(
+            options=(
+                Option("step_costs", "0,0.0005,0.005", number_list(float, 0)),
+                Option("slow_factor", "10", positive(float), 10.0),
+                Option("repeats", "1", positive(int), 1),
+            ),
+            overrides=KEY_VALUES,
+        ),
         "host env copies at several "
         "step costs, with and without a straggler: the async pipeline's env-steps/s for each async.host_stepping",
         _bench_stragglers,
@@ -524,7 +445,7 @@ faster of the two. Prints a table, then one JSON line. key=value settings change
     ),
     Command(
         "balance",
-        "[ratio=3] [key=value ...]",
+        Arguments(options=(Option("ratio", "3", positive(float), 3.0),), overrides=KEY_VALUES),
         "dropped batches with async.balance=off and rate, on a run whose "
         "actors could produce ratio times more batches than the learner consumes",
         _bench_balance,
@@ -540,7 +461,7 @@ line. Figures, not assertions. key=value settings change the run.""",
 COMMANDS = (
     Command(
         "train",
-        "[CONFIG.yaml] [key=value ...]",
+        TRAINS,
         "train a team of agents (default: IPPO on MPE_simple_spread_v3); "
         "out_dir=D resume=true continues the run in D from its newest good checkpoint",
         _train,
@@ -549,7 +470,14 @@ COMMANDS = (
     ),
     Command(
         "sweep",
-        "SWEEP.yaml [key=value ...]",
+        Arguments(
+            ("SWEEP.yaml",),
+            options=(
+                Option("overwrite", "true", typed("bool"), False),
+                Option("progress", "false", typed("bool"), True),
+            ),
+            overrides=KEY_VALUES,
+        ),
         "every cell of a sweep file with its seeds; traced axes (lr, "
         "ppo.ent_coef, ...) are vmapped in one program. Rerun to continue a killed sweep; overwrite=true starts it "
         "over, progress=false hides the bars, other key=value change the sweep's base (or seeds=N)",
@@ -571,7 +499,7 @@ out_dir. See experiments/lr_sweep.yaml.""",
     ),
     Command(
         "report",
-        "SWEEP_DIR",
+        Arguments(("SWEEP_DIR",)),
         "mean, median and IQM with bootstrap CIs, plots and marl-eval JSON of a sweep directory",
         _report,
         """\
@@ -581,7 +509,10 @@ plots and marl-eval JSON, written into SWEEP_DIR.""",
     ),
     Command(
         "compare",
-        "RUN_DIR|SWEEP_DIR:CELL ... [--metric M] [--out DIR] [--allow-mixed] [--csv PATH]",
+        Arguments(
+            more="RUN_DIR|SWEEP_DIR:CELL",
+            options=(Option("--metric", "M"), Option("--out", "DIR"), Option("--allow-mixed"), Option("--csv", "PATH")),
+        ),
         "training runs and sweep cells side by side: curves, final mean/median/IQM with bootstrap CIs and the "
         "probability of improvement between every pair of runs",
         _compare,
@@ -604,16 +535,19 @@ between every pair of runs (Agarwal et al., 2021), with its bootstrap CI.
     ),
     Command(
         "bench",
-        "[NAME] [CONFIG.yaml] [key=value ...]",
+        TRAINS,
         "measure: throughput, FLOPs, MFU, compile time and memory "
         "(the default), or the benchmark NAME (below); each prints a JSON line last",
-        _bench,
+        None,
         "Benchmarks; each prints its figures as a table, then, last, one JSON line.",
         subcommands=BENCHES,
     ),
     Command(
         "export",
-        "RUN_DIR POLICY_DIR [seed_index=N] [trust_code=true]",
+        Arguments(
+            ("RUN_DIR", "POLICY_DIR"),
+            options=(Option("seed_index", "N", typed("int"), 0), Option("trust_code", "true", typed("bool"), False)),
+        ),
         "write one seed's trained actors to POLICY_DIR; load with marljax.load_policy",
         _export,
         """\
@@ -622,7 +556,11 @@ load them with `marljax.load_policy(POLICY_DIR)`.""",
     ),
     Command(
         "record",
-        "SOURCE OUT [transitions=N] [num_envs=E] [epsilon=X] [greedy=true|false] [quality=LABEL] [key=value ...]",
+        Arguments(
+            ("SOURCE", "OUT"),
+            options=options_of(RecordSettings, shown=("transitions", "num_envs", "epsilon", "greedy", "quality")),
+            overrides=KEY_VALUES,
+        ),
         "write a policy's experience (a run, an exported policy or random) as an offline dataset in OG-MARL's Vault "
         "format, with its episode-return distribution and quality label",
         _record,
@@ -646,7 +584,7 @@ Needs flashbax: pip install "marljax[offline]".""",
     ),
     Command(
         "finetune",
-        "OFFLINE_RUN_DIR out_dir=D [algo=ippo] [key=value ...]",
+        Arguments(("OFFLINE_RUN_DIR",), overrides=f"out_dir=D [algo=ippo] {KEY_VALUES}"),
         "continue an offline run's policy online: a new run of algo (default ippo) starting from its parameters",
         _finetune,
         """\
@@ -660,7 +598,7 @@ run is then an ordinary one (resume=true continues it).""",
     ),
     Command(
         "doctor",
-        "[--expect cpu|gpu|tpu]",
+        Arguments(options=(Option("--expect", "cpu|gpu|tpu", choice("cpu", "gpu", "tpu")),)),
         "versions, backend, devices and the installed jax build; --expect gpu exits 1 on a CPU-only jax",
         _doctor,
         """\
@@ -796,22 +734,43 @@ def resolve(argv: Sequence[str]) -> tuple[tuple[Command, ...], list[str]]:
     return ((command, sub), rest[1:]) if sub else ((command,), rest)
 
 
-def _help_choice(path: str | None, overrides: list[str]) -> tuple[str, str | None]:
+def _runnable(path: tuple[Command, ...], rest: list[str]) -> tuple[Command, ...] | None:
+    """The path with the default subcommand where a command with subcommands names none (`bench
+    num_envs=4`); None, after the line `_unknown` prints, when its first argument is a mistyped one."""
+    if not path[-1].subcommands:
+        return path
+    if rest and _looks_like_a_name(rest[0]):
+        _unknown(path[-1].name, rest[0], path[-1].subcommands, prefix=f"{path[-1].name} ")
+        return None
+    return (*path, path[-1].subcommands[0])
+
+
+def _config_error(exc: ConfigError) -> int:
+    """A bad setting or option value: one line naming it, exit code 2."""
+    print(f"marljax: config error: {exc}", file=sys.stderr)
+    return 2
+
+
+def _parsed(path: tuple[Command, ...], rest: list[str]) -> Parsed | None:
+    """The command's arguments parsed; None after the one line a wrong shape or a bad value prints."""
+    name = " ".join(c.name for c in path)
+    try:
+        return path[-1].arguments.parse(rest)
+    except UsageError as exc:
+        print(f"marljax: {name}: {path[-1].arguments.refusal(f'marljax {name}', exc)}", file=sys.stderr)
+    except ConfigError as exc:
+        _config_error(exc)
+    return None
+
+
+def _help_choice(args: Parsed) -> tuple[str, str | None]:
     """(the algorithm, the env) a help request is about: algo=NAME / env=ID, else the config file's,
     else the default (None for the env)."""
     from marljax.schema import parse_overrides, read_yaml_mapping
 
-    values = read_yaml_mapping(path, "config", "a mapping of keys to values") if path is not None else {}
-    given = {**values, **parse_overrides([a for a in overrides if a.startswith(("algo=", "env="))])}
+    values = read_yaml_mapping(args.config, "config", "a mapping of keys to values") if args.config else {}
+    given = {**values, **parse_overrides([a for a in args.overrides if a.startswith(("algo=", "env="))])}
     return str(given.get("algo", "ippo")), None if given.get("env") is None else str(given["env"])
-
-
-def _split_args(args: Sequence[str]) -> tuple[str | None, list[str]]:
-    path = None
-    rest = list(args)
-    if rest and rest[0].endswith((".yaml", ".yml")) and ("=" not in rest[0] or Path(rest[0]).is_file()):
-        path = rest.pop(0)
-    return path, rest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -864,9 +823,13 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return 0
     if "--help" in argv[1:] or "-h" in argv[1:]:
         return _command_help(argv)
-    path, rest = resolve(argv)
-    if not path:
+    named, rest = resolve(argv)
+    if not named:
         return _unknown("command", argv[0], COMMANDS)
+    path = _runnable(named, rest)
+    args = None if path is None else _parsed(path, rest)
+    if path is None or args is None:
+        return 2
     from marljax.process_env import check_environment
 
     try:
@@ -874,25 +837,35 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"marljax: {exc}", file=sys.stderr)
         return 2
-    return path[-1].run(rest)
+    run = path[-1].run
+    assert run is not None  # only a command with subcommands has none, and one of them was chosen
+    try:
+        return run(args)
+    except ConfigError as exc:  # the arguments, the config, a run that refuses them
+        return _config_error(exc)
 
 
 def _command_help(argv: list[str]) -> int:
     """`marljax COMMAND [NAME] [CONFIG.yaml] [algo=A] --help`: the command's usage (for one that
     trains, every setting of the algorithm the arguments choose)."""
-    path, rest = resolve(argv)
-    if not path:
+    named, rest = resolve(argv)
+    if not named:
         return _unknown("command", argv[0], COMMANDS)
     rest = [a for a in rest if a not in ("--help", "-h")]
-    if path[-1].subcommands and rest:  # bench algo=qmix --help: the default bench's settings for qmix
-        if _looks_like_a_name(rest[0]):
-            return path[-1].run(rest)  # an unknown bench: refused as running it would be
-        path = (*path, path[-1].subcommands[0])
-    try:
-        print(command_usage(path, *_help_choice(*_split_args(rest))) if path[-1].settings else command_usage(path))
-    except ConfigError as exc:
-        print(f"marljax: config error: {exc}", file=sys.stderr)
+    # bench algo=qmix --help: the default bench's settings for qmix; an unknown bench is refused as running it would be
+    path = _runnable(named, rest) if named[-1].subcommands and rest else named
+    if path is None:
         return 2
+    if not path[-1].settings:
+        print(command_usage(path))
+        return 0
+    args = _parsed(path, rest)
+    if args is None:
+        return 2
+    try:
+        print(command_usage(path, *_help_choice(args)))
+    except ConfigError as exc:
+        return _config_error(exc)
     return 0
 
 

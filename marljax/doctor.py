@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 STACK = ("marljax", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "chex", "jaxmarl", "tensorstore", "numpy")
 # the distribution that makes each accelerator build; none of them: jax's CPU build
 BUILDS = {"cuda12": "jax-cuda12-plugin", "cuda13": "jax-cuda13-plugin", "tpu": "libtpu", "rocm": "jax-rocm7-plugin"}
-PLATFORMS = ("cpu", "gpu", "tpu")
 # What this project runs its tests on (docs/getting-started.md, "Tested combinations"): each jax minor with the
 # Python it was tested under. pyproject.toml's jax range ends where this table does.
 TESTED_JAX = {
@@ -130,17 +128,8 @@ def check(r: dict[str, Any], expect: str | None) -> str | None:
     return f"expected a {expect.upper()}, but JAX sees only {', '.join(sorted(found))}: {fix}"
 
 
-def main(args: Sequence[str], log=print) -> int:
-    expect = None
-    rest = list(args)
-    if rest[:1] == ["--expect"] and len(rest) == 2 and rest[1] in PLATFORMS:
-        expect = rest[1]
-    elif rest:
-        print(
-            f"marljax doctor: usage: marljax doctor [--expect {'|'.join(PLATFORMS)}], got {' '.join(rest)}",
-            file=sys.stderr,
-        )
-        return 2
+def main(expect: str | None, log=print) -> int:
+    """`marljax doctor [--expect PLATFORM]`: the report, then exit 1 when `expect` is not met."""
     r = report()
     for line in _lines(r):
         log(line)

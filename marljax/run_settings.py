@@ -1,7 +1,8 @@
 """The train layer's settings: the run's directory and host loop, checkpoints, evaluation
 (flat keys: `out_dir=`, `checkpoint_every=`, `eval_every=`), the trackers (`log.*`,
 marljax/train/trackers.py), reward shaping (`reward_shaping.*`) and the compile cache
-(marljax/train/compile_cache.py). Light on purpose: it imports only the settings engine."""
+(marljax/train/compile_cache.py); and what `marljax record` takes (RecordSettings). Light on purpose: it
+imports only the settings engine."""
 
 from __future__ import annotations
 
@@ -209,3 +210,27 @@ register_part(
 register_part(Part("run", RunConfig, order=60, flat=True))
 register_part(Part("checkpoint", CheckpointConfig, order=70, flat=True))
 register_part(Part("evaluation", EvaluationConfig, order=80, flat=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordSettings:
+    """What `marljax record` takes besides SOURCE and OUT (key=value on the command line)."""
+
+    transitions: int = 100_000  # steps recorded in all (rounded up to a multiple of num_envs)
+    num_envs: int = 64  # environments stepped side by side: the dataset's streams
+    epsilon: float = 0.0  # probability of a uniformly random available action per agent and step
+    greedy: bool = True  # the policy's most likely action (false: a sample of its distribution)
+    quality: str = ""  # the dataset's label (its directory name); empty: derived from the policy
+    seed: int = 0
+    seed_index: int = 0  # which seed of a run's checkpoint acts
+    trust_code: bool = False  # a run or policy whose env is an import path may be rebuilt (runs its code)
+
+    def check(self) -> None:
+        if self.transitions < 1:
+            raise ConfigError("transitions", f"must be >= 1, got {self.transitions}")
+        if self.num_envs < 1:
+            raise ConfigError("num_envs", f"must be >= 1, got {self.num_envs}")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ConfigError("epsilon", f"must lie in [0, 1], got {self.epsilon}")
+        if self.quality and ("/" in self.quality or self.quality.startswith(".")):
+            raise ConfigError("quality", f"{self.quality!r} cannot name a directory; a label like Good, Medium, Poor")

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from marljax.bench.agents import fit_bytes, largest_fit, parse_flags, what_fits
-from marljax.config import ConfigError
+from marljax.arguments import UsageError
+from marljax.bench.agents import fit_bytes, largest_fit, what_fits
+from marljax.cli import resolve
 from tests._subprocess import ROOT
 
 TINY = ["num_steps=4", "hidden_size=16", "ppo.update_epochs=1", "ppo.num_minibatches=1"]
@@ -21,7 +22,7 @@ def run_bench(agents: str, ks: str) -> dict:
     on 8 fake ones; the JSON line it prints last."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "marljax.bench.agents", "--agents", agents, "--mesh-agent", ks, *TINY]
+    cmd = [sys.executable, "-m", "marljax.cli", "bench", "agents", "--agents", agents, "--mesh-agent", ks, *TINY]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -85,8 +86,10 @@ def test_what_fits_defaults_to_half_the_largest_state_and_needs_two_counts():
 
 
 def test_flags():
-    assert parse_flags(["--agents", "4,8", "--mesh-agent=1,2", "--device-memory-mib", "3.5", "num_envs=16"]) == (
-        ["num_envs=16"], (4, 8), (1, 2), 3.5)  # fmt: skip
+    arguments = resolve(["bench", "agents"])[0][-1].arguments
+    args = arguments.parse(["--agents", "4,8", "--mesh-agent=1,2", "--device-memory-mib", "3.5", "num_envs=16"])
+    assert args.overrides == ["num_envs=16"]
+    assert args.options == {"agents": (4, 8), "mesh_agent": (1, 2), "device_memory_mib": 3.5}
     for bad in (["--agents", "4,x"], ["--mesh-agent", "0"], ["--device-memory-mib", "nan"], ["--agents"]):
-        with pytest.raises(ConfigError):
-            parse_flags(bad)
+        with pytest.raises(UsageError, match=bad[0]):
+            arguments.parse(bad)

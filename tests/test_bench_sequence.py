@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from marljax.bench.sequence import parse_agents, run_sequence_bench
-from marljax.cli import main
-from marljax.config import ConfigError
+from marljax.arguments import UsageError
+from marljax.bench.sequence import run_sequence_bench
+from marljax.cli import main, resolve
 
 TINY = ["num_envs=2", "num_steps=4", "ppo.num_minibatches=1", "ppo.update_epochs=1", "sable.embed_dim=8",
         "hidden_size=8", "sable.chunk_size=2"]  # fmt: skip
@@ -31,9 +31,15 @@ def test_rows_per_agent_count_and_model():
 
 
 def test_bad_agent_lists_are_refused_in_one_line(capsys):
+    arguments = resolve(["bench", "sequence"])[0][-1].arguments
     for bad in ("", "4,x", "1,4"):
-        with pytest.raises(ConfigError) as info:
-            parse_agents(["--agents", bad])
-        assert info.value.field == "agents" and "\n" not in str(info.value)
+        with pytest.raises(UsageError) as info:
+            arguments.parse(["--agents", bad])
+        assert str(info.value).startswith("--agents: expected comma-separated whole numbers >= 2, got ")
+    assert main(["bench", "sequence", "--agents", "1,4"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "marljax: bench sequence: --agents: expected comma-separated whole numbers >= 2, got '1,4' "
+        "(usage: marljax bench sequence [--agents 4,16,64,128] [key=value ...])"
+    ]
     assert main(["bench", "sequence", "--agents", "4", "sable.num_heads=3"]) == 2  # 64 is not divided by 3
     assert "sable.num_heads" in capsys.readouterr().err

@@ -7,8 +7,8 @@ import signal
 import pytest
 
 from marljax.bench import target as target_module
-from marljax.bench.target import StoppedUnsaved, TargetNotReached, default_target, run_target_bench, split_target
-from marljax.cli import main
+from marljax.bench.target import StoppedUnsaved, TargetNotReached, default_target, run_target_bench
+from marljax.cli import main, resolve
 from marljax.config import ConfigError, load_config
 
 # 4 chunks of one update, 4 envs x 32 steps: MPE's 25-step episodes end in every chunk
@@ -73,6 +73,8 @@ def test_default_targets():
     assert default_target(load_config(None, [])) == -20.3
     smax = load_config(None, ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"])
     assert default_target(smax) == 1.8
-    assert split_target(["num_envs=8", "target=-19.5"]) == (-19.5, ["num_envs=8"])
+    arguments = resolve(["bench", "target"])[0][-1].arguments
+    args = arguments.parse(["num_envs=8", "target=-19.5"])
+    assert args.options == {"target": -19.5} and args.overrides == ["num_envs=8"]
     with pytest.raises(ConfigError, match="target"):
-        split_target(["target=inf"])
+        arguments.parse(["target=inf"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from marljax.arguments import Arguments
 from marljax.cli import main
 
 NUM_ENVS, NUM_STEPS, TOTAL, CHUNKS = 4, 8, 256, 2
@@ -222,7 +223,9 @@ def test_usage_lists_every_declared_command(capsys, monkeypatch):
     assert _missing_from_usage(printed.replace("marljax report SWEEP_DIR", ""), cli.COMMANDS) == ["report"]
     assert _missing_from_usage(printed.replace("  stragglers", ""), cli.COMMANDS) == ["bench stragglers"]
     # the usage comes from the table: a command declared there is listed (and runs) with no other change
-    extra = cli.Command("hello", "[NAME]", "say hello to NAME", lambda args: print("hello", *args) or 0)
+    extra = cli.Command(
+        "hello", Arguments(more="NAME"), "say hello to NAME", lambda a: print("hello", *a.positional) or 0
+    )
     monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, extra))
     monkeypatch.setitem(cli.BY_NAME, "hello", extra)
     assert main(["--help"]) == 0
@@ -241,7 +244,7 @@ def test_bench_help_lists_every_bench(capsys):
         assert main(["bench", sub.name, "--help"]) == 0
         assert capsys.readouterr().out.startswith(f"usage: marljax bench {sub.name} {sub.args}\n")
     assert main(["help", "bench", "target"]) == 0
-    assert "marljax bench target [CONFIG.yaml] [key=value ...] [target=R]" in capsys.readouterr().out
+    assert "marljax bench target [CONFIG.yaml] [target=R] [key=value ...]" in capsys.readouterr().out
     assert main(["bench", "algo=qmix", "--help"]) == 0  # the default bench's settings, as before
     assert "replay.buffer_size" in capsys.readouterr().out
     assert main(["bench", "nosuch"]) == 2 and "unknown bench 'nosuch'" in capsys.readouterr().err

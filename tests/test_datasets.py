@@ -30,7 +30,8 @@ from marljax.datasets import (  # noqa: E402
     read_dataset,
     return_distribution,
 )
-from marljax.train.record import RecordSettings, record  # noqa: E402
+from marljax.run_settings import RecordSettings  # noqa: E402
+from marljax.train.record import record  # noqa: E402
 
 B, T, N, OBS, A = 2, 12, 3, 4, 5
 

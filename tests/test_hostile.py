@@ -795,6 +795,16 @@ def test_a_mistyped_command_suggests_the_nearest_and_prints_only_its_usage_line(
         f"marljax: unknown command 'xyzzy'; allowed: {names} (marljax --help says more)"
     ]
     assert names.startswith("train, sweep, report, compare, bench, export")
+    # a command's arguments of the wrong shape: one line naming the argument, ending in its own usage
+    assert main(["report"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "marljax: report: missing SWEEP_DIR (usage: marljax report SWEEP_DIR)"
+    ]
+    assert main(["bench", "scale", "--max-env", "64"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "marljax: bench scale: unknown option --max-env; did you mean --max-envs? "
+        "(usage: marljax bench scale [CONFIG.yaml] [--max-envs N] [--timeout S] [key=value ...])"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "marljax.nn.backend",
         "marljax.device_defaults",
     ),
-    ("marljax.schema", "marljax.files"),  # files names its errors with the schema's ConfigError
+    # files names its errors with the schema's ConfigError; arguments converts values as the schema does
+    ("marljax.schema", "marljax.files", "marljax.arguments"),
     ("marljax.parallel.settings", "marljax.pipeline.settings", "marljax.run_settings"),
     ("marljax.config",),
     # process_env: the environment's variables checked before JAX reads them (the CLI calls it);

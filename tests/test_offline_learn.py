@@ -18,8 +18,9 @@ import pytest
 pytest.importorskip("flashbax")
 
 from marljax.config import load_config  # noqa: E402
+from marljax.run_settings import RecordSettings  # noqa: E402
 from marljax.train.loop import train  # noqa: E402
-from marljax.train.record import RecordSettings, record  # noqa: E402
+from marljax.train.record import record  # noqa: E402
 
 pytestmark = [pytest.mark.nightly, pytest.mark.optimized, pytest.mark.timeout(3600)]
 

@@ -79,6 +79,15 @@ def test_the_readme_and_the_guide_hold_the_generated_table():
         support.replaced("a page without the table", "page.md")
 
 
+def test_the_table_prints_and_a_mistyped_flag_is_one_line(capsys):
+    assert support.main([]) == 0 and capsys.readouterr().out.startswith("| `algo=` |")
+    assert support.main(["--wrte"]) == 2
+    assert capsys.readouterr().err == (
+        "python -m marljax.algos.support: unknown option --wrte; did you mean --write? "
+        "(usage: python -m marljax.algos.support [--write])\n"
+    )
+
+
 @pytest.mark.parametrize(("algo", "feature"), _cells(declared=False))
 def test_a_no_cell_is_refused_in_one_line(algo, feature):
     _, settings, _ = FEATURES[feature]

@@ -11,16 +11,18 @@ refused in one line; every "yes" cell runs a 2-update smoke there (nightly).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from marljax.algos import registry
+from marljax.arguments import Arguments, Option, UsageError
 from marljax.config import AlgorithmSchema
 
 START, END = "<!-- support-table:start (python -m marljax.algos.support --write) -->", "<!-- support-table:end -->"
 FILES = ("README.md", "docs/guide/algorithms.md")
+PROG = "python -m marljax.algos.support"
+ARGUMENTS = Arguments(options=(Option("--write"),))  # --write: rewrite the table in FILES
 
 
 def _yes(flag: bool) -> str:
@@ -64,11 +66,19 @@ def replaced(text: str, where: str) -> str:
     return text[: start + len(START)] + "\n" + table() + "\n" + text[end:]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="print (or --write) the algorithm support table")
-    parser.add_argument("--write", action="store_true", help=f"rewrite the table in {' and '.join(FILES)}")
-    args = parser.parse_args(argv)
-    if not args.write:
+def main(argv: list[str]) -> int:
+    """Print the table, or with --write rewrite it in FILES."""
+    if "--help" in argv or "-h" in argv:
+        print(
+            f"usage: {PROG} {ARGUMENTS.usage()}\n\nPrint the support table; --write rewrites it in {' and '.join(FILES)}."
+        )
+        return 0
+    try:
+        write = ARGUMENTS.parse(argv).options["write"]
+    except UsageError as exc:
+        print(f"{PROG}: {ARGUMENTS.refusal(PROG, exc)}", file=sys.stderr)
+        return 2
+    if not write:
         print(table())
         return 0
     root = Path(__file__).resolve().parents[2]
@@ -80,4 +90,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

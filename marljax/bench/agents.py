@@ -26,7 +26,6 @@ largest-N lines, then one JSON line.
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -37,6 +36,7 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from marljax.arguments import Parsed
 from marljax.bench.measure import six_digits
 from marljax.bench.swap import bench_swap
 from marljax.bench.table import markdown, report_text
@@ -278,60 +278,25 @@ def _fit_lines(fits: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- command line
 
 
-def parse_flags(args: Sequence[str]) -> tuple[list[str], tuple[int, ...], tuple[int, ...], float | None]:
-    """(key=value overrides, --agents, --mesh-agent, --device-memory-mib or None)."""
-    rest, agents, ks, budget = [], AGENTS, MESH_AGENT, None
-    it = iter(args)
-    for a in it:
-        flag, eq, value = a.partition("=")
-        if flag not in ("--agents", "--mesh-agent", "--device-memory-mib"):
-            rest.append(a)
-            continue
-        value = value if eq else next(it, "")
-        if flag == "--device-memory-mib":
-            budget = _positive(flag, value, float)
-        else:
-            counts = tuple(_positive(flag, v, int) for v in value.split(","))
-            agents, ks = (counts, ks) if flag == "--agents" else (agents, counts)
-    return rest, agents, ks, budget
-
-
-def _positive(flag: str, value: str, kind: type) -> Any:
-    try:
-        number = kind(value)
-    except ValueError:
-        number = 0
-    if not number > 0 or not math.isfinite(number):
-        raise ConfigError(
-            flag.lstrip("-"), f"takes positive {'numbers' if kind is float else 'whole numbers'}, got {value!r}"
-        )
-    return number
-
-
 def rerun_with_devices(argv: Sequence[str], n: int) -> int:
-    """Run this bench again in a child process whose JAX sees n CPU devices; its exit code."""
+    """Run this bench again (`marljax bench agents ARGV`) in a child process whose JAX sees n CPU devices;
+    its exit code."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds this marljax/
     env = fake_cpu_devices_env(n)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     env[CHILD] = "1"
-    return subprocess.run([sys.executable, "-m", "marljax.bench.agents", *argv], env=env).returncode
+    command = [sys.executable, "-m", "marljax.cli", "bench", "agents", *argv]
+    return subprocess.run(command, env=env).returncode
 
 
-def main(argv: Sequence[str]) -> int:
-    try:
-        rest, agents, ks, budget = parse_flags(argv)
-        base = load_config(None, DEFAULTS + list(rest))
-        need = max(ks)
-        if device_count() < need:
-            if platform() != "cpu" or os.environ.get(CHILD):
-                raise ConfigError("mesh-agent", f"K up to {need} needs {need} devices; {device_count()} are visible")
-            return rerun_with_devices(argv, max(FAKE_DEVICES, need))
-        run_agents_bench(base, agents, ks, budget)
-    except ConfigError as exc:
-        print(f"marljax: config error: {exc}", file=sys.stderr)
-        return 2
+def main(args: Parsed) -> int:
+    """`marljax bench agents`, its arguments parsed: on this process's devices, or re-run on enough."""
+    agents, ks = args.options["agents"] or AGENTS, args.options["mesh_agent"] or MESH_AGENT
+    base = load_config(None, DEFAULTS + args.overrides)
+    need = max(ks)
+    if device_count() < need:
+        if platform() != "cpu" or os.environ.get(CHILD):
+            raise ConfigError("mesh-agent", f"K up to {need} needs {need} devices; {device_count()} are visible")
+        return rerun_with_devices(args.args, max(FAKE_DEVICES, need))
+    run_agents_bench(base, agents, ks, args.options["device_memory_mib"])
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -16,7 +16,6 @@ update, and the padding of a batch's generation is spread over its M slices.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +25,7 @@ import jax
 from marljax.bench.measure import six_digits
 from marljax.bench.pipeline import _Padded  # a collector whose rollouts end with a host sleep
 from marljax.bench.table import Row, report
-from marljax.config import Config, load_config, replace
+from marljax.config import Config, replace
 from marljax.parallel.placement import copy_to
 from marljax.pipeline.micro_batches import join_slices
 from marljax.train.actor_learner import AsyncRun
@@ -157,13 +156,3 @@ def run_balance_bench(
             )
         )
     return report(rows, six_digits(result), log)
-
-
-def main(argv: list[str]) -> int:
-    ratio = next((float(a.split("=", 1)[1]) for a in argv if a.startswith("ratio=")), 3.0)
-    run_balance_bench(load_config(None, DEFAULTS + [a for a in argv if not a.startswith("ratio=")]), ratio)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

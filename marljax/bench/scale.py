@@ -1,6 +1,6 @@
 """`marljax bench scale`: the training throughput of one config as num_envs grows.
 
-    marljax bench scale [CONFIG.yaml] [key=value ...] [--max-envs N] [--timeout S]
+    marljax bench scale [CONFIG.yaml] [--max-envs N] [--timeout S] [key=value ...]
 
 Runs `marljax bench` (`train.py`) once per row, each in its own process, at 64, 256, 1k, 4k,
 16k and 64k environments per device (times the devices the environments split over), until
@@ -18,12 +18,11 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from marljax.bench.table import report
 from marljax.config import Config, load_config
-from marljax.schema import ConfigError
 
 PER_DEVICE = (64, 256, 1024, 4096, 16384, 65536)
 MAX_PER_DEVICE = {"cpu": 4096}  # elsewhere: every size
@@ -31,24 +30,6 @@ DEFAULT_MAX = 65536
 ROW_TIMEOUT_S = 900
 MIN_STEPS_PER_CHUNK = 262_144  # env steps in a timed chunk, so that small rows do not time dispatch alone
 OUT_OF_MEMORY = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "MemoryError")
-
-
-def parse_flags(args: Sequence[str]) -> tuple[list[str], int | None, int]:
-    """(the remaining args, --max-envs or None, --timeout): the flags of bench scale itself."""
-    rest, max_envs, timeout = [], None, ROW_TIMEOUT_S
-    it = iter(args)
-    for a in it:
-        if a in ("--max-envs", "--timeout"):
-            value = next(it, None)
-            if value is None or not value.isdigit() or int(value) < 1:
-                raise ConfigError(a.lstrip("-"), f"takes a positive whole number, got {value!r}")
-            if a == "--max-envs":
-                max_envs = int(value)
-            else:
-                timeout = int(value)
-        else:
-            rest.append(a)
-    return rest, max_envs, timeout
 
 
 def env_devices(config: Config, device_count: int) -> int:

@@ -36,7 +36,6 @@ import jax.numpy as jnp
 from marljax.bench.table import markdown, report_text
 from marljax.config import load_config
 from marljax.nn import retention
-from marljax.schema import ConfigError
 from marljax.train.wiring import make_adapter, make_trainer
 
 AGENTS = (4, 16, 64, 128)
@@ -51,23 +50,6 @@ DEFAULTS = [
 ]
 TIMED = 3  # updates timed after the warm-up one
 RETENTION_AGENTS = (256, 1024, 4096)
-
-
-def parse_agents(args: Sequence[str]) -> tuple[tuple[int, ...], list[str]]:
-    """(--agents as a tuple, the remaining key=value args)."""
-    agents, rest, it = AGENTS, [], iter(args)
-    for a in it:
-        if a == "--agents":
-            value = next(it, "")
-            try:
-                agents = tuple(int(x) for x in value.split(","))
-            except ValueError:
-                agents = ()
-            if not agents or min(agents) < 2:
-                raise ConfigError("agents", f"takes a comma-separated list of agent counts >= 2, got {value!r}")
-        else:
-            rest.append(a)
-    return agents, rest
 
 
 def models(n: int, chunk: int) -> list[tuple[str, list[str]]]:

@@ -21,15 +21,13 @@ shared 2-core machine). Prints a table, then one JSON line.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from marljax.bench.measure import six_digits
 from marljax.bench.table import Row, report
-from marljax.config import Config, load_config, replace
-from marljax.schema import ConfigError
+from marljax.config import Config, replace
 from marljax.train.actor_learner import AsyncRun
 from marljax.train.wiring import make_adapter, make_trainer
 
@@ -125,18 +123,3 @@ def run_straggler_bench(
         result[f"{cost * 1e3:g}ms_default_straggler_over_fast"] = slow / fast
         rows.append((f"{cost * 1e3:g} ms: default, straggler / all fast", f"{slow / fast:.2f}x", ""))
     return report(rows, six_digits(result), log)
-
-
-def main(argv: list[str]) -> int:
-    own = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in ("step_costs", "slow_factor", "repeats"))
-    rest = [a for a in argv if a.split("=", 1)[0] not in own]
-    costs = tuple(float(c) for c in own["step_costs"].split(",")) if "step_costs" in own else STEP_COSTS
-    repeats = int(own.get("repeats", 1))
-    if repeats < 1:
-        raise ConfigError("repeats", f"must be a whole number of at least 1, got {repeats}")
-    run_straggler_bench(load_config(None, DEFAULTS + rest), costs, float(own.get("slow_factor", 10.0)), repeats)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

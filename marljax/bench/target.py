@@ -13,10 +13,9 @@ target is the first part of the full run). Reaching the end of it first is `Targ
 
 from __future__ import annotations
 
-import math
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from marljax.bench.table import report
@@ -58,23 +57,6 @@ def best_seen(curve: list[list[float]]) -> str:
 
 class _Reached(Exception):
     """Raised from the `on_row` callback to stop the run at the chunk that reached the target."""
-
-
-def split_target(args: Sequence[str]) -> tuple[float | None, list[str]]:
-    """(the value of `target=R` or None, the other arguments); a ConfigError for a bad R."""
-    target, rest = None, []
-    for arg in args:
-        key, sep, value = arg.partition("=")
-        if not sep or key.strip() != "target":
-            rest.append(arg)
-            continue
-        try:
-            target = float(value)
-        except ValueError:
-            raise ConfigError("target", f"expected a number (a return per agent), got {value!r}") from None
-        if not math.isfinite(target):
-            raise ConfigError("target", f"expected a finite number (a return per agent), got {value!r}")
-    return target, rest
 
 
 def default_target(config: Config) -> float:

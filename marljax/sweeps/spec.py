@@ -38,6 +38,7 @@ from marljax.files import expand_home
 from marljax.schema import (
     ConfigError,
     merge,
+    parse_overrides,
     parse_scalar,
     read_yaml_mapping,
     set_dotted,
@@ -153,16 +154,10 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
     """Read and check a sweep file; `overrides` (key=value) change `base`, or `seeds=` / `out_dir=`."""
     spec = read_yaml_mapping(path, "sweep", f"a mapping with keys {', '.join(SWEEP_KEYS)}")
     spec.setdefault("name", Path(path).stem)
-    for arg in overrides:
-        if "=" not in arg:
-            raise ConfigError(arg, "expected key=value (for example seeds=4 or total_timesteps=2e5)")
-        key, text = (s.strip() for s in arg.split("=", 1))
-        if key in ("seeds", "out_dir", "name"):
-            spec[key] = parse_scalar(text, key)
-        else:
-            base = dict(spec.get("base") or {})
-            set_dotted(base, key, parse_scalar(text, key))
-            spec["base"] = base
+    changes = parse_overrides(overrides)
+    spec.update({key: changes.pop(key) for key in ("seeds", "out_dir", "name") if key in changes})
+    if changes:
+        spec["base"] = merge(dict(spec.get("base") or {}), changes)
     return expand(spec)
 
 

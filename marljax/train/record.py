@@ -30,55 +30,13 @@ import numpy as np
 from marljax.config import Config, load_config
 from marljax.datasets import DatasetWriter, check_stackable, episode_returns, return_distribution
 from marljax.envs.adapter import EnvAdapter
+from marljax.run_settings import RecordSettings
 from marljax.schema import ConfigError
 from marljax.train.evaluate import baseline_act
 
 RANDOM = "random"
 CHUNK_STEPS = 2048  # steps of every stream per jitted chunk (and per Vault write: fewer, larger files)
 _RECORD_TAG = 0x72_65_63  # folded into the seed: recording keys never meet a training run's
-
-
-@dataclasses.dataclass(frozen=True)
-class RecordSettings:
-    """What `marljax record` takes besides SOURCE and OUT (key=value on the command line)."""
-
-    transitions: int = 100_000  # steps recorded in all (rounded up to a multiple of num_envs)
-    num_envs: int = 64  # environments stepped side by side: the dataset's streams
-    epsilon: float = 0.0  # probability of a uniformly random available action per agent and step
-    greedy: bool = True  # the policy's most likely action (false: a sample of its distribution)
-    quality: str = ""  # the dataset's label (its directory name); empty: derived from the policy
-    seed: int = 0
-    seed_index: int = 0  # which seed of a run's checkpoint acts
-    trust_code: bool = False  # a run or policy whose env is an import path may be rebuilt (runs its code)
-
-    def check(self) -> None:
-        if self.transitions < 1:
-            raise ConfigError("transitions", f"must be >= 1, got {self.transitions}")
-        if self.num_envs < 1:
-            raise ConfigError("num_envs", f"must be >= 1, got {self.num_envs}")
-        if not 0.0 <= self.epsilon <= 1.0:
-            raise ConfigError("epsilon", f"must lie in [0, 1], got {self.epsilon}")
-        if self.quality and ("/" in self.quality or self.quality.startswith(".")):
-            raise ConfigError("quality", f"{self.quality!r} cannot name a directory; a label like Good, Medium, Poor")
-
-
-SETTING_TYPES = {f.name: f.type for f in dataclasses.fields(RecordSettings)}
-
-
-def parse_settings(options: dict[str, str]) -> tuple[RecordSettings, list[str]]:
-    """(RecordSettings from the record keys of `options`, the other key=value as config overrides)."""
-    from marljax.schema import coerce, parse_scalar
-
-    mine, rest = {}, []
-    for key, text in options.items():
-        if key in SETTING_TYPES:
-            value = parse_scalar(text, key) if SETTING_TYPES[key] != "str" else text
-            mine[key] = coerce(key, value, SETTING_TYPES[key])
-        else:
-            rest.append(f"{key}={text}")
-    settings = RecordSettings(**mine)
-    settings.check()
-    return settings, rest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,4 +257,4 @@ def record(
     return path
 
 
-__all__ = ["RANDOM", "RecordSettings", "derived_quality", "parse_settings", "record"]
+__all__ = ["RANDOM", "derived_quality", "record"]
