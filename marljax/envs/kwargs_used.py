@@ -82,6 +82,8 @@ def accepted_kwargs(cls: type) -> set[str] | None:
             fn = ast.parse(textwrap.dedent(inspect.getsource(init))).body[0]
         except (OSError, TypeError, SyntaxError, IndexError):
             return None
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
         used = _uses(ast.Module(body=fn.body, type_ignores=[]), kw)
         if used is None or used[2]:
             return None

@@ -45,7 +45,7 @@ class GroupCost:
 class DeviceLoad:
     """One agent device's share under a placement."""
 
-    agents: int  # real agents it learns (a replicated group counts A_g/K, as its share of the work)
+    agents: float  # real agents it learns (a replicated group counts A_g/K, as its share of the work)
     params: int  # parameters it holds (pads and replicas included)
     flops: float  # FLOPs it computes per data-shard env step (pads included)
     bytes: int  # parameter + optimizer bytes it holds

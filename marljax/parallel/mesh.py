@@ -154,8 +154,10 @@ def placed_spec(place: Placed, split: frozenset[str]) -> P:
 
 class ShardedFns(NamedTuple):
     init: Callable  # keys [S, 2] -> TrainState, created already sharded
-    chunk: Callable  # (state, n) -> (state, metrics [S, n])
-    chunk_upto: Callable  # (state, longest, n) -> (state, metrics [S, longest]): n <= longest updates, n traced
+    chunk: jax.stages.Wrapped  # (state, n) -> (state, metrics [S, n])
+    chunk_upto: (
+        jax.stages.Wrapped
+    )  # (state, longest, n) -> (state, metrics [S, longest]): n <= longest updates, n traced
     mesh: Mesh
     shapes: TrainState  # ShapeDtypeStructs of the state, [S, ...] leaves
     shardings: TrainState  # NamedSharding of every leaf on `mesh`

@@ -114,7 +114,8 @@ class Throttle:
 
     def __init__(self, active: int):
         self._cond = threading.Condition()
-        self._active, self._window, self._outstanding, self._closed = active, None, 0, False
+        self._active, self._outstanding, self._closed = active, 0, False
+        self._window: int | None = None
 
     def set(self, decision: Decision) -> None:
         with self._cond:

@@ -275,7 +275,16 @@ def row_hparams(program: Program, seeds: int, kind: type[HParams]) -> HParams:
 
 
 def _run_program(
-    sweep: Sweep, program: Program, env, mesh, trainer, store: ResultsStore, log, progress, budget, clock: RunClock
+    sweep: Sweep,
+    program: Program,
+    env,
+    mesh,
+    trainer,
+    store: ResultsStore | None,
+    log,
+    progress,
+    budget,
+    clock: RunClock,
 ) -> bool:
     """Run one program to its end (True) or until the chunk budget is spent (False)."""
     config, S = program.config, sweep.seeds
@@ -345,6 +354,7 @@ def _run_program(
             nonlocal k
             for ci, cell in enumerate(program.cells if store is not None else ()):
                 cell_rows = slice(ci * S, (ci + 1) * S)
+                assert store is not None  # the loop runs on process 0 only, which has the store
                 store.write_eval(
                     cell.index,
                     k,
@@ -415,6 +425,7 @@ def _run_program(
             rows = slice(ci * S, (ci + 1) * S)
             metrics, returns = _eval_metrics(result, rows, env.has_win), np.array(result.returns[rows])
             metrics[never[rows]], returns[never[rows]] = np.nan, np.nan  # not the initial parameters' return
+            assert store is not None  # the loop runs on process 0 only, which has the store
             store.write_absolute(cell.index, metrics, returns)
             cell_dir = sweep.out_dir / "cells" / cell.dirname
             plot = cell_dir / "returns.png" if config.plot else None

@@ -30,7 +30,7 @@ class HostSpread(ParallelEnv):
         self.agents = list(self.possible_agents)
         dim = 2 + 2 * n + 2 * (n - 1)
         self._obs_space = spaces.Box(-2.0, 2.0, (dim,), np.float32)
-        self._act_space = spaces.Discrete(5)
+        self._act_space: spaces.Space = spaces.Discrete(5)
         self._rng = np.random.default_rng(0)
 
     def observation_space(self, agent):
@@ -70,7 +70,7 @@ class HostSpread(ParallelEnv):
         rewards = {a: reward for a in self.agents}
         terminations = {a: False for a in self.agents}
         truncations = {a: truncated for a in self.agents}
-        infos = {a: {} for a in self.agents}
+        infos: dict[str, dict] = {a: {} for a in self.agents}
         if truncated:
             self.agents = []
         return obs, rewards, terminations, truncations, infos

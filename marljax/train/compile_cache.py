@@ -21,7 +21,7 @@ import os
 import platform
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -49,12 +49,12 @@ def machine_tag(cpuinfo: str | None = None) -> str:
     return hashlib.sha256("\n".join(facts).encode()).hexdigest()[:12]
 
 
-def default_dir(environ: dict[str, str] = os.environ) -> Path:
+def default_dir(environ: Mapping[str, str] = os.environ) -> Path:
     base = Path(environ.get("XDG_CACHE_HOME") or Path(environ.get("HOME") or Path.home()) / ".cache")
     return base / "marljax" / "jax-compile" / machine_tag()
 
 
-def chosen_dir(value: Any, environ: dict[str, str] = os.environ) -> Path | None:
+def chosen_dir(value: Any, environ: Mapping[str, str] = os.environ) -> Path | None:
     """The directory `compile_cache=value` means here (None: no cache)."""
     if value in OFF:
         return None
@@ -182,7 +182,7 @@ class CompileLog:
 
         class Lowered(logging.Handler):
             def emit(self, record: logging.LogRecord) -> None:
-                if str(record.msg).startswith("Compiling") and record.args:
+                if str(record.msg).startswith("Compiling") and isinstance(record.args, tuple) and record.args:
                     log._shapes[str(record.args[0])] = str(record.args[1])
 
         self._handler = Lowered(logging.DEBUG)
@@ -191,7 +191,7 @@ class CompileLog:
         if event == "/jax/compilation_cache/cache_hits":  # said inside the compile it belongs to
             self._hit = True
 
-    def _duration(self, event: str, seconds: float, fun_name: str = "?", **_: Any) -> None:
+    def _duration(self, event: str, duration_secs: float, fun_name: str | int = "?", **_: str | int) -> None:
         if event != _BACKEND_COMPILE:
             return
         where: tuple[str, ...] = ()
@@ -205,7 +205,7 @@ class CompileLog:
             )
         name = str(fun_name)
         shapes = self._shapes.pop(name, "")  # the lowering just before, of the same name
-        self.programs.append(Compiled(name, float(seconds), self._hit, where, shapes))
+        self.programs.append(Compiled(name, float(duration_secs), self._hit, where, shapes))
         self._hit = False
 
     def counts(self) -> dict[str, int]:
@@ -225,7 +225,7 @@ class CompileLog:
         logger = logging.getLogger(_LOWERING_LOGGER)
         self._level, self._propagate = logger.level, logger.propagate
         logger.addHandler(self._handler)
-        if not jax.config.jax_log_compiles:  # debug records only to our handler, not to stderr
+        if not jax.config.jax_log_compiles:  # type: ignore[attr-defined]  # a flag jax sets on its config object  # debug records only to our handler, not to stderr
             logger.setLevel(logging.DEBUG)
             logger.propagate = False
         jax.monitoring.register_event_listener(self._event)

@@ -49,7 +49,7 @@ class MemoryEstimate(NamedTuple):
         return sum(self.parts.values())
 
     def largest(self) -> str:
-        return max(self.parts, key=self.parts.get)
+        return max(self.parts, key=lambda name: self.parts[name])
 
     def sized_by(self, part: str) -> str:
         """'num_envs=64, num_steps=128'."""
@@ -227,10 +227,11 @@ def memory_limit(devices: Iterable[Any], environ=os.environ) -> MemoryLimit | No
         )
     local = [d for d in devices if d.process_index == jax.process_index()]  # the others' stats are not ours to read
     limits = [memory_stats(d).get("bytes_limit") for d in local]
-    if not all(limits):
+    known = [int(x) for x in limits if x]
+    if len(known) < len(limits):
         return None
     return MemoryLimit(
-        sum(limits) * len(devices) // len(local), f"the memory of {len(devices)} {devices[0].platform} device(s)"
+        sum(known) * len(devices) // len(local), f"the memory of {len(devices)} {devices[0].platform} device(s)"
     )
 
 

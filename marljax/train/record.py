@@ -70,7 +70,7 @@ def behaviour(source: str, settings: RecordSettings, overrides: list[str], log: 
     if (path / "policy.json").is_file():
         policy = load_policy(path, settings.trust_code, log)
         trainer = make_trainer(policy.config, policy.env)
-        described = {"source": "policy", "path": str(path.absolute()), "algo": policy.config.algo}
+        described: dict[str, Any] = {"source": "policy", "path": str(path.absolute()), "algo": policy.config.algo}
         return Behaviour(policy.config, policy.env, trainer.act, policy.params, trainer.initial_hidden, described, True)
     if not (path / "checkpoints").is_dir():
         raise PolicyError(

@@ -114,13 +114,13 @@ class RunClock:
             jax.monitoring.unregister_event_duration_listener(self._compiled)
             self._listening = False
 
-    def _compiled(self, event: str, seconds: float, **_: Any) -> None:
+    def _compiled(self, event: str, duration_secs: float, **_: str | int) -> None:
         if event not in _COMPILE_EVENTS or threading.get_ident() != self._thread:
             return
         if not self._stack or self._stack[-1][0] == "compile":  # the compile phase times itself
             return
         end = time.perf_counter()  # a trace's span holds the spans of what it traced: `_union` counts them once
-        self._moved.setdefault(self._stack[-1][0], []).append((end - seconds, end))
+        self._moved.setdefault(self._stack[-1][0], []).append((end - duration_secs, end))
 
     # ---- the record
     def breakdown(self) -> dict:

@@ -73,7 +73,7 @@ def with_checkpoint_copy(estimate: MemoryEstimate) -> MemoryEstimate:
     before writing it in the background, so the state is held twice while it is written (a qmix run
     with a 15 GiB replay buffer, 73% of the 20.6 GiB available, was killed for memory)."""
     state = {k: estimate.parts[k] for k in estimate.state if k in estimate.parts}
-    keys = estimate.keys[max(state, key=state.get)]
+    keys = estimate.keys[max(state, key=lambda name: state[name])]
     return estimate._replace(
         parts={**estimate.parts, "checkpoint copy": sum(state.values())},
         keys={**estimate.keys, "checkpoint copy": keys},
