@@ -781,6 +781,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("marljax: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout's reader left (`marljax --help | head`): no one to tell, nothing wrong here
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush must not fail too
+        return 141  # what a shell reports of a process that SIGPIPE ended
     except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback for the user
         if os.environ.get("MARLJAX_DEBUG") == "1":
             raise

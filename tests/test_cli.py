@@ -127,6 +127,26 @@ def test_help_exits_0():
         assert "usage: marljax" in proc.stdout
 
 
+def test_help_into_a_closed_pipe_ends_quietly():
+    """`marljax --help | head -1`: the reader has left before marljax writes. No error line, SIGPIPE's
+    status (141); control: with its reader there, the same command prints its usage and exits 0."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first write: every write fails with EPIPE
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "marljax.cli", "--help"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")
+    assert _run("--help").returncode == 0
+
+
 @pytest.mark.slow
 def test_non_finite_loss_stops_the_run_with_a_clear_message(tmp_path):
     # An absurd step size drives the parameters to inf within a few updates.
