@@ -73,6 +73,25 @@ class PPOHParams(HParams):
     vf_coef: Array = traced("ppo.vf_coef")
 
 
+def ppo_metrics(layout: Layout, parts: Any, grad_norm: Array, lr: Array, stats: EpisodeStats) -> UpdateMetrics:
+    """One PPO update's metrics from every minibatch's loss parts (ops.PPOLoss, leaves [epochs,
+    minibatches]) and grad norms, in one collective: loss means averaged, episode counts summed."""
+    parts, stats = ops.psum_tree(
+        (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), stats), layout.env_axes
+    )
+    values = {
+        "loss_total": parts.total,
+        "loss_actor": parts.actor,
+        "loss_value": parts.value,
+        "entropy": parts.entropy,
+        "approx_kl": parts.approx_kl,
+        "clip_frac": parts.clip_frac,
+        "grad_norm": jnp.mean(grad_norm),
+        "lr": lr,
+    }
+    return UpdateMetrics(values, stats)
+
+
 class CentralCritic(NamedTuple):
     """A critic that replaces each group's own value head (MAPPO; see algos/mappo.py)."""
 
@@ -376,23 +395,7 @@ def build(
         (params, opt_state), (parts, grad_norm) = batches.run(
             step, (learner.params, learner.opt_state), k_epochs, shuffle, data
         )
-        # one collective for all metrics: loss means are averaged, episode counts summed
-        parts, stats = ops.psum_tree(
-            (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), traj.stats), layout.env_axes
-        )
-        metrics = UpdateMetrics(
-            {
-                "loss_total": parts.total,
-                "loss_actor": parts.actor,
-                "loss_value": parts.value,
-                "entropy": parts.entropy,
-                "approx_kl": parts.approx_kl,
-                "clip_frac": parts.clip_frac,
-                "grad_norm": jnp.mean(grad_norm),
-                "lr": lr,
-            },
-            stats,
-        )
+        metrics = ppo_metrics(layout, parts, grad_norm, lr, traj.stats)
         return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), extra, metrics
 
     # ------------------------------------------------------------------- FLOPs

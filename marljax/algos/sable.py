@@ -38,7 +38,7 @@ import jax.numpy as jnp
 from marljax.algos import ippo
 from marljax.algos.acting import VecEnv, flat, group_keys
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece
-from marljax.algos.ippo import PPOHParams
+from marljax.algos.ippo import PPOHParams, ppo_metrics
 from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces, init_keys, init_learner, learning_rate
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
@@ -312,22 +312,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         (params, opt_state), (parts, grad_norm) = batches.run(
             step, (learner.params, learner.opt_state), key, lambda d, k: batches.shuffle(d, k, runs=recurrent), data
         )
-        parts, stats = ops.psum_tree(
-            (jax.tree.map(lambda x: jnp.mean(x) / layout.num_env_shards, parts), traj.stats), layout.env_axes
-        )
-        metrics = UpdateMetrics(
-            {
-                "loss_total": parts.total,
-                "loss_actor": parts.actor,
-                "loss_value": parts.value,
-                "entropy": parts.entropy,
-                "approx_kl": parts.approx_kl,
-                "clip_frac": parts.clip_frac,
-                "grad_norm": jnp.mean(grad_norm),
-                "lr": lr,
-            },
-            stats,
-        )
+        metrics = ppo_metrics(layout, parts, grad_norm, lr, traj.stats)
         return learner.replace(params=params, opt_state=opt_state, update=learner.update + 1), extra, metrics
 
     # ------------------------------------------------------------------ FLOPs
