@@ -8,8 +8,7 @@ outlives process 0, so its loss is an ordinary lost peer: the others' heartbeat 
 (peer_watch.py) names process 0 and the newest checkpoint, as for any other process.
 
 The child serves until process 0 says stop (JAX's own shutdown of the service, at exit), or, when
-process 0 is gone without saying so, LINGER_S longer (the others' watch decides within
-peer_watch.LOST_AFTER_S), then exits. It runs in a session of its own, so a Ctrl-C meant for
+process 0 is gone without saying so, until the others have gone too (at most LINGER_S), then exits. It runs in a session of its own, so a Ctrl-C meant for
 process 0 does not end it. A machine that goes down takes the child with it: the others then
 abort as before (the join message says what that abort means).
 
@@ -31,7 +30,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-LINGER_S = 45.0  # the others' watch decides within 15-18 s (peer_watch.LOST_AFTER_S + settle)
+# at most, once process 0 is gone: the others' watch decides within 15-18 s (peer_watch.LOST_AFTER_S
+# + settle), then they end and the child with them (on Linux; elsewhere it serves the whole LINGER_S)
+LINGER_S = 60.0
 READY_S = 60.0  # the child imports jaxlib and binds the port: about 0.2 s here
 
 
@@ -41,7 +42,8 @@ class ServiceBeside:
 
     def __init__(self, module: str, address: str, num_nodes: int, options: dict[str, Any]):
         self.proc = subprocess.Popen(
-            [sys.executable, "-P", os.path.abspath(__file__), module, address, str(num_nodes), json.dumps(options)],
+            [sys.executable, "-P", os.path.abspath(__file__), module, address, str(num_nodes), json.dumps(options)]
+            + [str(LINGER_S)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,  # the service's own log would hold process 0's output open for LINGER_S
@@ -99,8 +101,8 @@ def service_beside() -> Iterator[None]:
         jax_distributed._jax = real
 
 
-def _serve(module: str, address: str, num_nodes: int, options: dict[str, Any]) -> int:
-    """The child: serve until process 0 says stop; if it goes without a word, LINGER_S longer."""
+def _serve(module: str, address: str, num_nodes: int, options: dict[str, Any], linger_s: float) -> int:
+    """The child: serve until process 0 says stop; if it goes without a word, `linger_s` longer."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     try:
@@ -119,9 +121,27 @@ def _serve(module: str, address: str, num_nodes: int, options: dict[str, Any]) -
                 break
         elif os.getppid() != parent:  # process 0 is gone, though a child of its holds the pipe
             break
-    time.sleep(LINGER_S)
+    # until the others have gone too (a rerun on the same port is refused while this serves)
+    port, until, idle = int(address.rsplit(":", 1)[1]), time.monotonic() + linger_s, 0
+    while time.monotonic() < until and idle < 2:
+        time.sleep(1.0)
+        idle = idle + 1 if _connections(port) == 0 else 0
     os._exit(0)  # the service's own shutdown would wait on the calls the others left open
 
 
+def _connections(port: int) -> int | None:
+    """Established TCP connections to `port` on this host (Linux's /proc/net/tcp*); None where unknown."""
+    count, known = 0, False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.read().splitlines()[1:]]
+        except OSError:
+            continue
+        known = True
+        count += sum(1 for row in rows if int(row[1].rsplit(":", 1)[1], 16) == port and row[3] == "01")
+    return count if known else None
+
+
 if __name__ == "__main__":
-    sys.exit(_serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])))
+    sys.exit(_serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), float(sys.argv[5])))

@@ -76,7 +76,7 @@ def initialize(
             f"marljax: process {d.process_id} of {d.num_processes} joining via {d.coordinator}; waiting at most "
             f"{d.timeout_s}s (distributed.timeout_s). If JAX then stops with DEADLINE_EXCEEDED, a process did not "
             "join in time: check that all were started with the same distributed.num_processes and coordinator. "
-            "If it aborts later with the coordination service UNAVAILABLE, process 0 was lost: resume=true",
+            "If it aborts later with the coordination service UNAVAILABLE, process 0's host was lost: resume=true",
             file=sys.stderr,
             flush=True,
         )
