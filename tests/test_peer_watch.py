@@ -64,6 +64,15 @@ def test_the_lost_line_names_the_process_and_the_newest_checkpoint(tmp_path):
     )
 
 
+def _answers(port: int) -> bool:
+    """Whether something accepts a connection on 127.0.0.1:port."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
 def test_the_coordination_service_runs_beside_process_0_outlives_it_and_then_ends(tmp_path):
     """Process 0's coordination service in a child of its own (marljax/parallel/coordinator.py):
     it answers, stops when told (JAX's shutdown), refuses a taken port in a line, and when process 0
@@ -74,13 +83,6 @@ def test_the_coordination_service_runs_beside_process_0_outlives_it_and_then_end
     from marljax.parallel.coordinator import ServiceBeside
     from tests._multihost import free_port
 
-    def answers(port: int) -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=2).close()
-            return True
-        except OSError:
-            return False
-
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -89,9 +91,9 @@ def test_the_coordination_service_runs_beside_process_0_outlives_it_and_then_end
             ServiceBeside("jaxlib._jax", f"127.0.0.1:{port}", 2, {})
     port = free_port()
     service = ServiceBeside("jaxlib._jax", f"127.0.0.1:{port}", 2, {})
-    assert answers(port)
+    assert _answers(port)
     service.shutdown()
-    assert service.proc.returncode == 0 and not answers(port)
+    assert service.proc.returncode == 0 and not _answers(port)
 
     port = free_port()  # process 0 dies (os._exit) with the service up: it serves on, then ends
     process_0 = (
@@ -103,14 +105,14 @@ def test_the_coordination_service_runs_beside_process_0_outlives_it_and_then_end
     subprocess.run([sys.executable, "-c", process_0], check=True, timeout=60)
     with socket.create_connection(("127.0.0.1", port), timeout=2):  # another process, still connected
         time.sleep(4)  # twice the child's idle check: it serves on while a connection is open
-        assert answers(port)
+        assert _answers(port)
     time.sleep(5)  # the last connection closed: the child ends within about 2 s (30 s at most)
-    assert not answers(port)
+    assert not _answers(port)
 
 
-def _kill_one_of_two(out: Path, killed: int, settings: list[str]) -> tuple[int, str, float]:
+def _kill_one_of_two(out: Path, killed: int, settings: list[str]) -> tuple[int, str, float, int]:
     """Two processes of a run until its first checkpoint, then `killed` SIGKILLed: the survivor's
-    (exit code, output, seconds from the kill to its end)."""
+    (exit code, output, seconds from the kill to its end), and the coordinator's port."""
     from tests._multihost import free_port, marljax
 
     port = free_port()
@@ -125,7 +127,7 @@ def _kill_one_of_two(out: Path, killed: int, settings: list[str]) -> tuple[int, 
         procs[killed].kill()
         killed_at = time.monotonic()
         text, _ = survivor.communicate(timeout=60)  # within the minute, or this fails
-        return survivor.returncode, text, time.monotonic() - killed_at
+        return survivor.returncode, text, time.monotonic() - killed_at, port
     finally:
         for p in procs:
             p.kill()
@@ -163,10 +165,14 @@ def test_a_killed_process_ends_the_survivor_in_one_line_and_the_run_resumes_in_o
     out = tmp_path / "run"
     per_process, one = MODES[mode]
     run = [*KILLED_RUN, *per_process, f"out_dir={out}"]
-    rc, text, took = _kill_one_of_two(out, killed, [*run, *LONG])
+    rc, text, took, port = _kill_one_of_two(out, killed, [*run, *LONG])
     lines = [line for line in text.splitlines() if line.startswith(f"marljax: process {killed} of 2 was lost")]
     assert rc == 1 and len(lines) == 1, text[-3000:]
     assert "Traceback" not in text and "Check failure" not in text
+    deadline = time.monotonic() + 10  # the service's child ends with the last process: a rerun may take the port
+    while _answers(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _answers(port)
     newest = lines[0].split("The newest checkpoint is ")[1].split(":")[0]
     update = int(Path(newest).name)
     end = update + 4
