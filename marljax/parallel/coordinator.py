@@ -8,9 +8,10 @@ outlives process 0, so its loss is an ordinary lost peer: the others' heartbeat 
 (peer_watch.py) names process 0 and the newest checkpoint, as for any other process.
 
 The child serves until process 0 says stop (JAX's own shutdown of the service, at exit), or, when
-process 0 is gone without saying so, until the others have gone too (at most LINGER_S), then exits. It runs in a session of its own, so a Ctrl-C meant for
-process 0 does not end it. A machine that goes down takes the child with it: the others then
-abort as before (the join message says what that abort means).
+process 0 is gone without saying so, until the others have gone too (at most LINGER_S), then
+exits. It runs in a session of its own, so a Ctrl-C meant for process 0 does not end it. A machine
+that goes down takes the child with it: the others then abort as before (the join message says
+what that abort means). Not used for `distributed=auto`, where JAX chooses the coordinator.
 
 This file is also the child's script: run by path, it imports the standard library and the
 jaxlib module JAX took the service from, nothing of marljax's.
