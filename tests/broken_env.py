@@ -1,5 +1,5 @@
 """Env factories that fail as a careless user's might: they raise (an Exception, their own
-BaseException, SystemExit), take a minute, or return None (for the JaxMARL path
+BaseException, SystemExit), take a minute, return None, end the process (os._exit) or crash it (for the JaxMARL path
 `env=tests.broken_env:NAME` and the host path `env=pettingzoo:tests.broken_env:NAME`)."""
 
 
@@ -45,3 +45,17 @@ def naps(seconds: float = 3600.0, **kwargs):
     import jaxmarl
 
     return jaxmarl.make("MPE_simple_spread_v3")
+
+
+def exits_now(**kwargs):
+    """A factory that ends the process at once, skipping every handler (os._exit)."""
+    import os
+
+    os._exit(3)
+
+
+def segfaults(**kwargs):
+    """A factory whose native code crashes the interpreter (a segmentation fault)."""
+    import ctypes
+
+    ctypes.string_at(0)

@@ -849,6 +849,65 @@ def test_a_factory_that_never_returns_is_one_config_error_after_the_limit(factor
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+@pytest.mark.parametrize(
+    "env, code, words",
+    [
+        (
+            "tests.broken_env:exits_now",
+            2,
+            "marljax: config error: env: building the env failed: tests.broken_env:exits_now() called os._exit(3), "
+            "which would have ended the process with nothing said; fix the factory or env_kwargs",
+        ),
+        (
+            "pettingzoo:tests.broken_env:exits_now",
+            2,
+            "marljax: config error: env: building the env failed: pettingzoo:tests.broken_env:exits_now called "
+            "os._exit(3),",
+        ),
+        (
+            "tests.broken_env:segfaults",
+            -11,  # SIGSEGV: the process is gone; the line comes from the watcher of the build
+            "marljax: env: this process ended while tests.broken_env:segfaults() was building the env: it crashed "
+            "(a segmentation fault, an abort), exited from native code, or was killed",
+        ),
+    ],
+    ids=["os._exit", "host os._exit", "segfault"],
+)
+def test_a_factory_that_ends_the_process_is_named_in_one_line(tmp_path, env, code, words):
+    """Before: the process ended with exit 3 (os._exit) or -11 (a segmentation fault) and no word
+    of which factory ended it. The control: a factory that builds says nothing more."""
+    extra = ["mode=async", "eval_every=0"] if env.startswith("pettingzoo:") else []
+    done = _cli("train", *BASE, f"env={env}", *extra, f"out_dir={tmp_path / 'r'}", timeout=120)
+    assert done.returncode == code, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1].startswith(words), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    # a crash leaves the directory it had made with its lock (stale: a rerun takes it), nothing else
+    left = sorted(p.name for p in (tmp_path / "r").iterdir()) if (tmp_path / "r").exists() else []
+    assert left == ([".marljax.lock"] if code < 0 else [])
+
+
+def test_a_factory_that_builds_leaves_no_word_and_other_threads_exit_as_they_ask():
+    """The controls of the build's guard: after a build that returns, its watcher prints nothing;
+    os._exit from another thread during a build ends the process as asked (in a child process)."""
+    script = (
+        "import os, threading, time\n"
+        "from marljax.envs.factory import build_guard\n"
+        "with build_guard('built()', 0):\n"
+        "    pass\n"
+        "time.sleep(0.5)\n"
+        "with build_guard('slow()', 0):\n"
+        "    threading.Thread(target=os._exit, args=(5,)).start()\n"
+        "    time.sleep(30)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 5
+    # the second build was interrupted by the other thread's exit: its watcher names it, the first's said nothing
+    assert done.stderr.strip().splitlines() == [
+        "marljax: env: this process ended while slow() was building the env: it crashed (a segmentation fault, an "
+        "abort), exited from native code, or was killed (the out-of-memory killer?); fix the factory or env_kwargs"
+    ], done.stderr
+
+
 def test_a_user_module_that_does_not_compile_is_named(tmp_path, monkeypatch):
     """Before: `marljax: SyntaxError: invalid syntax (badmod.py, line 1)`, nothing saying it came from env=."""
     from marljax.config import ConfigError

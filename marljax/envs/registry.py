@@ -17,9 +17,10 @@ from typing import Any
 from marljax.envs.factory import (
     BUILD_TIMEOUT_S,
     LIMIT_NOTE,
+    BuildExited,
     BuildTimedOut,
     build_env,
-    build_watchdog,
+    build_guard,
     import_env_module,
 )
 from marljax.envs.jumanji import check_id as check_jumanji_id
@@ -194,13 +195,18 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None, timeout_s: 
             "enemy policy); use HeuristicEnemySMAX for a scripted enemy",
         )
     try:
-        with build_watchdog(timeout_s):
+        with build_guard(f"{name}({listed(kwargs)})", timeout_s):
             env = jaxmarl.make(name, **kwargs)
     except BuildTimedOut:
         raise ConfigError(
             "env_kwargs",
             f"building {name}({listed(kwargs)}) did not return in {timeout_s:g} s: env_kwargs ask for an env far "
             f"too large ({LIMIT_NOTE})",
+        ) from None
+    except BuildExited as exc:
+        raise ConfigError(
+            "env_kwargs",
+            f"building the env failed: {name}({listed(kwargs)}) called os._exit({exc.code!r}); check env_kwargs",
         ) from None
     except ConfigError:
         raise

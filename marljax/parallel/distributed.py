@@ -20,6 +20,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import jax
 import numpy as np
 
 from marljax.parallel import peer_watch
+from marljax.parallel.coordinator import service_beside
 from marljax.parallel.settings import DistributedConfig
 from marljax.schema import ConfigError
 
@@ -74,12 +76,16 @@ def initialize(
             f"marljax: process {d.process_id} of {d.num_processes} joining via {d.coordinator}; waiting at most "
             f"{d.timeout_s}s (distributed.timeout_s). If JAX then stops with DEADLINE_EXCEEDED, a process did not "
             "join in time: check that all were started with the same distributed.num_processes and coordinator. "
-            "If it aborts later with the coordination service UNAVAILABLE, process 0 was lost: resume=true",
+            "If it aborts later with the coordination service UNAVAILABLE, process 0's host was lost: resume=true",
             file=sys.stderr,
             flush=True,
         )
+    # process 0's coordination service in a child of its own: its death is then a lost peer like
+    # any other, named by the others' watch, not a native abort of every process (coordinator.py)
+    served = service_beside() if not d.auto and d.process_id == 0 else nullcontext()
     try:
-        jax.distributed.initialize(**kwargs)
+        with served:
+            jax.distributed.initialize(**kwargs)
     except Exception as exc:  # noqa: BLE001 - every failure to join gets the same clear message
         where = (
             "auto-detected cluster"

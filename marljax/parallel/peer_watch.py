@@ -11,9 +11,11 @@ the newest checkpoint to resume from, and exits 1 at once (os._exit: the runtime
 would wait for the lost process). A process that ends, normally or not, keeps beating while JAX's
 shutdown holds it for the others (the beat is a daemon thread), so an end is never taken for a loss.
 
-Not covered: the loss of process 0, which runs the coordination service itself. JAX's runtime in
-every survivor aborts within about a second when it goes (its callback for that case cannot be
-replaced from Python in jax 0.10-0.12); the join message says what such an abort means.
+Process 0 is watched like the others: its coordination service runs in a child process of its own
+(coordinator.py), which outlives it. Not covered: the loss of the service itself (process 0's host
+down, or a `distributed=auto` run, where JAX serves it inside process 0): JAX's runtime in every
+survivor then aborts within about a second (its callback for that case cannot be replaced from
+Python in jax 0.10-0.12); the join message says what such an abort means.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ class PeerWatch:
         while not self._stopped.wait(self.beat_s):
             try:
                 beats = self._read("beat")
-            except Exception:  # noqa: BLE001 - the service is unreachable: process 0 is gone (see the module doc)
+            except Exception:  # noqa: BLE001 - the service is unreachable: its host is gone (see the module doc)
                 continue
             now = time.monotonic()
             for p, (seen, _) in list(last.items()):
