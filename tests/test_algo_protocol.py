@@ -137,8 +137,9 @@ def _build_probe(config, env, **kwargs) -> api.Algorithm:
     def learn(learner, extra, batch, key):
         learner, extra, metrics = pieces.learn(learner, extra, batch, key)
         nan = jnp.float32(jnp.nan)
-        metrics = {**metrics, "surprise": nan if poison == "surprise" else jnp.float32(0)}
-        return learner, extra, {**metrics, "loss_total": nan} if poison == "loss_total" else metrics
+        values = {**metrics.values, "surprise": nan if poison == "surprise" else jnp.float32(0)}
+        values = {**values, "loss_total": nan} if poison == "loss_total" else values
+        return learner, extra, metrics.replace(values=values)
 
     return dataclasses.replace(pieces, learn=learn)
 

@@ -13,8 +13,7 @@ from marljax.algos.learning import Minibatches
 from marljax.bench.measure import loop_trips
 from marljax.config import ConfigError, load_config
 from marljax.config import device_defaults as kept_device_defaults
-from marljax.nn import ops
-from marljax.parallel import backend
+from marljax.nn import backend, ops
 
 
 def _rollout(T: int = 32, E: int = 6, A: int = 3, p_done: float = 0.1):

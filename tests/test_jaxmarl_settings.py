@@ -20,10 +20,10 @@ KEY = jax.random.PRNGKey(0)
 
 def _lrs(*overrides: str, n: int = 10) -> np.ndarray:
     from marljax.algos.learning import learning_rate
-    from marljax.types import LearnerState
+    from marljax.types import HParams, LearnerState
 
     config = load_config(None, ["num_envs=4", "num_steps=8", f"total_timesteps={4 * 8 * n}", "lr=1.0", *overrides])
-    return np.array([float(learning_rate(config, LearnerState(None, None, {"lr": jnp.float32(1.0)}, None,
+    return np.array([float(learning_rate(config, LearnerState(None, None, HParams(*[jnp.float32(1.0)] * 3), None,
                                                                 jnp.int32(u)))) for u in range(n)])  # fmt: skip
 
 
