@@ -53,7 +53,7 @@ def _timed_run(
     params = jax.device_get(state.learner.params)
     ep = chunk_metrics[-1].episodes
     returns = ep.return_sum.sum(axis=(1, 2)) / np.maximum(ep.count.sum(axis=1), 1) / ep.return_sum.shape[-1]
-    return t1 - t0, time.perf_counter() - t1, params, returns
+    return t1 - t0, time.perf_counter() - t1, params, np.asarray(returns)
 
 
 def run_sweep_bench(config: Config, log=print, lrs: tuple = LRS, seeds: int = SEEDS) -> dict:

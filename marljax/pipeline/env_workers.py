@@ -74,6 +74,8 @@ class CopyWorker:
                 if self.env is None:
                     self.env = HostCopy(self.adapter, self.adapter.make_one(), self.next_seed)
                 value = self.env.reset()
+            elif self.env is None:  # the collector resets every copy before it steps one
+                raise RuntimeError("a host env copy was stepped before its reset")
             else:
                 value = self.env.step(payload)
             error = None
