@@ -19,7 +19,7 @@ import json
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -49,10 +49,14 @@ def _backends_started() -> bool:
 
 
 def initialize(
-    d: DistributedConfig, settings: Mapping[str, Any], under: Path | None, again: str = "rerun with resume=true"
+    d: DistributedConfig,
+    settings: Callable[[], Mapping[str, Any]],
+    under: Path | None,
+    again: str = "rerun with resume=true",
 ) -> None:
     """Join the other processes (no-op for a single-process run, or when already joined), check
-    that every process was given the same `settings` (the run's config as a mapping), then watch
+    that every process was given the same `settings()` (the run's config as a mapping, read only
+    once the processes have joined), then watch
     them (marljax/parallel/peer_watch.py): a lost one ends this process with a line naming it and
     the newest checkpoint under `under` (the run's out_dir), to continue by `again`."""
     if not enabled(d) or jax.distributed.is_initialized():
@@ -98,7 +102,7 @@ def initialize(
             "process was started, with the same distributed.num_processes and coordinator address, and that the "
             "coordinator's port is reachable"
         ) from exc
-    check_same_config(settings)
+    check_same_config(settings())
     _watch_peers(under, again)
 
 

@@ -39,7 +39,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import yaml
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from marljax.envs.host import is_host_env
@@ -47,7 +46,7 @@ from marljax.files import DamagedFile, read_json, write_text_atomic
 from marljax.parallel import distributed
 from marljax.parallel.distributed import host_values
 from marljax.parallel.mesh import SEED, compile_chunks, seed_keys, shard_trainer
-from marljax.parallel.placement import place
+from marljax.parallel.placement import place, shardings
 from marljax.run_settings import check_logins
 from marljax.schema import ConfigError
 from marljax.sweeps.results import METRICS, ResultsStore, load
@@ -197,7 +196,7 @@ def run_sweep(
 
 def _sweep(sweep: Sweep, log, overwrite: bool, progress: bool, max_chunks: int | None, clock: RunClock) -> SweepResult:
     first = sweep.programs[0].config
-    distributed.initialize(first.distributed, first.to_dict(), sweep.out_dir, "rerun the same marljax sweep command")
+    distributed.initialize(first.distributed, first.to_dict, sweep.out_dir, "rerun the same marljax sweep command")
     primary = distributed.is_primary()
     if not primary:  # multi-host: process 0 alone logs and writes files; all train and checkpoint
         log, progress = (lambda _line: None), False
@@ -293,7 +292,7 @@ def _run_program(
     schedule = chunk_sizes(config.num_updates, every)
     seed_index = jnp.tile(jnp.arange(S), len(program.cells))  # [R]
     hp_sharding, hp_kind = fns.shardings.learner.hparams, type(fns.shapes.learner.hparams)
-    per_row = NamedSharding(fns.mesh, P(SEED))  # [R]: split over `seed`, as every row's metrics are
+    per_row = shardings(fns.mesh, P(SEED))  # [R]: split over `seed`, as every row's metrics are
 
     def fresh():
         state = fns.init(jnp.tile(seed_keys(config.seed, S), (len(program.cells), 1)))
@@ -352,16 +351,16 @@ def _run_program(
         def record(rows: list[dict], result, update: int) -> None:
             """Evaluation k of every cell in the results store (process 0)."""
             nonlocal k
-            for ci, cell in enumerate(program.cells if store is not None else ()):
-                cell_rows = slice(ci * S, (ci + 1) * S)
-                assert store is not None  # the loop runs on process 0 only, which has the store
-                store.write_eval(
-                    cell.index,
-                    k,
-                    update * config.run_steps_per_update,
-                    _eval_metrics(result, cell_rows, env.has_win),
-                    result.returns[cell_rows],
-                )
+            if store is not None:
+                for ci, cell in enumerate(program.cells):
+                    cell_rows = slice(ci * S, (ci + 1) * S)
+                    store.write_eval(
+                        cell.index,
+                        k,
+                        update * config.run_steps_per_update,
+                        _eval_metrics(result, cell_rows, env.has_win),
+                        result.returns[cell_rows],
+                    )
             k += 1
 
         def diverged(rows: dict[int, str], update: int) -> None:
@@ -421,11 +420,12 @@ def _run_program(
         absolute = make_evaluator(trainer, config.eval_episodes * ABSOLUTE_FACTOR, config.eval_greedy)
         result = host_values(absolute(run["best_params"], eval_keys(config.seed, seed_index, _ABSOLUTE_EVALUATION)))
         never = ~np.isfinite(host_values(run["best_score"]))  # [R] no finite evaluation: diverged before the first
-        for ci, cell in enumerate(program.cells if store is not None else ()):  # process 0 writes
+        if store is None:  # process 0 writes
+            return True
+        for ci, cell in enumerate(program.cells):
             rows = slice(ci * S, (ci + 1) * S)
             metrics, returns = _eval_metrics(result, rows, env.has_win), np.array(result.returns[rows])
             metrics[never[rows]], returns[never[rows]] = np.nan, np.nan  # not the initial parameters' return
-            assert store is not None  # the loop runs on process 0 only, which has the store
             store.write_absolute(cell.index, metrics, returns)
             cell_dir = sweep.out_dir / "cells" / cell.dirname
             plot = cell_dir / "returns.png" if config.plot else None

@@ -5,7 +5,7 @@ A *source* runs the training and hands each finished chunk of updates to `Driver
     source                                        what it hands over (a `Chunk`)
     ────────────────────────────────────────      ──────────────────────────────────────────────
     marljax train    (train/loop.py)               the jitted chunk program's state and metrics
-    mode=async       (train/actor_learner.py)   the learner after n updates, the async counters
+    mode=async       (train/actor_learner.py)      the learner after n updates, the async counters
     marljax sweep    (sweeps/runner.py)            the vmapped program: rows = cells x seeds
 
 `Driver.step` then calls each part once, in this order (the brax `progress_fn` /

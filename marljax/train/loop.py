@@ -125,7 +125,7 @@ def _claim(
 ) -> tuple[Config, Callable[[str], None], Path, DirectoryLock, bool]:
     """Everything refused before the run is built, then out_dir locked: (config with its out_dir,
     the log (silent on processes other than 0), out_dir, the lock, whether out_dir held a run)."""
-    distributed.initialize(config.distributed, config.to_dict(), Path(config.out_dir) if config.out_dir else None)
+    distributed.initialize(config.distributed, config.to_dict, Path(config.out_dir) if config.out_dir else None)
     config, log = primary_only(config, log)
     compile_cache.use(config.compile_cache, log)  # before anything compiles
     if not config.out_dir:
