@@ -7,10 +7,7 @@ out for the algorithms.
 
 from __future__ import annotations
 
-import importlib
-import io
 import math
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +20,7 @@ from marljax.envs.factory import (
     build_guard,
     import_env_module,
 )
+from marljax.envs.jaxmarl_modules import JAXMARL_IDS, env_class, import_all, import_module
 from marljax.envs.jumanji import check_id as check_jumanji_id
 from marljax.envs.jumanji import is_jumanji, make_jumanji
 from marljax.schema import ConfigError, first_line, listed
@@ -38,68 +36,29 @@ _NEEDS = {
 _ROBOTARIUM_PREFIX = "JaxRobotarium"
 
 
-# What jaxmarl 0.2.0 prints on import about its optional JaxRobotarium envs: noise to a user who
-# never asked for them (an id that needs them is refused in one line of our own, `check_env_name`).
-JAXMARL_BANNER = frozenset(
-    {
-        "Importing submoduled environments...",
-        "Submoduled environments not found. Skipping import.",
-        "Submoduled environments imported successfully.",
-    }
-)
-
-
-def _import_jaxmarl() -> None:
-    """Import jaxmarl without its import banner (JAXMARL_BANNER; any other line it prints is passed
-    on) and without losing sys.stdout and sys.stderr: its MABrax module resets them to
-    sys.__stdout__ / sys.__stderr__ after trying to import brax, which silenced every later print
-    of a notebook (or any redirected output) once the first env was made."""
-    if "jaxmarl.registration" in sys.modules:
-        return
-    saved = sys.stdout, sys.stderr, sys.__stdout__
-    caught = io.StringIO()
-    try:
-        # the MABrax module sets sys.stdout back to sys.__stdout__: both point at the catcher meanwhile
-        sys.stdout = caught
-        setattr(sys, "__stdout__", caught)  # noqa: B010 - a Final name to type checkers, plain to Python
-        import jaxmarl.registration  # noqa: F401
-    finally:
-        sys.stdout, sys.stderr = saved[:2]
-        setattr(sys, "__stdout__", saved[2])  # noqa: B010
-        kept = [line for line in caught.getvalue().splitlines(keepends=True) if line.strip() not in JAXMARL_BANNER]
-        if kept:
-            sys.stdout.write("".join(kept))
-
-
 def registered_env_ids() -> list[str]:
-    _import_jaxmarl()
-    from jaxmarl.registration import registered_envs
-
-    return list(registered_envs)
+    return list(JAXMARL_IDS)
 
 
 def _smax_kwargs(kwargs: dict) -> dict:
     """`scenario=3m` (a map name) becomes the Scenario object SMAX expects."""
     scenario = kwargs.get("scenario")
     if isinstance(scenario, str):
-        from jaxmarl.environments.smax import map_name_to_scenario
-
+        smax_env = import_module("jaxmarl.environments.smax.smax_env")
         try:
-            kwargs = {**kwargs, "scenario": map_name_to_scenario(scenario)}
+            kwargs = {**kwargs, "scenario": smax_env.map_name_to_scenario(scenario)}
         except KeyError:
-            from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO
-
             raise ConfigError(
                 "env_kwargs.scenario",
-                f"unknown SMAX map {scenario!r}; allowed: {', '.join(sorted(MAP_NAME_TO_SCENARIO))}",
+                f"unknown SMAX map {scenario!r}; allowed: {', '.join(sorted(smax_env.MAP_NAME_TO_SCENARIO))}",
             ) from None
     return kwargs
 
 
 # Overcooked envs whose `layout` JaxMARL's scripts give by name: env id -> (module, its dict of layouts)
 _LAYOUTS = {
-    "overcooked": ("jaxmarl.environments.overcooked", "overcooked_layouts"),
-    "overcooked_v2": ("jaxmarl.environments.overcooked_v2", "overcooked_v2_layouts"),
+    "overcooked": ("jaxmarl.environments.overcooked.layouts", "overcooked_layouts"),
+    "overcooked_v2": ("jaxmarl.environments.overcooked_v2.layouts", "overcooked_v2_layouts"),
 }
 
 
@@ -110,7 +69,7 @@ def _layout_kwargs(name: str, kwargs: dict) -> dict:
     if name not in _LAYOUTS or not isinstance(layout, str):
         return kwargs
     module, attr = _LAYOUTS[name]
-    layouts = getattr(importlib.import_module(module), attr)
+    layouts = getattr(import_module(module), attr)
     if layout not in layouts:
         raise ConfigError("env_kwargs.layout", f"unknown {name} layout {layout!r}; allowed: {', '.join(layouts)}")
     return {**kwargs, "layout": layouts[layout]}
@@ -182,9 +141,6 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None, timeout_s: 
         return make_jumanji(name, kwargs)
     if ":" in name:
         return _from_import_path(name, kwargs, timeout_s)
-    _import_jaxmarl()
-    import jaxmarl
-
     if "SMAX" in name:
         kwargs = _smax_kwargs(kwargs)
     kwargs = _layout_kwargs(name, kwargs)
@@ -194,9 +150,10 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None, timeout_s: 
             "LearnedPolicyEnemySMAX needs env_kwargs.policy and env_kwargs.params (a trained "
             "enemy policy); use HeuristicEnemySMAX for a scripted enemy",
         )
+    make = env_class(name) or _jaxmarl_make(name)
     try:
         with build_guard(f"{name}({listed(kwargs)})", timeout_s):
-            env = jaxmarl.make(name, **kwargs)
+            env = make(**kwargs)
     except BuildTimedOut:
         raise ConfigError(
             "env_kwargs",
@@ -221,6 +178,14 @@ def make_env(name: str, env_kwargs: Mapping[str, Any] | None = None, timeout_s: 
     _refuse_ignored_kwargs(name, env, kwargs)
     _refuse_kinds_unlike_the_defaults(name, env, kwargs)
     return env
+
+
+def _jaxmarl_make(name: str):
+    """jaxmarl.make for `name`, with JaxMARL imported whole (the ids it builds another way)."""
+    import_all()
+    import jaxmarl
+
+    return lambda **kwargs: jaxmarl.make(name, **kwargs)
 
 
 def _defaults(cls: type) -> dict[str, Any]:
