@@ -22,6 +22,8 @@ from pathlib import Path
 
 import jax
 
+from marljax.algos.ippo import PPOConfig
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -96,7 +98,7 @@ def main(argv: list[str]) -> int:
     ms = {name: 1e3 * statistics.median(t) / args.updates for name, t in times.items()}  # per update
     spread = {name: 1e3 * (max(t) - min(t)) / args.updates for name, t in times.items()}
     print(f"{config.algo} on {config.env}, {config.num_envs} envs x {config.num_steps} steps, "
-          f"{config.ppo.update_epochs} epochs x {config.ppo.num_minibatches} minibatches, 1 seed; "
+          f"{config.section(PPOConfig).update_epochs} epochs x {config.section(PPOConfig).num_minibatches} minibatches, 1 seed; "
           f"median of {args.rounds} calls of {args.updates} updates each")  # fmt: skip
     print(f"{'part':<10} {'ms/update':>10} {'max-min':>8} {'env-steps/s':>12} {'of update':>10}")
     for name in times:

@@ -331,63 +331,58 @@ class AlgorithmSchema:
 # ----------------------------------------------------------------------------- the assembled config
 
 
-if typing.TYPE_CHECKING:
-
-    class _Typed(CoreConfig, ExecutionConfig, RunConfig, CheckpointConfig, EvaluationConfig):
-        """What a type checker sees of `Config`: the flat parts' fields and the nested parts with
-        their types (at run time `Config` reads them from the registered parts, `__getattr__`)."""
-
-        mesh: MeshConfig
-        distributed: DistributedConfig
-        log: LogConfig
-        reward_shaping: RewardShapingConfig
-        async_: AsyncConfig
-
-        def __getattr__(self, name: str) -> Any: ...  # the chosen algorithm's sections: ppo, q, replay, ...
-
-    _ConfigBase = _Typed
-else:
-    _ConfigBase = object
+S = typing.TypeVar("S")
 
 
-class Config(_ConfigBase):
-    """One training run: every registered part (the core's and each layer's), then the chosen
-    algorithm's sections. A flat part's fields are attributes (`config.num_envs`), a nested part is
-    one (`config.mesh.seed`), and so is each section (`config.ppo.clip_eps`; the `async` section as
-    `config.async_`); `config.part("checkpoint")` is a part whole, what a layer's functions take."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class Config(CoreConfig, ExecutionConfig, RunConfig, CheckpointConfig, EvaluationConfig):
+    """One training run: the flat parts' fields (the core's, the execution mode's, the host loop's,
+    checkpoints', evaluation's) are its own (`config.num_envs`), each nested part is one
+    (`config.mesh.seed`), and the chosen algorithm's sections are in `sections`, read by class
+    (`config.section(PPOConfig).clip_eps`; the async pipeline's as `config.async_`). Assembled here,
+    above the layers; a layer's functions take their own part (`config.part("checkpoint")`).
+    `tests/test_config.py` holds these fields equal to the registered parts'."""
 
-    def __init__(self, values: Mapping[str, Any] | None = None, sections: Mapping[str, Any] | None = None):
-        values, index = {p.key: p.cls() for p in parts()} if values is None else values, {}
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+    distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
+    log: LogConfig = dataclasses.field(default_factory=LogConfig)
+    reward_shaping: RewardShapingConfig = dataclasses.field(default_factory=RewardShapingConfig)
+    sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # key -> the algorithm's section
+
+    @classmethod
+    def assemble(cls, built: Mapping[str, Any], sections: Mapping[str, Any]) -> Config:
+        """The Config of every registered part's instance (by key) and the algorithm's sections."""
+        values: dict[str, Any] = {}
         for part in parts():
-            value = values[part.key]
-            index.update({name: getattr(value, name) for name in fields(part.cls)} if part.flat else {part.key: value})
-        self.__dict__.update(_parts=dict(values), _index=index, sections=dict(sections or {}))
+            value = built[part.key]
+            values.update({n: getattr(value, n) for n in fields(part.cls)} if part.flat else {part.key: value})
+        return cls(**values, sections=dict(sections))
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __getattr__(self, name: str) -> Any:
-        index, sections = self.__dict__.get("_index"), self.__dict__.get("sections")
-        if index is None or sections is None or name.startswith("__"):
-            raise AttributeError(name)
-        if name in index:
-            return index[name]
-        key = name[:-1] if name.endswith("_") else name
-        if key in sections:
-            return sections[key]
+    def section(self, cls: type[S]) -> S:
+        """The algorithm's section of class `cls`; an error naming the sections it has if none."""
+        for value in self.sections.values():
+            if type(value) is cls:
+                return value
         raise AttributeError(
-            f"algo={index.get('algo')} has no field or section {name!r} (its sections: {', '.join(sections) or 'none'})"
+            f"algo={self.algo} has no {cls.__name__} section (its sections: {', '.join(self.sections) or 'none'})"
         )
+
+    @property
+    def async_(self) -> AsyncConfig:
+        """The async pipeline's section (`async.*`), of the algorithms that support mode=async."""
+        return self.section(AsyncConfig)
 
     def part(self, key: str) -> Any:
         """The registered part `key` (a flat one too): what a layer's functions receive."""
-        return self.__dict__["_parts"][key]
+        part = next(p for p in parts() if p.key == key)
+        return part.cls(**{n: getattr(self, n) for n in fields(part.cls)}) if part.flat else getattr(self, key)
 
     def value(self, dotted: str) -> Any:
         """The value of a dotted key: `lr`, `ppo.clip_eps`, `mesh.data`."""
-        node: Any = self
-        for name in dotted.split("."):
-            node = node.sections[name] if node is self and name in self.sections else getattr(node, name)
+        head, *rest = dotted.split(".")
+        node: Any = self.sections[head] if head in self.sections else getattr(self, head)
+        for name in rest:
+            node = getattr(node, name)
         return node
 
     def to_dict(self) -> dict:
@@ -514,7 +509,7 @@ def _build_config(values: Mapping[str, Any]) -> Config:
     over = schema.family_defaults.get(family, {}) if family is not None else {}
     device = _device(values.get("device_defaults", "auto"), algo, family, _several_processes(values))
     on_device = device_overrides(device, algo, family) if device else {}
-    return Config(*build(values, schema, merge(merge(dict(schema.defaults), over), on_device)))
+    return Config.assemble(*build(values, schema, merge(merge(dict(schema.defaults), over), on_device)))
 
 
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:

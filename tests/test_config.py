@@ -6,6 +6,10 @@ import dataclasses
 
 import pytest
 
+from marljax.algos.ippo import PPOConfig
+from marljax.algos.pqn_vdn import PQNConfig
+from marljax.algos.q_acting import QConfig
+from marljax.algos.qlearning import ReplayConfig
 from marljax.config import Config, ConfigError, MeshConfig, from_dict, load_config, parse_overrides, replace
 from marljax.envs.registry import check_env_name
 from marljax.parallel.mesh import resolve_mesh_shape
@@ -276,28 +280,38 @@ def test_derived_values():
     assert config.num_updates == 8
     assert config.updates_per_chunk == 4
     assert config.env_steps_per_update == 8 * 4 * 2
-    assert config.ppo.minibatch_steps(config) == 8 // config.ppo.num_minibatches == 2
+    assert config.section(PPOConfig).minibatch_steps(config) == 8 // config.section(PPOConfig).num_minibatches == 2
     pqn = load_config(None, ["algo=pqn_vdn", "num_steps=8", "pqn.num_minibatches=2"])
-    assert pqn.pqn.minibatch_steps(pqn) == 4
+    assert pqn.section(PQNConfig).minibatch_steps(pqn) == 4
 
 
 # ------------------------------------------------------------------ algorithm sections
 def test_section_fields_by_dotted_key_and_nested_yaml(tmp_path):
     config = load_config(None, ["ppo.clip_eps=0.1", "async.max_staleness=3"])
-    assert config.ppo.clip_eps == pytest.approx(0.1) and config.async_.max_staleness == 3
-    assert config.value("ppo.clip_eps") == config.ppo.clip_eps and config.ppo.ent_coef == 0.01  # the rest: defaults
+    assert config.section(PPOConfig).clip_eps == pytest.approx(0.1) and config.async_.max_staleness == 3
+    assert (
+        config.value("ppo.clip_eps") == config.section(PPOConfig).clip_eps
+        and config.section(PPOConfig).ent_coef == 0.01
+    )  # the rest: defaults
     path = tmp_path / "run.yaml"
     path.write_text("algo: qmix\nq:\n  td_lambda: 0.5\nreplay:\n  buffer_size: 64\n  gradient_steps: 2\n")
     config = load_config(path, ["replay.batch_size=8"])
-    assert (config.q.td_lambda, config.replay.buffer_size, config.replay.gradient_steps, config.replay.batch_size) == (
+    assert (
+        config.section(QConfig).td_lambda,
+        config.section(ReplayConfig).buffer_size,
+        config.section(ReplayConfig).gradient_steps,
+        config.section(ReplayConfig).batch_size,
+    ) == (
         0.5,
         64,
         2,
         8,
     )
     assert set(config.sections) == {"q", "replay", "mixer"}  # qmix: its mixer section too
-    with pytest.raises(AttributeError, match="no field or section 'ppo'"):
-        config.ppo  # noqa: B018
+    with pytest.raises(AttributeError, match=r"algo=qmix has no PPOConfig section \(its sections: q, replay, mixer\)"):
+        config.section(PPOConfig)
+    with pytest.raises(AttributeError):  # the sections are read by class: no attribute stands for one
+        config.ppo  # type: ignore[attr-defined]  # noqa: B018
     assert from_dict(config.to_dict()) == config
 
 
@@ -342,8 +356,10 @@ def test_unknown_section_key_did_you_mean():
 def test_replace_takes_nested_sections_and_a_new_algo_starts_from_its_defaults():
     config = load_config(None, ["ppo.clip_eps=0.1"])
     changed = replace(config, ppo={"num_minibatches": 2})
-    assert changed.ppo.num_minibatches == 2 and changed.ppo.clip_eps == pytest.approx(0.1)  # the rest kept
-    assert config.ppo.num_minibatches == 4
+    assert changed.section(PPOConfig).num_minibatches == 2 and changed.section(PPOConfig).clip_eps == pytest.approx(
+        0.1
+    )  # the rest kept
+    assert config.section(PPOConfig).num_minibatches == 4
     with pytest.raises(ConfigError) as info:
         replace(config, ppo={"num_minibatches": 3})
     assert info.value.field == "ppo.num_minibatches"
@@ -351,7 +367,9 @@ def test_replace_takes_nested_sections_and_a_new_algo_starts_from_its_defaults()
         replace(config, clip_eps=0.1)
     assert info.value.field == "clip_eps" and "write ppo.clip_eps" in str(info.value)
     qmix = replace(config, algo="qmix")
-    assert set(qmix.sections) == {"q", "replay", "mixer"} and qmix.replay == load_config(None, ["algo=qmix"]).replay
+    assert set(qmix.sections) == {"q", "replay", "mixer"} and qmix.section(ReplayConfig) == load_config(None, ["algo=qmix"]).section(
+        ReplayConfig
+    )
 
 
 def test_every_train_config_in_experiments_loads():
@@ -413,21 +431,19 @@ def test_each_layer_declares_its_section_and_config_yaml_keeps_its_order():
         register_part(Part("clash", dataclasses.make_dataclass("Clash", [("num_envs", int, 1)]), order=99, flat=True))
 
 
-def test_what_a_type_checker_sees_of_config_names_every_registered_part():
-    """`Config` reads its attributes from the registered parts at run time; a type checker sees
-    them through `config._Typed` (only under TYPE_CHECKING). A part registered without being
-    added there would reach mypy as `Any`: every flat part must be a base, every nested one an
-    annotation (`async` as `async_`)."""
-    import ast
-    import inspect
-
+def test_config_declares_every_registered_part():
+    """`Config` is a static dataclass: its fields are the registered parts' (each flat part a base,
+    each nested one a field of its class; `async`, an algorithm section, as the typed `async_`), so
+    a part registered without being added there is caught here, not met as a missing attribute."""
     import marljax.config
-    from marljax.schema import _PARTS
+    from marljax.schema import _PARTS, fields
 
-    tree = ast.parse(inspect.getsource(marljax.config))
-    typed = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "_Typed")
-    bases = {b.id for b in typed.bases if isinstance(b, ast.Name)}
-    nested = {n.target.id for n in typed.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-    assert bases == {p.cls.__name__ for p in _PARTS.values() if p.flat}
-    assert nested == {p.key + "_" if p.key == "async" else p.key for p in _PARTS.values() if not p.flat}
-    assert len(bases) >= 5 and {"mesh", "async_"} <= nested  # the control: the walk found the class's parts
+    config_fields = {f.name: f for f in dataclasses.fields(marljax.config.Config)}
+    flat = {p.cls for p in _PARTS.values() if p.flat}
+    assert flat == set(marljax.config.Config.__bases__)
+    nested = {p.key: p.cls for p in _PARTS.values() if not p.flat and p.when is None}
+    own = {n: f.type for n, f in config_fields.items() if not any(n in fields(c) for c in flat)}
+    assert own == {**{k: c.__name__ for k, c in nested.items()}, "sections": "Mapping[str, Any]"}
+    assert all(p.key == "async" for p in _PARTS.values() if p.when is not None)
+    assert marljax.config.Config.async_.fget.__annotations__["return"] == "AsyncConfig"
+    assert len(flat) >= 5 and {"mesh", "distributed"} <= set(own)  # the control: the walk found the parts

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from marljax.algos import happo
+from marljax.algos.ippo import PPOConfig
 from marljax.config import ConfigError, load_config
 from marljax.nn import ops
 from marljax.train.wiring import make_adapter
@@ -50,7 +51,9 @@ def by_hand(cfg, env, algo, learner, traj, order, use_factor: bool = True) -> di
     (g,) = env.groups
     net, b = algo.networks[g.name], traj.batch[g.name]
     T, E, n = b.reward.shape  # [T, E, A]
-    gae_adv, _ = ops.gae(b.reward, b.value, b.done, traj.last_value[g.name], cfg.gamma, cfg.ppo.gae_lambda)
+    gae_adv, _ = ops.gae(
+        b.reward, b.value, b.done, traj.last_value[g.name], cfg.gamma, cfg.section(PPOConfig).gae_lambda
+    )
     adv = np.asarray(gae_adv, np.float64)
     adv = ((adv - adv.mean()) / (adv.std() + 1e-8)).astype(np.float32)  # [T, E, A]
     params = learner.params[g.name]  # leaves [A, ...]: one set per agent
@@ -65,9 +68,9 @@ def by_hand(cfg, env, algo, learner, traj, order, use_factor: bool = True) -> di
         def loss(p):
             logp, entropy = logp_entropy(p, obs, action)
             ratio = jnp.exp(logp - old_logp)
-            eps = cfg.ppo.clip_eps
+            eps = cfg.section(PPOConfig).clip_eps
             surrogate = jnp.minimum(ratio * a, jnp.clip(ratio, 1 - eps, 1 + eps) * a)
-            return -jnp.mean(factor * surrogate) - cfg.ppo.ent_coef * jnp.mean(entropy)
+            return -jnp.mean(factor * surrogate) - cfg.section(PPOConfig).ent_coef * jnp.mean(entropy)
 
         grad = jax.grad(loss)(p)
         norm = jnp.sqrt(sum(jnp.sum(x**2) for x in jax.tree.leaves(grad)))

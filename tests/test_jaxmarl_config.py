@@ -11,6 +11,10 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
+from marljax.algos.ippo import PPOConfig
+from marljax.algos.mixers import MixerConfig
+from marljax.algos.q_acting import QConfig
+from marljax.algos.qlearning import ReplayConfig
 from marljax.cli import main
 from marljax.config import ConfigError, algorithms, load_config
 
@@ -120,8 +124,8 @@ def test_ippo_ff_mpe_maps_every_key(tmp_path):
         30,
         10,
     )
-    assert (c.ppo.update_epochs, c.ppo.num_minibatches, c.ppo.gae_lambda, c.ppo.clip_eps, c.ppo.ent_coef,
-            c.ppo.vf_coef) == (4, 4, 0.95, 0.2, 0.01, 0.5)  # fmt: skip
+    assert (c.section(PPOConfig).update_epochs, c.section(PPOConfig).num_minibatches, c.section(PPOConfig).gae_lambda, c.section(PPOConfig).clip_eps, c.section(PPOConfig).ent_coef,
+            c.section(PPOConfig).vf_coef) == (4, 4, 0.95, 0.2, 0.01, 0.5)  # fmt: skip
     assert not c.recurrent and not c.agent_id and c.log.backends == [] and c.log.project == "jaxmarl-mpe"
 
 
@@ -137,7 +141,7 @@ def test_ippo_rnn_smax_is_recurrent_with_its_map_and_env_kwargs(tmp_path):
     )
     assert c.env_kwargs == {"see_enemy_actions": True, "walls_cause_death": True, "attack_mode": "closest",
                             "scenario": "2s3z"}  # fmt: skip
-    assert (c.lr, c.max_grad_norm, c.ppo.clip_eps) == (0.004, 0.25, 0.05)
+    assert (c.lr, c.max_grad_norm, c.section(PPOConfig).clip_eps) == (0.004, 0.25, 0.05)
 
 
 def test_overcooked_shaping_horizon_maps_to_reward_shaping(tmp_path):
@@ -155,9 +159,18 @@ def test_unknown_keys_are_refused_all_listed(tmp_path):
     kept = "".join(line + "\n" for line in QMIX_SMAX.splitlines() if "CLIP_EPS" not in line)
     c = load_config(_write(tmp_path, "qmix_smax.yaml", kept))
     assert (c.algo, c.param_sharing, c.hidden_size, c.env_kwargs) == ("qmix", "shared", 256, {"scenario": "3m"})
-    assert c.mixer.embed_dim == 64
-    assert (c.replay.buffer_size, c.replay.batch_size, c.replay.target_update_interval) == (5000, 32, 10)
-    assert (c.q.eps_start, c.q.eps_finish, c.q.eps_decay_steps, c.q.td_lambda) == (1.0, 0.05, 100_000, 0.6)
+    assert c.section(MixerConfig).embed_dim == 64
+    assert (
+        c.section(ReplayConfig).buffer_size,
+        c.section(ReplayConfig).batch_size,
+        c.section(ReplayConfig).target_update_interval,
+    ) == (5000, 32, 10)
+    assert (
+        c.section(QConfig).eps_start,
+        c.section(QConfig).eps_finish,
+        c.section(QConfig).eps_decay_steps,
+        c.section(QConfig).td_lambda,
+    ) == (1.0, 0.05, 100_000, 0.6)
     assert (c.eval_every, c.eval_episodes) == (100, 32)  # 102400 env steps / (8 x 128) per update
 
 
@@ -301,7 +314,7 @@ def test_a_ql_file_serves_three_algorithms_and_ignores_the_mixer_keys_for_iql_an
     path = _write(tmp_path, "ql_rnn_mpe.yaml", BASE + '"MIXER_EMBEDDING_DIM": 16\n"HIDDEN_SIZE": 64\n')
     with pytest.raises(ConfigError, match=r"serves JaxMARL's iql, vdn and qmix scripts: pass algo=<iql\|vdn\|qmix>$"):
         load_config(path)
-    assert load_config(path, ["algo=qmix"]).mixer.embed_dim == 16
+    assert load_config(path, ["algo=qmix"]).section(MixerConfig).embed_dim == 16
     c = load_config(path, ["algo=vdn"])
     assert (c.algo, c.recurrent, c.gru_hidden_size) == ("vdn", True, 64)
     assert "ignored (they change nothing computed here): MIXER_EMBEDDING_DIM" in capsys.readouterr().err
@@ -333,7 +346,7 @@ def test_shaq_and_transf_qmix_configs_answer_to_their_algorithms(tmp_path, name,
 def test_shaq_and_transf_qmix_files_reset_every_environment_after_each_update(tmp_path, name, algo):
     # their scripts reset every env after each update; JaxMARL's other QLearning scripts (the controls) do not
     c = load_config(_write(tmp_path, name, BASE), [f"algo={algo}"])
-    assert c.replay.reset_each_update is name.startswith(("shaq", "transf_qmix"))
+    assert c.section(ReplayConfig).reset_each_update is name.startswith(("shaq", "transf_qmix"))
 
 
 @pytest.mark.parametrize(
@@ -380,7 +393,12 @@ def test_transf_qmix_lr_decay_type_maps_to_lr_decay_per_update(tmp_path, capsys)
 
     rate = '"N_MINI_UPDATES": 4\n"LR": 0.005\n"LR_EXP_DECAY_RATE": 0.00002\n"LR_WARMUP": 10\n'  # BASE: 100 updates
     c = load_config(_write(tmp_path, "transf_qmix_smax.yaml", BASE + '"LR_DECAY_TYPE": "exp"\n' + rate))
-    assert (c.anneal_lr, c.lr_decay, c.lr_warmup, c.replay.gradient_steps) == (True, "exponential", 0.0, 4)
+    assert (c.anneal_lr, c.lr_decay, c.lr_warmup, c.section(ReplayConfig).gradient_steps) == (
+        True,
+        "exponential",
+        0.0,
+        4,
+    )
     assert "ignored (they change nothing computed here): LR_WARMUP" in capsys.readouterr().err  # read with cos only
     for u in (0, 1, 7, 99):  # JaxMARL: LR (1 - rate)^count per gradient step; here at each update's first step
         lr = float(schedule(c)(jnp.float32(c.lr), jnp.int32(u)))

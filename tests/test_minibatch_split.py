@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from marljax.algos.ippo import PPOConfig
 from marljax.algos.learning import Minibatches
 from marljax.config import ConfigError, load_config
 from marljax.train.wiring import make_adapter, make_trainer
@@ -57,7 +58,7 @@ def test_the_split_names_what_must_divide_what():
     assert err.value.field == "ppo.num_minibatches" and "must divide num_envs=6" in str(err.value)
     config = load_config(None, ["num_envs=8", "ppo.num_minibatches=8", "ppo.minibatch_split=envs", "mesh.data=2"])
     with pytest.raises(ConfigError, match="deals each device's 4 environments into 8 minibatches"):
-        Minibatches.of(config, config.ppo, type("L", (), {"num_data": 2, "data_axis": "data"})())
+        Minibatches.of(config, config.section(PPOConfig), type("L", (), {"num_data": 2, "data_axis": "data"})())
 
 
 @pytest.mark.parametrize("overrides", [
@@ -78,6 +79,6 @@ def test_every_epoch_learner_takes_minibatches_of_environments(overrides):
 def test_a_jaxmarl_file_whose_minibatches_do_not_divide_its_steps_splits_the_environments(tmp_path):
     base = '"ENV_NAME": "MPE_simple_spread_v3"\n"NUM_ENVS": 16\n"NUM_STEPS": 10\n"TOTAL_TIMESTEPS": 16000\n'
     facmac = load_config(_write(tmp_path, "ippo_ff_mpe.yaml", base + '"NUM_MINIBATCHES": 4\n'))
-    assert (facmac.ppo.num_minibatches, facmac.ppo.minibatch_split) == (4, "envs")
+    assert (facmac.section(PPOConfig).num_minibatches, facmac.section(PPOConfig).minibatch_split) == (4, "envs")
     divides = load_config(_write(tmp_path, "ippo_ff_mpe.yaml", base + '"NUM_MINIBATCHES": 2\n'))
-    assert (divides.ppo.num_minibatches, divides.ppo.minibatch_split) == (2, "time")
+    assert (divides.section(PPOConfig).num_minibatches, divides.section(PPOConfig).minibatch_split) == (2, "time")

@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 from marljax.algos import shaq
-from marljax.algos.qlearning import MIXER
+from marljax.algos.mixers import MixerConfig
+from marljax.algos.q_acting import QConfig
+from marljax.algos.qlearning import MIXER, ReplayConfig
+from marljax.algos.shaq import ShaqConfig
 from marljax.config import ConfigError, load_config
 from marljax.nn import ops
 from marljax.train.wiring import make_adapter, make_trainer
@@ -74,7 +77,7 @@ def test_team_value_and_bootstrap_on_a_two_agent_toy():
 def test_learned_alpha_is_at_least_one_and_greedy_agents_do_not_use_it():
     config = load_config(None, ["algo=shaq", "shaq.sample_size=3"])
     team = shaq.shapley_team(config)
-    assert team.world and team.lr == config.shaq.lr_alpha
+    assert team.world and team.lr == config.section(ShaqConfig).lr_alpha
     key = jax.random.PRNGKey(3)
     B, T, N, W = 4, 5, 3, 7
     taken = jax.random.normal(key, (B, T, N))
@@ -82,9 +85,9 @@ def test_learned_alpha_is_at_least_one_and_greedy_agents_do_not_use_it():
     params = team.init(key, jnp.zeros((1, N)), world[0, :1])
     # by hand: alpha from the network itself, on the same coalitions (the same key)
     x = shaq.coalition_inputs(taken.reshape(B * T, N), key, 3)
-    alpha = 1.0 + shaq.AlphaNetwork(config.mixer.embed_dim, config.mixer.hyper_hidden).apply(
-        params, x, world.reshape(B * T, W)
-    ).reshape(B, T, N)
+    alpha = 1.0 + shaq.AlphaNetwork(
+        config.section(MixerConfig).embed_dim, config.section(MixerConfig).hyper_hidden
+    ).apply(params, x, world.reshape(B * T, W)).reshape(B, T, N)
     assert float(jnp.min(alpha)) >= 1.0 and float(jnp.max(alpha)) > 1.0
     greedy = jax.random.bernoulli(jax.random.fold_in(key, 2), 0.5, (B, T, N))
     expected = jnp.sum(jnp.where(greedy, 1.0, alpha) * taken, axis=-1)
@@ -182,9 +185,22 @@ def test_jaxmarl_shaq_keys_map_to_its_settings(tmp_path):
     path.write_text(SHAQ_MPE)
     c = load_config(path)  # the file's name says the algorithm
     assert c.algo == "shaq"
-    assert (c.shaq.sample_size, c.shaq.lr_alpha, c.shaq.manual_alpha) == (5, 0.001, 0.0)  # null: learned
-    assert (c.mixer.embed_dim, c.mixer.hyper_hidden, c.mixer.init_scale) == (32, 64, 1e-5)
-    assert (c.lr, c.gamma, c.q.td_lambda, c.replay.target_update_interval) == (0.005, 0.9, 0.6, 200)
-    assert (c.adam_eps, c.weight_decay, c.q.init_scale) == (0.001, 1e-5, 2.0)
+    assert (c.section(ShaqConfig).sample_size, c.section(ShaqConfig).lr_alpha, c.section(ShaqConfig).manual_alpha) == (
+        5,
+        0.001,
+        0.0,
+    )  # null: learned
+    assert (
+        c.section(MixerConfig).embed_dim,
+        c.section(MixerConfig).hyper_hidden,
+        c.section(MixerConfig).init_scale,
+    ) == (32, 64, 1e-5)
+    assert (c.lr, c.gamma, c.section(QConfig).td_lambda, c.section(ReplayConfig).target_update_interval) == (
+        0.005,
+        0.9,
+        0.6,
+        200,
+    )
+    assert (c.adam_eps, c.weight_decay, c.section(QConfig).init_scale) == (0.001, 1e-5, 2.0)
     path.write_text(SHAQ_MPE.replace('"MANUAL_ALPHA_ESTIMATES": null', '"MANUAL_ALPHA_ESTIMATES": 2.5'))
-    assert load_config(path).shaq.manual_alpha == 2.5
+    assert load_config(path).section(ShaqConfig).manual_alpha == 2.5

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from marljax.algos.ippo import PPOConfig
 from marljax.cli import main
 from marljax.config import ConfigError, load_config
 from marljax.sweeps.report import summarize
@@ -47,7 +48,7 @@ def test_grid_expansion_and_traced_structural_split():
     pairs = {(c.values["ppo.ent_coef"], c.values["ppo.clip_eps"]) for c in sweep.cells}
     assert pairs == {(0.0, 0.1), (0.01, 0.2), (0.02, 0.3)}
     assert {
-        (c.config.ppo.ent_coef, c.config.ppo.clip_eps) for c in sweep.cells
+        (c.config.section(PPOConfig).ent_coef, c.config.section(PPOConfig).clip_eps) for c in sweep.cells
     } == pairs  # the dotted keys reach the section
     for program in sweep.programs:  # a program's cells share every structural value
         assert len({c.config.param_sharing for c in program.cells}) == 1

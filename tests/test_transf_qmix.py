@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 from marljax.algos import transf_qmix
+from marljax.algos.q_acting import QConfig
+from marljax.algos.qlearning import ReplayConfig
+from marljax.algos.transf_qmix import TransfConfig
 from marljax.config import ConfigError, load_config
 from marljax.envs.entities import entity_view
 from marljax.train.evaluate import eval_keys, make_evaluator
@@ -322,14 +325,16 @@ def test_jaxmarl_transf_qmix_keys_map_to_its_settings(tmp_path):
     path = tmp_path / "transf_qmix_mpe.yaml"
     path.write_text(TRANSF_QMIX_MPE)
     c = load_config(path)
-    assert (c.algo, c.recurrent, c.hidden_size, c.replay.gradient_steps) == ("transf_qmix", True, 32, 2)
-    t = c.transf
+    assert (c.algo, c.recurrent, c.hidden_size, c.section(ReplayConfig).gradient_steps) == ("transf_qmix", True, 32, 2)
+    t = c.section(TransfConfig)
     assert (t.agent_layers, t.agent_heads, t.agent_ff) == (2, 8, 128)
     assert (t.mixer_layers, t.mixer_heads, t.mixer_ff, t.mixer_init_scale, t.relu_embed) == (3, 4, 64, 0.01, False)
     assert (t.scale_inputs, t.embed_norm) == (True, "batch_norm")  # JaxMARL's embedders: batch norm, always
     assert t.fast_attention is True
-    assert c.q.eps_decay_steps == 100_000 * 8  # its script's epsilon counts steps of the 8 vectorised envs
-    assert (c.q.init_scale, c.adam_eps, c.lr_decay) == (2.0, 1e-6, "exponential")
+    assert (
+        c.section(QConfig).eps_decay_steps == 100_000 * 8
+    )  # its script's epsilon counts steps of the 8 vectorised envs
+    assert (c.section(QConfig).init_scale, c.adam_eps, c.lr_decay) == (2.0, 1e-6, "exponential")
     assert c.lr_exp_decay_rate == pytest.approx(1 - (1 - 2e-5) ** 2)  # 2 gradient steps per update
 
 

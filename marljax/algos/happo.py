@@ -40,7 +40,7 @@ import optax
 from marljax.algos import ippo, mappo
 from marljax.algos.acting import GroupNetworks, flat
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece, hparams_from_config
-from marljax.algos.ippo import PPOHParams
+from marljax.algos.ippo import PPOConfig, PPOHParams
 from marljax.algos.learning import Minibatches, adam, learning_rate
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
@@ -100,7 +100,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     groups = env.groups
     nets = GroupNetworks.of(config, {g.name: ippo.make_network(config, g, critic=False) for g in groups})
     rnn = config.recurrent
-    batches = Minibatches.of(config, config.ppo, layout)
+    batches = Minibatches.of(config, config.section(PPOConfig), layout)
     T, L, M = config.num_steps, batches.steps, batches.num_minibatches
     blocks, K = block_ids(groups, nets.independent)
     all_ids = jnp.eye(env.num_agents, dtype=jnp.float32)
@@ -263,7 +263,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
             data[g.name] = (b, adv, target)
         critic_data = {**{g.name: (data[g.name][0].value, data[g.name][2]) for g in groups}, "world": world}
         data["factor"] = jnp.ones(world.shape[:2], jnp.float32)  # M [T, E]: 1 before the first set
-        order = jnp.arange(K) if config.happo.fixed_order else jax.random.permutation(k_order, K)  # [K]
+        order = jnp.arange(K) if config.section(HAPPOConfig).fixed_order else jax.random.permutation(k_order, K)  # [K]
         lr = learning_rate(config, learner)
         shuffle = lambda d, k: batches.shuffle(d, k, runs=rnn)  # noqa: E731
 

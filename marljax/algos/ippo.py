@@ -148,7 +148,7 @@ def build(
     nets = GroupNetworks.of(config, {g.name: make_network(config, g, critic=critic is None) for g in groups})
     rnn = config.recurrent
     vec = VecEnv.of(config, env, layout)
-    batches = Minibatches.of(config, config.ppo, layout)
+    batches = Minibatches.of(config, config.section(PPOConfig), layout)
     T, E_act = config.num_steps, vec.local  # E_act: environments per device while acting
     # swapped: groups that learn agent-major (all but those the layout keeps whole on every agent
     # device); split: those whose sets are split over `agent` (the swapped ones, agent-parallel)

@@ -74,12 +74,18 @@ class MAICQHParams(HParams):
 
 def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
     """MAICQ's pieces for `env` on the dataset `offline.dataset` (read and checked here)."""
+    mixer_cfg = config.section(MixerConfig)
     del correction
     groups = env.groups
     source = offline.OfflineSource.of(config, env, layout, next_obs=True)
     actors = policy_networks(config, env)
     q = make_q_acting(config, env, layout)
-    mixer = QMixer(config.mixer.embed_dim, config.mixer.hyper_hidden, config.dtype, config.mixer.init_scale)
+    mixer = QMixer(
+        mixer_cfg.embed_dim,
+        mixer_cfg.hyper_hidden,
+        config.dtype,
+        mixer_cfg.init_scale,
+    )
     N = env.num_agents
 
     def init_params(key: Array) -> dict:
@@ -110,7 +116,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         q_taken = jnp.concatenate(taken, axis=-1)  # [E, L, N] (agents in group order, as the mixer sees them)
         q_tot = mixed(params[MIXER], q_taken, world[:, :-1])
         q_next = mixed(target[MIXER], jnp.concatenate(later_taken, axis=-1), world[:, 1:])
-        reward = jnp.sum(batch.reward[:, :-1], axis=-1) * config.q.reward_scale  # the team's, summed like the values
+        reward = (
+            jnp.sum(batch.reward[:, :-1], axis=-1) * config.section(QConfig).reward_scale
+        )  # the team's, summed like the values
         alive = 1.0 - batch.terminal[:, :-1].astype(jnp.float32)
         goal = jax.lax.stop_gradient(reward + hp.gamma * alive * q_next)
         valid = (~batch.truncation[:, :-1]).astype(jnp.float32)
@@ -150,7 +158,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         act=make_act(actors, groups),
         gradient_step=gradient_step,
         hparams=MAICQHParams,
-        target=offline.Target(config.maicq, critics),
+        target=offline.Target(config.section(MAICQConfig), critics),
         metrics=("loss_total", "loss_critic", "loss_actor", "q_tot_mean", "weight_max", "grad_norm"),
     )
 

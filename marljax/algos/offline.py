@@ -135,7 +135,8 @@ DATASET_PART = ExtraPart("dataset", (KEY,), lambda extra: extra.data)
 def load(config: Config, env: EnvAdapter) -> Transitions:
     """The run's dataset on the host (numpy), checked against `env`; ConfigError (one line, naming
     the file or the mismatch) for a missing, damaged or mismatched one."""
-    if not config.offline.dataset:
+    offline_cfg = config.section(OfflineConfig)
+    if not offline_cfg.dataset:
         raise ConfigError(
             KEY,
             f"algo={config.algo} learns from a dataset: give {KEY}=PATH (a Vault directory; marljax record writes one)",
@@ -143,7 +144,7 @@ def load(config: Config, env: EnvAdapter) -> Transitions:
     from marljax.datasets import DatasetError, dataset_dir
 
     try:
-        where = dataset_dir(config.offline.dataset)
+        where = dataset_dir(offline_cfg.dataset)
         files = sorted(f for f in where.rglob("*") if f.is_file())
         data = _read(str(where), tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
     except DatasetError as exc:

@@ -72,14 +72,15 @@ class CQLHParams(HParams):
 
 def check_q(config: Config) -> None:
     """The Q family's settings an offline Q-learner takes: one-step targets, no batch norm."""
-    if config.q.td_lambda != 0:
+    q_cfg = config.section(QConfig)
+    if q_cfg.td_lambda != 0:
         raise ConfigError(
             "q.td_lambda",
             f"algo={config.algo} learns one-step targets from the dataset's windows "
-            f"(a truncated episode leaves no next observation); allowed: 0, got {config.q.td_lambda}",
+            f"(a truncated episode leaves no next observation); allowed: 0, got {q_cfg.td_lambda}",
         )
-    if config.q.norm == "batch_norm" or config.q.norm_input:
-        field = "q.norm" if config.q.norm == "batch_norm" else "q.norm_input"
+    if q_cfg.norm == "batch_norm" or q_cfg.norm_input:
+        field = "q.norm" if q_cfg.norm == "batch_norm" else "q.norm_input"
         raise ConfigError(
             field, f"algo={config.algo} has no batch norm; allowed: q.norm=layer_norm or none, q.norm_input=false"
         )
@@ -106,7 +107,7 @@ def td_parts(
     now = values[:, :-1]
     taken = jnp.take_along_axis(now, action[..., None], axis=-1)[..., 0]
     bootstrap = ops.double_q_value(jax.lax.stop_gradient(values[:, 1:]), later, legal[:, 1:])  # [E, L, A_g]
-    reward = offline.group_slice(batch.reward, g)[:, :-1] * config.q.reward_scale
+    reward = offline.group_slice(batch.reward, g)[:, :-1] * config.section(QConfig).reward_scale
     alive = 1.0 - batch.terminal[:, :-1, None].astype(jnp.float32)
     target_value = jax.lax.stop_gradient(reward + gamma * alive * bootstrap)
     valid = (~batch.truncation[:, :-1, None]).astype(jnp.float32)
@@ -151,7 +152,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         act=q.act,
         gradient_step=gradient_step,
         metrics=("loss_total", "loss_td", "cql_penalty", "q_mean", "grad_norm"),
-        target=offline.Target(config.cql),
+        target=offline.Target(config.section(CQLConfig)),
         hparams=CQLHParams,
     )
 

@@ -82,13 +82,14 @@ class PQNConfig(EpochSchedule):
 
 
 def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
+    pqn_cfg = config.section(PQNConfig)
     del correction  # on-policy rollouts on device only
     groups = env.groups
     q = make_q_acting(config, env, layout)
     T, rnn = config.num_steps, config.recurrent
-    W = config.pqn.memory_window  # steps of the previous rollout leading each learning sequence
+    W = pqn_cfg.memory_window  # steps of the previous rollout leading each learning sequence
     # with a memory window a learning sequence is W + T steps (minibatch_split=envs: whole sequences)
-    batches = dataclasses.replace(Minibatches.of(config, config.pqn, layout), num_steps=T + W)
+    batches = dataclasses.replace(Minibatches.of(config, pqn_cfg, layout), num_steps=T + W)
     M, L = batches.num_minibatches, batches.steps
     K = layout.num_agent
     split = split_groups(groups, layout)
@@ -200,7 +201,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         assert next_q is not None  # collect above always sets it
         eps = q.epsilon(learner.update)
         team_reward = jnp.sum(traj["reward"], axis=-1)  # [T, E_act]: the sum matches Q_tot = sum_i Q_i
-        target = ops.q_lambda_returns(team_reward, traj["done"], next_q, learner.hparams.gamma, config.q.td_lambda)
+        target = ops.q_lambda_returns(
+            team_reward, traj["done"], next_q, learner.hparams.gamma, config.section(QConfig).td_lambda
+        )
         # environment-major -> agent-major (identity unless mesh.agent > 1): [T, E_learn, A_g/K, ...]
         fields = ("obs", "action", "reset", "hidden") if rnn else ("obs", "action")
         per_agent, target = layout.to_learning({k: traj[k] for k in fields}, jax.lax.stop_gradient(target))

@@ -122,11 +122,12 @@ def make_q_acting(
     """`world`: also record the env's world state (QMIX's mixer conditions on it). `nets`: other
     Q-networks than config's (TransfQMix's transformers), with the network signature of
     `marljax.algos.acting` and `q` as their output."""
+    q_cfg = config.section(QConfig)
     groups = env.groups  # Discrete only: make_adapter refuses Box groups from Supports.actions (train/wiring.py)
     rnn, H = config.recurrent, config.gru_hidden_size
     size = config.group_network  # group -> (hidden_size, num_layers), network.<group>.* over the global sizes
-    head = dict(
-        norm=config.q.norm, dueling=config.q.dueling, init_scale=config.q.init_scale, norm_input=config.q.norm_input
+    head: dict[str, Any] = dict(
+        norm=q_cfg.norm, dueling=q_cfg.dueling, init_scale=q_cfg.init_scale, norm_input=q_cfg.norm_input
     )
     nets = nets or GroupNetworks.of(
         config,
@@ -143,7 +144,7 @@ def make_q_acting(
         raise ConfigError("mesh.agent", "splits per-agent Q-networks: it needs param_sharing=independent")
     T = config.num_steps
     vec = VecEnv.of(config, env, layout)
-    decay_updates = max(config.q.eps_decay_steps / (T * config.num_envs), 1e-9)  # epsilon falls over this many updates
+    decay_updates = max(q_cfg.eps_decay_steps / (T * config.num_envs), 1e-9)  # epsilon falls over this many updates
 
     def q_values(params, g: AgentGroup, obs: Array, hidden: Array | None = None, reset: Array | None = None):
         return nets.apply(params[g.name], g, obs, hidden, reset)
@@ -209,7 +210,7 @@ def make_q_acting(
 
     def epsilon(update: Array) -> Array:
         frac = jnp.minimum(update.astype(jnp.float32) / decay_updates, 1.0)
-        return config.q.eps_start + frac * (config.q.eps_finish - config.q.eps_start)
+        return q_cfg.eps_start + frac * (q_cfg.eps_finish - q_cfg.eps_start)
 
     def choose(q: Array, mask: Array, key: Array, eps) -> Array:
         """epsilon-greedy among available actions, one key per environment: q [B, A, n], key [B]."""
@@ -234,7 +235,7 @@ def make_q_acting(
 
     def act(params, obs, reset, hidden, mask, key, greedy: bool = False):
         keys = jax.random.split(key, obs[groups[0].name].shape[0])
-        return act_groups(params, obs, reset, hidden, mask, keys, 0.0 if greedy else config.q.eps_finish)
+        return act_groups(params, obs, reset, hidden, mask, keys, 0.0 if greedy else q_cfg.eps_finish)
 
     def init_params(key: Array) -> dict:
         params = {}
@@ -258,8 +259,8 @@ def make_q_acting(
         """One step of the trajectory (see `rollout`)."""
         actors, masks, actions = before
         reward_all = jnp.concatenate([res.reward[g.name] for g in groups], axis=1)  # [E, N]
-        if config.q.reward_scale != 1.0:  # learning's reward only; the episode stats come from the env
-            reward_all = reward_all * config.q.reward_scale
+        if q_cfg.reward_scale != 1.0:  # learning's reward only; the episode stats come from the env
+            reward_all = reward_all * q_cfg.reward_scale
         entry = dict(
             obs=actors.obs, action=actions, mask=masks, reward=reward_all, done=res.episode_done, reset=actors.reset
         )

@@ -109,7 +109,13 @@ def summed_team() -> TeamValue:
 
 def mixed_team(config: Config) -> TeamValue:
     """QMIX's team value: its monotonic mixer of the agents' Q-values on the world state."""
-    mixer = QMixer(config.mixer.embed_dim, config.mixer.hyper_hidden, config.dtype, config.mixer.init_scale)
+    mixer_cfg = config.section(MixerConfig)
+    mixer = QMixer(
+        mixer_cfg.embed_dim,
+        mixer_cfg.hyper_hidden,
+        config.dtype,
+        mixer_cfg.init_scale,
+    )
 
     def mixed(params, values: Array, world: Array, *_) -> Array:
         """QMIX's mixer on [B, T, N] and the world state [B, T, W] -> [B, T]."""
@@ -216,15 +222,16 @@ def build(
     """Q-learning with replay and a target network: IQL (no `team`: every agent its own value), or a
     team value's method (`summed_team` VDN, `mixed_team` QMIX, SHAQ's); `agents`: other Q-networks
     than config's (TransfQMix's transformers)."""
+    replay_cfg = config.section(ReplayConfig)
     del correction
     world = team is not None and team.world  # the replay keeps the world state
     D = layout.num_data  # data shards: each keeps buffer_size/D slots of its own environments' sequences
     for name in ("buffer_size", "batch_size"):
-        if getattr(config.replay, name) % D:
+        if getattr(replay_cfg, name) % D:
             raise ConfigError(
                 f"replay.{name}",
                 f"must divide over mesh.data={D} (each data shard keeps and samples its "
-                f"share); got {getattr(config.replay, name)}",
+                f"share); got {getattr(replay_cfg, name)}",
             )
     groups = env.groups
     q = make_q_acting(config, env, layout, world=world, nets=agents)
@@ -233,7 +240,7 @@ def build(
     T, E, N = config.num_steps, config.num_envs, env.num_agents
     K = layout.num_agent  # agent devices: each learns A_g/K agents of every group
     split = split_groups(groups, layout)
-    start_update = config.replay.learning_starts // (T * E)  # the first update that learns
+    start_update = replay_cfg.learning_starts // (T * E)  # the first update that learns
     swap = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731 - batch-major [B, T, ...] <-> time-major [T, B, ...]
 
     def example_sequence(key: Array) -> dict:
@@ -272,7 +279,7 @@ def build(
 
     def init_extra(key: Array, learner: LearnerState) -> QExtra:
         """The target network (the learner's first parameters) and an empty buffer."""
-        buffer = replay.init(config.replay.buffer_size, example_sequence(init_keys(key).env))
+        buffer = replay.init(replay_cfg.buffer_size, example_sequence(init_keys(key).env))
         return QExtra(learner.params, buffer)
 
     def chosen_and_next(params, target, seq, full: bool = False) -> tuple[Array, Array, Array, tuple, dict]:
@@ -343,7 +350,9 @@ def build(
                 team.target(target.get(MIXER), nxt, None if world is None else world[:, 1:], *later)
             )
             reward = jnp.sum(seq["reward"], axis=-1)  # the team's reward, summed like the values
-        returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp.gamma, config.q.td_lambda))
+        returns = swap(
+            ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp.gamma, config.section(QConfig).td_lambda)
+        )
         return 0.5 * jnp.mean((q_now - jax.lax.stop_gradient(returns)) ** 2), (jnp.mean(q_now), stats)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -353,7 +362,7 @@ def build(
     ):
         """One gradient step on batch_size/D sequences sampled from `buffer`
         -> (params, opt_state, (loss, q_mean, grad_norm))."""
-        seq, _ = replay.sample(buffer, key, config.replay.batch_size // D)
+        seq, _ = replay.sample(buffer, key, replay_cfg.batch_size // D)
         (loss, (q_mean, stats)), grads = grad_fn(params, target, seq, hp, jax.random.fold_in(key, 1), full=full)
         # the loss is whole on every agent device, its gradient exact for the device's own agents;
         # reduce_grads divides split sets by K (it expects per-agent means), so scale them up first
@@ -374,7 +383,7 @@ def build(
             return (params, opt_state), out
 
         (params, opt_state), (loss, q_mean, grad_norm) = jax.lax.scan(
-            one, (learner.params, learner.opt_state), jax.random.split(key, config.replay.gradient_steps)
+            one, (learner.params, learner.opt_state), jax.random.split(key, replay_cfg.gradient_steps)
         )
         return params, opt_state, (jnp.mean(loss), jnp.mean(q_mean), jnp.mean(grad_norm))
 
@@ -398,7 +407,7 @@ def build(
     def collect(params, actors: ActorState, key: Array, update: Array | None = None) -> tuple[ActorState, QRollout]:
         """q_acting's rollout; with `replay.reset_each_update`, every environment reset after it (after
         the rollout's last observation was kept, so that the sequence bootstraps from it)."""
-        if not config.replay.reset_each_update:
+        if not replay_cfg.reset_each_update:
             return q.collect(params, actors, key, update)
         key, k_reset = jax.random.split(key)
         actors, batch = q.collect(params, actors, key, update)
@@ -425,12 +434,14 @@ def build(
             learner.update >= start_update, learning, wait, None
         )
         n_done = learner.update + 1
-        if config.replay.target_update_interval:
-            copy = n_done % config.replay.target_update_interval == 0
+        if replay_cfg.target_update_interval:
+            copy = n_done % replay_cfg.target_update_interval == 0
             target = jax.tree.map(lambda p, t: jnp.where(copy, p, t), params, extra.target)
         else:
             target = jax.tree.map(
-                lambda p, t: config.replay.tau * p + (1.0 - config.replay.tau) * t, params, extra.target
+                lambda p, t: replay_cfg.tau * p + (1.0 - replay_cfg.tau) * t,
+                params,
+                extra.target,
             )
         (loss, q_mean), (replay_size, stats) = ops.psum_tree(
             ((loss / D, q_mean / D), (replay.size(extra.buffer).astype(jnp.float32), stats)), layout.data_axis
@@ -472,8 +483,8 @@ def build(
                 "learn",
                 one_gradient_step,
                 (learner.params, learner.opt_state, extra.target, extra.buffer, key, scalar),
-                config.replay.gradient_steps,
-                transitions=config.replay.batch_size * T,
+                replay_cfg.gradient_steps,
+                transitions=replay_cfg.batch_size * T,
             ),
         ]
 

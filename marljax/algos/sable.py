@@ -38,7 +38,7 @@ import jax.numpy as jnp
 from marljax.algos import ippo
 from marljax.algos.acting import VecEnv, flat, group_keys
 from marljax.algos.api import Algorithm, AlgorithmSpec, CostPiece
-from marljax.algos.ippo import PPOHParams, ppo_metrics
+from marljax.algos.ippo import PPOConfig, PPOHParams, ppo_metrics
 from marljax.algos.learning import Minibatches, adam, descend, epoch_cost_pieces, init_keys, init_learner, learning_rate
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import AgentGroup, EnvAdapter
@@ -81,7 +81,7 @@ class SableConfig:
 
 
 def network(config: Config, env: EnvAdapter) -> SableNetwork:
-    s = config.sable
+    s = config.section(SableConfig)
     shapes = tuple(GroupShape(g.name, g.size, _obs_dim(g), g.action_dim, g.discrete) for g in env.groups)
     return SableNetwork(shapes, s.embed_dim, s.num_blocks, s.num_heads, s.chunk_size, config.dtype)
 
@@ -105,7 +105,9 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     vec = VecEnv.of(config, env, layout)
     T, E = config.num_steps, vec.local
     # no agent axis: the learner's environments are the acting ones
-    batches = dataclasses.replace(Minibatches.of(config, config.ppo, layout), local_envs=E, data_axis=layout.env_axes)
+    batches = dataclasses.replace(
+        Minibatches.of(config, config.section(PPOConfig), layout), local_envs=E, data_axis=layout.env_axes
+    )
 
     def observations(obs: dict, lead: int = 2) -> tuple[Array, ...]:
         """group -> [B, A_g, *obs] -> per group [B, A_g, O_g] (flattened; `lead` axes kept)."""

@@ -242,7 +242,7 @@ def build(
     """ISAC's pieces, or with `central` MASAC's (central twin critics on the world state and every
     agent's action)."""
     del correction  # on device the data is on-policy for the rollout; replay is off-policy by design
-    algo, sac = config.algo, config.sac
+    algo, sac = config.algo, config.section(SACConfig)
     groups = env.groups
     # Box actions only: make_adapter refuses Discrete groups from SUPPORTS.actions (train/wiring.py)
     if layout.agent_parallel:

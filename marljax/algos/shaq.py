@@ -114,7 +114,7 @@ class AlphaNetwork(nn.Module):
 def shapley_team(config: Config) -> TeamValue:
     """SHAQ's team value for `qlearning.build`: Q_tot = sum_i w_i Q_i, w_i = 1 at the greedy
     action, alpha_i elsewhere; the bootstrap is the sum of the next double-Q values."""
-    shaq, mix = config.shaq, config.mixer
+    shaq, mix = config.section(ShaqConfig), config.section(MixerConfig)
     net = AlphaNetwork(mix.embed_dim, mix.hyper_hidden, config.dtype, mix.init_scale)
     S = shaq.sample_size
 

@@ -249,7 +249,7 @@ class TransformerMixer(nn.Module):
 def transformer_team(config: Config, view: EntityView) -> TeamValue:
     """TransfQMix's team value for `qlearning.build`: the transformer mixer on the agents' values,
     their hidden states and the world state's entities (the target network's at t + 1 for the bootstrap)."""
-    c = config.transf
+    c = config.section(TransfConfig)
     mixer = TransformerMixer(
         config.hidden_size,
         c.mixer_layers,
@@ -289,7 +289,7 @@ def transformer_team(config: Config, view: EntityView) -> TeamValue:
 
 def agent_networks(config: Config, env: EnvAdapter, view: EntityView) -> GroupNetworks:
     """Every group's transformer Q-network; the recurrent state is the transformer's width."""
-    c = config.transf
+    c = config.section(TransfConfig)
     nets = {
         g.name: TransformerQNetwork(
             g.action_dim,
@@ -300,7 +300,7 @@ def agent_networks(config: Config, env: EnvAdapter, view: EntityView) -> GroupNe
             c.relu_embed,
             view.obs,
             config.dtype,
-            config.q.init_scale or 1.0,
+            config.section(QConfig).init_scale or 1.0,
             c.embed_norm,
             c.scale_inputs,
             c.fast_attention,

@@ -33,6 +33,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from marljax.algos.sable import SableConfig
 from marljax.bench.table import markdown, report_text
 from marljax.config import load_config
 from marljax.nn import retention
@@ -101,7 +102,7 @@ def retention_mib(n: int, chunk: int) -> float:
 
 def run_sequence_bench(agents: Sequence[int], overrides: list[str], log: Callable[[str], None] = print) -> dict:
     base = load_config(None, ["algo=sable", *DEFAULTS, *overrides])  # refused here, before anything compiles
-    chunk = base.sable.chunk_size
+    chunk = base.section(SableConfig).chunk_size
     rows, table = [], []
     for n in agents:
         env = [f"env_kwargs.num_agents={n}", f"env_kwargs.num_landmarks={n}"]
