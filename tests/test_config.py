@@ -367,9 +367,9 @@ def test_replace_takes_nested_sections_and_a_new_algo_starts_from_its_defaults()
         replace(config, clip_eps=0.1)
     assert info.value.field == "clip_eps" and "write ppo.clip_eps" in str(info.value)
     qmix = replace(config, algo="qmix")
-    assert set(qmix.sections) == {"q", "replay", "mixer"} and qmix.section(ReplayConfig) == load_config(None, ["algo=qmix"]).section(
-        ReplayConfig
-    )
+    assert set(qmix.sections) == {"q", "replay", "mixer"} and qmix.section(ReplayConfig) == load_config(
+        None, ["algo=qmix"]
+    ).section(ReplayConfig)
 
 
 def test_every_train_config_in_experiments_loads():
