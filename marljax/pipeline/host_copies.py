@@ -297,15 +297,16 @@ class IndependentHostCollector:
             if self.cancelled():
                 raise BufferClosed("the pipeline is closing")
             self._check_timeouts(busy)
-            # a copy that _check_timeouts has just retired is still in `busy`, its busy_since None: left
-            # as it was (not a typing fix); mypy is told so on the two lines that read it
-            oldest = min(busy, key=lambda c: c.busy_since)  # type: ignore[arg-type, return-value]
+            busy = [c for c in busy if c.busy_since is not None]  # a copy timed out just now is waited on no more
+            if not busy:
+                continue
+            oldest = min(busy, key=lambda c: c.busy_start())
             self.beat(f"{oldest.busy_what} (step {oldest.steps} of the copy, batch {ticket})", since=oldest.busy_since)
             now = time.monotonic()
             if first:
                 wait = WAIT_SLICE_S
             else:
-                soon = [c.busy_since + 1.5 * (c.step_s or 0.0) for c in busy]  # type: ignore[operator]
+                soon = [c.busy_start() + 1.5 * (c.step_s or 0.0) for c in busy]
                 soon = [t for t in soon if t <= now + self.policy_s]
                 if not soon:
                     return
