@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 Array = jax.Array
+# Host-side collectors (PettingZoo envs, pipeline/host_*.py) fill the rollout pytrees with numpy
+# arrays; they are placed on the learner's devices before `learn` reads them.
+HostOrDevice = jax.Array | np.ndarray
+A = TypeVar("A", bound=HostOrDevice)  # a GroupBatch's leaves: jax.Array on device, np.ndarray on the host
 
 
 def traced(key: str) -> Any:
@@ -90,19 +95,20 @@ class TrainState:
         def replace(self, **changes: Any) -> TrainState: ...
 
 
-class GroupBatch(NamedTuple):
-    """One group's rollout, time-major."""
+class GroupBatch(NamedTuple, Generic[A]):
+    """One group's rollout, time-major: `GroupBatch[Array]` on device, `GroupBatch[np.ndarray]` as a
+    host collector builds it."""
 
-    obs: Array  # [T, E, A_g, *obs_shape]
-    action: Array  # [T, E, A_g] int32, or [T, E, A_g, d] float32
-    logp: Array  # [T, E, A_g] behaviour log-prob
-    value: Array  # [T, E, A_g]
-    reward: Array  # [T, E, A_g]
-    done: Array  # [T, E, A_g] the agent's episode ended after this step
-    mask: Array | None  # [T, E, A_g, n] available actions, None where the env has no masks
-    reset: Array | None  # [T, E, A_g] obs starts an episode (recurrent only)
-    hidden: Array | None  # [T, E, A_g, H] GRU state before this step (recurrent only)
-    world: Array | None  # [T, E, W] global state for a centralised critic (MAPPO only)
+    obs: A  # [T, E, A_g, *obs_shape]
+    action: A  # [T, E, A_g] int32, or [T, E, A_g, d] float32
+    logp: A  # [T, E, A_g] behaviour log-prob
+    value: A  # [T, E, A_g]
+    reward: A  # [T, E, A_g]
+    done: A  # [T, E, A_g] the agent's episode ended after this step
+    mask: A | None  # [T, E, A_g, n] available actions, None where the env has no masks
+    reset: A | None  # [T, E, A_g] obs starts an episode (recurrent only)
+    hidden: A | None  # [T, E, A_g, H] GRU state before this step (recurrent only)
+    world: A | None  # [T, E, W] global state for a centralised critic (MAPPO only)
 
 
 class Trajectory(NamedTuple):
@@ -114,12 +120,13 @@ class Trajectory(NamedTuple):
 
 
 class EpisodeStats(NamedTuple):
-    """Episodes that finished during one update, summed over environments."""
+    """Episodes that finished during one update, summed over environments (numpy where a host
+    collector or `join_slices` summed them)."""
 
-    return_sum: Array  # [N] per-agent undiscounted return, summed over finished episodes
-    length_sum: Array  # [] summed episode lengths
-    count: Array  # type: ignore[assignment]  # [] finished episodes (the field shadows tuple.count)
-    won_sum: Array  # [] of those, episodes won (envs with a win condition, e.g. SMAX; else 0)
+    return_sum: HostOrDevice  # [N] per-agent undiscounted return, summed over finished episodes
+    length_sum: HostOrDevice  # [] summed episode lengths
+    count: HostOrDevice  # type: ignore[assignment]  # [] finished episodes (the field shadows tuple.count)
+    won_sum: HostOrDevice  # [] of those, episodes won (envs with a win condition, e.g. SMAX; else 0)
 
     @staticmethod
     def zero(num_agents: int) -> EpisodeStats:

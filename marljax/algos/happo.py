@@ -108,7 +108,7 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
     tx = adam(config)
 
     # ------------------------------------------------------------------ evaluation on a stretch
-    def log_probs(actor_params: dict, g: AgentGroup, b: GroupBatch) -> tuple[Array, Array]:
+    def log_probs(actor_params: dict, g: AgentGroup, b: GroupBatch[Array]) -> tuple[Array, Array]:
         """Group g's log-prob of the taken actions and entropy on a stretch b (leaves [L, E, A_g, ...]),
         both [L*E*A_g]; a recurrent policy restarts from b.hidden[0]."""
         if rnn:

@@ -291,7 +291,7 @@ def build(
         return actors, Trajectory(batch, last_value, stats)
 
     # ------------------------------------------------------------------ update
-    def evaluate_seq(params, g: AgentGroup, b: GroupBatch):
+    def evaluate_seq(params, g: AgentGroup, b: GroupBatch[Array]):
         """Policy and value on a time-major stretch b (leaves [L, E_learn, A, ...]), learning layout.
 
         Returns (dist over [L*E*A], value [L*E*A]); the GRU restarts from b.hidden[0].
@@ -344,7 +344,7 @@ def build(
         params, opt_state, grad_norm = descend(adam(config), layout, split, params, opt_state, grads, lr, hp)
         return (params, opt_state), (parts, grad_norm)
 
-    def advantages(params, b: GroupBatch, last_value: Array, g: AgentGroup, hp: PPOHParams):
+    def advantages(params, b: GroupBatch[Array], last_value: Array, g: AgentGroup, hp: PPOHParams):
         """(batch, advantages, value targets, importance weight or None), learning layout, [T, E, A]."""
         if correction == "none":
             adv, target = ops.gae(b.reward, b.value, b.done, last_value, hp.gamma, hp.gae_lambda, choices().gae)

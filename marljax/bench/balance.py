@@ -63,7 +63,11 @@ def pad_learning(runner: AsyncRun, seconds: float) -> None:
 def pad_generation(runner: AsyncRun, seconds: float) -> None:
     """Make every batch's rollout take `seconds` more (a host sleep after each of its M slices)."""
     real, per_slice = runner.make_collector, seconds / runner.micro_batches
-    runner.make_collector = lambda i: _Padded(real(i), per_slice) if seconds else real(i)
+
+    def make(i: int):
+        return _Padded(real(i), per_slice) if seconds else real(i)
+
+    runner.make_collector = make  # type: ignore[method-assign]  # padded on this run only
 
 
 def stage_seconds(runner: AsyncRun, batches: int = 6) -> tuple[float, float]:

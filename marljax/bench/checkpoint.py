@@ -35,7 +35,7 @@ def run_checkpoint_bench(config: Config, rounds: int = 2, log: Callable[[str], N
                     saves = len(res.checkpoints) - 1  # the final save happens in both modes
                 log(f"round {r} {mode:>7} checkpoints: {times[mode][-1]:.2f} s")
     ratios = sorted(w / wo for w, wo in zip(times["with"], times["without"]))
-    result = {
+    result: dict[str, Any] = {
         "env": config.env,
         "total_timesteps": config.total_timesteps,
         "checkpoint_every": config.checkpoint_every,

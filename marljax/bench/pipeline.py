@@ -100,11 +100,11 @@ def _padded(runner: AsyncRun, pads: Pads):
         c = real_make(i)
         return _Padded(c, pads.generation_s / runner.micro_batches) if pads.generation_s else c
 
-    runner.learn, runner.make_collector = padded_learn, make
+    runner.learn, runner.make_collector = padded_learn, make  # type: ignore[method-assign]  # padded on this run only
     try:
         yield
     finally:
-        runner.learn, runner.make_collector = real_learn, real_make
+        runner.learn, runner.make_collector = real_learn, real_make  # type: ignore[method-assign]  # the run's own again
 
 
 def measure_async(runner: AsyncRun, pads: Pads) -> dict[str, Any]:

@@ -48,7 +48,7 @@ class StoppedUnsaved(Stopped):
         )
 
 
-def best_seen(curve: list[list[float]]) -> str:
+def best_seen(curve: list[list[Any]]) -> str:
     """'best R at N env steps' over the curve's scored chunks, or that no episode finished."""
     scored = [c for c in curve if c[2] is not None]
     best = max(scored, key=lambda c: c[2], default=None)
@@ -89,7 +89,8 @@ def run_target_bench(config: Config, target: float | None = None, log: Callable[
     target = default_target(config) if target is None else target
     # periodic checkpoints would be timed too; the final save never comes when the run stops early
     run = replace(config, checkpoint_every=0, progress=False, plot=False)
-    curve: list[list[float]] = []  # [env steps per seed, seconds since the start, mean return]
+    # [env steps per seed, seconds since the start, mean return or None (no episode finished yet)]
+    curve: list[list[Any]] = []
     compile_s: list[float] = []  # train hands it over once its chunk programs are compiled
 
     log(

@@ -98,7 +98,7 @@ def _host_cpu_devices(a: AsyncConfig) -> list | None:
         ) from None
 
 
-def _pick(spec: int | list, devices: list, name: str) -> list:
+def _pick(spec: int | list | tuple, devices: list, name: str) -> list:
     """The devices `spec` (a count: the first N; or a list of indices) names among `devices`."""
     if isinstance(spec, (list, tuple)):
         bad = [i for i in spec if i >= len(devices)]
@@ -160,7 +160,8 @@ def trajectory_specs(per_device_stats: bool = False) -> Trajectory:
     or with `per_device_stats` ([n_learner_devices, S, ...], several processes: each process's
     devices carry the statistics of that process's environments) split one row per device."""
     envs = (DATA, AGENT)
-    return Trajectory(batch=P(None, None, envs), last_value=P(None, envs), stats=P(envs) if per_device_stats else P())
+    specs = P(None, None, envs), P(None, envs), P(envs) if per_device_stats else P()
+    return Trajectory(*specs)  # type: ignore[arg-type]  # a pytree prefix: one spec for each field's subtree
 
 
 def trajectory_shardings(mesh: Mesh, per_device_stats: bool = False) -> Trajectory:

@@ -60,7 +60,7 @@ import itertools
 import queue
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import numpy as np
@@ -122,6 +122,18 @@ class _Copy:
         self.steps = 0
         self.ep_return: np.ndarray | None = None
         self.ep_length = 0
+
+    def segment(self) -> dict:
+        """`rows`, which exist while a step is in flight or steps are filled (`_act` makes them)."""
+        if self.rows is None:
+            raise RuntimeError(f"host env copy {self.index} has no unfinished segment (stepped without an action)")
+        return self.rows
+
+    def busy_start(self) -> float:
+        """`busy_since` of a copy with a command in flight."""
+        if self.busy_since is None:
+            raise RuntimeError(f"host env copy {self.index} has no command in flight")
+        return self.busy_since
 
 
 def _floor(copy: _Copy) -> float:
@@ -245,7 +257,7 @@ class IndependentHostCollector:
         copy.steps += 1
         self._steps_taken += 1
         if copy.pending is not None:  # None: a step of a segment discarded as stale while it was in flight
-            rows, t = copy.rows, copy.filled
+            rows, t = copy.segment(), copy.filled
             for g in self.groups:
                 rows["reward"][g.name][t], rows["done"][g.name][t] = reward[g.name], done[g.name]
             if t == 0:
@@ -285,13 +297,16 @@ class IndependentHostCollector:
             if self.cancelled():
                 raise BufferClosed("the pipeline is closing")
             self._check_timeouts(busy)
-            oldest = min(busy, key=lambda c: c.busy_since)
+            busy = [c for c in busy if c.busy_since is not None]  # a copy timed out just now is waited on no more
+            if not busy:
+                continue
+            oldest = min(busy, key=lambda c: c.busy_start())
             self.beat(f"{oldest.busy_what} (step {oldest.steps} of the copy, batch {ticket})", since=oldest.busy_since)
             now = time.monotonic()
             if first:
                 wait = WAIT_SLICE_S
             else:
-                soon = [c.busy_since + 1.5 * (c.step_s or 0.0) for c in busy]
+                soon = [c.busy_start() + 1.5 * (c.step_s or 0.0) for c in busy]
                 soon = [t for t in soon if t <= now + self.policy_s]
                 if not soon:
                     return
@@ -338,7 +353,7 @@ class IndependentHostCollector:
                 self._stale(copy)
                 if copy.pending is not None:  # the step in flight starts the copy's next segment
                     for field in ACTED:
-                        for arr in copy.rows.get(field, {}).values():
+                        for arr in copy.segment().get(field, {}).values():
                             arr[0] = arr[copy.filled]
                 copy.filled = 0
 
@@ -416,7 +431,7 @@ class IndependentHostCollector:
         timed = [c for c in self.copies if c.step_s is not None and not c.retired]
         floors = [_floor(c) for c in timed]
         below = SteppingChoice.inline_below(floors)
-        equal = [c.step_s for c, floor in zip(timed, floors) if floor <= below]
+        equal = cast(list[float], [c.step_s for c, floor in zip(timed, floors) if floor <= below])  # timed: step_s set
         timed_all = len(timed) == sum(not c.retired for c in self.copies)
         return below, equal, bool(equal) and timed_all and sum(equal) <= CHEAP_SHARE * self.policy_s
 
@@ -436,7 +451,7 @@ class IndependentHostCollector:
         """Finish the copy's segment if it is T steps long (`out`: the policy on its current observation)."""
         if copy.filled == self.T:
             last_value = {g: out[g][2][copy.index] for g in out}
-            self.finished[copy.index // self.E].append(Segment(copy.rows, last_value, copy.segment_version))
+            self.finished[copy.index // self.E].append(Segment(copy.segment(), last_value, copy.segment_version))
             copy.rows, copy.filled = None, 0
             copy.stale_in_a_row, copy.park_items = 0, PARK_ITEMS[0]
 
@@ -488,17 +503,17 @@ class IndependentHostCollector:
         S, B = self.S, self.B
         used = [self.finished[s][:B] for s in range(S)]
         self.finished = [self.finished[s][B:] for s in range(S)]
-        fields = FIELDS if self.rnn else FIELDS[:6]
 
         def stack(field: str, g: str) -> np.ndarray:  # [S, T, B, ...]
             return np.stack([np.stack([seg.rows[field][g] for seg in segs], axis=1) for segs in used])
 
         batch = {
             g.name: GroupBatch(
-                **{f: stack(f, g.name) for f in fields},
+                **{f: stack(f, g.name) for f in FIELDS[:6]},
                 mask=None,
+                reset=stack("reset", g.name) if self.rnn else None,
+                hidden=stack("hidden", g.name) if self.rnn else None,
                 world=None,
-                **({} if self.rnn else {"reset": None, "hidden": None}),
             )
             for g in self.groups
         }
@@ -519,11 +534,11 @@ class IndependentHostCollector:
             busy = [c for c in self.copies if c.busy_since is not None and not c.retired]
             if not busy:
                 break
-            oldest = min(busy, key=lambda c: c.busy_since)
+            oldest = min(busy, key=lambda c: c.busy_start())
             self.beat(
                 f"{oldest.busy_what} (step {oldest.steps} of the copy, at the end of the run)", since=oldest.busy_since
             )
-            if limit and time.monotonic() - oldest.busy_since > limit:
+            if limit and time.monotonic() - oldest.busy_start() > limit:
                 oldest.busy_since = None  # abandoned: the run is over, nothing to restart
                 continue
             try:

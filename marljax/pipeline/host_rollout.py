@@ -56,7 +56,7 @@ class HostCollector:
         """(the rollout of batch `ticket`, every step with `params`, their version)."""
         groups, S, E, T = self.adapter.groups, self.S, self.E, self.T
         key = _fold(self.keys, ticket)
-        steps = {
+        steps: dict[str, dict[str, list[np.ndarray]]] = {  # group -> field -> its T steps
             g.name: {f: [] for f in ("obs", "action", "logp", "value", "reward", "done", "reset", "hidden")}
             for g in groups
         }

@@ -57,6 +57,11 @@ class SliceRotation:
     """M collectors, one per environment slice, used in turn: call k rolls out slice k % M (its
     own copies and state), so an actor thread hands over one slice per pass of its loop."""
 
+    # set in __init__ with object.__setattr__ (this class's own __setattr__ forwards to the parts)
+    parts: list[Any]
+    next: int
+    device: Any
+
     def __init__(self, parts: list[Any]):
         object.__setattr__(self, "parts", parts)
         object.__setattr__(self, "next", 0)

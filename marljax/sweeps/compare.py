@@ -180,11 +180,11 @@ def series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
             by_step[int(row["env_steps"])] = values
     steps = np.array(sorted(by_step), np.int64)  # [K]
     num_seeds = max([run.num_seeds, *(len(v) for v in by_step.values())])
-    values = np.full((num_seeds, steps.size), np.nan)  # [S, K]
+    table = np.full((num_seeds, steps.size), np.nan)  # [S, K]
     for k, step in enumerate(steps):
         column = by_step[int(step)]
-        values[: len(column), k] = [np.nan if v is None else v for v in column]
-    return steps, values
+        table[: len(column), k] = [np.nan if v is None else v for v in column]
+    return steps, table
 
 
 def final(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

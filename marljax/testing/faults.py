@@ -159,7 +159,7 @@ def first_difference(run: FinishedRun, reference: FinishedRun) -> str | None:
         return f"the final checkpoint is of update {run.update}, the reference's of {reference.update}"
     leaves = jax.tree_util.tree_flatten_with_path(run.state)[0]
     ref_leaves, ref_def = jax.tree_util.tree_flatten_with_path(reference.state)
-    if jax.tree_util.tree_structure(run.state) != ref_def:
+    if jax.tree_util.tree_structure(run.state) != ref_def:  # type: ignore[operator]  # jaxlib has no stub for PyTreeDef
         return "the final states have different tree structures"
     for (path, x), (_, y) in zip(leaves, ref_leaves):
         x, y = np.asarray(x), np.asarray(y)

@@ -367,6 +367,7 @@ class AsyncRun:
                 version = buffer.finish_update()
                 self._publish(store, version, self.learner.params)
                 if balancer is not None:
+                    assert throttle is not None  # made with the balancer
                     end = time.perf_counter()
                     dropped = sum(got.dropped.values())
                     throttle.set(
@@ -414,8 +415,8 @@ class AsyncRun:
                 throttle.close()
             self._join(threads, heart, raise_stuck=clean and not errors)
         if errors:
-            i, exc, tb = errors[0]
-            raise ActorFailed(f"actor thread {i} failed: {type(exc).__name__}: {exc}\n{tb}") from exc
+            i, error, tb = errors[0]
+            raise ActorFailed(f"actor thread {i} failed: {type(error).__name__}: {error}\n{tb}") from error
         hung = [t.name for t in threads if t.is_alive()]
         if hung:
             print(f"warning: actor threads still running after shutdown: {hung}", file=sys.stderr)
@@ -433,6 +434,8 @@ class _JaxCollector:
 
     def __init__(self, runner: AsyncRun, device, keys: jax.Array):
         self.runner, self.device, self.keys = runner, device, keys
+        if runner.actor_init is None:  # make_collector makes this collector for JAX envs only
+            raise RuntimeError("a JAX env's collector was asked of a run on a host env")
         actors = runner.actor_init(keys)  # leaves [S, E, ...]
         M, P, p = runner.micro_batches, runner.processes, runner.process
         self.actors = actors if M * P == 1 else None

@@ -30,6 +30,7 @@ import numpy as np
 from marljax.config import Config, load_config
 from marljax.datasets import DatasetWriter, check_stackable, episode_returns, return_distribution
 from marljax.envs.adapter import EnvAdapter
+from marljax.envs.host import HostEnvAdapter
 from marljax.run_settings import RecordSettings
 from marljax.schema import ConfigError
 from marljax.train.evaluate import baseline_act
@@ -52,6 +53,13 @@ class Behaviour:
     trained: bool  # false for the random policy
 
 
+def _device_env(env: EnvAdapter | HostEnvAdapter) -> EnvAdapter:
+    """The env a recording steps: jitted reset and step on device, which a host (PettingZoo) env has not."""
+    if isinstance(env, HostEnvAdapter):
+        raise ConfigError("env", f"{env.name}: a host (PettingZoo) env steps on the host; record needs a JAX env")
+    return env
+
+
 def behaviour(source: str, settings: RecordSettings, overrides: list[str], log: Callable = print) -> Behaviour:
     """The acting policy of SOURCE (module docstring); ConfigError / PolicyError for a bad one."""
     from marljax.train.policy import PolicyError, acting_params, load_policy, restore_run
@@ -59,7 +67,7 @@ def behaviour(source: str, settings: RecordSettings, overrides: list[str], log: 
 
     if source == RANDOM:
         config = load_config(None, overrides)
-        env = make_adapter(config)
+        env = _device_env(make_adapter(config))
         return Behaviour(config, env, baseline_act(env, RANDOM), None, lambda _: {}, {"source": RANDOM}, False)
     if overrides:
         raise ConfigError(
@@ -80,7 +88,7 @@ def behaviour(source: str, settings: RecordSettings, overrides: list[str], log: 
     state, meta, config = restore_run(path, log, settings.trust_code)
     if not 0 <= settings.seed_index < config.num_seeds:
         raise ConfigError("seed_index", f"must be in [0, {config.num_seeds}) for this run, got {settings.seed_index}")
-    env = make_adapter(config)
+    env = _device_env(make_adapter(config))
     trainer = make_trainer(config, env)
     learner = state if config.mode == "async" else state.learner
     params = jax.tree.map(lambda x: x[settings.seed_index], acting_params(trainer, learner.params))

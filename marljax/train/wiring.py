@@ -10,7 +10,7 @@ from jax.sharding import Mesh
 
 from marljax.algos import registry
 from marljax.algos.api import Trainer
-from marljax.config import Config, algorithms_that
+from marljax.config import Config, Supports, algorithms_that
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.factory import BUILD_TIMEOUT_S
 from marljax.envs.host import HostEnvAdapter, host_env_factory, is_host_env
@@ -27,7 +27,7 @@ def _build_timeout(config: Config) -> float:
     return config.sections["async"].actor_timeout_s if "async" in config.sections else BUILD_TIMEOUT_S
 
 
-def make_adapter(config: Config) -> EnvAdapter:
+def make_adapter(config: Config) -> EnvAdapter | HostEnvAdapter:
     """The env adapter, grouped as `param_sharing` needs: by role for per_role, else by spaces.
 
     `env=pettingzoo:module:callable` gives a host-side adapter (mode=async only).
@@ -38,10 +38,10 @@ def make_adapter(config: Config) -> EnvAdapter:
             raise ConfigError("env", f"host (PettingZoo) envs run in mode=async with algo={' or '.join(hosts)}")
         if config.eval_every:
             raise ConfigError("eval_every", "evaluation runs on device; host (PettingZoo) envs have none (set 0)")
-        env = HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env, _build_timeout(config))
-        check_group_networks(config, env)
-        check_action_kinds(config, env)
-        return env
+        host = HostEnvAdapter(host_env_factory(config.env, config.env_kwargs), config.env, _build_timeout(config))
+        check_group_networks(config, host)
+        check_action_kinds(config, host)
+        return host
     group_by = "roles" if config.param_sharing == "per_role" else "spaces"
     env = EnvAdapter(
         make_env(config.env, config.env_kwargs, _build_timeout(config)),
@@ -63,7 +63,11 @@ def check_action_kinds(config: Config, env: EnvAdapter | HostEnvAdapter) -> None
         groups = [g.name for g in env.groups if g.discrete == (kind == "discrete") and kind not in takes]
         if groups:
             space = "Discrete" if kind == "discrete" else "Box"
-            others = algorithms_that(lambda s, kind=kind: kind in s.actions)
+
+            def takes_kind(s: Supports, kind: str = kind) -> bool:
+                return kind in s.actions
+
+            others = algorithms_that(takes_kind)
             hint = " (MPE: env_kwargs.action_type=Continuous gives Box actions)" if kind == "discrete" else ""
             raise ConfigError(
                 "algo",
@@ -84,7 +88,7 @@ def check_group_networks(config: Config, env: EnvAdapter | HostEnvAdapter) -> No
         )
 
 
-def check_agent_axis(config: Config, env: EnvAdapter) -> frozenset[str]:
+def check_agent_axis(config: Config, env: EnvAdapter | HostEnvAdapter) -> frozenset[str]:
     """Every group split over `mesh.agent` must split evenly; `mesh.replicate` must name groups of
     this env. -> the groups kept whole on every agent device (`replicated_groups`)."""
     names = [g.name for g in env.groups]
@@ -111,7 +115,7 @@ def check_agent_axis(config: Config, env: EnvAdapter) -> frozenset[str]:
     return replicated
 
 
-def make_trainer(config: Config, env: EnvAdapter, layout: Layout = Layout()) -> Trainer:
+def make_trainer(config: Config, env: EnvAdapter | HostEnvAdapter, layout: Layout = Layout()) -> Trainer:
     """`config.algo`'s pure pieces for `env` (unsharded unless `layout` names mesh axes).
 
     The off-policy correction applies in async mode only; on device the data is on-policy.
