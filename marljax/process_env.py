@@ -1,6 +1,6 @@
 """Environment variables that JAX, XLA and matplotlib read, checked by the command line before they
 are read: a value they would reject ends in a native abort (XLA_FLAGS) or in their own exception text
-(MPLBACKEND, which every run reads: JaxMARL imports matplotlib). Each check raises ConfigError
+(MPLBACKEND, read by matplotlib, which the returns plot imports). Each check raises ConfigError
 naming the variable and what it allows; `backend_failure` words JAX's own failure to start the
 backends JAX_PLATFORMS names."""
 
@@ -25,7 +25,7 @@ def check_xla_flags(environ: Mapping[str, str] = os.environ) -> None:
 
 
 def check_mpl_backend(environ: Mapping[str, str] = os.environ) -> None:
-    """MPLBACKEND must name a matplotlib backend; matplotlib (imported by JaxMARL, so by every run)
+    """MPLBACKEND must name a matplotlib backend; matplotlib (imported by the returns plot and by several JaxMARL envs)
     refuses to import otherwise. Checked with the variable set aside, as matplotlib's import reads it."""
     value = environ.get("MPLBACKEND")
     if not value:
@@ -40,7 +40,7 @@ def check_mpl_backend(environ: Mapping[str, str] = os.environ) -> None:
         return  # no matplotlib here: nothing reads the variable
     except ValueError:
         allowed = ", ".join(sorted({"agg", "pdf", "svg", "ps", "cairo", "tkagg", "qtagg", "webagg"}))
-        why = "JaxMARL imports matplotlib, so every run reads it"
+        why = "the returns plot and several JaxMARL envs import matplotlib, which reads it"
         raise ConfigError(
             "MPLBACKEND", f"{value!r} is not a matplotlib backend ({why}); allowed: {allowed}, ... or module://NAME"
         ) from None

@@ -964,7 +964,7 @@ def test_an_out_dir_starting_with_a_tilde_is_the_home_directory(tmp_path, monkey
         ),
         (
             "MPLBACKEND=junk",
-            "MPLBACKEND: 'junk' is not a matplotlib backend (JaxMARL imports matplotlib, so every run reads it)",
+            "MPLBACKEND: 'junk' is not a matplotlib backend (the returns plot and several JaxMARL envs import matplotlib, which reads it)",
         ),
         ("JAX_PLATFORMS=gpu", "JAX_PLATFORMS=gpu: JAX cannot start that backend on this machine"),
     ],
