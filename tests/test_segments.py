@@ -17,6 +17,7 @@ from marljax.config import load_config
 from marljax.pipeline import host_copies
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.host_copies import IndependentHostCollector
+from marljax.pipeline.settings import HostRunSettings
 from marljax.train.wiring import make_adapter
 
 EPISODE, T, E, S = 5, 6, 4, 2
@@ -41,7 +42,9 @@ def _collector(step_cost_s: float, workers: bool, extra: tuple[str, ...] = ()) -
     args += extra
     config = load_config(None, args)
     keys = jax.random.split(jax.random.PRNGKey(0), S)
-    return IndependentHostCollector(config, make_adapter(config), _policy, None, keys, 0, EnvHealth())
+    return IndependentHostCollector(
+        HostRunSettings.of(config), make_adapter(config), _policy, None, keys, 0, EnvHealth()
+    )
 
 
 def _column_errors(traj, seed_copies: list[set[int]]) -> list[str]:

@@ -70,6 +70,7 @@ from marljax.parallel.placement import place
 from marljax.pipeline.buffer import BufferClosed
 from marljax.pipeline.env_workers import Answer, CopyWorker, EnvHealth
 from marljax.pipeline.processes import host_seed_base
+from marljax.pipeline.settings import HostRunSettings
 from marljax.pipeline.stepping import CHEAP_SHARE, SteppingChoice
 from marljax.types import EpisodeStats, GroupBatch, Trajectory
 
@@ -148,7 +149,7 @@ class IndependentHostCollector:
 
     def __init__(
         self,
-        config,
+        run: HostRunSettings,
         adapter,
         policy_step,
         device,
@@ -159,20 +160,20 @@ class IndependentHostCollector:
     ):
         """policy_step: jitted, seed-vmapped `Trainer.policy_step`, shared by the threads. share:
         (p, P), this process's slice of num_envs (processes.env_share)."""
-        a = config.async_
-        self.config, self.adapter, self.device, self.health = config, adapter, device, health
-        self.S, self.E, self.T = config.num_seeds, config.num_envs // share[1], config.num_steps
+        a = run.async_
+        self.run, self.adapter, self.device, self.health = run, adapter, device, health
+        self.S, self.E, self.T = run.num_seeds, run.num_envs // share[1], run.num_steps
         self.B = self.E // a.micro_batches  # segments per seed in one item (a batch, or one of its M slices)
         self.claim = a.micro_batches  # items the actor thread starts at once: a whole update's (module doc)
         self.K, self.timeout_s = a.max_staleness, a.env_step_timeout_s
         self.max_failures, self.min_copies = a.max_env_failures, a.min_env_copies
         self.thread_index, self.keys, self.step_fn = thread_index, keys, policy_step
-        self.groups, self.rnn = adapter.groups, config.recurrent
+        self.groups, self.rnn = adapter.groups, run.recurrent
         n = self.S * self.E
         self.answers: queue.SimpleQueue = queue.SimpleQueue()
         self.obs = {g.name: np.zeros((n, g.size) + g.obs_shape, np.float32) for g in self.groups}
         self.reset_flags = {g.name: np.ones((n, g.size), bool) for g in self.groups}
-        self.hidden = {g.name: np.zeros((n, g.size, config.gru_hidden_size), np.float32) for g in self.groups}
+        self.hidden = {g.name: np.zeros((n, g.size, run.gru_hidden_size), np.float32) for g in self.groups}
         self.finished: list[list[Segment]] = [[] for _ in range(self.S)]  # finished, not yet in a batch
         self.policy_s = 0.001  # moving average of one policy call
         # cheap equal copies step on this thread when that is measured faster (stepping.py); never
@@ -181,7 +182,7 @@ class IndependentHostCollector:
         self._inline_below = 0.0  # now: copies with a step time up to this step inline (0: none)
         self._steps_taken = self._steps_inline = 0  # this item's
         self.items = 0  # items collected so far
-        base = host_seed_base(config, thread_index, share)
+        base = host_seed_base(run, thread_index, share)
         self._seeds = [itertools.count((base * 4099 + c) * 1_000_003 + 1) for c in range(n)]
         self.copies: list[_Copy] = []
         for c in range(n):  # made here, in order (copy c is the c-th env made), then reset on their workers
@@ -527,9 +528,7 @@ class IndependentHostCollector:
         """Wait for the commands in flight (beating, so that the watchdog names a hung copy), then
         stop the workers. A copy is given up on after env_step_timeout_s, or 5 s after the watchdog
         has had its chance (actor_timeout_s; 0 waits forever, as the watchdog does)."""
-        limit = self.timeout_s or (
-            self.config.async_.actor_timeout_s + 5.0 if self.config.async_.actor_timeout_s else 0.0
-        )
+        limit = self.timeout_s or (self.run.async_.actor_timeout_s + 5.0 if self.run.async_.actor_timeout_s else 0.0)
         while True:
             busy = [c for c in self.copies if c.busy_since is not None and not c.retired]
             if not busy:

@@ -15,6 +15,7 @@ import numpy as np
 
 from marljax.parallel.placement import place
 from marljax.pipeline.processes import host_seed_base
+from marljax.pipeline.settings import HostRunSettings
 from marljax.types import EpisodeStats, GroupBatch, Trajectory
 
 
@@ -22,21 +23,28 @@ class HostCollector:
     beat: Callable[[str], None] = staticmethod(lambda what: None)  # set by the actor thread (watchdog.py)
 
     def __init__(
-        self, config, adapter, policy_step, device, keys: jax.Array, thread_index: int, share: tuple[int, int] = (0, 1)
+        self,
+        run: HostRunSettings,
+        adapter,
+        policy_step,
+        device,
+        keys: jax.Array,
+        thread_index: int,
+        share: tuple[int, int] = (0, 1),
     ):
         """policy_step: jitted, seed-vmapped `Trainer.policy_step`, built once and shared by threads
         (a jit wrapper made per thread would compile again in each one). share: (p, P), this
         process's slice of num_envs (processes.env_share)."""
-        self.config, self.adapter, self.device = config, adapter, device
-        S, E = config.num_seeds, config.num_envs // share[1]
-        self.S, self.E, self.T = S, E, config.num_steps
-        self.venv = adapter.vector(S * E, seed=host_seed_base(config, thread_index, share))
+        self.run, self.adapter, self.device = run, adapter, device
+        S, E = run.num_seeds, run.num_envs // share[1]
+        self.S, self.E, self.T = S, E, run.num_steps
+        self.venv = adapter.vector(S * E, seed=host_seed_base(run, thread_index, share))
         self.obs = self._split(self.venv.reset())
         groups = adapter.groups
         self.reset = {g.name: np.ones((S, E, g.size), bool) for g in groups}
-        self.rnn = config.recurrent
+        self.rnn = run.recurrent
         self.hidden = (
-            {g.name: np.zeros((S, E, g.size, config.gru_hidden_size), np.float32) for g in groups} if self.rnn else {}
+            {g.name: np.zeros((S, E, g.size, run.gru_hidden_size), np.float32) for g in groups} if self.rnn else {}
         )
         self.ep_return = np.zeros((S * E, adapter.num_agents), np.float32)
         self.ep_length = np.zeros(S * E, np.int64)

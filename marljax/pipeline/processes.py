@@ -42,6 +42,7 @@ import jax
 import numpy as np
 
 from marljax.parallel.distributed import every_process
+from marljax.pipeline.settings import HostRunSettings
 from marljax.types import Trajectory
 
 # a process's counters that a metrics row lists for every process (by_process)
@@ -75,8 +76,8 @@ def dataset_dir(path: str | Path, process: int, processes: int) -> Path:
     return Path(path) if processes == 1 else Path(path) / f"process_{process}"
 
 
-def host_seed_base(config, thread_index: int, share: tuple[int, int]) -> int:
+def host_seed_base(run: HostRunSettings, thread_index: int, share: tuple[int, int]) -> int:
     """The seed base of actor thread `thread_index`'s host env copies (host_rollout.py,
     host_copies.py): `seed * 1000 + thread index` in one process; with several (share = (p, P)),
     the thread indices run on across processes, so no two processes' copies share a seed."""
-    return config.seed * 1000 + share[0] * config.async_.num_actor_threads + thread_index
+    return run.seed * 1000 + share[0] * run.async_.num_actor_threads + thread_index

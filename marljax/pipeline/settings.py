@@ -190,3 +190,23 @@ class AsyncConfig:
 
 
 register_part(Part("async", AsyncConfig, order=100, when=lambda supports: supports.async_mode))
+
+
+@dataclasses.dataclass(frozen=True)
+class HostRunSettings:
+    """What the host collectors (host_rollout.py, host_copies.py) read of a run: its seeds, rollout
+    shape, recurrence and `async.*`. The train layer builds it (`of`); the pipeline never sees the Config."""
+
+    seed: int
+    num_seeds: int
+    num_envs: int
+    num_steps: int
+    recurrent: bool
+    gru_hidden_size: int
+    async_: AsyncConfig
+
+    @classmethod
+    def of(cls, config: Any) -> HostRunSettings:
+        """The fields of a run's Config (any object with them and `async_`)."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{name: getattr(config, name) for name in names})

@@ -72,6 +72,7 @@ from marljax.pipeline.balance import Observation, RateBalancer, Throttle
 from marljax.pipeline.buffer import BufferClosed, ParamStore, Stamped, TrajectoryBuffer
 from marljax.pipeline.env_workers import EnvHealth
 from marljax.pipeline.micro_batches import SliceRotation, join_slices, slice_actors
+from marljax.pipeline.settings import HostRunSettings
 from marljax.pipeline.watchdog import ActorStuck, Heartbeats, stuck_message
 from marljax.types import Trajectory
 
@@ -177,19 +178,23 @@ class AsyncRun:
             from marljax.pipeline.host_copies import IndependentHostCollector
 
             return IndependentHostCollector(
-                self.config, self.env, self.host_policy, device, keys, i, self.health, share
+                HostRunSettings.of(self.config), self.env, self.host_policy, device, keys, i, self.health, share
             )
         if self.host:
             from marljax.pipeline.host_rollout import HostCollector
 
             M, (p, P) = self.micro_batches, share
             if M == 1:
-                return HostCollector(self.config, self.env, self.host_policy, device, keys, i, share)
+                return HostCollector(
+                    HostRunSettings.of(self.config), self.env, self.host_policy, device, keys, i, share
+                )
             # lockstep, M slices: M collectors of num_envs/(P*M) copies, slice j of process p being
             # share p*M + j of P*M (its own env seeds), rolled out in turn
             return SliceRotation(
                 [
-                    HostCollector(self.config, self.env, self.host_policy, device, keys, i, (p * M + j, P * M))
+                    HostCollector(
+                        HostRunSettings.of(self.config), self.env, self.host_policy, device, keys, i, (p * M + j, P * M)
+                    )
                     for j in range(M)
                 ]
             )
