@@ -23,6 +23,10 @@ class Scores:
     random_wins: float
     last_row: dict  # the run's last metrics row
     groups: tuple[str, ...]  # the env's agent groups
+    # per seed (the run's num_seeds, in order), each over the same episodes: [S] each
+    learned_per_seed: tuple[float, ...] = ()
+    noop_per_seed: tuple[float, ...] = ()
+    random_per_seed: tuple[float, ...] = ()
 
     @property
     def best_baseline(self) -> float:
@@ -40,13 +44,20 @@ def learned_vs_baselines(overrides: list[str], out_dir, episodes: int = 64) -> S
     row = result.rows[-1]
     trainer = make_trainer(config, make_adapter(config))
     keys = eval_keys(config.seed, jnp.arange(config.num_seeds), updates)  # the final evaluation's episodes
-    baseline = {}
+    baseline, per_seed = {}, {}
     for kind in ("noop", "random"):
         res = make_evaluator(trainer, episodes, act=baseline_act(trainer.env, kind))(result.state.learner.params, keys)
         baseline[kind] = (float(np.mean(res.returns)), float(np.mean(res.won)))
+        per_seed[kind] = tuple(float(v) for v in np.mean(res.returns, axis=1))  # returns [S, episodes]
     scores = Scores(row["eval_return"], baseline["noop"][0], baseline["random"][0], row.get("eval_win_rate") or 0.0,
-                    baseline["random"][1], row, tuple(g.name for g in trainer.env.groups))  # fmt: skip
+                    baseline["random"][1], row, tuple(g.name for g in trainer.env.groups),
+                    tuple(row["eval_return_per_seed"]), per_seed["noop"], per_seed["random"])  # fmt: skip
     print(f"\n{' '.join(overrides)}: learned {scores.learned:.3f}, no-op {scores.noop:.3f}, random {scores.random:.3f} "
           f"per agent; win rate {scores.learned_wins:.2f} vs random {scores.random_wins:.2f}; same {episodes} episodes, "
-          f"seed {config.seed}")  # fmt: skip
+          f"seed {config.seed} x {config.num_seeds} seed(s)")  # fmt: skip
+    if config.num_seeds > 1:
+        print("per seed (index: learned, no-op, random): " + "; ".join(
+            f"{i}: {a:.3f}, {b:.3f}, {c:.3f}"
+            for i, (a, b, c) in enumerate(zip(scores.learned_per_seed, scores.noop_per_seed, scores.random_per_seed))
+        ))  # fmt: skip
     return scores

@@ -1,7 +1,8 @@
 """Every algorithm's bare defaults learn: `marljax train algo=A total_timesteps=1e6` (Sable: 2e6) on the default
-env (MPE_simple_spread_v3) ends at least MARGIN per agent above the no-op policy, both evaluated
-greedily on the same EPISODES episodes (the same evaluation keys, so the same initial states);
-so do the recurrent networks of IPPO and VDN at smaller budgets, and the recurrent Sable at its 2e6.
+env (MPE_simple_spread_v3), on 3 fresh seeds vmapped in one run, ends with a mean at least its margin (MARGINS)
+per agent above the no-op policy, both evaluated greedily on the same EPISODES episodes per seed (the same
+evaluation keys, so the same initial states); so do the recurrent networks of IPPO and VDN at smaller budgets,
+and the recurrent Sable at its 2e6.
 ISAC and MASAC, which take Box actions only, are tests/test_sac.py's (on spread's continuous version).
 
 Standing still is the yardstick because it beats random play on this env (measured over 1024
@@ -23,8 +24,42 @@ from marljax.train.evaluate import baseline_act, eval_keys, make_evaluator
 from marljax.train.wiring import make_adapter, make_trainer
 from tests._learning import learned_vs_baselines
 
-MARGIN = 3.0  # per agent, over the no-op policy on the same episodes
 EPISODES = 64
+# Fresh seeds (issue 63): each case trains 3 seeds vmapped in one run, `seed=7919 num_seeds=3`, and asserts on their
+# mean: mean greedy return >= mean no-op return + its margin, per agent, each seed's policy and no-op on that seed's
+# same EPISODES episodes. Seed i of a run trains from fold_in(PRNGKey(seed), i) (marljax/parallel/mesh.py's
+# seed_keys), so these are fold_in(PRNGKey(7919), 0..2), none of them seed 0's single-seed key fold_in(PRNGKey(0), 0);
+# the defaults searches and the figures quoted for them used seeds 0 and 1 (`num_seeds=2`), the repository's other runs
+# seeds below 40: none used 7919.
+# The evaluation's episodes derive from the seed too (train/evaluate.py's eval_keys): fresh as well.
+SEED, SEEDS = 7919, 3
+# Each case's margin, re-derived from its 3 fresh seeds (docs/guide/algorithms.md, "Fresh seeds", lists each seed):
+# the mean gain over no-op less the larger of 1.0 and two standard errors of the 3 per-seed gains (sd / sqrt(3)),
+# rounded down to 0.5. Three seeds give a rough spread, not an interval: the 1.0 keeps a margin off the mean where
+# three seeds happened to agree. Seed 0 alone had been asserted at +3.0 in every case; iql, pqn_vdn, qmix and shaq
+# now assert less than that (their fresh means are +3.4 to +3.8), and the recurrent Sable 1.5 (+2.71), the other
+# cases more; the feed-forward Sable's would be 0.5 (NOT_YET).
+# Measured 2026-11-29, one case at a time beside another engineer's process (2-core machine).
+MARGINS = {
+    ("ippo", False): 4.0,  # mean gain +5.62 (seeds +7.04 +4.66 +5.16)
+    ("mappo", False): 4.5,  # +5.98 (+6.48 +6.32 +5.13)
+    ("happo", False): 4.5,  # +6.49 (+7.32 +4.72 +7.43)
+    ("pqn_vdn", False): 1.5,  # +3.42 (+3.51 +1.86 +4.89)
+    ("iql", False): 2.5,  # +3.77 (+4.28 +4.21 +2.82)
+    ("vdn", False): 3.5,  # +4.78 (+5.01 +5.04 +4.29)
+    ("qmix", False): 2.5,  # +3.71 (+3.46 +4.26 +3.41)
+    ("shaq", False): 2.5,  # +3.68 (+3.55 +4.18 +3.30)
+    ("ippo", True): 3.5,  # +4.96 (+5.52 +4.02 +5.35)
+    ("vdn", True): 3.5,  # +4.66 (+4.64 +4.77 +4.55)
+    ("sable", True): 1.5,  # +2.71 (+1.68 +3.57 +2.87) at 2M steps (seed 0 alone had +5.47)
+    ("sable", False): 3.0,  # not re-derived: xfail (NOT_YET), +1.63 (+2.47 +1.26 +1.15) at 2M steps; the old claim kept
+}
+# Cases not yet measured on fresh seeds keep seed 0, the seed their defaults were tuned on, and its old margin:
+# case -> why
+SEED_ZERO = {
+    ("transf_qmix", False): "1M steps of seed 0 alone take 40 minutes here; 3 seeds were not measured",
+}
+SEED_ZERO_MARGIN = 3.0
 
 
 # Each algorithm's bare defaults at 1M steps; the recurrent (GRU) networks too, at smaller
@@ -34,9 +69,19 @@ EPISODES = 64
 # TransfQMix at its MPE family defaults (JaxMARL's spread file, layer norm), seed 0: -11.04 at 1M steps in a run with
 # evaluations every 150k (docs/guide/algorithms.md); before them it did not learn spread.
 # CI runs the headline (ippo's defaults; recurrent nets run in CI on every env, test_every_env.py); the rest are nightly
-# (about 2-4 CPU-minutes each here): python -m pytest -m nightly tests/test_defaults_learn.py -s
+# (1-4.5 minutes each here for 3 seeds): python -m pytest -m nightly tests/test_defaults_learn.py -s. The headline's
+# 3 seeds cost 59 s against seed 0's 25 s alone (2.3x wall; CPU 70 s against 39 s, 1.8x, what a worker of CI's -n 2
+# pays), measured back to back on 2026-11-29
 IN_CI = {("ippo", False)}
-NOT_YET: dict[str, pytest.MarkDecorator] = {}  # algorithms measured not to learn yet: algo -> an xfail mark
+# cases measured not to clear their margin on the fresh seeds: (algo, recurrent) -> an xfail mark (strict: a fix shows)
+NOT_YET: dict[tuple[str, bool], pytest.MarkDecorator] = {
+    ("sable", False): pytest.mark.xfail(
+        strict=True,
+        reason="the feed-forward Sable's defaults gain +1.63 over no-op at 2M steps on the fresh seeds (+2.47 +1.26 "
+        "+1.15; 1203 s here, 2026-11-29), short of the 3.0 its seed 0 met (+3.28); a margin re-derived from those "
+        "seeds would be 0.5, too near zero to claim that it learns spread",
+    ),
+}
 # Sable learns spread more slowly per env step than the PPO family: at its MPE family defaults (64-step
 # rollouts, lr 4e-3) seed 0 gains +2.57 over no-op at 1M steps (two seeds +3.58) and +3.28 at 2M, so its
 # case gets 2M (docs/guide/algorithms.md)
@@ -50,10 +95,10 @@ BOX_ONLY = {algo for algo in algorithms() if "discrete" not in algorithm_schema(
 def _marks(algo: str, recurrent: bool) -> list:
     if (algo, recurrent) in IN_CI:
         return []
-    # Sable's 2M steps: 10-15 CPU-minutes here, more than the default 900 s limit on a shared machine; TransfQMix's
+    # Sable's 2M steps of 3 seeds: 20 minutes here (1203 s, 1222 s recurrent), more than the default 900 s limit; TransfQMix's
     # 1M steps of transformers (8 envs x 25 steps, one gradient step each): 25-45 CPU-minutes
     longer = [pytest.mark.timeout(3600)] if algo in (*STEPS, "transf_qmix") else []
-    return [pytest.mark.nightly, *longer, *([NOT_YET[algo]] if algo in NOT_YET else [])]
+    return [pytest.mark.nightly, *longer, *([NOT_YET[algo, recurrent]] if (algo, recurrent) in NOT_YET else [])]
 
 
 CASES = [
@@ -77,12 +122,18 @@ CASES = [
 @pytest.mark.parametrize("algo, recurrent, steps", CASES)
 def test_the_defaults_learn(algo, recurrent, steps, tmp_path):
     overrides = [f"algo={algo}", f"total_timesteps={steps}", *(["recurrent=true"] if recurrent else [])]
-    # the README's table of defaults quotes the printed lines: python -m pytest tests/test_defaults_learn.py -s
+    fresh = (algo, recurrent) not in SEED_ZERO
+    if fresh:
+        overrides += [f"seed={SEED}", f"num_seeds={SEEDS}"]
+    margin = MARGINS[algo, recurrent] if fresh else SEED_ZERO_MARGIN
+    # docs/guide/algorithms.md's table of fresh seeds quotes the printed lines: python -m pytest tests/test_defaults_learn.py -s
     scores = learned_vs_baselines(overrides, tmp_path / "run", EPISODES)
-    learned, standing_still = scores.learned, scores.noop
-    assert learned >= standing_still + MARGIN, (
-        f"{' '.join(overrides)}: greedy return {learned:.2f} per agent, no-op {standing_still:.2f} on the same "
-        f"{EPISODES} episodes; needs +{MARGIN}"
+    learned, standing_still = scores.learned, scores.noop  # means over the seeds, each seed on its own episodes
+    assert len(scores.learned_per_seed) == (SEEDS if fresh else 1)
+    per_seed = ", ".join(f"{a:.2f} (no-op {b:.2f})" for a, b in zip(scores.learned_per_seed, scores.noop_per_seed))
+    assert learned >= standing_still + margin, (
+        f"{' '.join(overrides)}: mean greedy return {learned:.2f} per agent, no-op {standing_still:.2f} on the same "
+        f"{EPISODES} episodes per seed; needs +{margin}; per seed: {per_seed}"
     )
 
 
