@@ -132,7 +132,7 @@ def _build_probe(config, env, **kwargs) -> api.Algorithm:
     """IPPO's pieces, whose learn also reports `surprise` (not declared a loss) and, as asked,
     makes it or the declared `loss_total` NaN."""
     pieces = ippo.build(config, env, **kwargs)
-    poison = config.probe.poison
+    poison = config.section(ProbeConfig).poison
 
     def learn(learner, extra, batch, key):
         learner, extra, metrics = pieces.learn(learner, extra, batch, key)
