@@ -24,6 +24,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -128,6 +129,65 @@ def defaults(o: Options) -> str:
         rows.append((f"`{algo}`", text, cell))
     header = ("algo", "its defaults, where they differ from the core's (tanh, lr 2e-3, 64 envs x 128 steps, hidden 64, "
               "gamma 0.99, 5M steps)", "greedy return per agent after 1M steps, seeds 0 and 1")  # fmt: skip
+    return md_table(header, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# fresh-seeds: each default-learning case of tests/test_defaults_learn.py on its 3 fresh seeds
+
+PER_SEED = re.compile(r"per seed \(index: learned, no-op, random\): (.*)")
+
+
+def fresh_seeds(o: Options) -> str:
+    """Each case of `tests/test_defaults_learn.py` that trains fresh seeds, run by pytest as CI runs it
+    (`-m nightly -s`; `seed=7919 num_seeds=3`): each seed's greedy and no-op return on the same
+    episodes, as the test prints them, and the margin it asserts. Needs the dev extras (pytest)."""
+    sys.path.insert(0, str(ROOT))
+    from tests import test_defaults_learn as cases
+
+    rows = []
+    for param in cases.CASES:
+        algo, recurrent, steps = param.values
+        if (algo, recurrent) in cases.SEED_ZERO:
+            continue
+        case = f"{algo}-{recurrent}-{steps}"
+        test = f"tests/test_defaults_learn.py::test_the_defaults_learn[{case}]"
+        print("$ python -m pytest -m nightly -s", test, file=sys.stderr, flush=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-m", "nightly or not nightly", "-s", "-q", test],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        found = PER_SEED.search(done.stdout)
+        if found is None:
+            raise RuntimeError(f"{test} printed no per-seed line (exit {done.returncode}):\n{done.stdout[-3000:]}")
+        seeds = [[float(v) for v in part.split(":")[1].split(",")] for part in found.group(1).split(";")]
+        learned, noop = [s[0] for s in seeds], [s[1] for s in seeds]
+        gains = [a - b for a, b in zip(learned, noop)]
+        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+        rows.append(
+            (
+                f"`{case}`",
+                " / ".join(f"{v:.2f}" for v in learned),
+                f"{mean(learned):.2f}",
+                " / ".join(f"{v:.2f}" for v in noop),
+                f"{mean(noop):.2f}",
+                f"{mean(gains):+.2f} ({' '.join(f'{g:+.2f}' for g in gains)})",
+                f"{cases.MARGINS[algo, recurrent]}" + (", xfail" if (algo, recurrent) in cases.NOT_YET else ""),
+                "passed" if done.returncode == 0 else f"exit {done.returncode}",
+            )
+        )
+    header = (
+        "CASE",
+        "greedy return, seeds 0 / 1 / 2",
+        "mean",
+        "no-op, seeds 0 / 1 / 2",
+        "no-op mean",
+        "mean gain (per seed)",
+        "margin asserted",
+        "pytest",
+    )
     return md_table(header, rows)
 
 
@@ -605,6 +665,8 @@ def offline_bench(o: Options) -> str:
 
 SECTIONS = [
     Section("defaults", "per-algorithm defaults: greedy return after 1M steps", "about 2 h (6 runs of 1M steps)", defaults),
+    Section("fresh-seeds", "every default-learning case on its 3 fresh seeds (docs/guide/algorithms.md)",
+            "about 75 min (12 cases, 2 of them 20 min each)", fresh_seeds),
     Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
     Section("bench", "`marljax bench` rows", "about 3 min", bench),
     Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.32x); needs --jaxmarl PATH",
