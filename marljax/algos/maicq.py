@@ -38,7 +38,7 @@ from marljax.algos import offline
 from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.algos.bc import group_policy, init_policies, make_act, policy_networks
 from marljax.algos.learning import adam, descend
-from marljax.algos.mixers import MixerConfig, QMixer
+from marljax.algos.mixers import MixerConfig, qmixer
 from marljax.algos.offline_q import Q_DEFAULTS, TargetConfig, check_q, q_of_windows
 from marljax.algos.q_acting import QConfig, make_q_acting
 from marljax.config import AlgorithmSchema, Config, Supports
@@ -74,18 +74,12 @@ class MAICQHParams(HParams):
 
 def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correction: str = "none") -> Algorithm:
     """MAICQ's pieces for `env` on the dataset `offline.dataset` (read and checked here)."""
-    mixer_cfg = config.section(MixerConfig)
     del correction
     groups = env.groups
     source = offline.OfflineSource.of(config, env, layout, next_obs=True)
     actors = policy_networks(config, env)
     q = make_q_acting(config, env, layout)
-    mixer = QMixer(
-        mixer_cfg.embed_dim,
-        mixer_cfg.hyper_hidden,
-        config.dtype,
-        mixer_cfg.init_scale,
-    )
+    mixer = qmixer(config.section(MixerConfig), config.dtype)
     N = env.num_agents
 
     def init_params(key: Array) -> dict:

@@ -71,3 +71,8 @@ class QMixer(nn.Module):
         w2 = jnp.abs(Dense(self.embed_dim)(nn.relu(Dense(self.hyper_hidden)(world))))  # [B, E]
         b2 = Dense(1)(nn.relu(Dense(self.embed_dim)(world)))[:, 0]  # [B]: V(s)
         return einsum("be,be->b", hidden, w2, self.dtype) + b2
+
+
+def qmixer(settings: MixerConfig, dtype: str) -> QMixer:
+    """QMIX's mixer as `mixer.*` sizes it (QMIX's team value and MAICQ's critic mixer)."""
+    return QMixer(settings.embed_dim, settings.hyper_hidden, dtype, settings.init_scale)

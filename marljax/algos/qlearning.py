@@ -66,7 +66,7 @@ from marljax.algos.api import (
     split_groups,
 )
 from marljax.algos.learning import adam, descend, init_keys, init_learner, keep_stats, learning_rate
-from marljax.algos.mixers import MixerConfig, QMixer
+from marljax.algos.mixers import MixerConfig, qmixer
 from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
@@ -109,13 +109,7 @@ def summed_team() -> TeamValue:
 
 def mixed_team(config: Config) -> TeamValue:
     """QMIX's team value: its monotonic mixer of the agents' Q-values on the world state."""
-    mixer_cfg = config.section(MixerConfig)
-    mixer = QMixer(
-        mixer_cfg.embed_dim,
-        mixer_cfg.hyper_hidden,
-        config.dtype,
-        mixer_cfg.init_scale,
-    )
+    mixer = qmixer(config.section(MixerConfig), config.dtype)
 
     def mixed(params, values: Array, world: Array, *_) -> Array:
         """QMIX's mixer on [B, T, N] and the world state [B, T, W] -> [B, T]."""
