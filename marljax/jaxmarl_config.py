@@ -122,6 +122,12 @@ def _types(algo: str) -> dict[str, type]:
 # (replay.reset_each_update)
 SHAQ_TRANSF_SCRIPTS = ("shaq", "transf_qmix")
 
+# JaxMARL's PPO scripts behind these files (by stem) never read ACTIVATION: their networks are relu
+# whatever the file says (ippo_rnn_mpe.yaml and mappo_homogenous_rnn_mpe.yaml say tanh; ippo_ff_hanabi.yaml
+# says nothing). Its other PPO scripts, IPPO-RNN Overcooked v2's among them, read it.
+RELU_SCRIPTS = ("ippo_ff_hanabi", "ippo_rnn_hanabi", "ippo_rnn_jaxrobotarium", "ippo_rnn_mpe", "ippo_rnn_smax",
+                "mappo_homogenous_rnn")  # fmt: skip
+
 
 class _Run:
     """One translation: the file's values, what they map to, what was refused or ignored."""
@@ -136,6 +142,7 @@ class _Run:
         self.defaults: dict[str, Any] = {}  # dotted key -> the run's default, read when the file lacks a key (`given`)
         self.recurrent = "GRU_HIDDEN_DIM" in values or "_rnn_" in f"_{path.stem.lower()}_"
         self.shaq_or_transf = path.stem.lower().startswith(SHAQ_TRANSF_SCRIPTS)  # see SHAQ_TRANSF_SCRIPTS
+        self.relu_script = path.stem.lower().startswith(RELU_SCRIPTS)  # see RELU_SCRIPTS
 
     def set(self, key: str, value: Any) -> None:
         """Set the setting that JaxMARL's `key` maps to; where this algorithm has none, the file's
@@ -319,6 +326,14 @@ def _manual_alpha(run: _Run, value: Any) -> None:  # null: alpha learned, the se
         run.set("MANUAL_ALPHA_ESTIMATES", value)
 
 
+def _activation(run: _Run, value: Any) -> None:
+    """The hidden layers' activation, where the file's script reads it (see RELU_SCRIPTS)."""
+    if run.relu_script:
+        run.ignored.append(run.current)
+    else:
+        run.set("ACTIVATION", value)
+
+
 def _hidden_size(run: _Run, value: Any) -> None:
     run.set("HIDDEN_SIZE", value)
     if run.recurrent and "GRU_HIDDEN_DIM" not in run.values:  # JaxMARL's recurrent scripts size the GRU by it too
@@ -340,6 +355,7 @@ RULES: dict[str, Callable[[_Run, Any], None]] = {
     "NORM_TYPE": _norm_type,
     "LR_WARMUP": _lr_warmup,
     "HIDDEN_SIZE": _hidden_size,
+    "ACTIVATION": _activation,
     "MANUAL_ALPHA_ESTIMATES": _manual_alpha,
     "LR_DECAY_TYPE": _lr_decay_type,
     "LR_EXP_DECAY_RATE": _lr_exp_decay_rate,
@@ -423,6 +439,8 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
         run.set("TD_LAMBDA", 0.0)  # JaxMARL's Q scripts that name no lambda learn from one-step targets
     if run.recurrent:
         run.flat["recurrent"] = True
+    if run.relu_script and "ACTIVATION" in run.table:
+        run.set("ACTIVATION", "relu")
     if run.shaq_or_transf and "replay.reset_each_update" in run.types:
         run.flat["replay.reset_each_update"] = True
     if run.unknown:

@@ -144,6 +144,26 @@ def test_ippo_rnn_smax_is_recurrent_with_its_map_and_env_kwargs(tmp_path):
     assert (c.lr, c.max_grad_norm, c.section(PPOConfig).clip_eps) == (0.004, 0.25, 0.05)
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["ippo_rnn_mpe.yaml", "mappo_homogenous_rnn_mpe.yaml", "ippo_ff_hanabi.yaml", "mappo_homogenous_rnn_smax.yaml"],
+)
+def test_files_whose_script_hard_codes_relu_train_relu_whatever_they_say(tmp_path, capsys, name):
+    """JaxMARL's recurrent PPO scripts (and IPPO-FF Hanabi's) build relu networks and never read ACTIVATION:
+    its MPE RNN files say tanh. The file's ACTIVATION is named among the keys ignored."""
+    for said in ('"ACTIVATION": "tanh"', '"ACTIVATION": "relu"', ""):
+        c = load_config(_write(tmp_path, name, IPPO_FF_MPE.replace('"ACTIVATION": "tanh"', said)))
+        assert c.activation == "relu", (name, said)
+        assert ("ACTIVATION" in capsys.readouterr().err) == bool(said)
+
+
+def test_scripts_that_read_activation_take_the_files(tmp_path):
+    """The negative control: IPPO-FF MPE's and IPPO-RNN Overcooked v2's scripts read ACTIVATION."""
+    assert load_config(_write(tmp_path, "ippo_ff_mpe.yaml", IPPO_FF_MPE)).activation == "tanh"
+    v2 = _write(tmp_path, "ippo_rnn_overcooked_v2.yaml", IPPO_RNN_SMAX.replace('"relu"', '"tanh"'))
+    assert load_config(v2).activation == "tanh"
+
+
 def test_overcooked_shaping_horizon_maps_to_reward_shaping(tmp_path):
     c = load_config(_write(tmp_path, "ippo_ff_overcooked.yaml", IPPO_FF_MPE.replace(
         '"MPE_simple_spread_v3"', '"overcooked"') + '"REW_SHAPING_HORIZON": 2.5e6\n'))  # fmt: skip
