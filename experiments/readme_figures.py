@@ -740,7 +740,7 @@ SECTIONS = [
     Section("fresh-seeds", "every default-learning case on its 3 fresh seeds (docs/guide/algorithms.md)",
             "about 75 min (12 cases, 2 of them 20 min each)", fresh_seeds),
     Section("fresh-seeds-families", "every family learning case of tests/test_learns.py on its 3 fresh seeds "
-            "(docs/guide/algorithms.md)", "about 60 min (11 cases)", fresh_seeds_families),
+            "(docs/guide/algorithms.md)", "about 30 min (12 cases)", fresh_seeds_families),
     Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
     Section("bench", "`marljax bench` rows", "about 3 min", bench),
     Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.32x); needs --jaxmarl PATH",
