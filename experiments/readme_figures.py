@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
@@ -203,21 +204,34 @@ def rederived_margin(gains: Sequence[float], floor: float = 1.0, step: float = 0
     return step * ((statistics.fmean(gains) - max(floor, spread)) // step)
 
 
+def fresh_family_cases() -> list[tuple[str, Any, float, float | None]]:
+    """(test node, case, margin, win-rate floor or None) of each case of `tests/test_learns.py` and of
+    `tests/test_sac.py`'s LEARNS whose settings hold the fresh seeds (their FRESH)."""
+    sys.path.insert(0, str(ROOT))
+    from tests import test_learns, test_sac
+
+    found = []
+    for param in test_learns.CASES:
+        overrides, margin, win_floor = param.values
+        if set(test_learns.FRESH) <= set(overrides):
+            found.append(
+                (f"tests/test_learns.py::test_learns_above_no_op_and_random[{param.id}]", param, margin, win_floor)
+            )
+    for param in test_sac.LEARNS:
+        _, env, _, margin = param.values
+        if set(test_sac.FRESH) <= set(env):
+            found.append((f"tests/test_sac.py::test_learns_above_no_op_and_random[{param.id}]", param, margin, None))
+    return found
+
+
 def fresh_seeds_families(o: Options) -> str:
-    """Each case of `tests/test_learns.py` that trains fresh seeds (`seed=7919 num_seeds=3`), run by pytest as the
-    nightly rotation runs it: each seed's greedy (or sampled, where the case says) return and the baseline it is
+    """Each case of `tests/test_learns.py` and `tests/test_sac.py` that trains fresh seeds (`seed=7919 num_seeds=3`),
+    run by pytest as the nightly rotation runs it: each seed's greedy (or sampled, where the case says) return and the baseline it is
     compared with (the better mean of no-op and random, each on that seed's same episodes), as the test prints
     them; the margin it asserts beside the margin the rule gives (the case's comment says which floor it takes);
     the wall time of the pytest process. Needs the dev extras (pytest)."""
-    sys.path.insert(0, str(ROOT))
-    from tests import test_learns as cases
-
     rows = []
-    for param in cases.CASES:
-        overrides, margin, win_floor = param.values
-        if not set(cases.FRESH) <= set(overrides):
-            continue
-        test = f"tests/test_learns.py::test_learns_above_no_op_and_random[{param.id}]"
+    for test, param, margin, win_floor in fresh_family_cases():
         print("$ python -m pytest -m nightly -s", test, file=sys.stderr, flush=True)
         start = time.monotonic()
         done = subprocess.run(
@@ -238,7 +252,7 @@ def fresh_seeds_families(o: Options) -> str:
         xfail = any(m.name == "xfail" for m in param.marks)
         rows.append(
             (
-                f"`{param.id}`",
+                f"`{param.id}`" + (" (test_sac.py)" if test.startswith("tests/test_sac.py") else ""),
                 " / ".join(f"{v:.2f}" for v in learned),
                 f"{statistics.fmean(learned):.2f}",
                 f"{kind} " + " / ".join(f"{v:.2f}" for v in baseline),
@@ -740,7 +754,7 @@ SECTIONS = [
     Section("fresh-seeds", "every default-learning case on its 3 fresh seeds (docs/guide/algorithms.md)",
             "about 75 min (12 cases, 2 of them 20 min each)", fresh_seeds),
     Section("fresh-seeds-families", "every family learning case of tests/test_learns.py on its 3 fresh seeds "
-            "(docs/guide/algorithms.md)", "about 30 min (12 cases)", fresh_seeds_families),
+            "(docs/guide/algorithms.md)", "about 50 min (18 cases)", fresh_seeds_families),
     Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
     Section("bench", "`marljax bench` rows", "about 3 min", bench),
     Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.32x); needs --jaxmarl PATH",
