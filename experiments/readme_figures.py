@@ -29,9 +29,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
@@ -186,6 +188,90 @@ def fresh_seeds(o: Options) -> str:
         "no-op mean",
         "mean gain (per seed)",
         "margin asserted",
+        "pytest",
+    )
+    return md_table(header, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# fresh-seeds-families: each family learning case of tests/test_learns.py on its 3 fresh seeds
+
+
+def rederived_margin(gains: Sequence[float], floor: float = 1.0, step: float = 0.5) -> float:
+    """The fresh-seeds rule (tests/test_defaults_learn.py): the mean gain less the larger of `floor` and two
+    standard errors of the per-seed gains, rounded down to a multiple of `step`."""
+    spread = 2 * statistics.stdev(gains) / len(gains) ** 0.5
+    return step * ((statistics.fmean(gains) - max(floor, spread)) // step)
+
+
+def fresh_family_cases() -> list[tuple[str, Any, float, float | None]]:
+    """(test node, case, margin, win-rate floor or None) of each case of `tests/test_learns.py` and of
+    `tests/test_sac.py`'s LEARNS whose settings hold the fresh seeds (their FRESH)."""
+    sys.path.insert(0, str(ROOT))
+    from tests import test_learns, test_sac
+
+    found = []
+    for param in test_learns.CASES:
+        overrides, margin, win_floor = param.values
+        if set(test_learns.FRESH) <= set(overrides):
+            found.append(
+                (f"tests/test_learns.py::test_learns_above_no_op_and_random[{param.id}]", param, margin, win_floor)
+            )
+    for param in test_sac.LEARNS:
+        _, env, _, margin = param.values
+        if set(test_sac.FRESH) <= set(env):
+            found.append((f"tests/test_sac.py::test_learns_above_no_op_and_random[{param.id}]", param, margin, None))
+    return found
+
+
+def fresh_seeds_families(o: Options) -> str:
+    """Each case of `tests/test_learns.py` and `tests/test_sac.py` that trains fresh seeds (`seed=7919 num_seeds=3`),
+    run by pytest as the nightly rotation runs it: each seed's greedy (or sampled, where the case says) return and the baseline it is
+    compared with (the better mean of no-op and random, each on that seed's same episodes), as the test prints
+    them; the margin it asserts beside the margin the rule gives (the case's comment says which floor it takes);
+    the wall time of the pytest process. Needs the dev extras (pytest)."""
+    rows = []
+    for test, param, margin, win_floor in fresh_family_cases():
+        print("$ python -m pytest -m nightly -s", test, file=sys.stderr, flush=True)
+        start = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-m", "nightly or not nightly", "-s", "-q", test],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        wall = time.monotonic() - start
+        found = PER_SEED.search(done.stdout)
+        if found is None:
+            raise RuntimeError(f"{test} printed no per-seed line (exit {done.returncode}):\n{done.stdout[-3000:]}")
+        seeds = [[float(v) for v in part.split(":")[1].split(",")] for part in found.group(1).split(";")]
+        learned = [s[0] for s in seeds]
+        kind, index = max((("no-op", 1), ("random", 2)), key=lambda k: statistics.fmean(s[k[1]] for s in seeds))
+        baseline = [s[index] for s in seeds]
+        gains = [a - b for a, b in zip(learned, baseline)]
+        xfail = any(m.name == "xfail" for m in param.marks)
+        rows.append(
+            (
+                f"`{param.id}`" + (" (test_sac.py)" if test.startswith("tests/test_sac.py") else ""),
+                " / ".join(f"{v:.2f}" for v in learned),
+                f"{statistics.fmean(learned):.2f}",
+                f"{kind} " + " / ".join(f"{v:.2f}" for v in baseline),
+                f"{statistics.fmean(baseline):.2f}",
+                f"{statistics.fmean(gains):+.2f} ({' '.join(f'{g:+.2f}' for g in gains)})",
+                f"{margin}" + (", xfail" if xfail else "") + (f"; wins >= {win_floor}" if win_floor else ""),
+                f"{rederived_margin(gains):g} / {rederived_margin(gains, 0.1, 0.05):g}",
+                f"{wall:.0f} s, " + ("passed" if done.returncode == 0 else f"exit {done.returncode}"),
+            )
+        )
+    header = (
+        "CASE",
+        "return, seeds 0 / 1 / 2",
+        "mean",
+        "baseline, seeds 0 / 1 / 2",
+        "baseline mean",
+        "mean gain (per seed)",
+        "margin asserted",
+        "rule: floor 1.0 / 0.1",
         "pytest",
     )
     return md_table(header, rows)
@@ -667,6 +753,8 @@ SECTIONS = [
     Section("defaults", "per-algorithm defaults: greedy return after 1M steps", "about 2 h (6 runs of 1M steps)", defaults),
     Section("fresh-seeds", "every default-learning case on its 3 fresh seeds (docs/guide/algorithms.md)",
             "about 75 min (12 cases, 2 of them 20 min each)", fresh_seeds),
+    Section("fresh-seeds-families", "every family learning case of tests/test_learns.py on its 3 fresh seeds "
+            "(docs/guide/algorithms.md)", "about 50 min (18 cases)", fresh_seeds_families),
     Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
     Section("bench", "`marljax bench` rows", "about 3 min", bench),
     Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.32x); needs --jaxmarl PATH",

@@ -249,13 +249,38 @@ MARGIN = 1.8  # per agent, over the better of no-op and random on the same episo
 # at the same steps 8.62 (its no-op -0.55, random 0.41: other episodes, as its updates differ). Margin 8.0: about half.
 # JaxNav's 7x7 map (JAXNAV_SMALL), isac 1e6: 0.13 against no-op -1.00 and random -4.91 (215 s); 3e5: -0.47. Margin 0.5
 FACMAC = ["env=MPE_simple_facmac_v1"]
+# Fresh seeds (issue 63): every case trains 3 seeds vmapped in one run, fold_in(PRNGKey(7919), 0..2), which no
+# defaults search used (tests/test_defaults_learn.py), and asserts on their mean (the cases whose env settings hold it).
+# Margins re-derived from those seeds by tests/test_learns.py's MARGIN_RULE (floor 1.0, rounded down to 0.5), over the
+# better mean of no-op and random; measured 2026-11-29, one case at a time on one core beside another's process, by
+# python -m pytest -m nightly -s "tests/test_sac.py::test_learns_above_no_op_and_random[ID]" (figures per seed):
+# isac-1e5: -21.49 / -20.98 / -22.38 against no-op -25.80 / -25.09 / -25.62, mean gain +3.88 (+4.31 +4.10 +3.24),
+#   2 SE 0.65: margin 2.5 (seed 0's 1.8); 79 s
+# isac-facmac-2e5: 7.84 / 7.46 / 15.04 against random -0.34 / 0.34 / -0.75, mean gain +10.36 (+8.17 +7.12 +15.79),
+#   2 SE 5.46: margin 4.5 (seed 0's 8.0, from its 16.60); 150 s
+# masac-facmac-2e5: 29.49 / 19.48 / 31.61 against the same random, mean gain +27.11 (+29.82 +19.14 +32.36), 2 SE 8.10:
+#   margin 19.0 (seed 0's 8.0, from its 16.21); 179 s
+# isac-jaxnav-1e6: 0.94 / 1.79 / 0.32 against no-op -1.00 on each, mean gain +2.02 (+1.94 +2.79 +1.32), 2 SE 0.85:
+#   margin 1.0 (seed 0's 0.5, from its 0.13); 568 s
+# isac-2e5: -21.97 / -18.21 / -20.21 against no-op -26.52 / -22.33 / -25.60, mean gain +4.68 (+4.55 +4.12 +5.38),
+#   2 SE 0.74: margin 3.5 (seed 0's 3.5); 121 s
+# masac-2e5: -24.18 / -23.76 / -23.08 against the same no-op, mean gain +1.14 (+2.34 -1.43 +2.52), 2 SE 2.57: the rule
+#   gives no positive margin (-1.5), one seed ending below no-op; expected to fail (NOT_YET), the old 2.0 kept; 127 s
+FRESH = ["seed=7919", "num_seeds=3"]
+# measured not to clear a margin on the fresh seeds (strict: a fix shows)
+NOT_YET = pytest.mark.xfail(
+    strict=True,
+    reason="MASAC on continuous spread at 2e5 steps gains +1.14 over no-op on the fresh seeds (+2.34 -1.43 +2.52: "
+    "-24.18 / -23.76 / -23.08 against -26.52 / -22.33 / -25.60; 127 s here, 2026-11-29), short of the 2.0 its seed 0 "
+    "met (-22.86); the rule gives no positive margin (mean gain less 2 SE 2.57), so it is not shown to learn there",
+)
 LEARNS = [
-    pytest.param("isac", CONTINUOUS, "1e5", 1.8, id="isac-1e5", marks=pytest.mark.nightly),
-    pytest.param("isac", CONTINUOUS, "2e5", 3.5, id="isac-2e5", marks=pytest.mark.nightly),
-    pytest.param("masac", CONTINUOUS, "2e5", 2.0, id="masac-2e5", marks=pytest.mark.nightly),
-    pytest.param("isac", FACMAC, "2e5", 8.0, id="isac-facmac-2e5", marks=pytest.mark.nightly),
-    pytest.param("masac", FACMAC, "2e5", 8.0, id="masac-facmac-2e5", marks=pytest.mark.nightly),
-    pytest.param("isac", JAXNAV_SMALL, "1e6", 0.5, id="isac-jaxnav-1e6", marks=pytest.mark.nightly),
+    pytest.param("isac", [*CONTINUOUS, *FRESH], "1e5", 2.5, id="isac-1e5", marks=pytest.mark.nightly),
+    pytest.param("isac", [*CONTINUOUS, *FRESH], "2e5", 3.5, id="isac-2e5", marks=pytest.mark.nightly),
+    pytest.param("masac", [*CONTINUOUS, *FRESH], "2e5", 2.0, id="masac-2e5", marks=[pytest.mark.nightly, NOT_YET]),
+    pytest.param("isac", [*FACMAC, *FRESH], "2e5", 4.5, id="isac-facmac-2e5", marks=pytest.mark.nightly),
+    pytest.param("masac", [*FACMAC, *FRESH], "2e5", 19.0, id="masac-facmac-2e5", marks=pytest.mark.nightly),
+    pytest.param("isac", [*JAXNAV_SMALL, *FRESH], "1e6", 1.0, id="isac-jaxnav-1e6", marks=pytest.mark.nightly),
 ]
 
 
