@@ -116,11 +116,12 @@ def _types(algo: str) -> dict[str, type]:
     return {dotted: type(default) for dotted, _, default in schema_fields(algo)}
 
 
-# JaxMARL's shaq.py and transf_qmix.py (by their config files' stems) differ from its other QLearning
-# scripts twice: their epsilon counts steps of the vectorised env (EPSILON_ANNEAL_TIME is x NUM_ENVS env
-# steps; the others count env steps), and they reset every environment after each update
-# (replay.reset_each_update)
+# JaxMARL's shaq.py and transf_qmix.py (by their config files' stems) count epsilon in steps of the
+# vectorised env (EPSILON_ANNEAL_TIME is x NUM_ENVS env steps; its other QLearning scripts count env steps)
 SHAQ_TRANSF_SCRIPTS = ("shaq", "transf_qmix")
+# the scripts that reset every environment at each update's start (replay.reset_each_update): SHAQ's,
+# TransfQMix's and iql/vdn/qmix_rnn.py (ql_rnn_* files); vdn_ff.py, the CNN scripts and PQN's carry episodes on
+RESET_EACH_UPDATE_SCRIPTS = (*SHAQ_TRANSF_SCRIPTS, "ql_rnn")
 
 # JaxMARL's PPO scripts behind these files (by stem) never read ACTIVATION: their networks are relu
 # whatever the file says (ippo_rnn_mpe.yaml and mappo_homogenous_rnn_mpe.yaml say tanh; ippo_ff_hanabi.yaml
@@ -441,7 +442,7 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
         run.flat["recurrent"] = True
     if run.relu_script and "ACTIVATION" in run.table:
         run.set("ACTIVATION", "relu")
-    if run.shaq_or_transf and "replay.reset_each_update" in run.types:
+    if path.stem.lower().startswith(RESET_EACH_UPDATE_SCRIPTS) and "replay.reset_each_update" in run.types:
         run.flat["replay.reset_each_update"] = True
     if run.unknown:
         raise ConfigError(

@@ -362,11 +362,13 @@ def test_shaq_and_transf_qmix_configs_answer_to_their_algorithms(tmp_path, name,
 
 @pytest.mark.parametrize("name, algo", [("shaq_mpe.yaml", "shaq"), ("transf_qmix_mpe.yaml", "transf_qmix"),
                                         ("transf_qmix_smax.yaml", "transf_qmix"), ("ql_rnn_mpe.yaml", "vdn"),
-                                        ("vdn_ff_mpe.yaml", "vdn")])  # fmt: skip
-def test_shaq_and_transf_qmix_files_reset_every_environment_after_each_update(tmp_path, name, algo):
-    # their scripts reset every env after each update; JaxMARL's other QLearning scripts (the controls) do not
+                                        ("ql_rnn_smax.yaml", "qmix"), ("ql_rnn_mpe.yaml", "iql"),
+                                        ("vdn_ff_mpe.yaml", "vdn"), ("ql_cnn_overcooked.yaml", "vdn")])  # fmt: skip
+def test_files_whose_script_resets_every_environment_each_update_say_so(tmp_path, name, algo):
+    # shaq.py, transf_qmix.py and iql/vdn/qmix_rnn.py reset every env at each update's start; vdn_ff.py and
+    # the CNN scripts (the controls) carry episodes across updates
     c = load_config(_write(tmp_path, name, BASE), [f"algo={algo}"])
-    assert c.section(ReplayConfig).reset_each_update is name.startswith(("shaq", "transf_qmix"))
+    assert c.section(ReplayConfig).reset_each_update is name.startswith(("shaq", "transf_qmix", "ql_rnn"))
 
 
 @pytest.mark.parametrize(
