@@ -140,6 +140,25 @@ def defaults(o: Options) -> str:
 PER_SEED = re.compile(r"per seed \(index: learned, no-op, random\): (.*)")
 
 
+def per_seed_run(test: str) -> tuple[list[list[float]], str, float]:
+    """Run one learning test node by pytest as the nightly rotation runs it (`-m nightly -s`): each seed's
+    (learned, no-op, random) return as `tests/_learning.py` prints them, its outcome, its wall seconds."""
+    print("$ python -m pytest -m nightly -s", test, file=sys.stderr, flush=True)
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "nightly or not nightly", "-s", "-q", test],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.monotonic() - start
+    found = PER_SEED.search(done.stdout)
+    if found is None:
+        raise RuntimeError(f"{test} printed no per-seed line (exit {done.returncode}):\n{done.stdout[-3000:]}")
+    seeds = [[float(v) for v in part.split(":")[1].split(",")] for part in found.group(1).split(";")]
+    return seeds, "passed" if done.returncode == 0 else f"exit {done.returncode}", wall
+
+
 def fresh_seeds(o: Options) -> str:
     """Each case of `tests/test_defaults_learn.py` that trains fresh seeds, run by pytest as CI runs it
     (`-m nightly -s`; `seed=7919 num_seeds=3`): each seed's greedy and no-op return on the same
@@ -153,18 +172,7 @@ def fresh_seeds(o: Options) -> str:
         if (algo, recurrent) in cases.SEED_ZERO:
             continue
         case = f"{algo}-{recurrent}-{steps}"
-        test = f"tests/test_defaults_learn.py::test_the_defaults_learn[{case}]"
-        print("$ python -m pytest -m nightly -s", test, file=sys.stderr, flush=True)
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-m", "nightly or not nightly", "-s", "-q", test],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        found = PER_SEED.search(done.stdout)
-        if found is None:
-            raise RuntimeError(f"{test} printed no per-seed line (exit {done.returncode}):\n{done.stdout[-3000:]}")
-        seeds = [[float(v) for v in part.split(":")[1].split(",")] for part in found.group(1).split(";")]
+        seeds, outcome, _ = per_seed_run(f"tests/test_defaults_learn.py::test_the_defaults_learn[{case}]")
         learned, noop = [s[0] for s in seeds], [s[1] for s in seeds]
         gains = [a - b for a, b in zip(learned, noop)]
         mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
@@ -177,7 +185,7 @@ def fresh_seeds(o: Options) -> str:
                 f"{mean(noop):.2f}",
                 f"{mean(gains):+.2f} ({' '.join(f'{g:+.2f}' for g in gains)})",
                 f"{cases.MARGINS[algo, recurrent]}" + (", xfail" if (algo, recurrent) in cases.NOT_YET else ""),
-                "passed" if done.returncode == 0 else f"exit {done.returncode}",
+                outcome,
             )
         )
     header = (
@@ -232,19 +240,7 @@ def fresh_seeds_families(o: Options) -> str:
     the wall time of the pytest process. Needs the dev extras (pytest)."""
     rows = []
     for test, param, margin, win_floor in fresh_family_cases():
-        print("$ python -m pytest -m nightly -s", test, file=sys.stderr, flush=True)
-        start = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-m", "nightly or not nightly", "-s", "-q", test],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        wall = time.monotonic() - start
-        found = PER_SEED.search(done.stdout)
-        if found is None:
-            raise RuntimeError(f"{test} printed no per-seed line (exit {done.returncode}):\n{done.stdout[-3000:]}")
-        seeds = [[float(v) for v in part.split(":")[1].split(",")] for part in found.group(1).split(";")]
+        seeds, outcome, wall = per_seed_run(test)
         learned = [s[0] for s in seeds]
         kind, index = max((("no-op", 1), ("random", 2)), key=lambda k: statistics.fmean(s[k[1]] for s in seeds))
         baseline = [s[index] for s in seeds]
@@ -260,7 +256,7 @@ def fresh_seeds_families(o: Options) -> str:
                 f"{statistics.fmean(gains):+.2f} ({' '.join(f'{g:+.2f}' for g in gains)})",
                 f"{margin}" + (", xfail" if xfail else "") + (f"; wins >= {win_floor}" if win_floor else ""),
                 f"{rederived_margin(gains):g} / {rederived_margin(gains, 0.1, 0.05):g}",
-                f"{wall:.0f} s, " + ("passed" if done.returncode == 0 else f"exit {done.returncode}"),
+                f"{wall:.0f} s, {outcome}",
             )
         )
     header = (
