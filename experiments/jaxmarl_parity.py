@@ -44,7 +44,6 @@ import shutil
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import numpy as np
@@ -120,21 +119,18 @@ def _read(path: Path) -> dict:
 def _quiet_wandb() -> list[dict]:
     """wandb for JaxMARL's scripts, disabled, its `log` calls kept: MAPPO returns no metrics and logs
     each update's return through it (an io_callback, called once per seed under vmap)."""
-    logged: list[dict] = []
-    try:
-        import wandb
+    import jaxmarl_side_by_side  # (here, not at the top: it imports JAX, which marljax's side's timed process need not)
 
-        wandb.init(mode="disabled")
-    except ModuleNotFoundError:  # an offline node without wandb: the scripts only import it
-        wandb = types.ModuleType("wandb")
-        wandb.init = lambda *args, **kwargs: None
-        sys.modules["wandb"] = wandb
+    logged: list[dict] = []
+    wandb = jaxmarl_side_by_side._wandb()  # an offline node without wandb gets its stand-in
+    wandb.init(mode="disabled")
     wandb.log = lambda metrics, *args, **kwargs: logged.append({k: np.asarray(v) for k, v in metrics.items()})
     return logged
 
 
 def jaxmarl_side(checkout: Path, combo: Combo, path: Path) -> dict:
     import jax
+    import jaxmarl_side_by_side
 
     config = _read(path)
     if combo.q_learning:  # its scripts return no metrics: they log them, and only with W&B not disabled
@@ -151,19 +147,15 @@ def jaxmarl_side(checkout: Path, combo: Combo, path: Path) -> dict:
     else:
         train = module.make_train(config)
     keys = jax.random.split(jax.random.PRNGKey(config["SEED"]), config["NUM_SEEDS"])
-    start = time.perf_counter()
-    compiled = jax.jit(jax.vmap(train)).lower(keys).compile()
-    compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    out = jax.block_until_ready(compiled(keys))
-    run_s = time.perf_counter() - start
+    compile_s, compiled = jaxmarl_side_by_side._timed(lambda: jax.jit(jax.vmap(train)).lower(keys).compile())
+    run_s, out = jaxmarl_side_by_side._timed(compiled, keys)
     agents = _num_agents(config)
     seeds = config["NUM_SEEDS"]
     if combo.q_learning:  # every update logs its last greedy test (held between tests)
         finals = _by_update(logged, "update_steps", "test_returned_episode_returns", seeds)[:, -1] / agents
     else:
         finals = _ppo_finals(out, logged, seeds) / agents
-    steps = config["NUM_UPDATES"] * config["NUM_ENVS"] * config["NUM_STEPS"] * config["NUM_SEEDS"]
+    steps = config["NUM_UPDATES"] * config["NUM_ENVS"] * config["NUM_STEPS"] * seeds
     return {"finals": [float(x) for x in finals], "compile_s": compile_s, "run_s": run_s,
             "env_steps_per_s": steps / run_s}  # fmt: skip
 
