@@ -288,19 +288,39 @@ def _check_carry(carry: Any, init_carry: Callable[[], Any]) -> None:
         )
 
 
+def _shapes_differ(restorer: ocp.StandardCheckpointer, params_dir: Path, target: Any) -> str:
+    """The first array whose stored shape is not target's, read from the checkpoint's metadata ("" if
+    none or unreadable). Checked before restoring: a restore that fails on a shape leaves orbax's read
+    tasks to log their error whenever they are collected, in the middle of unrelated work."""
+    try:
+        meta = restorer.metadata(params_dir)
+        stored_tree = getattr(getattr(meta, "item_metadata", meta), "tree", None)
+        stored = {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree_util.tree_leaves_with_path(stored_tree)}
+    except Exception:  # noqa: BLE001 - no metadata to read: the restore names what is wrong
+        return ""
+    for key, leaf in jax.tree_util.tree_leaves_with_path(target):
+        name = jax.tree_util.keystr(key)
+        if name in stored and stored[name] != tuple(leaf.shape):
+            return f"{name} is stored with shape {stored[name]}; this network's is {tuple(leaf.shape)}"
+    return ""
+
+
 def _restore_params(path: Path, target: Any, saved_fingerprint: Any, log: Callable) -> dict:
     """The exported parameters, checked against the fingerprint export wrote beside them."""
     library_log.install()  # orbax's tracebacks of a failed restore: off stderr
     restorer = ocp.StandardCheckpointer()
+    not_held = f"{path / 'params'} does not hold the parameters of the network {POLICY_JSON} describes"
     try:
-        params = restorer.restore(path / "params", target)
+        differ = _shapes_differ(restorer, path / "params", target)
+        if not differ:
+            params = restorer.restore(path / "params", target)
     except Exception as exc:  # noqa: BLE001 - missing, damaged, or another network's parameters
-        raise PolicyError(
-            f"{path / 'params'} does not hold the parameters of the network {POLICY_JSON} describes "
-            f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})"
-        ) from None
+        text = str(exc).strip()
+        raise PolicyError(f"{not_held} ({type(exc).__name__}: {text.splitlines()[0][:200] if text else ''})") from None
     finally:
         restorer.close()
+    if differ:
+        raise PolicyError(f"{not_held} ({differ})")
     if saved_fingerprint is None:
         log(
             f"warning: {path / POLICY_JSON} carries no fingerprint of the parameters (exported by an older marljax); "
