@@ -11,6 +11,7 @@ from marljax.algos.pqn_vdn import PQNConfig
 from marljax.algos.q_acting import QConfig
 from marljax.algos.qlearning import ReplayConfig
 from marljax.config import Config, ConfigError, MeshConfig, from_dict, load_config, parse_overrides, replace
+from marljax.envs.kwargs_used import parse_source
 from marljax.envs.registry import check_env_name
 from marljax.parallel.mesh import resolve_mesh_shape
 from marljax.sweeps.spec import load_sweep
@@ -403,7 +404,7 @@ def test_the_engine_names_no_field():
     package = Path(__file__).resolve().parent.parent / "marljax"
 
     def named(path: Path) -> set[str]:
-        strings = {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant)}
+        strings = {n.value for n in ast.walk(parse_source(path.read_text())) if isinstance(n, ast.Constant)}
         return keys & {s for s in strings if isinstance(s, str)}
 
     assert named(package / "schema.py") == set()

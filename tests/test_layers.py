@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from marljax.envs.kwargs_used import parse_source
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # The layers, lowest first; a module may import its own layer and those below, never one above.
@@ -94,7 +96,7 @@ def package_imports(root: Path = ROOT, package: str = "marljax") -> list[Import]
     found = []
     for name, path in files.items():
         here = name if path.name == "__init__.py" else name.rpartition(".")[0]  # for relative imports
-        for node, module_level in _walk(ast.parse(path.read_text(), str(path))):
+        for node, module_level in _walk(parse_source(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:

@@ -65,14 +65,14 @@ def _uses(tree: ast.AST, kw: str) -> tuple[set[str], bool, bool] | None:
     return keys, to_super, other
 
 
-def _parse(source: str) -> ast.Module:
+def parse_source(source: str, filename: str = "<unknown>") -> ast.Module:
     """ast.parse with the cyclic collector held off: on CPython 3.11 a finalizer it runs mid-parse
     (asyncio's "exception never retrieved" log formats a traceback, which parses) corrupts the
     parser's shared depth count and raises SystemError (CPython gh-106905; seen in CI)."""
     was_on = gc.isenabled()
     gc.disable()
     try:
-        return ast.parse(source)
+        return ast.parse(source, filename)
     finally:
         if was_on:
             gc.enable()
@@ -93,7 +93,7 @@ def accepted_kwargs(cls: type) -> set[str] | None:
         if kw is None:
             return names
         try:
-            fn = _parse(textwrap.dedent(inspect.getsource(init))).body[0]
+            fn = parse_source(textwrap.dedent(inspect.getsource(init))).body[0]
         except (OSError, TypeError, SyntaxError, IndexError):
             return None
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
