@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 from marljax.algos.ippo import PPOConfig
+from marljax.algos.mappo import CriticConfig
 from marljax.algos.mixers import MixerConfig
 from marljax.algos.q_acting import QConfig
 from marljax.algos.qlearning import ReplayConfig
@@ -155,6 +156,18 @@ def test_files_whose_script_hard_codes_relu_train_relu_whatever_they_say(tmp_pat
         c = load_config(_write(tmp_path, name, IPPO_FF_MPE.replace('"ACTIVATION": "tanh"', said)))
         assert c.activation == "relu", (name, said)
         assert ("ACTIVATION" in capsys.readouterr().err) == bool(said)
+
+
+@pytest.mark.parametrize(
+    "name, text, timed",
+    [("mappo_homogenous_rnn_mpe.yaml", "mpe", True), ("mappo_homogenous_rnn_smax.yaml", "smax", True),
+     ("mappo_homogenous_rnn_hanabi.yaml", "mpe", False), ("mappo_homogenous_ff_hanabi.yaml", "mpe", False)],
+)  # fmt: skip
+def test_recurrent_mappo_files_on_timed_envs_show_the_critic_the_time(tmp_path, name, text, timed):
+    # JaxMARL's MAPPO-RNN critic on MPE and SMAX is a GRU that can count the steps; marljax's feed-forward critic is
+    # shown the elapsed fraction (critic.time). Controls: the Hanabi files (no time limit to measure by)
+    c = load_config(_write(tmp_path, name, IPPO_RNN_SMAX if text == "smax" else IPPO_FF_MPE), ["algo=mappo"])
+    assert c.section(CriticConfig).time is timed
 
 
 def test_scripts_that_read_activation_take_the_files(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 from marljax.algos import mappo
 from marljax.algos.ippo import CRITIC_KEY
-from marljax.config import load_config
+from marljax.config import ConfigError, load_config
 from marljax.envs import EnvAdapter, make_env
 from marljax.train.wiring import make_adapter
 
@@ -58,3 +58,30 @@ def test_mappo_trains_with_every_actor_kind(extra):
     state, metrics = jax.jit(trainer.train)(jax.random.PRNGKey(0))
     assert np.all(np.isfinite(np.asarray(metrics["loss_value"])))
     assert np.asarray(metrics["loss_value"]).max() > 0  # the central critic is trained
+
+
+def test_with_critic_time_the_critic_sees_each_episode_s_elapsed_fraction_last():
+    """critic.time: the world state of each env, then steps / the env's time limit (25 on spread); off (the
+    default) the world state alone, as before."""
+    seen = {}
+    for on in (False, True):
+        cfg = load_config(None, TINY + ["algo=mappo", f"critic.time={str(on).lower()}"])
+        env = make_adapter(cfg)
+        critic = mappo.central_critic(cfg, env)
+        actors = mappo.SPEC.make_train(cfg, env).init(jax.random.PRNGKey(0)).actors
+        actors = actors.replace(ep_length=jax.numpy.array([0, 17], jax.numpy.int32))
+        seen[on] = np.asarray(critic.world(actors))  # [E=2, W]
+        params = jax.eval_shape(critic.init, jax.random.PRNGKey(0))["params"]
+        assert params["MLP_0"]["Dense_0"]["kernel"].shape[0] == 3 * 18 + on + env.num_agents
+    world = np.asarray(jax.vmap(env.world_state)(actors.env_state, actors.obs))
+    np.testing.assert_array_equal(seen[False], world)
+    np.testing.assert_array_equal(seen[True][:, :-1], world)
+    np.testing.assert_allclose(seen[True][:, -1], [0.0, 17 / 25])
+
+
+def test_critic_time_on_an_env_without_a_time_limit_is_refused_in_one_line():
+    cfg = load_config(None, TINY + ["algo=mappo", "env=hanabi", "critic.time=true"])
+    with pytest.raises(
+        ConfigError, match=r"^critic.time: hanabi declares no time limit \(max_steps\).*allowed: false$"
+    ):
+        mappo.central_critic(cfg, make_adapter(cfg))

@@ -375,7 +375,7 @@ SPEC = AlgorithmSpec(
     AlgorithmSchema(
         "happo",
         "HAPPO: MAPPO's central critic, actors updated one after another on advantages times earlier ratios",
-        {"ppo": ippo.PPOConfig, "happo": HAPPOConfig},
+        {"ppo": ippo.PPOConfig, "critic": mappo.CriticConfig, "happo": HAPPOConfig},
         defaults={"param_sharing": "independent"},
         supports=Supports(actions=("discrete", "continuous"), param_sharing=("per_role", "independent")),
     ),

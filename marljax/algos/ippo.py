@@ -97,6 +97,7 @@ class CentralCritic(NamedTuple):
 
     init: Callable[[Array], Any]  # key -> critic params
     value: Callable  # (params, world [B, W], ids [A, N] one-hot agent ids) -> values [B, A]
+    world: Callable[[ActorState], Array]  # actors -> what the critic sees of each env, [E, W]
 
 
 CRITIC_KEY = "__critic__"  # params[CRITIC_KEY] holds a central critic's parameters
@@ -238,7 +239,7 @@ def build(
         it records each group's step as a GroupBatch's fields (leaves [E, A_g, ...])."""
 
         def choose(actors: ActorState, masks: dict, keys: Array):
-            world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]
+            world = None if critic is None else critic.world(actors)  # [E, W]
             actions, batch, hidden = {}, {}, {}
             for gi, g in enumerate(groups):
                 mask = masks.get(g.name) if g.has_mask else None
@@ -274,7 +275,7 @@ def build(
         (the learner's counter) sets the reward-shaping factor of runs with `reward_shaping.*`."""
         actors, stats, batch = vec.rollout(step_policy(params), record, actors, key, T, update)
         masks = jax.vmap(env.action_mask)(actors.env_state)
-        world = None if critic is None else jax.vmap(env.world_state)(actors.env_state, actors.obs)
+        world = None if critic is None else critic.world(actors)
         last_value = {}
         for g in groups:  # bootstrap: the value of the observation after the last step
             with jax.named_scope("policy"):

@@ -5,7 +5,9 @@ says). The value of agent i is `V(world_state, onehot(i))` from ONE critic for a
 `world_state` is the env's `get_world_state` where JaxMARL provides one (SMAX, facmac,
 jaxnav), else every agent's observation concatenated (`EnvAdapter.world_state`). The critic
 is feed-forward also when the actors are recurrent: it sees the full state, so it needs no
-memory.
+memory, except of the time. Where observations carry no clock (MPE) it cannot tell how much of
+a time-limited episode is left; `critic.time=true` gives it the elapsed fraction of the env's
+time limit (JaxMARL's recurrent MAPPO critic counts the steps instead; docs/benchmarks.md).
 
 Everything else (rollout, GAE, the clipped losses, minibatching, the mesh) is IPPO's: this
 module only supplies the critic piece.
@@ -13,6 +15,7 @@ module only supplies the critic piece.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import cast
 
 import jax
@@ -23,6 +26,8 @@ from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn.networks import Critic
+from marljax.schema import ConfigError, setting
+from marljax.types import ActorState
 
 Array = jax.Array
 
@@ -37,9 +42,34 @@ def world_state_size(env: EnvAdapter) -> int:
     return int(jax.eval_shape(world, jax.random.PRNGKey(0)).shape[0])
 
 
+@dataclasses.dataclass(frozen=True)
+class CriticConfig:
+    """`critic.*`: what the central critic (MAPPO's, HAPPO's) sees beside the world state."""
+
+    time: bool = setting(
+        False,
+        "also show it the running episode's elapsed fraction, its steps / the env's time limit "
+        "(max_steps): without it a feed-forward critic cannot tell how much of a time-limited "
+        "episode is left where observations carry no clock (MPE)",
+    )
+
+
+def time_limit(config: Config, env: EnvAdapter) -> int | None:
+    """The env's time limit when the critic sees the time (`critic.time`), else None; refused where the
+    env declares none."""
+    if not config.section(CriticConfig).time:
+        return None
+    if not env.time_limit:
+        raise ConfigError(
+            "critic.time", f"{env.name} declares no time limit (max_steps) to measure episodes by; allowed: false"
+        )
+    return env.time_limit
+
+
 def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:
     net = Critic(config.hidden_size, config.num_layers, config.activation, config.dtype)
-    n_agents, width = env.num_agents, world_state_size(env)
+    limit = time_limit(config, env)
+    n_agents, width = env.num_agents, world_state_size(env) + (1 if limit else 0)
 
     def value(params, world: Array, ids: Array) -> Array:
         """world [B, W], ids [A, N] (one-hot rows of the agents wanted) -> values [B, A]."""
@@ -53,7 +83,14 @@ def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:
     def init(key: Array):
         return net.init(key, jnp.zeros((1, width + n_agents), jnp.float32))
 
-    return ippo.CentralCritic(init, value)
+    def world(actors: ActorState) -> Array:
+        """[E, W]: each env's world state, then (critic.time) its episode's elapsed fraction."""
+        state = jax.vmap(env.world_state)(actors.env_state, actors.obs)
+        if not limit:
+            return state
+        return jnp.concatenate([state, (actors.ep_length.astype(jnp.float32) / limit)[:, None]], axis=-1)
+
+    return ippo.CentralCritic(init, value, world)
 
 
 def build(config: Config, env: EnvAdapter, **kwargs) -> Algorithm:
@@ -65,7 +102,7 @@ SPEC = AlgorithmSpec(
     AlgorithmSchema(
         "mappo",
         "MAPPO: IPPO's actors with one centralised critic on the global state",
-        {"ppo": ippo.PPOConfig},
+        {"ppo": ippo.PPOConfig, "critic": CriticConfig},
         supports=Supports(actions=("discrete", "continuous"), agent_axis=True, agent_replicate=True, async_mode=True),
         # IPPO's spread winner, searched for MAPPO too (docs/performance.md section 3): on MPE spread it
         # reaches -20.3 per agent on 1.8x fewer env steps; on Hanabi 2.5 per agent 1.61x sooner; on Switch

@@ -363,6 +363,12 @@ class EnvAdapter:
             return jnp.concatenate([jnp.ravel(jnp.asarray(x, jnp.float32)) for x in leaves])
         return jnp.concatenate([jnp.ravel(obs[g.name]) for g in self.groups])
 
+    @property
+    def time_limit(self) -> int | None:
+        """Steps after which an episode is cut (JaxMARL's `max_steps`: MPE, SMAX), None where the env declares none."""
+        limit = getattr(self.env, "max_steps", None)
+        return int(limit) if isinstance(limit, (int, np.integer)) and limit > 0 else None
+
     def action_mask(self, state) -> dict[str, Array]:
         """Available actions, group -> [A_g, action_dim] bool (all true where the env has none)."""
         masks = self._mask_fn(state) if self._mask_fn is not None else {}

@@ -114,7 +114,7 @@ def make_chunk(behave: Behaviour, settings: RecordSettings) -> Callable:
     groups = env.groups
     order = agent_order(env)
     explore = baseline_act(env, RANDOM)
-    max_steps = getattr(env.env, "max_steps", None)  # JaxMARL's time limit (MPE, SMAX): ends at it are truncations
+    max_steps = env.time_limit  # ends at the time limit are truncations
 
     def stacked(tree: dict) -> jax.Array:  # group -> [E, A_g, ...] -> [E, N, ...] in the env's agent order
         return jnp.concatenate([tree[g.name] for g in groups], axis=1)[:, order]
