@@ -260,6 +260,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=7919, help="SEED on both sides; no default was searched on it")
     parser.add_argument("--timesteps", type=float, default=None, help="TOTAL_TIMESTEPS per seed (the files': 1e7)")
     parser.add_argument("--work", type=Path, default=Path("jaxmarl_parity"), help="config files, runs, records")
+    parser.add_argument("--sides", nargs="+", default=["jaxmarl", "marljax"], choices=("jaxmarl", "marljax"),
+                        help="run only these sides (a side's rerun after a change; the table shows what ran)")  # fmt: skip
     parser.add_argument("--child", choices=("jaxmarl", "marljax"), help=argparse.SUPPRESS)
     parser.add_argument("--config-file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -278,7 +280,7 @@ def main(argv: list[str]) -> int:
     results: dict[str, dict] = {}
     for name in args.combos:
         path = config_file(args.jaxmarl, COMBOS[name], args.seeds, args.seed, args.timesteps, args.work)
-        results[name] = {side: run_side(side, args.jaxmarl, name, path, args.work) for side in ("jaxmarl", "marljax")}
+        results[name] = {side: run_side(side, args.jaxmarl, name, path, args.work) for side in args.sides}
         print(f"{name}: " + ", ".join(f"{s} IQM {iqm(r['finals']):.2f} in {r['wall_s']:.0f} s"
                                       for s, r in results[name].items()), flush=True)  # fmt: skip
     budget = "the files' TOTAL_TIMESTEPS" if args.timesteps is None else f"{args.timesteps:.3g} env steps per seed"
