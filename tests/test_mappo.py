@@ -62,21 +62,22 @@ def test_mappo_trains_with_every_actor_kind(extra):
 
 def test_with_critic_time_the_critic_sees_each_episode_s_elapsed_fraction_last():
     """critic.time: the world state of each env, then steps / the env's time limit (25 on spread); off (the
-    default) the world state alone, as before."""
-    seen = {}
+    default) the critic names no view of its own, so IPPO's build gives it the world state alone, as before."""
+    widths = {}
     for on in (False, True):
         cfg = load_config(None, TINY + ["algo=mappo", f"critic.time={str(on).lower()}"])
         env = make_adapter(cfg)
         critic = mappo.central_critic(cfg, env)
-        actors = mappo.SPEC.make_train(cfg, env).init(jax.random.PRNGKey(0)).actors
-        actors = actors.replace(ep_length=jax.numpy.array([0, 17], jax.numpy.int32))
-        seen[on] = np.asarray(critic.world(actors))  # [E=2, W]
         params = jax.eval_shape(critic.init, jax.random.PRNGKey(0))["params"]
-        assert params["MLP_0"]["Dense_0"]["kernel"].shape[0] == 3 * 18 + on + env.num_agents
-    world = np.asarray(jax.vmap(env.world_state)(actors.env_state, actors.obs))
-    np.testing.assert_array_equal(seen[False], world)
-    np.testing.assert_array_equal(seen[True][:, :-1], world)
-    np.testing.assert_allclose(seen[True][:, -1], [0.0, 17 / 25])
+        widths[on] = params["MLP_0"]["Dense_0"]["kernel"].shape[0]
+    assert widths == {False: 3 * 18 + env.num_agents, True: 3 * 18 + 1 + env.num_agents}
+    assert mappo.central_critic(load_config(None, TINY + ["algo=mappo"]), env).world is None
+    actors = mappo.SPEC.make_train(cfg, env).init(jax.random.PRNGKey(0)).actors
+    actors = actors.replace(ep_length=jax.numpy.array([0, 17], jax.numpy.int32))
+    assert critic.world is not None
+    seen = np.asarray(critic.world(actors))  # [E=2, W + 1]
+    np.testing.assert_array_equal(seen[:, :-1], np.asarray(jax.vmap(env.world_state)(actors.env_state, actors.obs)))
+    np.testing.assert_allclose(seen[:, -1], [0.0, 17 / 25])
 
 
 def test_critic_time_on_an_env_without_a_time_limit_is_refused_in_one_line():

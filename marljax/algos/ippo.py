@@ -97,7 +97,8 @@ class CentralCritic(NamedTuple):
 
     init: Callable[[Array], Any]  # key -> critic params
     value: Callable  # (params, world [B, W], ids [A, N] one-hot agent ids) -> values [B, A]
-    world: Callable[[ActorState], Array]  # actors -> what the critic sees of each env, [E, W]
+    # actors -> what the critic sees of each env [E, W]; None: the env's world state (EnvAdapter.world_state)
+    world: Callable[[ActorState], Array] | None = None
 
 
 CRITIC_KEY = "__critic__"  # params[CRITIC_KEY] holds a central critic's parameters
@@ -169,6 +170,14 @@ def build(
 
     all_ids = jnp.eye(env.num_agents, dtype=jnp.float32)
 
+    def critic_world(actors: ActorState) -> Array | None:
+        """What the central critic sees of each env, [E, W] (None without one)."""
+        if critic is None:
+            return None
+        if critic.world is not None:
+            return critic.world(actors)
+        return jax.vmap(env.world_state)(actors.env_state, actors.obs)
+
     def evaluate(params, g: AgentGroup, obs, mask, hidden, reset, world, learning: bool = False):
         """Group g's policy; its value comes from the central critic where there is one.
 
@@ -239,7 +248,7 @@ def build(
         it records each group's step as a GroupBatch's fields (leaves [E, A_g, ...])."""
 
         def choose(actors: ActorState, masks: dict, keys: Array):
-            world = None if critic is None else critic.world(actors)  # [E, W]
+            world = critic_world(actors)  # [E, W]
             actions, batch, hidden = {}, {}, {}
             for gi, g in enumerate(groups):
                 mask = masks.get(g.name) if g.has_mask else None
@@ -275,7 +284,7 @@ def build(
         (the learner's counter) sets the reward-shaping factor of runs with `reward_shaping.*`."""
         actors, stats, batch = vec.rollout(step_policy(params), record, actors, key, T, update)
         masks = jax.vmap(env.action_mask)(actors.env_state)
-        world = None if critic is None else critic.world(actors)
+        world = critic_world(actors)
         last_value = {}
         for g in groups:  # bootstrap: the value of the observation after the last step
             with jax.named_scope("policy"):

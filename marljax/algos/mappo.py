@@ -83,14 +83,12 @@ def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:
     def init(key: Array):
         return net.init(key, jnp.zeros((1, width + n_agents), jnp.float32))
 
-    def world(actors: ActorState) -> Array:
-        """[E, W]: each env's world state, then (critic.time) its episode's elapsed fraction."""
+    def timed_world(actors: ActorState) -> Array:
+        """[E, W + 1]: each env's world state, then its episode's elapsed fraction (critic.time)."""
         state = jax.vmap(env.world_state)(actors.env_state, actors.obs)
-        if not limit:
-            return state
         return jnp.concatenate([state, (actors.ep_length.astype(jnp.float32) / limit)[:, None]], axis=-1)
 
-    return ippo.CentralCritic(init, value, world)
+    return ippo.CentralCritic(init, value, timed_world if limit else None)  # None: the world state alone
 
 
 def build(config: Config, env: EnvAdapter, **kwargs) -> Algorithm:
