@@ -83,12 +83,16 @@ def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:
     def init(key: Array):
         return net.init(key, jnp.zeros((1, width + n_agents), jnp.float32))
 
+    if not limit:
+        return ippo.CentralCritic(init, value)  # it sees the world state alone
+    steps = float(limit)
+
     def timed_world(actors: ActorState) -> Array:
         """[E, W + 1]: each env's world state, then its episode's elapsed fraction (critic.time)."""
         state = jax.vmap(env.world_state)(actors.env_state, actors.obs)
-        return jnp.concatenate([state, (actors.ep_length.astype(jnp.float32) / limit)[:, None]], axis=-1)
+        return jnp.concatenate([state, (actors.ep_length.astype(jnp.float32) / steps)[:, None]], axis=-1)
 
-    return ippo.CentralCritic(init, value, timed_world if limit else None)  # None: the world state alone
+    return ippo.CentralCritic(init, value, timed_world)
 
 
 def build(config: Config, env: EnvAdapter, **kwargs) -> Algorithm:
