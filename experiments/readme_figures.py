@@ -668,15 +668,26 @@ def machine() -> dict:
 
     import jax
 
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    return {"cpu": cpu, "cores": os.cpu_count(), "jax": jax.__version__, "python": platform.python_version()}
+    info = cpuinfo()
+    cpu = info.get("model name", platform.processor())
+    # XLA compiles for the host's instruction set, so one "AMD EPYC" may round differently from another:
+    # the family and model, and whether it has AVX-512, tell the generations apart
+    generation = {"cpu_family": info.get("cpu family"), "cpu_model": info.get("model"),
+                  "avx512": "avx512f" in info.get("flags", "").split()}  # fmt: skip
+    return {"cpu": cpu, **generation, "cores": os.cpu_count(), "jax": jax.__version__,
+            "python": platform.python_version()}  # fmt: skip
+
+
+def cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
+    path = Path("/proc/cpuinfo")
+    if not path.is_file():
+        return {}
+    fields: dict[str, str] = {}
+    for line in path.read_text().split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
 # offline: datasets from a trained policy and from random play, each offline algorithm learning from them
