@@ -668,26 +668,20 @@ def machine() -> dict:
 
     import jax
 
-    info = cpuinfo()
-    cpu = info.get("model name", platform.processor())
-    # XLA compiles for the host's instruction set, so one "AMD EPYC" may round differently from another:
-    # the family and model, and whether it has AVX-512, tell the generations apart
-    generation = {"cpu_family": info.get("cpu family"), "cpu_model": info.get("model"),
-                  "avx512": "avx512f" in info.get("flags", "").split()}  # fmt: skip
-    return {"cpu": cpu, **generation, "cores": os.cpu_count(), "jax": jax.__version__,
+    from marljax.train.compile_cache import machine_tag
+
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    # XLA compiles for the host's instruction set, so one "AMD EPYC" may round differently from another: the
+    # compile cache's tag of the CPU (its model name and feature flags) tells the generations apart
+    return {"cpu": cpu, "cpu_tag": machine_tag(), "cores": os.cpu_count(), "jax": jax.__version__,
             "python": platform.python_version()}  # fmt: skip
-
-
-def cpuinfo() -> dict[str, str]:
-    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
-    path = Path("/proc/cpuinfo")
-    if not path.is_file():
-        return {}
-    fields: dict[str, str] = {}
-    for line in path.read_text().split("\n\n", 1)[0].splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    return fields
 
 
 # offline: datasets from a trained policy and from random play, each offline algorithm learning from them
