@@ -146,9 +146,10 @@ class _Run:
         self.ignored: list[str] = []
         self.current = ""  # the file's key being read
         self.defaults: dict[str, Any] = {}  # dotted key -> the run's default, read when the file lacks a key (`given`)
-        self.recurrent = "GRU_HIDDEN_DIM" in values or "_rnn_" in f"_{path.stem.lower()}_"
-        self.shaq_or_transf = path.stem.lower().startswith(SHAQ_TRANSF_SCRIPTS)  # see SHAQ_TRANSF_SCRIPTS
-        self.relu_script = path.stem.lower().startswith(RELU_SCRIPTS)  # see RELU_SCRIPTS
+        self.stem = path.stem.lower()  # which JaxMARL script a file belongs to, by the tuples above
+        self.recurrent = "GRU_HIDDEN_DIM" in values or "_rnn_" in f"_{self.stem}_"
+        self.shaq_or_transf = self.stem.startswith(SHAQ_TRANSF_SCRIPTS)  # see SHAQ_TRANSF_SCRIPTS
+        self.relu_script = self.stem.startswith(RELU_SCRIPTS)  # see RELU_SCRIPTS
 
     def set(self, key: str, value: Any) -> None:
         """Set the setting that JaxMARL's `key` maps to; where this algorithm has none, the file's
@@ -447,9 +448,9 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
         run.flat["recurrent"] = True
     if run.relu_script and "ACTIVATION" in run.table:
         run.set("ACTIVATION", "relu")
-    if path.stem.lower().startswith(RESET_EACH_UPDATE_SCRIPTS) and "replay.reset_each_update" in run.types:
+    if run.stem.startswith(RESET_EACH_UPDATE_SCRIPTS) and "replay.reset_each_update" in run.types:
         run.flat["replay.reset_each_update"] = True
-    if path.stem.lower().startswith(TIMED_CRITIC_SCRIPTS) and "critic.time" in run.types:
+    if run.stem.startswith(TIMED_CRITIC_SCRIPTS) and "critic.time" in run.types:
         run.flat["critic.time"] = True
     if run.unknown:
         raise ConfigError(
