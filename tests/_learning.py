@@ -55,9 +55,9 @@ def learned_vs_baselines(overrides: list[str], out_dir, episodes: int = 64) -> S
     print(f"\n{' '.join(overrides)}: learned {scores.learned:.3f}, no-op {scores.noop:.3f}, random {scores.random:.3f} "
           f"per agent; win rate {scores.learned_wins:.2f} vs random {scores.random_wins:.2f}; same {episodes} episodes, "
           f"seed {config.seed} x {config.num_seeds} seed(s)")  # fmt: skip
-    if config.num_seeds > 1:
-        print("per seed (index: learned, no-op, random): " + "; ".join(
-            f"{i}: {a:.3f}, {b:.3f}, {c:.3f}"
-            for i, (a, b, c) in enumerate(zip(scores.learned_per_seed, scores.noop_per_seed, scores.random_per_seed))
-        ))  # fmt: skip
+    # every run prints it, one seed too: experiments/readme_figures.py reads each seed's figures from this line
+    print("per seed (index: learned, no-op, random): " + "; ".join(
+        f"{i}: {a:.3f}, {b:.3f}, {c:.3f}"
+        for i, (a, b, c) in enumerate(zip(scores.learned_per_seed, scores.noop_per_seed, scores.random_per_seed))
+    ))  # fmt: skip
     return scores
