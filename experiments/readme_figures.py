@@ -702,22 +702,26 @@ SMAX_3M = ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"]
 
 
 def offline_datasets(o: Options, task: str, env: Sequence[str], behaviour: Sequence[str],
-                     medium: Sequence[str]) -> tuple[Path, str]:  # fmt: skip
+                     medium: Sequence[str], qualities: Sequence[str] = ("Medium", "Poor")) -> tuple[Path, str]:  # fmt: skip
     """The behaviour run (`marljax train ENV BEHAVIOUR`), its Medium dataset (`marljax record RUN VAULT
-    MEDIUM seed=1`) and random play's Poor one (`marljax record random VAULT ENV seed=2`), each made
-    once in the work directory; -> (the .vlt directory, the table of their return distributions)."""
+    MEDIUM seed=1`, MEDIUM's seed where it gives one) and random play's Poor one (`marljax record random
+    VAULT ENV seed=2`), each of `qualities` made once in the work directory; -> (the .vlt directory, the
+    table of their return distributions)."""
     work = o.work / f"offline_{task}"
     size = ["transitions=2048", "num_envs=16"] if o.quick else ["transitions=100000", "num_envs=64"]
     train_rows([*env, *(["total_timesteps=2e4"] if o.quick else behaviour)], work / "behaviour")
     vault = work / f"{task}.vlt"
     for quality, args in (
-        ("Medium", [str(work / "behaviour"), *medium, "seed=1"]),
+        (
+            "Medium",
+            [str(work / "behaviour"), *medium, *([] if any(a.startswith("seed=") for a in medium) else ["seed=1"])],
+        ),
         ("Poor", ["random", *env, "seed=2"]),
     ):
-        if not (vault / quality).exists():
+        if quality in qualities and not (vault / quality).exists():
             marljax(["record", args[0], str(vault), *size, *args[1:]])
     rows = []
-    for quality in ("Medium", "Poor"):
+    for quality in qualities:
         r = json.loads((vault / quality / "marljax.json").read_text())["returns"]
         q = r["quantiles"]
         rows.append((quality, str(r["episodes"]), f"{r['mean']:.2f} +- {r['std']:.2f}",
@@ -726,19 +730,20 @@ def offline_datasets(o: Options, task: str, env: Sequence[str], behaviour: Seque
 
 
 def offline_results(o: Options, task: str, vault: Path, env: Sequence[str], evaluation: Sequence[str],
-                    extra: Sequence[tuple[str, str, list[str]]] = ()) -> str:  # fmt: skip
-    """Each offline algorithm (and each `extra` (quality, label, settings) row), 3 seeds, at its defaults:
-    the final row's eval_return beside the dataset's mean."""
+                    extra: Sequence[tuple[str, str, list[str]]] = (),
+                    qualities: Sequence[str] = ("Medium", "Poor"), label: str = "") -> str:  # fmt: skip
+    """Each offline algorithm on each of `qualities` (and each `extra` (quality, label, settings) row), 3 seeds,
+    at its defaults: the final row's eval_return beside the dataset's mean; `label` goes before a quality's name."""
     budget = ["total_timesteps=5120", "eval_every=10", "eval_episodes=4"] if o.quick else list(evaluation)
     wins, rows = False, []
-    cases = [(q, f"`{a}`", [f"algo={a}"]) for q in ("Medium", "Poor") for a in OFFLINE_ALGOS] + list(extra)
-    for quality, label, settings in cases:
+    cases = [(q, f"`{a}`", [f"algo={a}"]) for q in qualities for a in OFFLINE_ALGOS] + list(extra)
+    for quality, name_, settings in cases:
         data = json.loads((vault / quality / "marljax.json").read_text())["returns"]
         name = "_".join(s.split("=")[1] for s in settings if s.startswith(("algo=", "eval_greedy=")))
         run = train_rows([*settings, f"offline.dataset={vault / quality}", *env, "num_seeds=3", *budget],
                          o.work / f"offline_{task}" / f"{quality}_{name}")  # fmt: skip
         last = next(r for r in reversed(run) if "eval_return_per_seed" in r)
-        row = [f"{quality} ({data['mean']:.2f}, {data['episodes']})", label, f"{last['eval_return']:.2f}",
+        row = [f"{label}{quality} ({data['mean']:.2f}, {data['episodes']})", name_, f"{last['eval_return']:.2f}",
                ", ".join(f"{v:.2f}" for v in last["eval_return_per_seed"])]  # fmt: skip
         if "eval_win_rate" in last:
             wins = True
@@ -763,6 +768,16 @@ def offline_smax(o: Options) -> str:
     sampled = [("Medium", "`bc`, evaluated sampling (`eval_greedy=false`)", ["algo=bc", "eval_greedy=false"])]
     results = offline_results(o, "smax", vault, SMAX_3M, ["eval_every=2000", "eval_episodes=64"], sampled)
     return datasets + "\n\n" + results
+
+
+def offline_smax_strong(o: Options) -> str:
+    """SMAX 3m from a stronger behaviour policy: IPPO's seed 3 (1M steps) sampling its actions, recorded
+    with seed 3; each offline algorithm and BC evaluated sampling, on that Medium dataset only."""
+    vault, _ = offline_datasets(o, "smax_s3", SMAX_3M, ["total_timesteps=1e6", "eval_every=20", "seed=3"],
+                                ["greedy=false", "seed=3"], qualities=("Medium",))  # fmt: skip
+    sampled = [("Medium", "`bc`, evaluated sampling (`eval_greedy=false`)", ["algo=bc", "eval_greedy=false"])]
+    return offline_results(o, "smax_s3", vault, SMAX_3M, ["eval_every=2000", "eval_episodes=64"], sampled,
+                           qualities=("Medium",), label="seed 3's ")  # fmt: skip
 
 
 def offline_bench(o: Options) -> str:
@@ -817,6 +832,8 @@ SECTIONS = [
             "about 45 min (1 behaviour run, 6 offline runs)", offline_spread),
     Section("offline-smax", "offline datasets and algorithms on SMAX 3m (docs/guide/offline.md)",
             "about 1 h (1 behaviour run, 7 offline runs)", offline_smax),
+    Section("offline-smax-strong", "SMAX 3m's offline algorithms on a stronger behaviour policy's data "
+            "(docs/guide/offline.md)", "about 20 min (1 behaviour run, 4 offline runs)", offline_smax_strong),
     Section("offline-bench", "offline training speed beside IPPO's (`marljax bench`, docs/guide/offline.md)",
             "about 30 min (12 benches)", offline_bench),
 ]  # fmt: skip
