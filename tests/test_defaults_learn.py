@@ -2,7 +2,8 @@
 env (MPE_simple_spread_v3), on 3 fresh seeds vmapped in one run, ends with a mean at least its margin (MARGINS)
 per agent above the no-op policy, both evaluated greedily on the same EPISODES episodes per seed (the same
 evaluation keys, so the same initial states); so do the recurrent networks of IPPO and VDN at smaller budgets,
-and the recurrent Sable at its 2e6.
+and the recurrent Sable at its 2e6. Sable's cases, too long for a nightly slice as one run, train each fresh
+seed in a test of its own and assert a floor per seed (PER_SEED_FLOORS).
 ISAC and MASAC, which take Box actions only, are tests/test_sac.py's (on spread's continuous version).
 
 Standing still is the yardstick because it beats random play on this env (measured over 1024
