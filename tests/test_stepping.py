@@ -104,14 +104,15 @@ HOST = ["mode=async", "env=pettingzoo:marljax.testing.host_straggler:parallel_en
 
 
 def _stepped(extra: list[str], batches: int = 2 * PROBE + 12, force_inline: bool = False) -> dict[str, int]:
-    """Run the pipeline; count env steps sent inline and to workers, and the slow copies' inline ones.
+    """Run the pipeline; count env steps sent inline and to workers, the slow copies' inline ones, and the
+    items whose copies the choice sent inline or to workers (before the straggler rule moves a copy).
     force_inline: every item chooses inline (what the straggler rule then does is tested alone)."""
     from marljax.config import load_config
     from marljax.pipeline import host_copies
     from marljax.train.actor_learner import AsyncRun
     from marljax.train.wiring import make_adapter, make_trainer
 
-    counts = {"inline": 0, "worker": 0, "slow_inline": 0, "slow_worker": 0}
+    counts = {"inline": 0, "worker": 0, "slow_inline": 0, "slow_worker": 0, "items_inline": 0, "items_worker": 0}
     act, begin = host_copies.IndependentHostCollector._act, SteppingChoice.begin
 
     def counting_act(self, copy, out, version, stats):
@@ -120,9 +121,13 @@ def _stepped(extra: list[str], batches: int = 2 * PROBE + 12, force_inline: bool
         counts["inline" if copy.inline else "worker"] += 1
         counts["slow_inline" if copy.inline else "slow_worker"] += slow
 
+    def counting_begin(self, estimate, cheap=False):
+        inline = self.allowed if force_inline else begin(self, estimate, cheap)
+        counts["items_inline" if inline else "items_worker"] += 1
+        return inline
+
     host_copies.IndependentHostCollector._act = counting_act
-    if force_inline:
-        SteppingChoice.begin = lambda self, estimate, cheap=False: self.allowed
+    SteppingChoice.begin = counting_begin
     try:
         config = load_config(None, HOST + extra)
         runner = AsyncRun(config, make_adapter(config), make_trainer, log=lambda s: None)
@@ -135,9 +140,11 @@ def _stepped(extra: list[str], batches: int = 2 * PROBE + 12, force_inline: bool
 
 @pytest.mark.slow
 def test_cheap_equal_copies_step_inline():
-    # step_cost 0 (about 30 us of numpy per step): the probe finds inline faster than two hand-offs
+    # step_cost 0 (about 30 us of numpy per step): the probe finds inline faster than two hand-offs. Counted by
+    # item, as chosen: on a loaded machine the straggler rule sends a cheap copy whose step ran 4x the median to
+    # its worker now and then (CI's rehearsal at 65e314e: 380 copy-steps inline against 207), which is its own test
     counts = _stepped(["env_kwargs.step_cost_s=0", "env_kwargs.slow_every=0"])
-    assert counts["inline"] > 2 * counts["worker"], counts
+    assert counts["items_inline"] > 2 * counts["items_worker"], counts
 
 
 @pytest.mark.slow
