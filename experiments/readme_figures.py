@@ -194,8 +194,7 @@ def fresh_seeds(o: Options) -> str:
                     f"{cases.PER_SEED_FLOORS[algo, recurrent]} per seed"
                     if (algo, recurrent) in cases.PER_SEED_FLOORS
                     else f"{cases.MARGINS[algo, recurrent]}"
-                )
-                + (", xfail" if (algo, recurrent) in cases.NOT_YET else ""),
+                ),
                 ", ".join(outcomes),
             )
         )
@@ -731,19 +730,19 @@ def offline_datasets(o: Options, task: str, env: Sequence[str], behaviour: Seque
 
 def offline_results(o: Options, task: str, vault: Path, env: Sequence[str], evaluation: Sequence[str],
                     extra: Sequence[tuple[str, str, list[str]]] = (),
-                    qualities: Sequence[str] = ("Medium", "Poor"), label: str = "") -> str:  # fmt: skip
+                    qualities: Sequence[str] = ("Medium", "Poor"), prefix: str = "") -> str:  # fmt: skip
     """Each offline algorithm on each of `qualities` (and each `extra` (quality, label, settings) row), 3 seeds,
-    at its defaults: the final row's eval_return beside the dataset's mean; `label` goes before a quality's name."""
+    at its defaults: the final row's eval_return beside the dataset's mean; `prefix` goes before a quality's name."""
     budget = ["total_timesteps=5120", "eval_every=10", "eval_episodes=4"] if o.quick else list(evaluation)
     wins, rows = False, []
     cases = [(q, f"`{a}`", [f"algo={a}"]) for q in qualities for a in OFFLINE_ALGOS] + list(extra)
-    for quality, name_, settings in cases:
+    for quality, label, settings in cases:
         data = json.loads((vault / quality / "marljax.json").read_text())["returns"]
         name = "_".join(s.split("=")[1] for s in settings if s.startswith(("algo=", "eval_greedy=")))
         run = train_rows([*settings, f"offline.dataset={vault / quality}", *env, "num_seeds=3", *budget],
                          o.work / f"offline_{task}" / f"{quality}_{name}")  # fmt: skip
         last = next(r for r in reversed(run) if "eval_return_per_seed" in r)
-        row = [f"{label}{quality} ({data['mean']:.2f}, {data['episodes']})", name_, f"{last['eval_return']:.2f}",
+        row = [f"{prefix}{quality} ({data['mean']:.2f}, {data['episodes']})", label, f"{last['eval_return']:.2f}",
                ", ".join(f"{v:.2f}" for v in last["eval_return_per_seed"])]  # fmt: skip
         if "eval_win_rate" in last:
             wins = True
@@ -777,7 +776,7 @@ def offline_smax_strong(o: Options) -> str:
                                 ["greedy=false", "seed=3"], qualities=("Medium",))  # fmt: skip
     sampled = [("Medium", "`bc`, evaluated sampling (`eval_greedy=false`)", ["algo=bc", "eval_greedy=false"])]
     return offline_results(o, "smax_s3", vault, SMAX_3M, ["eval_every=2000", "eval_episodes=64"], sampled,
-                           qualities=("Medium",), label="seed 3's ")  # fmt: skip
+                           qualities=("Medium",), prefix="seed 3's ")  # fmt: skip
 
 
 def offline_bench(o: Options) -> str:

@@ -85,8 +85,6 @@ SEED_ZERO_MARGIN = 3.0
 # 3 seeds cost 59 s against seed 0's 25 s alone (2.3x wall; CPU 70 s against 39 s, 1.8x, what a worker of CI's -n 2
 # pays), measured back to back on 2026-11-29
 IN_CI = {("ippo", False)}
-# cases measured not to clear their margin on the fresh seeds: (algo, recurrent) -> an xfail mark (strict: a fix shows)
-NOT_YET: dict[tuple[str, bool], pytest.MarkDecorator] = {}
 # Sable learns spread more slowly per env step than the PPO family: at its MPE family defaults (64-step
 # rollouts, lr 4e-3) seed 0 gains +2.57 over no-op at 1M steps (two seeds +3.58) and +3.28 at 2M, so its
 # case gets 2M (docs/guide/algorithms.md)
@@ -103,7 +101,7 @@ def _marks(algo: str, recurrent: bool) -> list:
     # Sable's 2M steps of one seed: up to 490 s here, beside CI's other worker maybe more than the default 900 s limit;
     # TransfQMix's 1M steps of transformers (8 envs x 25 steps, one gradient step each): 25-45 CPU-minutes
     longer = [pytest.mark.timeout(3600)] if algo in (*STEPS, "transf_qmix") else []
-    return [pytest.mark.nightly, *longer, *([NOT_YET[algo, recurrent]] if (algo, recurrent) in NOT_YET else [])]
+    return [pytest.mark.nightly, *longer]
 
 
 def _params(algo: str, recurrent: bool, steps: str) -> list:
