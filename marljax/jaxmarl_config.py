@@ -134,6 +134,12 @@ RELU_SCRIPTS = ("ippo_ff_hanabi", "ippo_rnn_hanabi", "ippo_rnn_jaxrobotarium", "
 # instead (critic.time). Without it marljax trailed JaxMARL's MAPPO on spread by 4.3 per agent (docs/benchmarks.md)
 TIMED_CRITIC_SCRIPTS = ("mappo_homogenous_rnn_mpe", "mappo_homogenous_rnn_smax")
 
+# JaxMARL's iql/vdn/qmix_rnn.py (ql_rnn_* files) cut a step's target by the done stored with it, the previous
+# step's ("use next done because last done was saved for rnn re-init"), so they bootstrap at every episode's end.
+# marljax bootstraps where the time limit cut the episode (replay.bootstrap_time_limit): on MPE, where it ends every
+# episode, the same targets. Without it marljax's VDN trailed JaxMARL's on spread by 0.8 per agent (docs/benchmarks.md)
+BOOTSTRAP_TIME_LIMIT_SCRIPTS = ("ql_rnn",)
+
 
 class _Run:
     """One translation: the file's values, what they map to, what was refused or ignored."""
@@ -452,6 +458,8 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
         run.flat["replay.reset_each_update"] = True
     if run.stem.startswith(TIMED_CRITIC_SCRIPTS) and "critic.time" in run.types:
         run.flat["critic.time"] = True
+    if run.stem.startswith(BOOTSTRAP_TIME_LIMIT_SCRIPTS) and "replay.bootstrap_time_limit" in run.types:
+        run.flat["replay.bootstrap_time_limit"] = True
     if run.unknown:
         raise ConfigError(
             str(path),

@@ -379,9 +379,11 @@ def test_shaq_and_transf_qmix_configs_answer_to_their_algorithms(tmp_path, name,
                                         ("vdn_ff_mpe.yaml", "vdn"), ("ql_cnn_overcooked.yaml", "vdn")])  # fmt: skip
 def test_files_whose_script_resets_every_environment_each_update_say_so(tmp_path, name, algo):
     # shaq.py, transf_qmix.py and iql/vdn/qmix_rnn.py reset every env at each update's start; vdn_ff.py and
-    # the CNN scripts (the controls) carry episodes across updates
+    # the CNN scripts (the controls) carry episodes across updates. iql/vdn/qmix_rnn.py alone cut a target by the
+    # previous step's done, so they bootstrap where an episode ends (replay.bootstrap_time_limit)
     c = load_config(_write(tmp_path, name, BASE), [f"algo={algo}"])
     assert c.section(ReplayConfig).reset_each_update is name.startswith(("shaq", "transf_qmix", "ql_rnn"))
+    assert c.section(ReplayConfig).bootstrap_time_limit is name.startswith("ql_rnn")
 
 
 @pytest.mark.parametrize(

@@ -74,6 +74,36 @@ def test_reset_each_update_starts_every_rollout_afresh_and_counts_the_cut_episod
         assert (actors.ep_length == 24).all() and np.abs(actors.hidden["agents"]).max() > 0
 
 
+@pytest.mark.parametrize("on", [True, False])
+def test_bootstrap_time_limit_keeps_the_cut_episodes_out_of_the_stored_done(on):
+    """MPE spread's episodes end only by its time limit (max_steps 25: the done comes with the 26th step), so a
+    26-step rollout ends one in every env at its last step: replay.bootstrap_time_limit stores no done there (its
+    target bootstraps); off (the control) it does."""
+    trainer = _tiny(
+        "vdn", f"replay.bootstrap_time_limit={str(on).lower()}", "q.td_lambda=0", "num_steps=26", "replay.buffer_size=4"
+    )
+    state, m = jax.jit(trainer.update)(trainer.init(jax.random.PRNGKey(0)))
+    done = jax.device_get(state.extra.buffer.data["done"])  # [4 envs, 26 steps]
+    assert float(m.episodes.count) == 4 and float(m.episodes.length_sum) == 4 * 26  # they ended either way
+    if on:
+        assert not done.any()
+    else:
+        np.testing.assert_array_equal(done, np.arange(26)[None, :].repeat(4, axis=0) == 25)
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["algo=vdn", "q.td_lambda=0.5"], r"^replay.bootstrap_time_limit: bootstraps one-step targets only: set q.td_lambda=0 \(got 0.5\)"),
+        (["algo=vdn", "q.td_lambda=0", "env=hanabi"], r"^replay.bootstrap_time_limit: hanabi declares no time limit \(max_steps\).*allowed: false$"),
+    ],
+)  # fmt: skip
+def test_bootstrap_time_limit_is_refused_in_one_line_where_it_cannot_hold(extra, match):
+    with pytest.raises(ConfigError, match=match):
+        config = load_config(None, [*extra, "replay.bootstrap_time_limit=true"])
+        make_trainer(config, make_adapter(config))
+
+
 def test_polyak_target_moves_by_tau():
     trainer = _tiny("qmix", "replay.learning_starts=0", "replay.target_update_interval=0", "replay.tau=0.25")
     state = trainer.init(jax.random.PRNGKey(0))

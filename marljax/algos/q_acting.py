@@ -117,11 +117,17 @@ class QActing(NamedTuple):
 
 
 def make_q_acting(
-    config: Config, env: EnvAdapter, layout: Layout, world: bool = False, nets: GroupNetworks | None = None
+    config: Config,
+    env: EnvAdapter,
+    layout: Layout,
+    world: bool = False,
+    nets: GroupNetworks | None = None,
+    time_limit: int | None = None,
 ) -> QActing:
     """`world`: also record the env's world state (QMIX's mixer conditions on it). `nets`: other
     Q-networks than config's (TransfQMix's transformers), with the network signature of
-    `marljax.algos.acting` and `q` as their output."""
+    `marljax.algos.acting` and `q` as their output. `time_limit`: the recorded `done` leaves out the
+    episodes that reached it (replay.bootstrap_time_limit), so that their last targets bootstrap."""
     q_cfg = config.section(QConfig)
     groups = env.groups  # Discrete only: make_adapter refuses Box groups from Supports.actions (train/wiring.py)
     rnn, H = config.recurrent, config.gru_hidden_size
@@ -261,9 +267,10 @@ def make_q_acting(
         reward_all = jnp.concatenate([res.reward[g.name] for g in groups], axis=1)  # [E, N]
         if q_cfg.reward_scale != 1.0:  # learning's reward only; the episode stats come from the env
             reward_all = reward_all * q_cfg.reward_scale
-        entry = dict(
-            obs=actors.obs, action=actions, mask=masks, reward=reward_all, done=res.episode_done, reset=actors.reset
-        )
+        done = res.episode_done  # [E]
+        if time_limit:  # actors.ep_length: the steps before this one
+            done = done & (actors.ep_length + 1 < time_limit)
+        entry = dict(obs=actors.obs, action=actions, mask=masks, reward=reward_all, done=done, reset=actors.reset)
         if world:
             entry["world"] = jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]
         if rnn:

@@ -152,12 +152,24 @@ class ReplayConfig:
         "than an episode then never ends one, so its last step bootstraps; the training return counts the episodes "
         "the reset cut, up to the cut",
     )
+    bootstrap_time_limit: bool = setting(
+        False,
+        "an episode cut by the env's time limit (max_steps) is not terminal: its last step's target bootstraps "
+        "from the next observation (an auto-reset env's next first one), as JaxMARL's iql/vdn/qmix_rnn.py do "
+        "(they bootstrap at every episode's end); one-step targets only (q.td_lambda=0)",
+    )
 
     def check(self, config: Config) -> None:
         if self.buffer_size < config.num_envs:
             raise ConfigError(
                 "replay.buffer_size",
                 f"must hold at least one rollout: >= num_envs={config.num_envs} sequences, got {self.buffer_size}",
+            )
+        td_lambda = config.section(QConfig).td_lambda
+        if self.bootstrap_time_limit and td_lambda:  # a lambda-return would run on into the next episode
+            raise ConfigError(
+                "replay.bootstrap_time_limit",
+                f"bootstraps one-step targets only: set q.td_lambda=0 (got {td_lambda}), or this to false",
             )
 
 
@@ -204,6 +216,19 @@ def extra_layout(groups, world: bool, recurrent: bool, mixer: bool | None = None
     return QExtra(target, replay.ReplayState(data, Placed((ENVS,)), REPLICATED))  # type: ignore[arg-type]
 
 
+def time_limit(replay_cfg: ReplayConfig, env: EnvAdapter) -> int | None:
+    """The env's time limit where `replay.bootstrap_time_limit` asks for it (None: every episode end is
+    terminal); an env that declares none is refused, before anything compiles."""
+    if not replay_cfg.bootstrap_time_limit:
+        return None
+    if not env.time_limit:
+        raise ConfigError(
+            "replay.bootstrap_time_limit",
+            f"{env.name} declares no time limit (max_steps) to tell a cut episode from an ended one; allowed: false",
+        )
+    return env.time_limit
+
+
 def build(
     config: Config,
     env: EnvAdapter,
@@ -228,7 +253,8 @@ def build(
                 f"share); got {getattr(replay_cfg, name)}",
             )
     groups = env.groups
-    q = make_q_acting(config, env, layout, world=world, nets=agents)
+    limit = time_limit(replay_cfg, env)
+    q = make_q_acting(config, env, layout, world=world, nets=agents, time_limit=limit)
     vec = VecEnv.of(config, env, layout)  # (restarts the environments with replay.reset_each_update)
     H = agents.gru_size if agents is not None and agents.gru_size else config.gru_hidden_size  # recurrent state width
     T, E, N = config.num_steps, config.num_envs, env.num_agents
