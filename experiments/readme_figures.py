@@ -169,8 +169,6 @@ def fresh_seeds(o: Options) -> str:
     runs: dict[str, tuple[tuple[str, bool], list[list[float]], list[str]]] = {}  # case -> its seeds, its outcomes
     for param in cases.CASES:
         algo, recurrent, steps, part = param.values
-        if (algo, recurrent) in cases.SEED_ZERO:
-            continue
         case = f"{algo}-{recurrent}-{steps}"  # a case split by seed (part: its seed) is one row of its 3 tests
         test = f"{case}-seed{part}" if part is not None else case
         seeds, outcome, _ = per_seed_run(f"tests/test_defaults_learn.py::test_the_defaults_learn[{test}]")
@@ -806,7 +804,7 @@ def offline_bench(o: Options) -> str:
 SECTIONS = [
     Section("defaults", "per-algorithm defaults: greedy return after 1M steps", "about 2 h (6 runs of 1M steps)", defaults),
     Section("fresh-seeds", "every default-learning case on its 3 fresh seeds (docs/guide/algorithms.md)",
-            "about 75 min (12 cases, 2 of them 20 min each)", fresh_seeds),
+            "about 2 h (13 cases: Sable's two 20 min each, TransfQMix's 40)", fresh_seeds),
     Section("fresh-seeds-families", "every family learning case of tests/test_learns.py on its 3 fresh seeds "
             "(docs/guide/algorithms.md)", "about 50 min (18 cases)", fresh_seeds_families),
     Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
