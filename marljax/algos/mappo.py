@@ -26,7 +26,7 @@ from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn.networks import Critic
-from marljax.schema import ConfigError, setting
+from marljax.schema import setting
 from marljax.types import ActorState
 
 Array = jax.Array
@@ -59,11 +59,7 @@ def time_limit(config: Config, env: EnvAdapter) -> int | None:
     env declares none."""
     if not config.section(CriticConfig).time:
         return None
-    if not env.time_limit:
-        raise ConfigError(
-            "critic.time", f"{env.name} declares no time limit (max_steps) to measure episodes by; allowed: false"
-        )
-    return env.time_limit
+    return env.required_time_limit("critic.time", "to measure episodes by")
 
 
 def central_critic(config: Config, env: EnvAdapter) -> ippo.CentralCritic:

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from marljax.algos.acting import GroupNetworks, VecEnv, act_by_group, flat, uses_cnn
 from marljax.config import Config
-from marljax.envs.adapter import AgentGroup, EnvAdapter
+from marljax.envs.adapter import AgentGroup, EnvAdapter, cut_by_time_limit
 from marljax.nn.networks import BN_MOMENTUM, STATS, QNetwork, RecurrentQNetwork
 from marljax.parallel.layouts import Layout
 from marljax.schema import ConfigError, setting
@@ -269,7 +269,7 @@ def make_q_acting(
             reward_all = reward_all * q_cfg.reward_scale
         done = res.episode_done  # [E]
         if time_limit:  # actors.ep_length: the steps before this one
-            done = done & (actors.ep_length + 1 < time_limit)
+            done = done & ~cut_by_time_limit(done, actors.ep_length + 1, time_limit)
         entry = dict(obs=actors.obs, action=actions, mask=masks, reward=reward_all, done=done, reset=actors.reset)
         if world:
             entry["world"] = jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]

@@ -221,12 +221,7 @@ def time_limit(replay_cfg: ReplayConfig, env: EnvAdapter) -> int | None:
     terminal); an env that declares none is refused, before anything compiles."""
     if not replay_cfg.bootstrap_time_limit:
         return None
-    if not env.time_limit:
-        raise ConfigError(
-            "replay.bootstrap_time_limit",
-            f"{env.name} declares no time limit (max_steps) to tell a cut episode from an ended one; allowed: false",
-        )
-    return env.time_limit
+    return env.required_time_limit("replay.bootstrap_time_limit", "to tell a cut episode from an ended one")
 
 
 def build(

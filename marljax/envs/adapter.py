@@ -47,6 +47,12 @@ class AgentGroup:
         return len(self.agents)
 
 
+def cut_by_time_limit(ended: Array, length: Array, limit: int | None) -> Array:
+    """[E] bool: the episodes that ended at or past `limit` steps (`length` counts the step that ended
+    them), truncations rather than terminals; none where `limit` is None."""
+    return ended & (length >= limit) if limit else jnp.zeros_like(ended)
+
+
 class StepResult(NamedTuple):
     obs: dict[str, Array]  # group -> [A_g, *obs_shape]
     state: Any  # the env's own state pytree
@@ -368,6 +374,12 @@ class EnvAdapter:
         """Steps after which an episode is cut (JaxMARL's `max_steps`: MPE, SMAX), None where the env declares none."""
         limit = getattr(self.env, "max_steps", None)
         return int(limit) if isinstance(limit, (int, np.integer)) and limit > 0 else None
+
+    def required_time_limit(self, field: str, purpose: str) -> int:
+        """The time limit a setting (`field`) needs `purpose` for; refused in one line where the env declares none."""
+        if not self.time_limit:
+            raise ConfigError(field, f"{self.name} declares no time limit (max_steps) {purpose}; allowed: false")
+        return self.time_limit
 
     def action_mask(self, state) -> dict[str, Array]:
         """Available actions, group -> [A_g, action_dim] bool (all true where the env has none)."""

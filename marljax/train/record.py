@@ -29,7 +29,7 @@ import numpy as np
 
 from marljax.config import Config, load_config
 from marljax.datasets import DatasetWriter, check_stackable, episode_returns, return_distribution
-from marljax.envs.adapter import EnvAdapter
+from marljax.envs.adapter import EnvAdapter, cut_by_time_limit
 from marljax.envs.host import HostEnvAdapter
 from marljax.run_settings import RecordSettings
 from marljax.schema import ConfigError
@@ -137,7 +137,7 @@ def make_chunk(behave: Behaviour, settings: RecordSettings) -> Callable:
         res = jax.vmap(env.step)(jax.random.split(k_env, E), state, actions)
         length = length + 1
         ended = res.episode_done  # [E]
-        truncated = ended & (length >= max_steps) if max_steps else jnp.zeros_like(ended)
+        truncated = cut_by_time_limit(ended, length, max_steps)
         terminal = ended & ~truncated
         N = env.num_agents
         record = {
