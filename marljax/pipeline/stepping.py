@@ -72,7 +72,9 @@ class SteppingChoice:
         self.probing = phase is not None and not (cheap and self.allowed)
         if cheap and self.allowed:
             if phase is not None:
-                self._probe_at = self.items + 1  # the probe waits for copies that are not cheap
+                # the probe pauses (not restarts) while the copies are cheap: a judgement that flickers on a
+                # loaded machine would otherwise spend a worker item on every restart
+                self._probe_at += 1
             self.inline = True
         elif phase is not None:
             if phase == 0:
