@@ -109,11 +109,12 @@ DEFAULTS_ROWS = [  # algo, its defaults column (as in the README), seeds
     ),
     (
         "iql",
-        "relu, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, `replay.*` batch 32, 4 gradient steps, 1M steps",
+        "relu, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, `replay.*` batch 32, 4 gradient steps, 1M steps; "
+        "on the MPE family one-step targets that bootstrap past the time limit (`family_defaults`)",
         2,
     ),
-    ("vdn", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps", 2),
-    ("qmix", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps", 1),
+    ("vdn", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps; as iql on MPE", 2),
+    ("qmix", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps; as iql on MPE", 1),
     ("happo", "`param_sharing=independent`; `ppo.*` as ippo; a fresh random update order each update", 2),
 ]  # isac and masac train on Box actions (env_kwargs.action_type=Continuous): their row is measured by tests/test_sac.py
 
@@ -379,7 +380,9 @@ def sweep_bench(o: Options) -> str:
 # qlearning: Q-learning beside IPPO on MPE simple_spread and SMAX 3m, every cell's config explicit
 
 # tests/test_qlearning.py's settings for the replay family, written out (not the algorithms' defaults)
-REPLAY = ["activation=relu", "lr=1e-3", "gamma=0.99", "hidden_size=64", "num_envs=16", "num_steps=26",
+# family_defaults=none: the MPE cells were measured before the replay learners' MPE defaults (one-step targets
+# bootstrapping past the time limit)
+REPLAY = ["family_defaults=none", "activation=relu", "lr=1e-3", "gamma=0.99", "hidden_size=64", "num_envs=16", "num_steps=26",
           "replay.gradient_steps=4", "replay.batch_size=32", "q.eps_decay_steps=3e5", "replay.learning_starts=1e4"]  # fmt: skip
 PQN = ["algo=pqn_vdn", "activation=relu", "lr=2e-3", "num_envs=64", "num_steps=32", "pqn.update_epochs=2",
        "pqn.num_minibatches=2", "q.eps_decay_steps=5e5"]  # fmt: skip

@@ -137,7 +137,8 @@ TIMED_CRITIC_SCRIPTS = ("mappo_homogenous_rnn_mpe", "mappo_homogenous_rnn_smax")
 # JaxMARL's iql/vdn/qmix_rnn.py (ql_rnn_* files) cut a step's target by the done stored with it, the previous
 # step's ("use next done because last done was saved for rnn re-init"), so they bootstrap at every episode's end.
 # marljax bootstraps where the time limit cut the episode (replay.bootstrap_time_limit): on MPE, where it ends every
-# episode, the same targets. Without it marljax's VDN trailed JaxMARL's on spread by 0.8 per agent (docs/benchmarks.md)
+# episode, the same targets. Without it marljax's VDN trailed JaxMARL's on spread by 0.8 per agent (docs/benchmarks.md).
+# The other Q scripts' files turn it off, where the replay learners' MPE family defaults would turn it on
 BOOTSTRAP_TIME_LIMIT_SCRIPTS = ("ql_rnn",)
 
 
@@ -458,8 +459,8 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
         run.flat["replay.reset_each_update"] = True
     if run.stem.startswith(TIMED_CRITIC_SCRIPTS) and "critic.time" in run.types:
         run.flat["critic.time"] = True
-    if run.stem.startswith(BOOTSTRAP_TIME_LIMIT_SCRIPTS) and "replay.bootstrap_time_limit" in run.types:
-        run.flat["replay.bootstrap_time_limit"] = True
+    if "replay.bootstrap_time_limit" in run.types:  # either way: the file is its script, not marljax's MPE defaults
+        run.flat["replay.bootstrap_time_limit"] = run.stem.startswith(BOOTSTRAP_TIME_LIMIT_SCRIPTS)
     if run.unknown:
         raise ConfigError(
             str(path),

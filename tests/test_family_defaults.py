@@ -81,9 +81,17 @@ def test_the_family_defaults_apply_on_its_envs_only():
     # the Q-learners' own defaults won their SMAX 3m searches (docs/performance.md section 3)
     for algo in ("pqn_vdn", "iql", "vdn", "qmix", "shaq"):
         assert family_defaults(load_config(None, [f"algo={algo}", "env=HeuristicEnemySMAX"])) == ("smax", {})
-    assert without_choice(load_config(None, ["algo=iql"])) == without_choice(
-        load_config(None, ["algo=iql", "family_defaults=none"])
-    )
+    # the replay learners declare one-step targets bootstrapping past the time limit for MPE, nothing else
+    mpe_targets = {"q.td_lambda": 0.0, "replay.bootstrap_time_limit": True}
+    for algo in ("iql", "vdn", "qmix", "shaq"):
+        mpe, own = load_config(None, [f"algo={algo}"]), load_config(None, [f"algo={algo}", "family_defaults=none"])
+        assert family_defaults(mpe) == ("mpe", mpe_targets)
+        differ = {k for k, v in to_flat(without_choice(mpe)).items() if to_flat(without_choice(own))[k] != v}
+        assert differ == set(mpe_targets) and (own.value("q.td_lambda"), own.value("replay.bootstrap_time_limit")) == (
+            0.65,
+            False,
+        )
+    assert family_defaults(load_config(None, ["algo=pqn_vdn"])) == ("mpe", {})  # pqn_vdn's lambda-return: its own
     # a family named explicitly applies on any env
     forced = load_config(None, ["env=coin_game", "family_defaults=mpe"])  # coin_game declares none for ippo
     assert (forced.num_steps, forced.lr) == (64, 4e-3)
@@ -149,3 +157,20 @@ def test_a_typo_in_a_declared_family_is_refused_at_registration(monkeypatch):
     monkeypatch.setattr(registry, "_SPECS", dict(registry._SPECS))
     with pytest.raises(ValueError, match=r"unknown env families \['mpee'\]"):
         registry.register(AlgorithmSpec(bad, spec.build, spec.losses))
+
+
+def test_the_configuration_page_lists_every_declared_family_default():
+    """docs/guide/configuration.md's "Declared today" table: one row per (algo, family) declared, each naming every
+    key it sets (a row for a default removed, or a key missing from a row, fails here)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "guide" / "configuration.md").read_text()
+    rows = {}
+    for line in text.split("| algo | family | defaults there (its own) |")[1].split("\n\n")[0].splitlines()[2:]:
+        algo, family, cell = (c.strip() for c in line.strip("|").split("|", 2))
+        rows[algo.strip("`"), family.strip("`")] = cell
+    declared = {(a, f): over for a in algorithms() for f, over in algorithm_schema(a).family_defaults.items()}
+    assert set(rows) == set(declared)
+    for pair, over in declared.items():
+        missing = [key for key in to_flat(dict(over)) if f"{key}=" not in rows[pair]]
+        assert missing == [], (pair, missing)

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from marljax.algos.q_acting import QConfig
 from marljax.config import ConfigError, load_config
 from marljax.train.loop import train
 from marljax.train.wiring import make_adapter, make_trainer
@@ -102,6 +103,15 @@ def test_bootstrap_time_limit_is_refused_in_one_line_where_it_cannot_hold(extra,
     with pytest.raises(ConfigError, match=match):
         config = load_config(None, [*extra, "replay.bootstrap_time_limit=true"])
         make_trainer(config, make_adapter(config))
+
+
+def test_a_lambda_set_on_mpe_names_the_family_default_it_meets():
+    # on MPE the replay learners' family defaults turn the bootstrap on; a lambda set by hand meets it there
+    with pytest.raises(ConfigError, match=r"^replay.bootstrap_time_limit: bootstraps one-step targets only: set "
+                       r"q.td_lambda=0 \(got 0.5\), or this to false \(family_defaults=mpe turns it on\)$"):  # fmt: skip
+        load_config(None, ["algo=qmix", "q.td_lambda=0.5"])
+    for allowed in (["replay.bootstrap_time_limit=false"], ["family_defaults=none"], ["env=HeuristicEnemySMAX"]):
+        assert load_config(None, ["algo=qmix", "q.td_lambda=0.5", *allowed]).section(QConfig).td_lambda == 0.5
 
 
 def test_polyak_target_moves_by_tau():

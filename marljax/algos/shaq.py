@@ -33,7 +33,7 @@ from marljax.algos import qlearning
 from marljax.algos.api import Algorithm, AlgorithmSpec
 from marljax.algos.mixers import MixerConfig
 from marljax.algos.q_acting import QConfig
-from marljax.algos.qlearning import REPLAY_DEFAULTS, ReplayConfig, TeamValue
+from marljax.algos.qlearning import MPE_TARGETS, REPLAY_DEFAULTS, ReplayConfig, TeamValue
 from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn.networks import dense, einsum, orthogonal
@@ -161,6 +161,7 @@ SPEC = AlgorithmSpec(
             "q": {"eps_decay_steps": 200_000},
         },
         supports=Supports(agent_axis=True),
+        family_defaults={"mpe": MPE_TARGETS},
     ),
     build,
     ("loss_total", "grad_norm", "lr", "q_mean"),
