@@ -85,6 +85,17 @@ def test_replay_samples_only_written_slots():
     assert set(np.asarray(seqs["x"][:, 0]).tolist()) == {1.0, 2.0, 3.0}
 
 
+def test_replay_draws_uniformly_over_the_written_slots():
+    # 3000 of 5000 slots written; 9600 draws: each third of them expects 3200 (sd 46), none beyond slot 2999
+    buf = replay.init(5000, {"x": jnp.zeros(())})
+    buf = replay.add(buf, {"x": jnp.ones((3000,))})
+    draw = jax.jit(replay.draw, static_argnums=2)
+    idx = np.concatenate([np.asarray(draw(buf, jax.random.PRNGKey(i), 32)) for i in range(300)])
+    assert idx.min() == 0 and idx.max() <= 2999
+    assert all(abs(n - 3200) < 300 for n in np.bincount(idx // 1000)), np.bincount(idx // 1000)
+    assert not np.asarray(draw(replay.init(8, {"x": jnp.zeros(())}), jax.random.PRNGKey(0), 16)).any()  # empty: slot 0
+
+
 def test_replay_is_a_pytree_that_jits_and_checkpoints_as_state():
     buf = replay.init(4, {"x": jnp.zeros((3,))})
     step = jax.jit(lambda b, x: replay.add(b, {"x": x}))

@@ -53,13 +53,16 @@ def size(state: ReplayState) -> Array:
     return jnp.sum(state.valid)
 
 
-def sample(state: ReplayState, key: Array, batch_size: int) -> tuple[Any, Array]:
-    """`batch_size` sequences drawn uniformly, with replacement, from the valid slots.
+def draw(state: ReplayState, key: Array, batch_size: int) -> Array:
+    """`batch_size` slot indices [batch_size], uniform with replacement over the valid slots; slot 0 while
+    the buffer is empty. `add` fills slots 0, 1, ... in order, so the valid ones are the first size(state):
+    one integer draw each, where a categorical draw over the mask took [batch_size, capacity] noise
+    (`python experiments/replay_draw_cost.py`: 0.10 against 1.59 ms a draw of 32 from 5000 slots, CPU)."""
+    return jax.random.randint(key, (batch_size,), 0, jnp.maximum(size(state), 1))
 
-    Returns (pytree of [batch_size, T, ...], slot indices [batch_size]). An empty buffer
-    returns slot 0's zeros; callers start sampling only after `learning_starts`.
-    """
-    logits = jnp.where(state.valid, 0.0, -jnp.inf)
-    logits = jnp.where(jnp.any(state.valid), logits, jnp.zeros_like(logits).at[1:].set(-jnp.inf))
-    idx = jax.random.categorical(key, logits, shape=(batch_size,))
+
+def sample(state: ReplayState, key: Array, batch_size: int) -> tuple[Any, Array]:
+    """`batch_size` sequences drawn by `draw`: (pytree of [batch_size, T, ...], slot indices [batch_size]).
+    An empty buffer returns slot 0's zeros; callers start sampling only after `learning_starts`."""
+    idx = draw(state, key, batch_size)
     return jax.tree.map(lambda buf: buf[idx], state.data), idx

@@ -401,9 +401,7 @@ def build(
         """`batch_size` transitions drawn uniformly from the valid sequences and their T steps:
         obs/world at t and t + 1, action, reward [B, N], done [B]."""
         k_slot, k_step = jax.random.split(key)
-        # the ring fills slots 0, 1, ... in order, so the valid ones are the first size(buffer)
-        # (uniform draws over them, without the [B, slots] noise a categorical draw would take)
-        slot = jax.random.randint(k_slot, (batch_size,), 0, jnp.maximum(replay.size(buffer), 1))  # [B]
+        slot = replay.draw(buffer, k_slot, batch_size)  # [B]
         t = jax.random.randint(k_step, (batch_size,), 0, T)
         at = lambda x, dt=0: x[slot, t + dt]  # noqa: E731
         data = buffer.data
