@@ -101,7 +101,7 @@ DEFAULTS_ROWS = [  # algo, its defaults column (as in the README), seeds
         "and lr 4e-3 (`family_defaults`)",
         2,
     ),
-    ("mappo", "as ippo", 2),
+    ("mappo", "as ippo; on MPE its critic also sees the time (`critic.time`)", 2),
     (
         "pqn_vdn",
         "relu, lr 1e-3, 32 envs x 32 steps, `pqn.*` 4 epochs x 2 minibatches, epsilon over 250k steps, 1M steps",
@@ -115,7 +115,12 @@ DEFAULTS_ROWS = [  # algo, its defaults column (as in the README), seeds
     ),
     ("vdn", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps; as iql on MPE", 2),
     ("qmix", "relu, lr 1e-3, 16 envs x 32 steps, gamma 0.9, epsilon over 200k steps, 1M steps; as iql on MPE", 1),
-    ("happo", "`param_sharing=independent`; `ppo.*` as ippo; a fresh random update order each update", 2),
+    (
+        "happo",
+        "`param_sharing=independent`; `ppo.*` as ippo; a fresh random update order each update; on MPE its "
+        "critic sees the time, as mappo's",
+        2,
+    ),
 ]  # isac and masac train on Box actions (env_kwargs.action_type=Continuous): their row is measured by tests/test_sac.py
 
 

@@ -131,7 +131,8 @@ RELU_SCRIPTS = ("ippo_ff_hanabi", "ippo_rnn_hanabi", "ippo_rnn_jaxrobotarium", "
 
 # JaxMARL's recurrent MAPPO scripts behind these files (by stem) give the critic a GRU, which can count the steps
 # of MPE's and SMAX's time-limited episodes; marljax's critic is feed-forward and is shown the elapsed fraction
-# instead (critic.time). Without it marljax trailed JaxMARL's MAPPO on spread by 4.3 per agent (docs/benchmarks.md)
+# instead (critic.time). Without it marljax trailed JaxMARL's MAPPO on spread by 4.3 per agent (docs/benchmarks.md).
+# The other MAPPO files turn it off, where MAPPO's MPE family defaults would turn it on
 TIMED_CRITIC_SCRIPTS = ("mappo_homogenous_rnn_mpe", "mappo_homogenous_rnn_smax")
 
 # JaxMARL's iql/vdn/qmix_rnn.py (ql_rnn_* files) cut a step's target by the done stored with it, the previous
@@ -457,8 +458,8 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
         run.set("ACTIVATION", "relu")
     if run.stem.startswith(RESET_EACH_UPDATE_SCRIPTS) and "replay.reset_each_update" in run.types:
         run.flat["replay.reset_each_update"] = True
-    if run.stem.startswith(TIMED_CRITIC_SCRIPTS) and "critic.time" in run.types:
-        run.flat["critic.time"] = True
+    if "critic.time" in run.types:  # either way: the file is its script, not marljax's MPE defaults
+        run.flat["critic.time"] = run.stem.startswith(TIMED_CRITIC_SCRIPTS)
     if "replay.bootstrap_time_limit" in run.types:  # either way: the file is its script, not marljax's MPE defaults
         run.flat["replay.bootstrap_time_limit"] = run.stem.startswith(BOOTSTRAP_TIME_LIMIT_SCRIPTS)
     if run.unknown:

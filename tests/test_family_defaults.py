@@ -72,8 +72,9 @@ def test_the_family_defaults_apply_on_its_envs_only():
     smax = load_config(None, ["env=HeuristicEnemySMAX"])
     assert family_defaults(smax) == ("smax", {})
     assert without_choice(smax) == without_choice(load_config(None, ["env=HeuristicEnemySMAX", "family_defaults=none"]))
-    # mappo declares the same for MPE; an algorithm that declares none keeps its defaults there
-    assert family_defaults(load_config(None, ["algo=mappo"])) == ("mpe", IPPO_MPE)
+    # mappo declares the same for MPE, and its critic sees the time there (as happo's does)
+    assert family_defaults(load_config(None, ["algo=mappo"])) == ("mpe", {**IPPO_MPE, "critic.time": True})
+    assert family_defaults(load_config(None, ["algo=happo"])) == ("mpe", {"critic.time": True})
     # and for Hanabi, where it was searched for MAPPO; on STORM and Coin Game its own defaults won the search
     assert family_defaults(load_config(None, ["algo=mappo", "env=hanabi"])) == ("hanabi", IPPO_MPE)
     for env, family in (("storm_2p", "storm"), ("coin_game", "coin_game")):

@@ -44,8 +44,11 @@ def test_critic_input_per_env_family(name, kwargs, width, env_fn):
     cfg = load_config(None, TINY + ["algo=mappo", f"env={name}"])
     trainer = mappo.SPEC.make_train(cfg, env)
     params = jax.eval_shape(trainer.init, jax.random.PRNGKey(0)).learner.params
-    # one critic for every agent: input = world state + one-hot over all agents
-    assert params[CRITIC_KEY]["params"]["MLP_0"]["Dense_0"]["kernel"].shape == (w + env.num_agents, 8)
+    # one critic for every agent: input = world state (+ the elapsed fraction: critic.time, MPE's family default)
+    # + one-hot over all agents
+    clock = cfg.section(mappo.CriticConfig).time
+    assert clock is name.startswith("MPE_")
+    assert params[CRITIC_KEY]["params"]["MLP_0"]["Dense_0"]["kernel"].shape == (w + clock + env.num_agents, 8)
     # actors carry no value head of their own
     for g in env.groups:
         assert "critic" not in params[g.name]["params"]
@@ -62,7 +65,7 @@ def test_mappo_trains_with_every_actor_kind(extra):
 
 def test_with_critic_time_the_critic_sees_each_episode_s_elapsed_fraction_last():
     """critic.time: the world state of each env, then steps / the env's time limit (25 on spread); off (the
-    default) the critic names no view of its own, so IPPO's build gives it the world state alone, as before."""
+    default outside MPE) the critic names no view of its own, so IPPO's build gives it the world state alone."""
     widths = {}
     for on in (False, True):
         cfg = load_config(None, TINY + ["algo=mappo", f"critic.time={str(on).lower()}"])
@@ -71,7 +74,7 @@ def test_with_critic_time_the_critic_sees_each_episode_s_elapsed_fraction_last()
         params = jax.eval_shape(critic.init, jax.random.PRNGKey(0))["params"]
         widths[on] = params["MLP_0"]["Dense_0"]["kernel"].shape[0]
     assert widths == {False: 3 * 18 + env.num_agents, True: 3 * 18 + 1 + env.num_agents}
-    assert mappo.central_critic(load_config(None, TINY + ["algo=mappo"]), env).world is None
+    assert mappo.central_critic(load_config(None, TINY + ["algo=mappo", "critic.time=false"]), env).world is None
     actors = mappo.SPEC.make_train(cfg, env).init(jax.random.PRNGKey(0)).actors
     actors = actors.replace(ep_length=jax.numpy.array([0, 17], jax.numpy.int32))
     assert critic.world is not None

@@ -378,6 +378,7 @@ SPEC = AlgorithmSpec(
         {"ppo": ippo.PPOConfig, "critic": mappo.CriticConfig, "happo": HAPPOConfig},
         defaults={"param_sharing": "independent"},
         supports=Supports(actions=("discrete", "continuous"), param_sharing=("per_role", "independent")),
+        family_defaults={"mpe": mappo.MPE_CRITIC},  # as MAPPO's (marljax/algos/mappo.py)
     ),
     build,
     LOSSES,
