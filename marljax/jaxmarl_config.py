@@ -131,16 +131,17 @@ RELU_SCRIPTS = ("ippo_ff_hanabi", "ippo_rnn_hanabi", "ippo_rnn_jaxrobotarium", "
 
 # JaxMARL's recurrent MAPPO scripts behind these files (by stem) give the critic a GRU, which can count the steps
 # of MPE's and SMAX's time-limited episodes; marljax's critic is feed-forward and is shown the elapsed fraction
-# instead (critic.time). Without it marljax trailed JaxMARL's MAPPO on spread by 4.3 per agent (docs/benchmarks.md).
-# The other MAPPO files turn it off, where MAPPO's MPE family defaults would turn it on
+# instead (critic.time). Without it marljax trailed JaxMARL's MAPPO on spread by 4.3 per agent (docs/benchmarks.md)
 TIMED_CRITIC_SCRIPTS = ("mappo_homogenous_rnn_mpe", "mappo_homogenous_rnn_smax")
 
 # JaxMARL's iql/vdn/qmix_rnn.py (ql_rnn_* files) cut a step's target by the done stored with it, the previous
 # step's ("use next done because last done was saved for rnn re-init"), so they bootstrap at every episode's end.
 # marljax bootstraps where the time limit cut the episode (replay.bootstrap_time_limit): on MPE, where it ends every
-# episode, the same targets. Without it marljax's VDN trailed JaxMARL's on spread by 0.8 per agent (docs/benchmarks.md).
-# The other Q scripts' files turn it off, where the replay learners' MPE family defaults would turn it on
+# episode, the same targets. Without it marljax's VDN trailed JaxMARL's on spread by 0.8 per agent (docs/benchmarks.md)
 BOOTSTRAP_TIME_LIMIT_SCRIPTS = ("ql_rnn",)
+# Each setting above, true for its scripts' files and written false for every other file that has it: a file is its
+# script, and marljax's MPE family defaults (which turn both on) are not
+SCRIPT_SWITCHES = {"critic.time": TIMED_CRITIC_SCRIPTS, "replay.bootstrap_time_limit": BOOTSTRAP_TIME_LIMIT_SCRIPTS}
 
 
 class _Run:
@@ -458,10 +459,9 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
         run.set("ACTIVATION", "relu")
     if run.stem.startswith(RESET_EACH_UPDATE_SCRIPTS) and "replay.reset_each_update" in run.types:
         run.flat["replay.reset_each_update"] = True
-    if "critic.time" in run.types:  # either way: the file is its script, not marljax's MPE defaults
-        run.flat["critic.time"] = run.stem.startswith(TIMED_CRITIC_SCRIPTS)
-    if "replay.bootstrap_time_limit" in run.types:  # either way: the file is its script, not marljax's MPE defaults
-        run.flat["replay.bootstrap_time_limit"] = run.stem.startswith(BOOTSTRAP_TIME_LIMIT_SCRIPTS)
+    for key, stems in SCRIPT_SWITCHES.items():
+        if key in run.types:
+            run.flat[key] = run.stem.startswith(stems)
     if run.unknown:
         raise ConfigError(
             str(path),
