@@ -25,6 +25,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -45,6 +46,7 @@ class Options:
     quick: bool
     work: Path  # a scratch directory for run outputs
     jaxmarl: Path | None  # a checkout of FLAIROx/JaxMARL (side-by-side only)
+    only: tuple[str, ...] = ()  # the fresh-seeds sections: only the test nodes holding one of these
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,10 @@ def fresh_seeds(o: Options) -> str:
         algo, recurrent, steps, part = param.values
         case = f"{algo}-{recurrent}-{steps}"  # a case split by seed (part: its seed) is one row of its 3 tests
         test = f"{case}-seed{part}" if part is not None else case
-        seeds, outcome, _ = per_seed_run(f"tests/test_defaults_learn.py::test_the_defaults_learn[{test}]")
+        node = f"tests/test_defaults_learn.py::test_the_defaults_learn[{test}]"
+        if o.only and not any(text in node for text in o.only):
+            continue
+        seeds, outcome, _ = per_seed_run(node)
         _, got, outcomes = runs.setdefault(case, ((algo, recurrent), [], []))
         got.extend(seeds)
         outcomes.append(outcome)
@@ -226,24 +231,45 @@ def rederived_margin(gains: Sequence[float], floor: float = 1.0, step: float = 0
     return step * ((statistics.fmean(gains) - max(floor, spread)) // step)
 
 
-def fresh_family_cases() -> list[tuple[str, Any, float, float | None]]:
-    """(test node, case, margin, win-rate floor or None) of each case of `tests/test_learns.py` and of
-    `tests/test_sac.py`'s LEARNS whose settings hold the fresh seeds (their FRESH)."""
-    sys.path.insert(0, str(ROOT))
-    from tests import test_learns, test_sac
+# Each module's learning cases that train the fresh seeds: (module, test function, its list of pytest.params, the
+# param's values -> (overrides, margin, win-rate floor or None))
+FAMILY_LEARNING = [
+    ("test_learns", "test_learns_above_no_op_and_random", "CASES", lambda v: v),
+    ("test_sac", "test_learns_above_no_op_and_random", "LEARNS", lambda v: ([*v[1], f"algo={v[0]}"], v[3], None)),
+    ("test_happo", "test_learns", "LEARNS", lambda v: (*v, None)),
+    ("test_sable", "test_learns", "LEARNS", lambda v: v),
+    ("test_sable_recurrent", "test_learns", "LEARNS", lambda v: (*v, None)),
+    ("test_jumanji", "test_ippo_learns_above_no_op_and_random", "LEARNS", lambda v: (*v, None)),
+    ("test_async", "test_async_learns_on_separate_actor_and_learner_devices", "LEARNS", lambda v: (*v, None)),
+    ("test_async", "test_async_learns_a_host_pettingzoo_env", "LEARNS_HOST", lambda v: (*v, None)),
+]
 
+
+def family_cases() -> list[tuple[str, Any, list[str], float, float | None]]:
+    """(test node, case, its overrides, margin, win-rate floor or None) of every family learning case
+    (FAMILY_LEARNING)."""
+    import importlib
+
+    sys.path.insert(0, str(ROOT))
     found = []
-    for param in test_learns.CASES:
-        overrides, margin, win_floor = param.values
-        if set(test_learns.FRESH) <= set(overrides):
-            found.append(
-                (f"tests/test_learns.py::test_learns_above_no_op_and_random[{param.id}]", param, margin, win_floor)
-            )
-    for param in test_sac.LEARNS:
-        _, env, _, margin = param.values
-        if set(test_sac.FRESH) <= set(env):
-            found.append((f"tests/test_sac.py::test_learns_above_no_op_and_random[{param.id}]", param, margin, None))
+    for module, function, cases, values in FAMILY_LEARNING:
+        for param in getattr(importlib.import_module(f"tests.{module}"), cases):
+            overrides, margin, win_floor = values(param.values)
+            found.append((f"tests/{module}.py::{function}[{param.id}]", param, overrides, margin, win_floor))
     return found
+
+
+def fresh_family_cases(only: Sequence[str] = ()) -> list[tuple[str, Any, float, float | None]]:
+    """(test node, case, margin, win-rate floor or None) of each family learning case whose settings hold the fresh
+    seeds (tests/_learning.py's FRESH); with `only`, those whose node contains one of its texts."""
+    sys.path.insert(0, str(ROOT))
+    from tests._learning import FRESH
+
+    return [
+        (test, param, margin, win_floor)
+        for test, param, overrides, margin, win_floor in family_cases()
+        if set(FRESH) <= set(overrides) and (not only or any(text in test for text in only))
+    ]
 
 
 def fresh_seeds_families(o: Options) -> str:
@@ -253,7 +279,7 @@ def fresh_seeds_families(o: Options) -> str:
     them; the margin it asserts beside the margin the rule gives (the case's comment says which floor it takes);
     the wall time of the pytest process. Needs the dev extras (pytest)."""
     rows = []
-    for test, param, margin, win_floor in fresh_family_cases():
+    for test, param, margin, win_floor in fresh_family_cases(o.only):
         seeds, outcome, wall = per_seed_run(test)
         learned = [s[0] for s in seeds]
         kind, index = max((("no-op", 1), ("random", 2)), key=lambda k: statistics.fmean(s[k[1]] for s in seeds))
@@ -262,13 +288,15 @@ def fresh_seeds_families(o: Options) -> str:
         xfail = any(m.name == "xfail" for m in param.marks)
         rows.append(
             (
-                f"`{param.id}`" + (" (test_sac.py)" if test.startswith("tests/test_sac.py") else ""),
+                f"`{param.id}`" + ("" if test.startswith("tests/test_learns.py") else f" ({test[6:].split('::')[0]})"),
                 " / ".join(f"{v:.2f}" for v in learned),
                 f"{statistics.fmean(learned):.2f}",
                 f"{kind} " + " / ".join(f"{v:.2f}" for v in baseline),
                 f"{statistics.fmean(baseline):.2f}",
                 f"{statistics.fmean(gains):+.2f} ({' '.join(f'{g:+.2f}' for g in gains)})",
-                f"{margin}" + (", xfail" if xfail else "") + (f"; wins >= {win_floor}" if win_floor else ""),
+                f"{margin}"
+                + (", xfail" if xfail else "")
+                + (f"; wins >= {win_floor}" if win_floor is not None else ""),
                 f"{rederived_margin(gains):g} / {rederived_margin(gains, 0.1, 0.05):g}",
                 f"{wall:.0f} s, {outcome}",
             )
@@ -857,6 +885,10 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny budgets: check the plumbing, not the figures")
     parser.add_argument("--jaxmarl", type=Path, help="a checkout of FLAIROx/JaxMARL, for side-by-side")
     parser.add_argument(
+        "--only", action="append", default=[], metavar="TEXT",
+        help="fresh-seeds sections: only the test nodes that contain TEXT (repeatable: any of them)",
+    )  # fmt: skip
+    parser.add_argument(
         "--work", type=Path, help="keep the runs in this directory; the same command again continues them"
     )
     args = parser.parse_args(argv)
@@ -871,8 +903,8 @@ def main(argv: Sequence[str]) -> int:
         work = (args.work / "quick" if args.quick else args.work) if args.work else Path(scratch)  # quick runs apart
         work.mkdir(parents=True, exist_ok=True)
         for name in names:
-            table = BY_NAME[name].run(Options(args.quick, work, args.jaxmarl))
-            flag = " --quick" if args.quick else ""
+            table = BY_NAME[name].run(Options(args.quick, work, args.jaxmarl, tuple(args.only)))
+            flag = (" --quick" if args.quick else "") + "".join(f" --only {shlex.quote(text)}" for text in args.only)
             print(
                 f"## {name}{' (--quick: the figures mean nothing)' if args.quick else ''}\n\n{table}\n\n"
                 f"Printed by `python experiments/readme_figures.py {name}{flag}`\n",

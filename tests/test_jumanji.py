@@ -19,6 +19,7 @@ from marljax.config import ConfigError, load_config
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.registry import make_env
 from marljax.train.wiring import make_adapter, make_trainer
+from tests._learning import FRESH, learned_vs_baselines
 
 needs_jumanji = pytest.mark.skipif(
     importlib.util.find_spec("jumanji") is None, reason="jumanji is not installed: pip install 'marljax[jumanji]'"
@@ -217,39 +218,43 @@ def test_without_jumanji_the_run_is_refused_in_one_line_naming_the_extra(monkeyp
     assert not (tmp_path / "run").exists()
 
 
-# (id, overrides, return margin over the better of no-op and random, per agent). Measured with seed 0 on
-# the same 64 episodes on this 2-core CPU (shared, under load), the margin about half the gap.
+# (overrides, return margin over the better of no-op and random, per agent; id), each on the 3 fresh seeds (FRESH,
+# tests/_learning.py), its margin re-derived from them by tests/test_learns.py's MARGIN_RULE: in tenths (a floor of
+# 0.1, rounded down to 0.05) where an agent's return lies in a range of 2 or less (LBF, Connector), else in spread's
+# units (a floor of 1.0, rounded down to 0.5). Measured 2026-11-30, one case at a time on one core of this 2-core
+# CPU, 64 episodes a seed; seed 0's figures (the margins before, about half its gap) beside them.
 LEARNS = [
-    # a 6x6 grid, 2 agents, 2 food, cooperative loading (Jumanji's default: food needs both agents'
-    # levels), 30 steps. measured at IPPO's Jumanji family default (lr 3e-3): learned 0.320, no-op 0.000, random
-    # 0.012 at 3e5 steps (100 s; the same at IPPO's own lr 2e-3)
+    # a 6x6 grid, 2 agents, 2 food, cooperative loading (Jumanji's default: food needs both agents' levels), 30 steps,
+    # at IPPO's Jumanji family default (lr 3e-3). learned 0.387 / 0.332 / 0.309 against random 0.012 / 0.004 / 0.000
+    # (no-op 0 on each), mean gain +0.337 (+0.375 +0.328 +0.309), 2 SE 0.04: margin 0.2; 43 s (seed 0: learned 0.320,
+    # random 0.012, margin 0.15)
     pytest.param(
         ["env=jumanji:LevelBasedForaging-v0", "env_kwargs.grid_size=6", "env_kwargs.fov=6", "env_kwargs.time_limit=30",
-         "total_timesteps=3e5"],
-        0.15,
+         "total_timesteps=3e5", *FRESH],
+        0.2,
         id="lbf",
     ),
-    # a 6x6 grid, 3 agents, 20 steps (dense reward: -0.03 a step until connected, +1 on connecting).
-    # measured at lr 3e-3: learned 0.750, no-op -0.600, random -0.081 at 3e5 steps (0.718 at lr 2e-3; 300 s under load)
+    # a 6x6 grid, 3 agents, 20 steps (dense reward: -0.03 a step until connected, +1 on connecting). learned 0.753 /
+    # 0.747 / 0.746 against random -0.227 / -0.020 / -0.116 (no-op -0.600), mean gain +0.869 (+0.980 +0.767 +0.862),
+    # 2 SE 0.12: margin 0.7; 67 s (seed 0: learned 0.750, random -0.081, margin 0.4)
     pytest.param(
         ["env=jumanji:Connector-v3", "env_kwargs.grid_size=6", "env_kwargs.num_agents=3", "env_kwargs.time_limit=20",
-         "total_timesteps=3e5"],
-        0.4,
+         "total_timesteps=3e5", *FRESH],
+        0.7,
         id="connector",
         marks=pytest.mark.nightly,
     ),
-    # one row of two 2x3 shelf blocks (12 shelves), 2 agents, 6 shelves requested at a time, 100 steps
-    # (shared reward: +1 a delivery; a random team delivers 0.04 an episode). measured at lr 3e-3: learned
-    # 6.000, no-op 0.000, random 0.016 at 2e6 steps (4.984 at lr 2e-3; 70 s). Not more than 6 requested:
-    # with 11 of 12 IPPO learns to park both agents on the two goals, where Jumanji re-requests the shelf
-    # just delivered (107 per agent an episode); at 6 its greedy policy delivers by carrying (6.0 an
-    # episode at lr 3e-3, 6.3 at 2e-3, none by a parked agent; experiments/warehouse_deliveries.py):
-    # docs/guide/environments.md, Jumanji
+    # one row of two 2x3 shelf blocks (12 shelves), 2 agents, 6 shelves requested at a time, 100 steps (shared reward:
+    # +1 a delivery). learned 6.703 / 3.984 / 6.344 against random 0.016 / 0.016 / 0.031 (no-op 0), mean gain +5.656
+    # (+6.69 +3.97 +6.31), 2 SE 1.70: margin 3.5; 154 s (seed 0: learned 6.000, random 0.016 at lr 3e-3, margin 2.5).
+    # Not more than 6 requested: with 11 of 12 IPPO learns to park both agents on the two goals, where Jumanji
+    # re-requests the shelf just delivered (107 per agent an episode); at 6 its greedy policy delivers by carrying
+    # (experiments/warehouse_deliveries.py): docs/guide/environments.md, Jumanji
     pytest.param(
         ["env=jumanji:RobotWarehouse-v0", "env_kwargs.num_agents=2", "env_kwargs.shelf_rows=1",
          "env_kwargs.shelf_columns=3", "env_kwargs.column_height=3", "env_kwargs.time_limit=100",
-         "env_kwargs.request_queue_size=6", "total_timesteps=2e6"],
-        2.5,
+         "env_kwargs.request_queue_size=6", "total_timesteps=2e6", *FRESH],
+        3.5,
         id="rware",
         marks=pytest.mark.nightly,
     ),
@@ -263,8 +268,6 @@ LEARNS = [
 def test_ippo_learns_above_no_op_and_random(overrides, margin, tmp_path):
     """The learning yardstick of tests/_learning.py: IPPO's defaults, the trained greedy policy
     against the no-op and the random policy on the same episodes."""
-    from tests._learning import learned_vs_baselines
-
     s = learned_vs_baselines(overrides, tmp_path)
     assert s.learned >= s.best_baseline + margin, (
         f"learned {s.learned:.3f}, no-op {s.noop:.3f}, random {s.random:.3f}: needs +{margin} over the better baseline"

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests._learning import learned_vs_baselines
+from tests._learning import FRESH, learned_vs_baselines
 
 SMAX_3M = ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"]
-# Fresh seeds (issue 63): each case trains 3 seeds vmapped in one run, seeds fold_in(PRNGKey(7919), 0..2), which no
-# default or family-defaults search used (tests/test_defaults_learn.py says how they derive), and asserts on their mean
-FRESH = ["seed=7919", "num_seeds=3"]
+# Each case trains the 3 fresh seeds (FRESH, tests/_learning.py) vmapped in one run and asserts on their mean
 # MARGIN_RULE: the mean gain over the baseline less the larger of 1.0 and two standard errors of the 3 per-seed gains
 # (sd / sqrt(3)), rounded down to 0.5 (experiments/readme_figures.py's rederived_margin). The 1.0 and the 0.5 are in
 # the units of MPE spread's returns (tens per agent). Where a family's whole per-agent return lies in a range of 2 or

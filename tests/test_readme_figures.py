@@ -144,3 +144,22 @@ def test_the_default_runs_figures_come_from_one_place():
     assert quoted_return_lines("```\nreturn per agent -1.00 -> 0.00 (+1.00); 1k env-steps/s\n```") != [
         quotes["returns"]
     ]
+
+
+def test_every_family_learning_case_trains_the_fresh_seeds(monkeypatch):
+    """Issue 63: no learning case asserts on the seed its settings were tuned on. Every case the fresh-seeds-families
+    table runs (FAMILY_LEARNING) holds FRESH; `--only` keeps the nodes holding its text, and a case without FRESH
+    (the negative control) drops out of the table's cases."""
+    from tests._learning import FRESH
+
+    cases = readme_figures.family_cases()
+    modules = {test.split("::")[0] for test, *_ in cases}
+    assert {f"tests/{m}.py" for m, *_ in readme_figures.FAMILY_LEARNING} == modules  # every list has a case
+    assert [test for test, _, overrides, *_ in cases if not set(FRESH) <= set(overrides)] == []
+    assert len(readme_figures.fresh_family_cases()) == len(cases)
+    only = readme_figures.fresh_family_cases(("test_jumanji", "[spread]"))
+    assert {t for t, *_ in only} == {t for t, *_ in cases if "test_jumanji" in t or "[spread]" in t} and only
+    seed_zero = [(test, param, [o for o in overrides if o not in FRESH], margin, floor)
+                 for test, param, overrides, margin, floor in cases[:1]]  # fmt: skip
+    monkeypatch.setattr(readme_figures, "family_cases", lambda: seed_zero)
+    assert readme_figures.fresh_family_cases() == []

@@ -18,7 +18,7 @@ from marljax.config import ConfigError, load_config
 from marljax.train.evaluate import baseline_act, eval_keys, make_evaluator
 from marljax.train.loop import train
 from marljax.train.wiring import make_adapter, make_trainer
-from tests._learning import learned_vs_baselines
+from tests._learning import FRESH, learned_vs_baselines
 from tests._subprocess import run_with_devices
 
 CONTINUOUS = ["env=MPE_simple_spread_v3", "env_kwargs.action_type=Continuous"]
@@ -266,7 +266,6 @@ FACMAC = ["env=MPE_simple_facmac_v1"]
 #   2 SE 0.74: margin 3.5 (seed 0's 3.5); 121 s
 # masac-2e5: -24.18 / -23.76 / -23.08 against the same no-op, mean gain +1.14 (+2.34 -1.43 +2.52), 2 SE 2.57: the rule
 #   gives no positive margin (-1.5), one seed ending below no-op; expected to fail (NOT_YET), the old 2.0 kept; 127 s
-FRESH = ["seed=7919", "num_seeds=3"]
 # measured not to clear a margin on the fresh seeds (strict: a fix shows)
 NOT_YET = pytest.mark.xfail(
     strict=True,
