@@ -316,6 +316,38 @@ def fresh_seeds_families(o: Options) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# mpe-targets: the replay learners' MPE family default (one-step targets past the time limit) on MPE's other
+# cooperative envs, against the settings before it
+
+MPE_TARGET_ENVS = [
+    ("MPE_simple_reference_v3", ("iql", "qmix", "shaq")),
+    ("MPE_simple_speaker_listener_v4", ("iql", "vdn", "qmix", "shaq")),
+]
+BEFORE_MPE_TARGETS = ["q.td_lambda=0.65", "replay.bootstrap_time_limit=false"]
+
+
+def mpe_targets(o: Options) -> str:
+    """Each (env, algo) of MPE_TARGET_ENVS from its defaults and with BEFORE_MPE_TARGETS, `total_timesteps=1e6
+    seed=7919 num_seeds=3`: the mean greedy return and each seed's gain over no-op on that seed's same 64 episodes
+    (tests/_learning.py's learned_vs_baselines, in this process). Needs the dev extras (pytest)."""
+    sys.path.insert(0, str(ROOT))
+    from tests._learning import FRESH, learned_vs_baselines
+
+    steps = "2e4" if o.quick else "1e6"
+
+    def cell(env: str, algo: str, extra: list[str]) -> str:
+        name = f"mpe_targets_{env}_{algo}_{'before' if extra else 'default'}"
+        s = learned_vs_baselines([f"algo={algo}", f"env={env}", f"total_timesteps={steps}", *FRESH, *extra],
+                                 o.work / name)  # fmt: skip
+        gains = [a - b for a, b in zip(s.learned_per_seed, s.noop_per_seed)]
+        return f"{s.learned:.2f}, {statistics.fmean(gains):+.2f} ({' '.join(f'{g:+.2f}' for g in gains)})"
+
+    rows = [(f"`{env}`", algo, cell(env, algo, []), cell(env, algo, BEFORE_MPE_TARGETS))
+            for env, algos in MPE_TARGET_ENVS for algo in algos]  # fmt: skip
+    return md_table(("env", "algo", "default (lambda 0, bootstrap)", "old (lambda 0.65, cut)"), rows)
+
+
+# ---------------------------------------------------------------------------------------------
 # sweep: the shipped sharing ablation's report
 
 
@@ -843,6 +875,8 @@ SECTIONS = [
             "about 2 h (13 cases: Sable's two 20 min each, TransfQMix's 40)", fresh_seeds),
     Section("fresh-seeds-families", "every family learning case of tests/test_learns.py on its 3 fresh seeds "
             "(docs/guide/algorithms.md)", "about 50 min (18 cases)", fresh_seeds_families),
+    Section("mpe-targets", "the replay learners' MPE default on reference and speaker-listener against the settings "
+            "before it (docs/guide/algorithms.md)", "about 25 min (14 runs)", mpe_targets),
     Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
     Section("bench", "`marljax bench` rows", "about 3 min", bench),
     Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.32x); needs --jaxmarl PATH",
