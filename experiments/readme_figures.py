@@ -167,6 +167,11 @@ def per_seed_run(test: str) -> tuple[list[list[float]], str, float]:
     return seeds, "passed" if done.returncode == 0 else f"exit {done.returncode}", wall
 
 
+def chosen(node: str, only: Sequence[str]) -> bool:
+    """Whether `--only` keeps a test node: without it every node, with it those holding one of its texts."""
+    return not only or any(text in node for text in only)
+
+
 def fresh_seeds(o: Options) -> str:
     """Each case of `tests/test_defaults_learn.py` that trains fresh seeds, run by pytest as CI runs it
     (`-m nightly -s`; `seed=7919 num_seeds=3`): each seed's greedy and no-op return on the same
@@ -180,7 +185,7 @@ def fresh_seeds(o: Options) -> str:
         case = f"{algo}-{recurrent}-{steps}"  # a case split by seed (part: its seed) is one row of its 3 tests
         test = f"{case}-seed{part}" if part is not None else case
         node = f"tests/test_defaults_learn.py::test_the_defaults_learn[{test}]"
-        if o.only and not any(text in node for text in o.only):
+        if not chosen(node, o.only):
             continue
         seeds, outcome, _ = per_seed_run(node)
         _, got, outcomes = runs.setdefault(case, ((algo, recurrent), [], []))
@@ -268,7 +273,7 @@ def fresh_family_cases(only: Sequence[str] = ()) -> list[tuple[str, Any, float, 
     return [
         (test, param, margin, win_floor)
         for test, param, overrides, margin, win_floor in family_cases()
-        if set(FRESH) <= set(overrides) and (not only or any(text in test for text in only))
+        if set(FRESH) <= set(overrides) and chosen(test, only)
     ]
 
 

@@ -67,6 +67,20 @@ def learned_vs_baselines(overrides: list[str], out_dir, episodes: int = 64) -> S
     return scores
 
 
+def assert_learns(overrides: list[str], out_dir, margin: float, win_floor: float | None = None) -> Scores:
+    """`learned_vs_baselines`, then the claim of a learning test: the trained policy's mean return beats the better of
+    the no-op and the random policy's by `margin` per agent; with `win_floor`, it wins at least that often and more
+    often than random play."""
+    s = learned_vs_baselines(overrides, out_dir)
+    assert s.learned >= s.best_baseline + margin, (
+        f"{' '.join(overrides)}: learned {s.learned:.3f} per agent, no-op {s.noop:.3f}, random {s.random:.3f}; "
+        f"needs +{margin} over the better baseline"
+    )
+    if win_floor is not None:
+        assert s.learned_wins >= win_floor and s.learned_wins > s.random_wins, (s.learned_wins, s.random_wins)
+    return s
+
+
 def print_per_seed(learned: Sequence[float], noop: Sequence[float], random: Sequence[float]) -> None:
     """Each seed's returns, in the line experiments/readme_figures.py reads them from: every learning run prints it,
     a run of one seed too."""

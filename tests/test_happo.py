@@ -19,7 +19,7 @@ from marljax.algos.ippo import PPOConfig
 from marljax.config import ConfigError, load_config
 from marljax.nn import ops
 from marljax.train.wiring import make_adapter
-from tests._learning import FRESH, learned_vs_baselines
+from tests._learning import FRESH, assert_learns
 from tests._subprocess import train_runs
 from tests._trees import assert_same_run
 
@@ -205,6 +205,5 @@ LEARNS = [
 @pytest.mark.optimized
 @pytest.mark.parametrize("overrides, margin", LEARNS)
 def test_learns(overrides, margin, tmp_path):
-    s = learned_vs_baselines(overrides, tmp_path / "run")
-    assert s.learned >= s.best_baseline + margin, (s.learned, s.noop, s.random)
+    s = assert_learns(overrides, tmp_path / "run", margin)
     assert {f"return_{g}" for g in s.groups} <= s.last_row.keys()

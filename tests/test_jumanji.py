@@ -19,7 +19,7 @@ from marljax.config import ConfigError, load_config
 from marljax.envs.adapter import EnvAdapter
 from marljax.envs.registry import make_env
 from marljax.train.wiring import make_adapter, make_trainer
-from tests._learning import FRESH, learned_vs_baselines
+from tests._learning import FRESH, assert_learns
 
 needs_jumanji = pytest.mark.skipif(
     importlib.util.find_spec("jumanji") is None, reason="jumanji is not installed: pip install 'marljax[jumanji]'"
@@ -268,7 +268,4 @@ LEARNS = [
 def test_ippo_learns_above_no_op_and_random(overrides, margin, tmp_path):
     """The learning yardstick of tests/_learning.py: IPPO's defaults, the trained greedy policy
     against the no-op and the random policy on the same episodes."""
-    s = learned_vs_baselines(overrides, tmp_path)
-    assert s.learned >= s.best_baseline + margin, (
-        f"learned {s.learned:.3f}, no-op {s.noop:.3f}, random {s.random:.3f}: needs +{margin} over the better baseline"
-    )
+    assert_learns(overrides, tmp_path, margin)

@@ -15,7 +15,7 @@ from marljax.nn import retention
 from marljax.nn.networks import Categorical
 from marljax.nn.sable import GroupShape, SableNetwork, distribution
 from marljax.train.wiring import make_adapter
-from tests._learning import FRESH, learned_vs_baselines
+from tests._learning import FRESH, assert_learns
 
 
 def reference(q, k, v, gamma):
@@ -251,10 +251,7 @@ LEARNS = [
 @pytest.mark.optimized
 @pytest.mark.parametrize("overrides, margin, win_floor", LEARNS)
 def test_learns(overrides, margin, win_floor, tmp_path):
-    s = learned_vs_baselines(overrides, tmp_path / "run")
-    assert s.learned >= s.best_baseline + margin, (s.learned, s.noop, s.random)
-    if win_floor is not None:
-        assert s.learned_wins >= win_floor and s.learned_wins > s.random_wins, (s.learned_wins, s.random_wins)
+    assert_learns(overrides, tmp_path / "run", margin, win_floor)
 
 
 def test_chunks_bound_retention_s_memory():

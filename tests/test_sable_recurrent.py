@@ -17,7 +17,7 @@ from marljax.config import load_config
 from marljax.nn import retention
 from marljax.nn.sable import SableNetwork, decoder_memory_after, zero_memory, zero_step_state
 from marljax.train.wiring import make_adapter
-from tests._learning import FRESH, learned_vs_baselines
+from tests._learning import FRESH, assert_learns
 from tests._trees import assert_bitwise, max_abs_diff
 from tests.test_sable import GROUPS, network, qkv, reference
 
@@ -279,5 +279,4 @@ LEARNS = [
 @pytest.mark.optimized
 @pytest.mark.parametrize("overrides, margin", LEARNS)
 def test_learns(overrides, margin, tmp_path):
-    s = learned_vs_baselines(overrides, tmp_path / "run")
-    assert s.learned >= s.best_baseline + margin, (s.learned, s.noop, s.random)
+    assert_learns(overrides, tmp_path / "run", margin)
