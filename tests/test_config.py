@@ -295,7 +295,6 @@ def test_section_fields_by_dotted_key_and_nested_yaml(tmp_path):
         and config.section(PPOConfig).ent_coef == 0.01
     )  # the rest: defaults
     path = tmp_path / "run.yaml"
-    # (a lambda on MPE comes with bootstrap_time_limit off: the family's bootstrap takes one-step targets only)
     path.write_text(
         "algo: qmix\nq:\n  td_lambda: 0.5\nreplay:\n  buffer_size: 64\n  gradient_steps: 2\n  bootstrap_time_limit: false\n"
     )

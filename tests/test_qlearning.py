@@ -90,12 +90,25 @@ def test_bootstrap_time_limit_keeps_the_cut_episodes_out_of_the_stored_done(on):
         assert not done.any()
     else:
         np.testing.assert_array_equal(done, np.arange(26)[None, :].repeat(4, axis=0) == 25)
+    assert "cut" not in state.extra.buffer.data  # one-step targets need no record of the cuts
+
+
+@pytest.mark.parametrize("algo", ["iql", "qmix"])
+def test_a_lambda_with_the_bootstrap_keeps_the_cuts_and_stops_its_return_there(algo):
+    """The same 26-step rollout with q.td_lambda=0.5: the buffer keeps `cut` at the last step of every env, done
+    stays false there, and the learning step runs (its lambda-return stops at the cut: test_qlearning_parts)."""
+    trainer = _tiny(algo, "replay.bootstrap_time_limit=true", "q.td_lambda=0.5", "num_steps=26",
+                    "replay.buffer_size=4", "replay.learning_starts=0")  # fmt: skip
+    state, m = jax.jit(trainer.update)(trainer.init(jax.random.PRNGKey(0)))
+    data = jax.device_get(state.extra.buffer.data)
+    np.testing.assert_array_equal(data["cut"], np.arange(26)[None, :].repeat(4, axis=0) == 25)
+    assert not data["done"].any() and float(m.episodes.count) == 4
+    assert np.isfinite(float(m["loss_total"])) and float(m["loss_total"]) > 0
 
 
 @pytest.mark.parametrize(
     "extra, match",
     [
-        (["algo=vdn", "q.td_lambda=0.5"], r"^replay.bootstrap_time_limit: bootstraps one-step targets only: set q.td_lambda=0 \(got 0.5\)"),
         (["algo=vdn", "q.td_lambda=0", "env=hanabi"], r"^replay.bootstrap_time_limit: hanabi declares no time limit \(max_steps\).*allowed: false$"),
     ],
 )  # fmt: skip
@@ -105,13 +118,13 @@ def test_bootstrap_time_limit_is_refused_in_one_line_where_it_cannot_hold(extra,
         make_trainer(config, make_adapter(config))
 
 
-def test_a_lambda_set_on_mpe_names_the_family_default_it_meets():
-    # on MPE the replay learners' family defaults turn the bootstrap on; a lambda set by hand meets it there
-    with pytest.raises(ConfigError, match=r"^replay.bootstrap_time_limit: bootstraps one-step targets only: set "
-                       r"q.td_lambda=0 \(got 0.5\), or this to false \(family_defaults=mpe turns it on\)$"):  # fmt: skip
-        load_config(None, ["algo=qmix", "q.td_lambda=0.5"])
-    for allowed in (["replay.bootstrap_time_limit=false"], ["family_defaults=none"], ["env=HeuristicEnemySMAX"]):
-        assert load_config(None, ["algo=qmix", "q.td_lambda=0.5", *allowed]).section(QConfig).td_lambda == 0.5
+def test_a_lambda_set_on_mpe_keeps_the_family_bootstrap():
+    # on MPE the replay learners' family defaults turn the bootstrap on; a lambda set by hand keeps it (its
+    # return stops at each cut), and turning the bootstrap off by hand is kept too
+    config = load_config(None, ["algo=qmix", "q.td_lambda=0.5"])
+    assert (config.section(QConfig).td_lambda, config.value("replay.bootstrap_time_limit")) == (0.5, True)
+    off = load_config(None, ["algo=qmix", "q.td_lambda=0.5", "replay.bootstrap_time_limit=false"])
+    assert off.value("replay.bootstrap_time_limit") is False
 
 
 def test_polyak_target_moves_by_tau():
@@ -129,9 +142,10 @@ def test_polyak_target_moves_by_tau():
 def test_checkpoint_with_replay_resumes_bitwise(tmp_path):
     """Recurrent QMIX (its state is the feed-forward one plus GRU states): the replay with the GRU
     states stored at each sequence's start, the target network, the mixer and the acting GRU
-    state all come back, so the resumed rows and buffer are the same."""
-    base = [*SETTINGS, "algo=qmix", "recurrent=true", "num_envs=4", "num_steps=8", "total_timesteps=512",
-            "replay.buffer_size=12", "replay.batch_size=4", "replay.learning_starts=32", "num_chunks=8",
+    state all come back, so the resumed rows and buffer are the same. With a lambda over MPE's time-limit
+    bootstrap, so that the buffer's record of the cuts comes back too (the default path resumes in test_support_table)."""
+    base = [*SETTINGS, "algo=qmix", "recurrent=true", "q.td_lambda=0.5", "num_envs=4", "num_steps=8", "total_timesteps=512",
+            "replay.buffer_size=16", "replay.batch_size=4", "replay.learning_starts=32", "num_chunks=8",
             "checkpoint_every=4"]  # fmt: skip
     ref = train(load_config(None, [*base, f"out_dir={tmp_path / 'ref'}"]), log=lambda s: None)
     out = tmp_path / "killed"
@@ -139,7 +153,9 @@ def test_checkpoint_with_replay_resumes_bitwise(tmp_path):
     resumed = train(load_config(None, [*base, f"out_dir={out}", "resume=true"]), log=lambda s: None)
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("wall_s", "env_steps_per_s")} for r in rows]  # noqa: E731
     assert strip(resumed.rows) == strip(ref.rows)
-    assert _leaves_equal(resumed.state.extra.buffer, ref.state.extra.buffer)
+    assert (
+        _leaves_equal(resumed.state.extra.buffer, ref.state.extra.buffer) and ref.state.extra.buffer.data["cut"].any()
+    )
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,22 @@ def test_q_lambda_by_hand():
     np.testing.assert_allclose(out, [g0, g1, g2, g3], rtol=1e-6)
 
 
+def test_q_lambda_per_step_stops_the_return_at_a_cut_without_ending_it():
+    # the time limit cut an episode after step 1 (replay.bootstrap_time_limit with a lambda): its target
+    # bootstraps one step (lambda 0 there), and step 0's return stops at it rather than at step 2's
+    cut = jnp.array([0.0, 1.0, 0.0, 0.0])
+    out = ops.q_lambda_returns(R, jnp.zeros(4, bool), NEXT_Q, G, L * (1.0 - cut))
+    g3 = 4 + G * 40
+    g2 = 3 + G * ((1 - L) * 30 + L * g3)
+    g1 = 2 + G * 20  # one step, bootstrapped: not 2.0 (a done), nor run on into g2
+    g0 = 1 + G * ((1 - L) * 10 + L * g1)
+    np.testing.assert_allclose(out, [g0, g1, g2, g3], rtol=1e-6)
+    # the control: the same per-step lambda without the cut is the scalar one, to the last bit
+    np.testing.assert_array_equal(ops.q_lambda_returns(R, jnp.zeros(4, bool), NEXT_Q, G, jnp.full(4, L)),
+                                  ops.q_lambda_returns(R, jnp.zeros(4, bool), NEXT_Q, G, L))  # fmt: skip
+    assert not np.allclose(out, ops.q_lambda_returns(R, jnp.zeros(4, bool), NEXT_Q, G, L))
+
+
 def test_q_lambda_one_is_the_discounted_return_to_the_end():
     out = ops.q_lambda_returns(R, jnp.zeros(4, bool), NEXT_Q, G, 1.0)
     np.testing.assert_allclose(out[0], 1 + G * 2 + G**2 * 3 + G**3 * 4 + G**4 * 40, rtol=1e-6)

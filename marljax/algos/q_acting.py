@@ -116,6 +116,12 @@ class QActing(NamedTuple):
     collect: Callable  # api.Collect: (params, actors, key, update) -> (actors, QRollout), epsilon from update
 
 
+def keeps_cut(time_limit: int | None, q_cfg: QConfig) -> bool:
+    """Whether the trajectory records `cut` (the time limit ended the episode at this step) beside `done`:
+    a lambda-return bootstrapping past the time limit must stop there, not run on into the next episode."""
+    return bool(time_limit) and q_cfg.td_lambda > 0
+
+
 def make_q_acting(
     config: Config,
     env: EnvAdapter,
@@ -127,7 +133,8 @@ def make_q_acting(
     """`world`: also record the env's world state (QMIX's mixer conditions on it). `nets`: other
     Q-networks than config's (TransfQMix's transformers), with the network signature of
     `marljax.algos.acting` and `q` as their output. `time_limit`: the recorded `done` leaves out the
-    episodes that reached it (replay.bootstrap_time_limit), so that their last targets bootstrap."""
+    episodes that reached it (replay.bootstrap_time_limit), so that their last targets bootstrap; with a
+    lambda the trajectory also records them as `cut` (`keeps_cut`)."""
     q_cfg = config.section(QConfig)
     groups = env.groups  # Discrete only: make_adapter refuses Box groups from Supports.actions (train/wiring.py)
     rnn, H = config.recurrent, config.gru_hidden_size
@@ -269,8 +276,11 @@ def make_q_acting(
             reward_all = reward_all * q_cfg.reward_scale
         done = res.episode_done  # [E]
         if time_limit:  # actors.ep_length: the steps before this one
-            done = done & ~cut_by_time_limit(done, actors.ep_length + 1, time_limit)
+            cut = cut_by_time_limit(done, actors.ep_length + 1, time_limit)  # [E]
+            done = done & ~cut
         entry = dict(obs=actors.obs, action=actions, mask=masks, reward=reward_all, done=done, reset=actors.reset)
+        if keeps_cut(time_limit, q_cfg):
+            entry["cut"] = cut  # where the lambda-return stops (the one-step target still bootstraps)
         if world:
             entry["world"] = jax.vmap(env.world_state)(actors.env_state, actors.obs)  # [E, W]
         if rnn:

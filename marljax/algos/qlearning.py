@@ -67,8 +67,8 @@ from marljax.algos.api import (
 )
 from marljax.algos.learning import adam, descend, init_keys, init_learner, keep_stats, learning_rate
 from marljax.algos.mixers import MixerConfig, qmixer
-from marljax.algos.q_acting import QConfig, QRollout, make_q_acting, through_final
-from marljax.config import AlgorithmSchema, Config, Supports, family_defaults
+from marljax.algos.q_acting import QConfig, QRollout, keeps_cut, make_q_acting, through_final
+from marljax.config import AlgorithmSchema, Config, Supports
 from marljax.envs.adapter import EnvAdapter
 from marljax.nn import ops
 from marljax.parallel.layouts import Layout
@@ -156,7 +156,8 @@ class ReplayConfig:
         False,
         "an episode cut by the env's time limit (max_steps) is not terminal: its last step's target bootstraps "
         "from the next observation (an auto-reset env's next first one), as JaxMARL's iql/vdn/qmix_rnn.py do "
-        "(they bootstrap at every episode's end); one-step targets only (q.td_lambda=0)",
+        "(they bootstrap at every episode's end); with q.td_lambda > 0 the lambda-return stops there and takes "
+        "the one-step target, so that it does not run on into the next episode",
     )
 
     def check(self, config: Config) -> None:
@@ -164,14 +165,6 @@ class ReplayConfig:
             raise ConfigError(
                 "replay.buffer_size",
                 f"must hold at least one rollout: >= num_envs={config.num_envs} sequences, got {self.buffer_size}",
-            )
-        td_lambda = config.section(QConfig).td_lambda
-        if self.bootstrap_time_limit and td_lambda:  # a lambda-return would run on into the next episode
-            family, kept = family_defaults(config)
-            whose = f" (family_defaults={family} turns it on)" if "replay.bootstrap_time_limit" in kept else ""
-            raise ConfigError(
-                "replay.bootstrap_time_limit",
-                f"bootstraps one-step targets only: set q.td_lambda=0 (got {td_lambda}), or this to false{whose}",
             )
 
 
@@ -188,7 +181,7 @@ class QExtra:
         def replace(self, **changes: Any) -> QExtra: ...
 
 
-def extra_layout(groups, world: bool, recurrent: bool, mixer: bool | None = None) -> QExtra:
+def extra_layout(groups, world: bool, recurrent: bool, mixer: bool | None = None, cut: bool = False) -> QExtra:
     """How QExtra lies on the mesh (`api.Placed`, after the seed axis):
 
     * the target network like the learner: a group's sets [A_g, ...] over `agent` where they are split;
@@ -198,7 +191,8 @@ def extra_layout(groups, world: bool, recurrent: bool, mixer: bool | None = None
       the stored GRU states [capacity, A_g, H]); the per-environment fields (reward, done, world)
       whole on every agent device, so an agent column samples the same slots without communicating;
       the ring position whole (every shard writes as many sequences per update, so they agree).
-    `mixer`: the parameters hold params[MIXER] (None: as `world` says, QMIX's case)."""
+    `mixer`: the parameters hold params[MIXER] (None: as `world` says, QMIX's case); `cut`: the buffer
+    keeps where the time limit cut an episode (`keeps_cut`), per environment like done."""
     per_agent = {g.name: Placed((ENVS, None, AGENTS), g.name) for g in groups}
     data = {
         "obs": per_agent,
@@ -210,6 +204,8 @@ def extra_layout(groups, world: bool, recurrent: bool, mixer: bool | None = None
     }
     if world:
         data["world"] = Placed((ENVS,))
+    if cut:
+        data["cut"] = Placed((ENVS,))
     if recurrent:
         data["hidden"] = {g.name: Placed((ENVS, AGENTS), g.name) for g in groups}
     mixer = world if mixer is None else mixer
@@ -251,6 +247,8 @@ def build(
             )
     groups = env.groups
     limit = time_limit(replay_cfg, env)
+    td_lambda = config.section(QConfig).td_lambda
+    cuts = keeps_cut(limit, config.section(QConfig))  # the replay keeps `cut` [T] per sequence
     q = make_q_acting(config, env, layout, world=world, nets=agents, time_limit=limit)
     vec = VecEnv.of(config, env, layout)  # (restarts the environments with replay.reset_each_update)
     H = agents.gru_size if agents is not None and agents.gru_size else config.gru_hidden_size  # recurrent state width
@@ -272,6 +270,8 @@ def build(
             "reward": jnp.zeros((T, N)),
             "done": jnp.zeros((T,), bool),
         }
+        if cuts:
+            seq["cut"] = jnp.zeros((T,), bool)
         if world:
             seq["world"] = jnp.zeros((T + 1,) + env.world_state(state, obs).shape)
         if config.recurrent:
@@ -367,9 +367,11 @@ def build(
                 team.target(target.get(MIXER), nxt, None if world is None else world[:, 1:], *later)
             )
             reward = jnp.sum(seq["reward"], axis=-1)  # the team's reward, summed like the values
-        returns = swap(
-            ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp.gamma, config.section(QConfig).td_lambda)
-        )
+        lam: Array | float = td_lambda
+        if cuts:  # [T, B(, 1)]: no lambda at a cut, so its target is the one-step one, bootstrapped
+            lam = swap(td_lambda * (1.0 - seq["cut"].astype(jnp.float32)))
+            lam = lam if team is not None else lam[..., None]
+        returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp.gamma, lam))
         return 0.5 * jnp.mean((q_now - jax.lax.stop_gradient(returns)) ** 2), (jnp.mean(q_now), stats)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -413,6 +415,8 @@ def build(
         if config.recurrent:  # the GRU's state before the first step, [1, E_act, A_g, H]
             per_agent["hidden"] = jax.tree.map(lambda h: h[:1], traj["hidden"])
         per_env = {"reward": traj["reward"], "done": traj["done"]}  # [T, E_act, N], [T, E_act]
+        if cuts:
+            per_env["cut"] = traj["cut"]  # [T, E_act]
         if "world" in whole:  # QMIX's world state [T + 1, E_act, W]
             per_env["world"] = whole["world"]
         per_agent, per_env = layout.to_learning(per_agent, per_env)
@@ -514,7 +518,7 @@ def build(
         act=q.act,
         cost_pieces=cost_pieces,
         init_extra=init_extra,
-        extra_layout=extra_layout(groups, world, config.recurrent, team is not None and team.init is not None),
+        extra_layout=extra_layout(groups, world, config.recurrent, team is not None and team.init is not None, cuts),
         extra_parts=(ExtraPart("replay buffer", ("replay.buffer_size",), lambda extra: extra.buffer),),
     )
 

@@ -62,18 +62,21 @@ def q_lambda_returns(
     done: Array,  # [T, ...]  the episode ended after step t
     next_q_max: Array,  # [T, ...]  max_a Q(s_{t+1}, a) (or the double-Q value) for every step
     gamma: Array | float,
-    lam: Array | float,
+    lam: Array | float,  # [] or [T, ...] (broadcast to reward's shape): one per step
 ) -> Array:
     """Peng's Q(lambda) targets, as PQN uses them: G_t = r_t + gamma (1 - d_t) [(1 - lam) q_{t+1} + lam G_{t+1}],
-    bootstrapped with G_T = q_T (`next_q_max[-1]`). lam = 0 gives one-step Q-learning targets. [T, ...]."""
+    bootstrapped with G_T = q_T (`next_q_max[-1]`). lam = 0 gives one-step Q-learning targets; a lam of 0 at
+    step t alone stops the return there without ending it (an episode the time limit cut). [T, ...]."""
+    per_step = jnp.ndim(lam) > 0  # a scalar stays out of the scan's inputs: the common case's program as before
 
     def step(next_return, xs):
-        r, d, q_next = xs
+        r, d, q_next, lam_t = xs if per_step else (*xs, lam)
         notdone = 1.0 - d.astype(jnp.float32)
-        g = r + gamma * notdone * ((1.0 - lam) * q_next + lam * next_return)
+        g = r + gamma * notdone * ((1.0 - lam_t) * q_next + lam_t * next_return)
         return g, g
 
-    _, returns = jax.lax.scan(step, next_q_max[-1], (reward, done, next_q_max), reverse=True)
+    xs = (reward, done, next_q_max) + ((jnp.broadcast_to(lam, reward.shape),) if per_step else ())
+    _, returns = jax.lax.scan(step, next_q_max[-1], xs, reverse=True)
     return returns
 
 
