@@ -331,25 +331,44 @@ MPE_TARGET_ENVS = [
 BEFORE_MPE_TARGETS = ["q.td_lambda=0.65", "replay.bootstrap_time_limit=false"]
 
 
-def mpe_targets(o: Options) -> str:
-    """Each (env, algo) of MPE_TARGET_ENVS from its defaults and with BEFORE_MPE_TARGETS, `total_timesteps=1e6
-    seed=7919 num_seeds=3`: the mean greedy return and each seed's gain over no-op on that seed's same 64 episodes
-    (tests/_learning.py's learned_vs_baselines, in this process). Needs the dev extras (pytest)."""
+def fresh_gain(o: Options, name: str, overrides: list[str]) -> str:
+    """One run of `overrides` with `total_timesteps=1e6 seed=7919 num_seeds=3` (tests/_learning.py's
+    learned_vs_baselines, in this process; needs the dev extras): the mean greedy return per agent, then the mean
+    of each seed's gain over no-op on that seed's same 64 episodes, and the gains."""
     sys.path.insert(0, str(ROOT))
     from tests._learning import FRESH, learned_vs_baselines
 
     steps = "2e4" if o.quick else "1e6"
+    s = learned_vs_baselines([*overrides, f"total_timesteps={steps}", *FRESH], o.work / name)
+    gains = [a - b for a, b in zip(s.learned_per_seed, s.noop_per_seed)]
+    return f"{s.learned:.2f}, {statistics.fmean(gains):+.2f} ({' '.join(f'{g:+.2f}' for g in gains)})"
+
+
+def mpe_targets(o: Options) -> str:
+    """Each (env, algo) of MPE_TARGET_ENVS from its defaults and with BEFORE_MPE_TARGETS (`fresh_gain`)."""
 
     def cell(env: str, algo: str, extra: list[str]) -> str:
         name = f"mpe_targets_{env}_{algo}_{'before' if extra else 'default'}"
-        s = learned_vs_baselines([f"algo={algo}", f"env={env}", f"total_timesteps={steps}", *FRESH, *extra],
-                                 o.work / name)  # fmt: skip
-        gains = [a - b for a, b in zip(s.learned_per_seed, s.noop_per_seed)]
-        return f"{s.learned:.2f}, {statistics.fmean(gains):+.2f} ({' '.join(f'{g:+.2f}' for g in gains)})"
+        return fresh_gain(o, name, [f"algo={algo}", f"env={env}", *extra])
 
     rows = [(f"`{env}`", algo, cell(env, algo, []), cell(env, algo, BEFORE_MPE_TARGETS))
             for env, algos in MPE_TARGET_ENVS for algo in algos]  # fmt: skip
     return md_table(("env", "algo", "default (lambda 0, bootstrap)", "old (lambda 0.65, cut)"), rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# mpe-lambda: a lambda over the time-limit bootstrap (the return stops at each cut), on spread
+
+LAMBDA_OVER_BOOTSTRAP = ["q.td_lambda=0.65"]  # MPE's family default keeps replay.bootstrap_time_limit on
+
+
+def mpe_lambda(o: Options) -> str:
+    """IQL, VDN, QMIX and SHAQ on spread from their defaults (one-step targets past the time limit) and with
+    LAMBDA_OVER_BOOTSTRAP (`fresh_gain` each)."""
+    rows = [(algo, fresh_gain(o, f"mpe_lambda_{algo}_default", [f"algo={algo}"]),
+             fresh_gain(o, f"mpe_lambda_{algo}_lambda", [f"algo={algo}", *LAMBDA_OVER_BOOTSTRAP]))
+            for algo in ("iql", "vdn", "qmix", "shaq")]  # fmt: skip
+    return md_table(("algo", "default (lambda 0, bootstrap)", "lambda 0.65, bootstrap, stopped at each cut"), rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -884,6 +903,8 @@ SECTIONS = [
             "(docs/guide/algorithms.md)", "about 50 min (18 cases)", fresh_seeds_families),
     Section("mpe-targets", "the replay learners' MPE default on reference and speaker-listener against the settings "
             "before it (docs/guide/algorithms.md)", "about 25 min (14 runs)", mpe_targets),
+    Section("mpe-lambda", "a lambda over the replay learners' time-limit bootstrap on spread, against their "
+            "defaults (docs/guide/algorithms.md)", "about 20 min (8 runs)", mpe_lambda),
     Section("sweep", "the shipped ablation's report (IQM, mean, median, absolute)", "about 15 min", sweep),
     Section("bench", "`marljax bench` rows", "about 3 min", bench),
     Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.32x); needs --jaxmarl PATH",

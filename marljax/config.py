@@ -428,10 +428,13 @@ class Config(CoreConfig, ExecutionConfig, RunConfig, CheckpointConfig, Evaluatio
         return self.num_steps * self.num_envs
 
 
-def schema_fields(algo: str, env: str | None = None) -> list[tuple[str, dataclasses.Field, Any]]:
-    """(dotted key, field, default for this algorithm on env: its family's where it declares them)
-    of the core and of algo's sections."""
-    defaults = to_flat(load_config(None, [f"algo={algo}", *([f"env={env}"] if env else [])]).to_dict())
+def schema_fields(
+    algo: str, env: str | None = None, family_defaults: str = "auto"
+) -> list[tuple[str, dataclasses.Field, Any]]:
+    """(dotted key, field, default for this algorithm on env: its family's where it declares them, unless
+    `family_defaults` says otherwise) of the core and of algo's sections."""
+    env_given = [f"env={env}"] if env else []
+    defaults = to_flat(load_config(None, [f"algo={algo}", *env_given, f"family_defaults={family_defaults}"]).to_dict())
     out = [(key, f, defaults[key]) for key, f in config_walk()]
     for name, cls in algorithm_schema(algo).sections.items():
         out += [(key, f, defaults[key]) for key, f in walk(cls, f"{name}.")]

@@ -171,7 +171,8 @@ class _Run:
 
     def given(self, key: str) -> int:
         """The file's count `key` (TOTAL_TIMESTEPS, NUM_STEPS, ...), else the value the run will resolve
-        for its setting: the algorithm's default on the file's env (JaxMARL's SHAQ files give no NUM_STEPS)."""
+        for its setting: the algorithm's default, without family defaults as the file's run (JaxMARL's SHAQ files
+        give no NUM_STEPS)."""
         if key in self.values:  # a count another key's unit is read with: checked here, naming it
             try:
                 count = _int(self.values[key])
@@ -182,7 +183,8 @@ class _Run:
             return count
         if not self.defaults:
             env = self.values.get("ENV_NAME")
-            self.defaults = {k: d for k, _, d in schema_fields(self.algo, env if isinstance(env, str) else None)}
+            env = env if isinstance(env, str) else None
+            self.defaults = {k: d for k, _, d in schema_fields(self.algo, env, family_defaults="none")}
         return int(self.defaults[self.table[key]])
 
     def per_update(self) -> int:
@@ -462,6 +464,8 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
     for key, stems in SCRIPT_SWITCHES.items():
         if key in run.types:
             run.flat[key] = run.stem.startswith(stems)
+    # a file is its script: a key it leaves unset takes marljax's plain default, never one tuned for the env's family
+    run.flat["family_defaults"] = "none"
     if run.unknown:
         raise ConfigError(
             str(path),

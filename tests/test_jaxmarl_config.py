@@ -425,6 +425,18 @@ def test_a_file_without_num_steps_counts_updates_with_the_algorithms_default(tmp
     assert c.eval_every == int(0.1 * (2_050_000 // (8 * c.num_steps)))  # a fraction of the updates
 
 
+def test_a_file_takes_no_family_default_for_a_key_it_leaves_unset(tmp_path):
+    # a file is its script: without NUM_STEPS and LR the run takes marljax's plain defaults, not the MPE family's
+    text = "\n".join(line for line in IPPO_FF_MPE.splitlines() if not line.startswith(('"NUM_STEPS"', '"LR"')))
+    path = _write(tmp_path, "ippo_ff_mpe.yaml", text)
+    plain, family = (load_config(None, ["algo=ippo", f"family_defaults={f}"]) for f in ("none", "mpe"))
+    assert (plain.num_steps, plain.lr) != (family.num_steps, family.lr)  # the keys the family sets (the control)
+    c = load_config(path)
+    assert (c.family_defaults, c.num_steps, c.lr) == ("none", plain.num_steps, plain.lr)
+    c = load_config(path, ["family_defaults=mpe"])  # asked for on the command line, they apply
+    assert (c.num_steps, c.lr) == (family.num_steps, family.lr)
+
+
 def test_transf_qmix_lr_decay_type_maps_to_lr_decay_per_update(tmp_path, capsys):
     from marljax.algos.learning import schedule
 
