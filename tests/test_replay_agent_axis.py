@@ -65,6 +65,15 @@ def test_other_replay_algorithms_on_agent_axis_4_match_one_device(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly
+def test_a_lambda_over_the_time_limit_bootstrap_on_agent_axis_matches_one_device(tmp_path):
+    """VDN with q.td_lambda=0.5 over spread's time-limit bootstrap (MPE's family default) on mesh.agent=2: the
+    buffer's record of the cuts lies per environment, whole on every agent device, like done (SETTINGS' 80 steps
+    per env hold 3 cuts)."""
+    _compare(tmp_path, [("vdn_lambda", ["algo=vdn", "q.td_lambda=0.5"])], ["mesh.agent=2"], 2)
+
+
+@pytest.mark.slow
 @pytest.mark.nightly  # ~3 CPU-minutes
 def test_shaq_and_batch_norm_on_agent_axis_match_one_device(tmp_path):
     """SHAQ (its alpha network on the world state, its agent orders drawn per gradient step, the
