@@ -599,15 +599,15 @@ def side_by_side(o: Options) -> str:
 
 def parity(o: Options) -> str:
     """experiments/jaxmarl_parity.py: the six combinations of JaxMARL's minimal MPE set, 5 seeds a side, 1e6
-    env steps per seed (a tenth of the files' budget), then IPPO's three (spread, reference, tag) at the file's own
-    1e7."""
+    env steps per seed (a tenth of the files' budget), then IPPO's three (spread, reference, tag) and VDN at the
+    files' own 1e7."""
     if o.jaxmarl is None:
         raise SystemExit(
             "parity needs --jaxmarl PATH, a checkout of FLAIROx/JaxMARL (see experiments/jaxmarl_parity.py)"
         )
     runs = {"1e6 env steps per seed": ["--seeds", "5", "--timesteps", "1e6"],
             "the file's 1e7 env steps per seed": ["--seeds", "5", "--combos", "ippo_ff_spread", "ippo_ff_reference",
-                                                  "ippo_ff_tag"]}  # fmt: skip
+                                                  "ippo_ff_tag", "vdn_rnn_spread"]}  # fmt: skip
     if o.quick:
         runs = {"4e4 env steps per seed": ["--seeds", "2", "--timesteps", "4e4", "--combos", "ippo_ff_spread"]}
     sys.path.insert(0, str(ROOT / "experiments"))
@@ -910,7 +910,7 @@ SECTIONS = [
     Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.32x); needs --jaxmarl PATH",
             "about 15 min", side_by_side),
     Section("parity", "JaxMARL's MPE baseline scripts beside `marljax train FILE`, 5 seeds a side (docs/benchmarks.md); "
-            "needs --jaxmarl PATH", "about 2.7 h on one core", parity),
+            "needs --jaxmarl PATH", "about 4.2 h on one core", parity),
     Section("async", "`marljax bench mode=async` on 2 fake CPU devices", "about 30 min", async_bench),
     Section("bench-sweep", "`marljax bench sweep`: vmapped vs sequential", "about 15 min", sweep_bench),
     Section("qlearning", "Q-learning beside IPPO on MPE simple_spread and SMAX 3m", "about 10 h (24 runs)", qlearning),
