@@ -139,8 +139,8 @@ TIMED_CRITIC_SCRIPTS = ("mappo_homogenous_rnn_mpe", "mappo_homogenous_rnn_smax")
 # marljax bootstraps where the time limit cut the episode (replay.bootstrap_time_limit): on MPE, where it ends every
 # episode, the same targets. Without it marljax's VDN trailed JaxMARL's on spread by 0.8 per agent (docs/benchmarks.md)
 BOOTSTRAP_TIME_LIMIT_SCRIPTS = ("ql_rnn",)
-# Each setting above, true for its scripts' files and written false for every other file that has it: a file is its
-# script, and marljax's MPE family defaults (which turn both on) are not
+# Each setting above, turned on for its scripts' files; every other file keeps its plain default (off), since a file's
+# run takes no family defaults (MPE's turn both on; `translate` sets family_defaults=none)
 SCRIPT_SWITCHES = {"critic.time": TIMED_CRITIC_SCRIPTS, "replay.bootstrap_time_limit": BOOTSTRAP_TIME_LIMIT_SCRIPTS}
 
 
@@ -462,8 +462,8 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
     if run.stem.startswith(RESET_EACH_UPDATE_SCRIPTS) and "replay.reset_each_update" in run.types:
         run.flat["replay.reset_each_update"] = True
     for key, stems in SCRIPT_SWITCHES.items():
-        if key in run.types:
-            run.flat[key] = run.stem.startswith(stems)
+        if key in run.types and run.stem.startswith(stems):
+            run.flat[key] = True
     # a file is its script: a key it leaves unset takes marljax's plain default, never one tuned for the env's family
     run.flat["family_defaults"] = "none"
     if run.unknown:

@@ -247,8 +247,9 @@ def build(
             )
     groups = env.groups
     limit = time_limit(replay_cfg, env)
-    td_lambda = config.section(QConfig).td_lambda
-    cuts = keeps_cut(limit, config.section(QConfig))  # the replay keeps `cut` [T] per sequence
+    q_cfg = config.section(QConfig)
+    td_lambda = q_cfg.td_lambda
+    cuts = keeps_cut(limit, q_cfg)  # the replay keeps `cut` [T] per sequence
     q = make_q_acting(config, env, layout, world=world, nets=agents, time_limit=limit)
     vec = VecEnv.of(config, env, layout)  # (restarts the environments with replay.reset_each_update)
     H = agents.gru_size if agents is not None and agents.gru_size else config.gru_hidden_size  # recurrent state width
