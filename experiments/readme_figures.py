@@ -599,15 +599,15 @@ def side_by_side(o: Options) -> str:
 
 def parity(o: Options) -> str:
     """experiments/jaxmarl_parity.py: the six combinations of JaxMARL's minimal MPE set, 5 seeds a side, 1e6
-    env steps per seed (a tenth of the files' budget), then IPPO's three (spread, reference, tag) and VDN at the
-    files' own 1e7."""
+    env steps per seed (a tenth of the files' budget), then IPPO's three (spread, reference, tag), VDN and QMIX at
+    the files' own 1e7."""
     if o.jaxmarl is None:
         raise SystemExit(
             "parity needs --jaxmarl PATH, a checkout of FLAIROx/JaxMARL (see experiments/jaxmarl_parity.py)"
         )
     runs = {"1e6 env steps per seed": ["--seeds", "5", "--timesteps", "1e6"],
             "the file's 1e7 env steps per seed": ["--seeds", "5", "--combos", "ippo_ff_spread", "ippo_ff_reference",
-                                                  "ippo_ff_tag", "vdn_rnn_spread"]}  # fmt: skip
+                                                  "ippo_ff_tag", "vdn_rnn_spread", "qmix_rnn_spread"]}  # fmt: skip
     if o.quick:
         runs = {"4e4 env steps per seed": ["--seeds", "2", "--timesteps", "4e4", "--combos", "ippo_ff_spread"]}
     sys.path.insert(0, str(ROOT / "experiments"))
