@@ -910,7 +910,7 @@ SECTIONS = [
     Section("side-by-side", "JaxMARL's ippo_ff_mpe.py beside marljax (prose: 1.32x); needs --jaxmarl PATH",
             "about 15 min", side_by_side),
     Section("parity", "JaxMARL's MPE baseline scripts beside `marljax train FILE`, 5 seeds a side (docs/benchmarks.md); "
-            "needs --jaxmarl PATH", "about 4.2 h on one core", parity),
+            "needs --jaxmarl PATH", "about 6.6 h on one core", parity),
     Section("async", "`marljax bench mode=async` on 2 fake CPU devices", "about 30 min", async_bench),
     Section("bench-sweep", "`marljax bench sweep`: vmapped vs sequential", "about 15 min", sweep_bench),
     Section("qlearning", "Q-learning beside IPPO on MPE simple_spread and SMAX 3m", "about 10 h (24 runs)", qlearning),
