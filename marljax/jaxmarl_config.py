@@ -140,8 +140,12 @@ TIMED_CRITIC_SCRIPTS = ("mappo_homogenous_rnn_mpe", "mappo_homogenous_rnn_smax")
 # episode, the same targets. Without it marljax's VDN trailed JaxMARL's on spread by 0.8 per agent (docs/benchmarks.md)
 BOOTSTRAP_TIME_LIMIT_SCRIPTS = ("ql_rnn",)
 # Each setting above, turned on for its scripts' files; every other file keeps its plain default (off), since a file's
-# run takes no family defaults (MPE's turn both on; `translate` sets family_defaults=none)
-SCRIPT_SWITCHES = {"critic.time": TIMED_CRITIC_SCRIPTS, "replay.bootstrap_time_limit": BOOTSTRAP_TIME_LIMIT_SCRIPTS}
+# run takes no family defaults (MPE's turn each of these on for some algorithms; `translate` sets family_defaults=none)
+SCRIPT_SWITCHES = {
+    "replay.reset_each_update": RESET_EACH_UPDATE_SCRIPTS,
+    "critic.time": TIMED_CRITIC_SCRIPTS,
+    "replay.bootstrap_time_limit": BOOTSTRAP_TIME_LIMIT_SCRIPTS,
+}
 
 
 class _Run:
@@ -459,8 +463,6 @@ def translate(values: Mapping[str, Any], path: str | Path, algo: str | None = No
         run.flat["recurrent"] = True
     if run.relu_script and "ACTIVATION" in run.table:
         run.set("ACTIVATION", "relu")
-    if run.stem.startswith(RESET_EACH_UPDATE_SCRIPTS) and "replay.reset_each_update" in run.types:
-        run.flat["replay.reset_each_update"] = True
     for key, stems in SCRIPT_SWITCHES.items():
         if key in run.types and run.stem.startswith(stems):
             run.flat[key] = True
