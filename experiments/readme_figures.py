@@ -268,13 +268,17 @@ def fresh_family_cases(only: Sequence[str] = ()) -> list[tuple[str, Any, float, 
     """(test node, case, margin, win-rate floor or None) of each family learning case whose settings hold the fresh
     seeds (tests/_learning.py's FRESH); with `only`, those whose node contains one of its texts."""
     sys.path.insert(0, str(ROOT))
-    from tests._learning import FRESH
+    from tests._learning import holds_fresh_seeds
 
     return [
         (test, param, margin, win_floor)
         for test, param, overrides, margin, win_floor in family_cases()
-        if set(FRESH) <= set(overrides) and chosen(test, only)
+        if holds_fresh_seeds(overrides) and chosen(test, only)
     ]
+
+
+# A case split by seed (tests/_learning.py's fresh_seed_alone) is one test a seed, its id ending so: one row of them all
+SPLIT_SEED = re.compile(r"-seed\d+$")
 
 
 def fresh_seeds_families(o: Options) -> str:
@@ -282,28 +286,34 @@ def fresh_seeds_families(o: Options) -> str:
     run by pytest as the nightly rotation runs it: each seed's greedy (or sampled, where the case says) return and the baseline it is
     compared with (the better mean of no-op and random, each on that seed's same episodes), as the test prints
     them; the margin it asserts beside the margin the rule gives (the case's comment says which floor it takes);
-    the wall time of the pytest process. Needs the dev extras (pytest)."""
-    rows = []
+    the wall time of the pytest process (of a case split by seed, its tests' together). Needs the dev extras
+    (pytest)."""
+    runs: dict[str, tuple[str, str, list[list[float]], list[str], float]] = {}  # a case split by seed: one row
     for test, param, margin, win_floor in fresh_family_cases(o.only):
         seeds, outcome, wall = per_seed_run(test)
+        case = SPLIT_SEED.sub("", param.id)
+        xfail = any(m.name == "xfail" for m in param.marks)
+        asserted = (f"{margin}" + (" per seed" if case != param.id else "") + (", xfail" if xfail else "")
+                    + (f"; wins >= {win_floor}" if win_floor is not None else ""))  # fmt: skip
+        _, _, got, outcomes, walls = runs.get(case, (test, asserted, [], [], 0.0))
+        runs[case] = (test, asserted, got + seeds, [*outcomes, outcome], walls + wall)
+    rows = []
+    for case, (test, asserted, seeds, outcomes, wall) in runs.items():
         learned = [s[0] for s in seeds]
         kind, index = max((("no-op", 1), ("random", 2)), key=lambda k: statistics.fmean(s[k[1]] for s in seeds))
         baseline = [s[index] for s in seeds]
         gains = [a - b for a, b in zip(learned, baseline)]
-        xfail = any(m.name == "xfail" for m in param.marks)
         rows.append(
             (
-                f"`{param.id}`" + ("" if test.startswith("tests/test_learns.py") else f" ({test[6:].split('::')[0]})"),
+                f"`{case}`" + ("" if test.startswith("tests/test_learns.py") else f" ({test[6:].split('::')[0]})"),
                 " / ".join(f"{v:.2f}" for v in learned),
                 f"{statistics.fmean(learned):.2f}",
                 f"{kind} " + " / ".join(f"{v:.2f}" for v in baseline),
                 f"{statistics.fmean(baseline):.2f}",
                 f"{statistics.fmean(gains):+.2f} ({' '.join(f'{g:+.2f}' for g in gains)})",
-                f"{margin}"
-                + (", xfail" if xfail else "")
-                + (f"; wins >= {win_floor}" if win_floor is not None else ""),
+                asserted,
                 f"{rederived_margin(gains):g} / {rederived_margin(gains, 0.1, 0.05):g}",
-                f"{wall:.0f} s, {outcome}",
+                f"{wall:.0f} s, {', '.join(outcomes)}",
             )
         )
     header = (

@@ -22,6 +22,17 @@ FRESH_SEED, FRESH_SEEDS = 7919, 3
 FRESH = [f"seed={FRESH_SEED}", f"num_seeds={FRESH_SEEDS}"]
 
 
+def fresh_seed_alone(i: int) -> list[str]:
+    """Seed i (0..FRESH_SEEDS-1) of a case split by seed, one test a seed, where its seeds vmapped in one run take
+    longer than a nightly slice (docs/nightly.md): `seed=FRESH_SEED+i num_seeds=1`, also a seed no search used."""
+    return [f"seed={FRESH_SEED + i}", "num_seeds=1"]
+
+
+def holds_fresh_seeds(overrides: Sequence[str]) -> bool:
+    """Whether a learning case's settings train the fresh seeds: all three vmapped (FRESH) or one of a split case."""
+    return set(FRESH) <= set(overrides) or any(set(fresh_seed_alone(i)) <= set(overrides) for i in range(FRESH_SEEDS))
+
+
 @dataclass
 class Scores:
     learned: float  # per-agent return of the trained policy, mean over seeds and episodes

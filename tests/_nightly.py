@@ -11,12 +11,15 @@ alone, never on which tests a session collected, so a slice is the same set of t
     python -m tests._nightly rotation      # "K/N": the slice this checkout's commit takes
     python -m tests._nightly slice K/N     # the tests of slice K of N, with their durations
     python -m tests._nightly --write       # rewrite docs/nightly.md's generated table
+    python -m tests._nightly record LOG "HOW"   # the table's figures from a run's `--durations=0` lines
 """
 
 from __future__ import annotations
 
+import datetime
 import heapq
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -141,6 +144,29 @@ def rotation(count: int, n: int) -> int:
     return count % n + 1
 
 
+DURATION = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+(\S.*?)\s*$")  # pytest's --durations=0 lines
+
+
+def measured(log: str) -> dict[str, float]:
+    """Node id -> seconds (setup, call and teardown together) from pytest's `--durations=0` lines in `log`, as
+    .ci/run's slice prints them; the phases pytest hides (under 0.005 s) count as nothing."""
+    seconds: dict[str, float] = {}
+    for line in log.splitlines():
+        if found := DURATION.match(line):
+            seconds[found.group(3)] = seconds.get(found.group(3), 0.0) + float(found.group(1))
+    return seconds
+
+
+def recorded(raw: dict, seconds: dict[str, float], note: str, day: str) -> tuple[dict, list[str]]:
+    """The table's raw JSON with each listed test of `seconds` measured anew (rounded up to 5 s; `note` says how it
+    ran, e.g. "by .ci/run's slice 1/22 under -n 2"): (the new JSON, the node ids in `seconds` the table does not list)."""
+    tests = dict(raw["tests"])
+    for nodeid, s in seconds.items():
+        if nodeid in tests:
+            tests[nodeid] = [int(5 * -(-s // 5)), f"measured {day}: {s:.0f} s, {note}"]
+    return {**raw, "tests": tests}, sorted(set(seconds) - set(tests))
+
+
 def markdown(table: Table, shared: set[str]) -> str:
     """The generated part of docs/nightly.md: the slices' totals, then every test with its slice."""
     n, parts = slices(table, shared)
@@ -183,6 +209,13 @@ def main(argv: list[str]) -> int:
         for nodeid, seconds in chosen.items():
             print(f"  {seconds:6.0f} s  {nodeid}")
         print(f"  {sum(chosen.values()):6.0f} worker-seconds, about {wall_estimate(chosen, shared):.0f} s under -n 2")
+    elif len(argv) == 3 and argv[0] == "record":
+        raw = json.loads(TABLE.read_text())
+        day = datetime.date.today().isoformat()
+        new, unlisted = recorded(raw, measured(Path(argv[1]).read_text()), argv[2], day)
+        TABLE.write_text(json.dumps(new, indent=1) + "\n")
+        print(f"{sum(new['tests'][t] != raw['tests'][t] for t in raw['tests'])} figures measured anew; "
+              f"not in the table (not nightly, or by hand): {len(unlisted)}")  # fmt: skip
     elif argv == ["--write"]:
         DOCS.write_text(with_generated(DOCS.read_text(), markdown(table, shared)))
     elif not argv:

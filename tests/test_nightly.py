@@ -96,3 +96,32 @@ def test_the_option_selects_exactly_the_listed_slice():
     refused = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--nightly-slice", f"{n + 1}/{n}",
                               files[0]], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert refused.returncode == 4 and "K must be between 1 and N" in refused.stderr, refused.stderr
+
+
+def test_a_runs_durations_lines_become_the_tables_measured_figures():
+    """`record` reads pytest's --durations=0 lines (as .ci/run's slice prints them): a test's phases summed and rounded
+    up to 5 s, its figure saying it was measured; a test the table does not list is reported, not added, and the
+    table's other figures stay as they were."""
+    log = """============================== slowest durations ===============================
+666.56s call     tests/a.py::test_x[one-1e6]
+0.51s setup    tests/a.py::test_x[one-1e6]
+12.57s call     tests/b.py::test_y
+3.00s call     tests/c.py::test_unlisted
+(16 durations < 0.005s hidden.  Use -vv to show these durations.)
+"""
+    seconds = _nightly.measured(log)
+    assert seconds == pytest.approx({"tests/a.py::test_x[one-1e6]": 667.07, "tests/b.py::test_y": 12.57,
+                                     "tests/c.py::test_unlisted": 3.0})  # fmt: skip
+    raw = {"slice_budget_s": 540.0, "tests": {"tests/a.py::test_x[one-1e6]": [570, "estimated: x"],
+                                              "tests/b.py::test_y": [100, "estimated: y"], "tests/d.py::t": [9, "measured: z"]}}  # fmt: skip
+    new, unlisted = _nightly.recorded(raw, seconds, "by slice 1/22 under -n 2", "2026-11-30")
+    assert new["tests"] == {
+        "tests/a.py::test_x[one-1e6]": [670, "measured 2026-11-30: 667 s, by slice 1/22 under -n 2"],
+        "tests/b.py::test_y": [15, "measured 2026-11-30: 13 s, by slice 1/22 under -n 2"],
+        "tests/d.py::t": [9, "measured: z"],
+    }
+    assert (
+        unlisted == ["tests/c.py::test_unlisted"]
+        and new["slice_budget_s"] == 540.0
+        and raw["tests"]["tests/b.py::test_y"][0] == 100
+    )

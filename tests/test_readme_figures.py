@@ -150,12 +150,12 @@ def test_every_family_learning_case_trains_the_fresh_seeds(monkeypatch):
     """Issue 63: no learning case asserts on the seed its settings were tuned on. Every case the fresh-seeds-families
     table runs (FAMILY_LEARNING) holds FRESH; `--only` keeps the nodes holding its text, and a case without FRESH
     (the negative control) drops out of the table's cases."""
-    from tests._learning import FRESH
+    from tests._learning import FRESH, holds_fresh_seeds
 
     cases = readme_figures.family_cases()
     modules = {test.split("::")[0] for test, *_ in cases}
     assert {f"tests/{m}.py" for m, *_ in readme_figures.FAMILY_LEARNING} == modules  # every list has a case
-    assert [test for test, _, overrides, *_ in cases if not set(FRESH) <= set(overrides)] == []
+    assert [test for test, _, overrides, *_ in cases if not holds_fresh_seeds(overrides)] == []
     assert len(readme_figures.fresh_family_cases()) == len(cases)
     only = readme_figures.fresh_family_cases(("test_jumanji", "[spread]"))
     assert {t for t, *_ in only} == {t for t, *_ in cases if "test_jumanji" in t or "[spread]" in t} and only
@@ -163,3 +163,28 @@ def test_every_family_learning_case_trains_the_fresh_seeds(monkeypatch):
                  for test, param, overrides, margin, floor in cases[:1]]  # fmt: skip
     monkeypatch.setattr(readme_figures, "family_cases", lambda: seed_zero)
     assert readme_figures.fresh_family_cases() == []
+
+
+def test_a_case_split_by_seed_is_one_row_of_its_tests(monkeypatch):
+    """A family case split by seed (one test a seed, its id ending -seedN) is one row of the fresh-seeds-families table,
+    its seeds in order, its margin asserted per seed; a case not split keeps its own row."""
+    import pytest
+
+    from tests._learning import FRESH, fresh_seed_alone
+
+    split = [(f"tests/test_sac.py::t[jn-seed{7919 + i}]", pytest.param(id=f"jn-seed{7919 + i}"), [*fresh_seed_alone(i)],
+              0.5, None) for i in range(3)]  # fmt: skip
+    whole = [("tests/test_learns.py::t[spread]", pytest.param(id="spread"), FRESH, 2.0, 0.1)]
+    monkeypatch.setattr(readme_figures, "family_cases", lambda: [*split, *whole])
+    runs = {test: [[float(i), -1.0, -4.0]] for i, (test, *_) in enumerate(split)}
+    runs[whole[0][0]] = [[3.0, -1.0, -4.0], [4.0, -1.0, -4.0], [5.0, -1.0, -4.0]]
+    monkeypatch.setattr(readme_figures, "per_seed_run", lambda test: (runs[test], "passed", 10.0))
+    rows = [
+        line
+        for line in readme_figures.fresh_seeds_families(readme_figures.Options(False, Path("."), None)).splitlines()
+        if "`" in line
+    ]
+    assert len(rows) == 2
+    assert rows[0].startswith("| `jn` (test_sac.py) | 0.00 / 1.00 / 2.00 | 1.00 | no-op -1.00 / -1.00 / -1.00 |")
+    assert "| 0.5 per seed |" in rows[0] and "| 30 s, passed, passed, passed |" in rows[0]
+    assert rows[1].startswith("| `spread` | 3.00 / 4.00 / 5.00 |") and "| 2.0; wins >= 0.1 |" in rows[1]
