@@ -158,12 +158,12 @@ def measured(log: str) -> dict[str, float]:
 
 
 def recorded(raw: dict, seconds: dict[str, float], note: str, day: str) -> tuple[dict, list[str]]:
-    """The table's raw JSON with each listed test of `seconds` measured anew (rounded up to 5 s; `note` says how it
+    """The table's raw JSON with each listed test of `seconds` measured anew (rounded up to 5 s, at least 5; `note` says how it
     ran, e.g. "by .ci/run's slice 1/22 under -n 2"): (the new JSON, the node ids in `seconds` the table does not list)."""
     tests = dict(raw["tests"])
     for nodeid, s in seconds.items():
         if nodeid in tests:
-            tests[nodeid] = [int(5 * -(-s // 5)), f"measured {day}: {s:.0f} s, {note}"]
+            tests[nodeid] = [max(5, int(5 * -(-s // 5))), f"measured {day}: {s:.0f} s, {note}"]
     return {**raw, "tests": tests}, sorted(set(seconds) - set(tests))
 
 

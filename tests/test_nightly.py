@@ -100,25 +100,27 @@ def test_the_option_selects_exactly_the_listed_slice():
 
 def test_a_runs_durations_lines_become_the_tables_measured_figures():
     """`record` reads pytest's --durations=0 lines (as .ci/run's slice prints them): a test's phases summed and rounded
-    up to 5 s, its figure saying it was measured; a test the table does not list is reported, not added, and the
-    table's other figures stay as they were."""
+    up to 5 s (at least 5), its figure saying it was measured; a test the table does not list is reported, not added,
+    and the table's other figures stay as they were."""
     log = """============================== slowest durations ===============================
 666.56s call     tests/a.py::test_x[one-1e6]
 0.51s setup    tests/a.py::test_x[one-1e6]
 12.57s call     tests/b.py::test_y
 3.00s call     tests/c.py::test_unlisted
+0.00s call     tests/d.py::t
 (16 durations < 0.005s hidden.  Use -vv to show these durations.)
 """
     seconds = _nightly.measured(log)
     assert seconds == pytest.approx({"tests/a.py::test_x[one-1e6]": 667.07, "tests/b.py::test_y": 12.57,
-                                     "tests/c.py::test_unlisted": 3.0})  # fmt: skip
+                                     "tests/c.py::test_unlisted": 3.0, "tests/d.py::t": 0.0})  # fmt: skip
     raw = {"slice_budget_s": 540.0, "tests": {"tests/a.py::test_x[one-1e6]": [570, "estimated: x"],
-                                              "tests/b.py::test_y": [100, "estimated: y"], "tests/d.py::t": [9, "measured: z"]}}  # fmt: skip
+                                              "tests/b.py::test_y": [100, "estimated: y"], "tests/d.py::t": [9, "measured: z"], "tests/e.py::t": [9, "measured: w"]}}  # fmt: skip
     new, unlisted = _nightly.recorded(raw, seconds, "by slice 1/22 under -n 2", "2026-11-30")
     assert new["tests"] == {
         "tests/a.py::test_x[one-1e6]": [670, "measured 2026-11-30: 667 s, by slice 1/22 under -n 2"],
         "tests/b.py::test_y": [15, "measured 2026-11-30: 13 s, by slice 1/22 under -n 2"],
-        "tests/d.py::t": [9, "measured: z"],
+        "tests/d.py::t": [5, "measured 2026-11-30: 0 s, by slice 1/22 under -n 2"],  # at least 5: every figure > 0
+        "tests/e.py::t": [9, "measured: w"],
     }
     assert (
         unlisted == ["tests/c.py::test_unlisted"]
