@@ -46,7 +46,9 @@ class Entry:
 class Table:
     budget_s: float  # the most estimated wall time one slice may take under -n 2
     tests: dict[str, Entry]  # node id -> its duration: the rotation's tests
-    by_hand: dict[str, tuple[Entry, str]] = field(default_factory=dict)  # longer than any slice: (duration, why)
+    by_hand: dict[str, tuple[Entry, str]] = field(
+        default_factory=dict
+    )  # in no slice (too long, or needing what CI has not): (duration, why)
 
 
 def load_table(path: Path = TABLE) -> Table:
@@ -181,8 +183,8 @@ def markdown(table: Table, shared: set[str]) -> str:
         entry = table.tests[nodeid]
         lines.append(f"| {parts[nodeid]} | `{nodeid}` | {entry.seconds:.0f} | {entry.source} |")
     if table.by_hand:
-        lines += ["", "Longer than any slice, so in none: run by hand (`python -m pytest -m nightly NODEID`).", "",
-                  "| test | seconds | figure | why it is not shorter |", "|---|---:|---|---|"]  # fmt: skip
+        lines += ["", "In no slice, being longer than any or needing what CI has not: run by hand (`python -m pytest -m nightly NODEID`).", "",
+                  "| test | seconds | figure | why it is in no slice |", "|---|---:|---|---|"]  # fmt: skip
         for nodeid, (entry, why) in sorted(table.by_hand.items()):
             lines.append(f"| `{nodeid}` | {entry.seconds:.0f} | {entry.source} | {why} |")
     return "\n".join(lines) + "\n"
