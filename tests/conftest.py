@@ -83,6 +83,20 @@ def pytest_configure(config) -> None:
         except ValueError as e:
             raise pytest.UsageError(str(e)) from None
         config.option.markexpr = "nightly"  # the slice is the selection; -m 'not nightly' (addopts) would empty it
+        _pin_worker_to_its_cores()
+
+
+def _pin_worker_to_its_cores() -> None:
+    """An xdist worker of a nightly slice keeps its share of the cores (worker i of n: every n-th from the i-th), it
+    and the processes it starts, so a slice's long test is not slowed by the other worker's multi-process tests: the
+    table's figures (one test per core) then hold. Unpinned, a Sable seed measured at 487 s so took 802 s in slice
+    2/14 (docs/nightly.md). Before any test: XLA's threads, made at its first computation, inherit the set."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and count.isdigit() and hasattr(os, "sched_setaffinity")):
+        return
+    cpus, i, n = sorted(os.sched_getaffinity(0)), int(worker[2:]), int(count)
+    if len(cpus) >= n:
+        os.sched_setaffinity(0, cpus[i::n])
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects the nightly tests: the slices are over all of them
