@@ -46,9 +46,8 @@ class Entry:
 class Table:
     budget_s: float  # the most estimated wall time one slice may take under -n 2
     tests: dict[str, Entry]  # node id -> its duration: the rotation's tests
-    by_hand: dict[str, tuple[Entry, str]] = field(
-        default_factory=dict
-    )  # in no slice (too long, or needing what CI has not): (duration, why)
+    # in no slice (longer than any, or needing what CI has not): node id -> (its duration, why)
+    by_hand: dict[str, tuple[Entry, str]] = field(default_factory=dict)
 
 
 def load_table(path: Path = TABLE) -> Table:

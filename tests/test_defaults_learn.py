@@ -23,7 +23,7 @@ from marljax.config import algorithm_schema, algorithms, load_config
 from marljax.envs.adapter import AgentGroup
 from marljax.train.evaluate import baseline_act, eval_keys, make_evaluator
 from marljax.train.wiring import make_adapter, make_trainer
-from tests._learning import FRESH_SEED, FRESH_SEEDS, learned_vs_baselines
+from tests._learning import FRESH_SEED, FRESH_SEEDS, fresh_seed_alone, learned_vs_baselines
 
 EPISODES = 64
 # Fresh seeds (issue 63): each case trains 3 seeds vmapped in one run, `seed=7919 num_seeds=3`, and asserts on their
@@ -136,7 +136,7 @@ CASES = [
 def test_the_defaults_learn(algo, recurrent, steps, part, tmp_path):
     overrides = [f"algo={algo}", f"total_timesteps={steps}", *(["recurrent=true"] if recurrent else [])]
     if part is not None:  # one seed of a case split by seed
-        overrides += [f"seed={part}", "num_seeds=1"]
+        overrides += fresh_seed_alone(part - SEED)
         margin = PER_SEED_FLOORS[algo, recurrent]
     else:
         overrides += [f"seed={SEED}", f"num_seeds={SEEDS}"]

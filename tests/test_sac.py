@@ -291,7 +291,7 @@ LEARNS = [
             0.5,
             id=f"isac-jaxnav-1e6-seed{FRESH_SEED + i}",
             marks=pytest.mark.nightly,
-        )  # fmt: skip
+        )
         for i in range(FRESH_SEEDS)
     ],
 ]
