@@ -221,7 +221,12 @@ CASES = [
     # Box actions (no-op: the zero action; random: uniform within the bounds). A 7x7 map with 10% of cells
     # filled, 32 lidar beams, 100-step episodes (standing still: 100 x -0.01). IPPO's JaxNav family defaults, 1M
     # steps. fresh seeds: learned 2.861 / 1.948 / 2.663 against no-op -1.00 on each (random lower), mean gain +3.49
-    # (+3.86 +2.95 +3.66), 2 SE 0.56: margin 2.0; 320 s. Seed 0: learned 2.198, no-op -1.00, random -5.01 (2 min
+    # (+3.86 +2.95 +3.66), 2 SE 0.56: margin 2.0; 320 s beside another process, 419 s pinned to one core, past a
+    # nightly slice (360 s). Split by seed (fresh_seed_alone), seeds 7919 / 7920 / 7921 alone learned -0.26 / -0.98 /
+    # 1.02 (+0.74 +0.02 +2.02: by the split-case rule no floor, 2026-11-30), so it is shortened instead, to 7.5e5 steps,
+    # 3 seeds vmapped: learned 1.705 / 2.530 / -0.373 against no-op -1.00 (random -5.02 / -4.77 / -4.73), mean gain
+    # +2.29 (+2.71 +3.53 +0.63), 2 SE 1.73: margin 0.5. IPPO's JaxNav learning differs widely between seeds at these
+    # budgets (docs/guide/algorithms.md). Seed 0: learned 2.198, no-op -1.00, random -5.01 (2 min
     # here; margin 1.2); its own defaults: 1.43 (random -5.38), and -0.83 at 5e5. On the default 11x11 map (30%
     # filled) with the same beams and episodes: -0.60 at 1M; with the env's defaults (200 beams,
     # 500-step episodes) -5.11 against standing still's -5.00 at 1M steps (36 min)
@@ -231,10 +236,10 @@ CASES = [
             "env_kwargs.map_params={map_size: [7, 7], fill: 0.1}",
             "env_kwargs.lidar_num_beams=32",
             "env_kwargs.max_steps=100",
-            "total_timesteps=1e6",
+            "total_timesteps=7.5e5",
             *FRESH,
         ],
-        2.0,
+        0.5,
         None,
         id="jaxnav",
         marks=pytest.mark.nightly,
