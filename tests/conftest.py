@@ -102,7 +102,8 @@ def _pin_worker_to_its_cores() -> None:
 @pytest.hookimpl(tryfirst=True)  # before -m deselects the nightly tests: the slices are over all of them
 def pytest_collection_modifyitems(config, items) -> None:
     """Note every nightly test (tests/test_nightly.py checks the durations table against them). With
-    --nightly-slice K/N keep only slice K's tests, longest first; otherwise slow tests first. Either
+    --nightly-slice K/N keep only slice K's tests, longest first but for the quick ones each worker
+    holds behind its first (_nightly.xdist_order); otherwise slow tests first. Either
     way the xdist workers' queues end on quick tests, and neither waits long for the other's last
     test. Neither changes anything a test checks."""
     nightly = [item for item in items if item.get_closest_marker("nightly") is not None]
@@ -121,6 +122,10 @@ def pytest_collection_modifyitems(config, items) -> None:
                                 "(python -m pytest -m nightly --durations=0 NODEID) and add it")  # fmt: skip
     slice_of = _nightly.partition({t: e.seconds for t, e in table.tests.items()}, n)
     kept = sorted((i for i in nightly if slice_of.get(i.nodeid) == k), key=lambda i: -table.tests[i.nodeid].seconds)
+    workers = config.getoption("numprocesses", None)
+    by_id = {item.nodeid: item for item in kept}
+    order = _nightly.xdist_order(list(by_id), workers if isinstance(workers, int) and workers > 0 else _nightly.WORKERS)
+    kept = [by_id[nodeid] for nodeid in order]
     chosen = {item.nodeid for item in kept}
     config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in chosen])
     items[:] = kept

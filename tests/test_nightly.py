@@ -21,6 +21,14 @@ def test_partition_puts_the_longest_first_into_the_emptiest_slice():
     assert sorted(parts.values()) == [1, 2, 3, 4, 5]
 
 
+def test_each_workers_first_test_is_followed_by_a_quick_one():
+    tests = ["t9", "t8", "t7", "t6", "t5", "t4", "t3"]  # longest first
+    # xdist hands worker 1 the 1st and 3rd, worker 2 the 2nd and 4th: the two shortest sit behind the two longest
+    assert _nightly.xdist_order(tests, 2) == ["t9", "t8", "t3", "t4", "t7", "t6", "t5"]
+    assert sorted(_nightly.xdist_order(tests, 2)) == sorted(tests)  # a reordering, nothing lost or added
+    assert _nightly.xdist_order(tests[:4], 2) == tests[:4]  # no more than one each behind the first: as they were
+
+
 def test_the_wall_estimate_keeps_a_shared_fixture_modules_tests_on_one_worker():
     seconds = {"tests/m.py::a": 3.0, "tests/m.py::b": 3.0, "tests/x.py::c": 2.0, "tests/x.py::d": 2.0}
     assert _nightly.wall_estimate(seconds, set()) == 5.0  # 3 + 2 on each worker
