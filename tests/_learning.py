@@ -3,11 +3,13 @@ all three evaluated on the same episodes (the same evaluation keys, so the same 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from marljax.config import load_config
 from marljax.train.evaluate import baseline_act, eval_keys, make_evaluator
@@ -26,6 +28,15 @@ def fresh_seed_alone(i: int) -> list[str]:
     """Seed i (0..FRESH_SEEDS-1) of a case split by seed, one test a seed, where its seeds vmapped in one run take
     longer than a nightly slice (docs/nightly.md): `seed=FRESH_SEED+i num_seeds=1`, also a seed no search used."""
     return [f"seed={FRESH_SEED + i}", "num_seeds=1"]
+
+
+def split_by_seed(case: str, values: Callable[[list[str]], Sequence[Any]], marks: Any = ()) -> list:
+    """A learning case split by seed: one pytest.param a fresh seed, `values(fresh_seed_alone(i))` its parameters, its
+    id `CASE-seedN` (experiments/readme_figures.py folds such ids back into the case's one row)."""
+    return [
+        pytest.param(*values(fresh_seed_alone(i)), id=f"{case}-seed{FRESH_SEED + i}", marks=marks)
+        for i in range(FRESH_SEEDS)
+    ]
 
 
 def holds_fresh_seeds(overrides: Sequence[str]) -> bool:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -32,6 +33,7 @@ TABLE = ROOT / "tests" / "nightly_durations.json"
 DOCS = ROOT / "docs" / "nightly.md"
 BEGIN, END = "<!-- nightly slices: begin (python -m tests._nightly --write) -->", "<!-- nightly slices: end -->"
 WORKERS = 2  # CI's -n 2
+T = TypeVar("T")
 NIGHTLY_IDS = pytest.StashKey[list[str]]()  # tests/conftest.py: every nightly test the session collected
 WHOLE_SUITE = pytest.StashKey[bool]()  # tests/conftest.py: whether the session collected the whole suite
 
@@ -80,7 +82,7 @@ def wall_estimate(seconds: dict[str, float], shared: set[str], workers: int = WO
     return max(free)
 
 
-def xdist_order(longest_first: list[str], workers: int = WORKERS) -> list[str]:
+def xdist_order(longest_first: list[T], workers: int = WORKERS) -> list[T]:
     """The order a slice's tests go to xdist: the `workers` longest, then the `workers` shortest, then the rest longest
     first. An xdist worker holds the test after the one it runs (it must know the next to run one), so each worker's
     first test is followed by a quick one: longest first alone put the third longest behind the longest (slice 3/20:

@@ -123,9 +123,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     slice_of = _nightly.partition({t: e.seconds for t, e in table.tests.items()}, n)
     kept = sorted((i for i in nightly if slice_of.get(i.nodeid) == k), key=lambda i: -table.tests[i.nodeid].seconds)
     workers = config.getoption("numprocesses", None)
-    by_id = {item.nodeid: item for item in kept}
-    order = _nightly.xdist_order(list(by_id), workers if isinstance(workers, int) and workers > 0 else _nightly.WORKERS)
-    kept = [by_id[nodeid] for nodeid in order]
+    kept = _nightly.xdist_order(kept, workers if isinstance(workers, int) and workers > 0 else _nightly.WORKERS)
     chosen = {item.nodeid for item in kept}
     config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in chosen])
     items[:] = kept

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._learning import FRESH, FRESH_SEED, FRESH_SEEDS, assert_learns, fresh_seed_alone
+from tests._learning import FRESH, assert_learns, split_by_seed
 
 SMAX_3M = ["env=HeuristicEnemySMAX", "env_kwargs.scenario=3m"]
 # Each case trains the 3 fresh seeds (FRESH, tests/_learning.py) vmapped in one run and asserts on their mean
@@ -137,23 +137,22 @@ CASES = [
     # agent against random 1.25 / 0.94 / 0.63 (no-op 0.00), mean gain +147.50 (+151.88 +132.81 +157.81), 2 SE
     # 15.08: margin 132; 413 s (698 s pinned to one core: split by seed, OVERCOOKED_V2_PER_SEED). Seed 0: learned 140.94,
     # random 0.31 (138 s here, 2026-11-28; margin 70; before the CNN convolved by patches, about two hours)
-    *[
-        pytest.param(
+    *split_by_seed(
+        "overcooked-v2",
+        lambda seed: (
             [
                 "env=overcooked_v2",
                 "total_timesteps=2e5",
                 "eval_greedy=false",
                 "reward_shaping.info_key=shaped_reward",
                 "reward_shaping.horizon=1e5",
-                *fresh_seed_alone(i),
+                *seed,
             ],
             OVERCOOKED_V2_PER_SEED,
             None,
-            id=f"overcooked-v2-seed{FRESH_SEED + i}",
-            marks=pytest.mark.nightly,
-        )
-        for i in range(FRESH_SEEDS)
-    ],
+        ),
+        pytest.mark.nightly,
+    ),
     # SMAX 3m against the heuristic enemy, PQN-VDN at the README Q-learning table's settings, 1M steps.
     # fresh seeds: learned 1.779 / 1.714 / 1.807 (wins 0.83 / 0.77 / 0.84) against random 0.167 / 0.204 / 0.199 (wins
     # 0.00; no-op 0.00), mean gain +1.58 (+1.61 +1.51 +1.61), 2 SE 0.07: margin 1.45 by the rule in tenths

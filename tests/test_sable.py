@@ -15,7 +15,7 @@ from marljax.nn import retention
 from marljax.nn.networks import Categorical
 from marljax.nn.sable import GroupShape, SableNetwork, distribution
 from marljax.train.wiring import make_adapter
-from tests._learning import FRESH, FRESH_SEED, FRESH_SEEDS, assert_learns, fresh_seed_alone
+from tests._learning import FRESH, assert_learns, split_by_seed
 
 
 def reference(q, k, v, gamma):
@@ -247,11 +247,8 @@ LEARNS = [
     pytest.param([*SPEAKER_LISTENER, *FRESH], 23.0, None, id="speaker-listener"),
     pytest.param([*SPEAKER_LISTENER, "env_kwargs.action_type=Continuous", *FRESH], 21.0, None,
                  id="speaker-listener-box"),
-    *[
-        pytest.param(["algo=sable", "env=HeuristicEnemySMAX", "env_kwargs.scenario=3m", "total_timesteps=1e6",
-                      *fresh_seed_alone(i)], SMAX_3M_PER_SEED, 0.0, id=f"smax-3m-seed{FRESH_SEED + i}")
-        for i in range(FRESH_SEEDS)
-    ],
+    *split_by_seed("smax-3m", lambda seed: (["algo=sable", "env=HeuristicEnemySMAX", "env_kwargs.scenario=3m",
+                                             "total_timesteps=1e6", *seed], SMAX_3M_PER_SEED, 0.0)),
 ]  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from marljax.config import ConfigError, load_config
 from marljax.train.evaluate import baseline_act, eval_keys, make_evaluator
 from marljax.train.loop import train
 from marljax.train.wiring import make_adapter, make_trainer
-from tests._learning import FRESH, FRESH_SEED, FRESH_SEEDS, assert_learns, fresh_seed_alone
+from tests._learning import FRESH, assert_learns, split_by_seed
 from tests._subprocess import run_with_devices
 
 CONTINUOUS = ["env=MPE_simple_spread_v3", "env_kwargs.action_type=Continuous"]
@@ -283,17 +283,7 @@ LEARNS = [
     pytest.param("masac", [*CONTINUOUS, *FRESH], "2e5", 2.0, id="masac-2e5", marks=[pytest.mark.nightly, NOT_YET]),
     pytest.param("isac", [*FACMAC, *FRESH], "2e5", 4.5, id="isac-facmac-2e5", marks=pytest.mark.nightly),
     pytest.param("masac", [*FACMAC, *FRESH], "2e5", 19.0, id="masac-facmac-2e5", marks=pytest.mark.nightly),
-    *[
-        pytest.param(
-            "isac",
-            [*JAXNAV_SMALL, *fresh_seed_alone(i)],
-            "1e6",
-            0.5,
-            id=f"isac-jaxnav-1e6-seed{FRESH_SEED + i}",
-            marks=pytest.mark.nightly,
-        )
-        for i in range(FRESH_SEEDS)
-    ],
+    *split_by_seed("isac-jaxnav-1e6", lambda seed: ("isac", [*JAXNAV_SMALL, *seed], "1e6", 0.5), pytest.mark.nightly),
 ]
 
 
