@@ -233,6 +233,7 @@ LEARNS = [
          "total_timesteps=3e5", *FRESH],
         0.2,
         id="lbf",
+        marks=pytest.mark.nightly,  # since 2026-11-30: CI's time (issue 63); 48 s in CI's quick run
     ),
     # a 6x6 grid, 3 agents, 20 steps (dense reward: -0.03 a step until connected, +1 on connecting). learned 0.753 /
     # 0.747 / 0.746 against random -0.227 / -0.020 / -0.116 (no-op -0.600), mean gain +0.869 (+0.980 +0.767 +0.862),

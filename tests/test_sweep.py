@@ -327,7 +327,7 @@ def test_a_different_sweep_in_the_same_out_dir_is_refused(tmp_path, finished):
         run_sweep(expand(_spec(ref, seeds=3)), log=lambda s: None, progress=False)
 
 
-@pytest.mark.slow
+@pytest.mark.nightly  # since 2026-11-30: CI's time (issue 63); 49 s in CI's quick run
 @pytest.mark.optimized  # its tolerance is a drift measured on optimised compiles (tests/conftest.py)
 def test_a_vmapped_row_runs_what_train_runs_for_its_cell():
     """Row (cell c, seed i) of a program is seed i of `marljax train` on cell c's config.

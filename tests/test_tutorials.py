@@ -41,8 +41,17 @@ def test_there_are_tutorials_with_code():
         assert any(t for t, _ in found) and any(t is None for t, _ in found), page
 
 
+# nightly since 2026-11-30: CI's time (issue 63); the offline page trains online, records a dataset and clones it, 41 s in CI's
+# quick run
+NIGHTLY = {"offline"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page", TUTORIALS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=pytest.mark.nightly if p.stem in NIGHTLY else ()) for p in TUTORIALS],
+    ids=lambda p: p.stem,
+)
 def test_tutorial_code_runs(page, tmp_path):
     done = run_page(page.read_text(), tmp_path)
     assert done.returncode == 0, f"{page.name}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
