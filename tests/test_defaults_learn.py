@@ -57,13 +57,13 @@ MARGINS = {
 # Cases whose 3 fresh seeds vmapped in one run take longer than a nightly slice (docs/nightly.md; Sable's took 1203 s
 # and 1222 s here): each seed is its own test, `seed=SEED+i num_seeds=1` for i = 0, 1, 2 (seed i's key is
 # fold_in(PRNGKey(SEED+i), 0), the first one the vmapped run's seed 0, though not its numbers: one seed alone sums
-# in another order and its run drifts apart), 150-490 s each outside pytest (in a pinned slice the recurrent Sable's took 720 s, TransfQMix's 741-752 s here:
-# both by hand; the feed-forward Sable's, at 8e5, fit a slice), and asserts that seed's greedy return >= its no-op
-# return + the case's floor, so the three together assert every seed, and their mean, above no-op by the floor.
-# The floor is re-derived from the fresh seeds measured for the case (the recurrent Sable: these three alone and the
-# three of the earlier vmapped run; the feed-forward Sable at 8e5 and TransfQMix: these three): the smallest gain
-# less 0.5, rounded down to 0.5. Measured
-# 2026-11-29, one test per core.
+# in another order and its run drifts apart), 150-490 s each outside pytest (in a pinned slice the recurrent Sable's
+# took 720 s, TransfQMix's 741-752 s here: both by hand; the feed-forward Sable's, at 8e5, fit a slice), and asserts
+# that seed's greedy return >= its no-op return + the case's floor, so the three together assert every seed, and
+# their mean, above no-op by the floor. The floor is re-derived from the fresh seeds measured for the case (the
+# recurrent Sable: these three alone and the three of the earlier vmapped run; the feed-forward Sable at 8e5 and
+# TransfQMix: these three): the smallest gain less 0.5, rounded down to 0.5. Measured one test per core,
+# 2026-11-29 (the feed-forward Sable's at 8e5: 2026-11-30).
 PER_SEED_FLOORS = {
     # seeds 7919 / 7920 / 7921 alone: +3.37 +4.09 +4.39; the vmapped run's three: +1.68 +3.57 +2.87
     ("sable", True): 1.0,

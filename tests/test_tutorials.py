@@ -41,8 +41,8 @@ def test_there_are_tutorials_with_code():
         assert any(t for t, _ in found) and any(t is None for t, _ in found), page
 
 
-# nightly since 2026-11-30: CI's time (issue 63); the offline page trains online, records a dataset and clones it, 41 s in CI's
-# quick run
+# nightly since 2026-11-30: CI's time (issue 63); the offline page trains online, records a dataset and clones it,
+# 41 s in CI's quick run
 NIGHTLY = {"offline"}
 
 
