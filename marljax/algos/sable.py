@@ -16,7 +16,8 @@ Recurrent (`recurrent=true`, Sable's memory across time steps): every retention 
 memory of the earlier steps of its episode, decayed once per step and reset where an episode
 starts (`marljax.nn.retention`); the actors carry it (`hidden["sable"]`), the rollout records it
 before every step, and learning replays each minibatch's runs of consecutive steps from the
-memory recorded at a run's first step, through the run (as the GRU networks replay theirs).
+memory recorded at a run's first step, through the run (as the GRU networks replay theirs), every
+layer on all of a run's steps at once (`SableNetwork.over_steps`).
 
 Box actions (`env_kwargs.action_type=Continuous` on MPE, JaxNav, facmac): a Gaussian per agent
 whose mean the decoder gives and whose log-std is learned per group (as the PPO family's Gaussian
@@ -113,9 +114,13 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         """group -> [B, A_g, *obs] -> per group [B, A_g, O_g] (flattened; `lead` axes kept)."""
         return tuple(obs[g.name].reshape(obs[g.name].shape[:lead] + (-1,)) for g in groups)
 
+    def episode_starts(reset: dict) -> Array:
+        """group -> [..., A_g] bool -> [...]: where every agent's reset flag is set (an episode starts)."""
+        return jnp.all(jnp.concatenate([reset[g.name] for g in groups], axis=-1), axis=-1)
+
     def forget(memory: dict, reset: dict) -> dict:
         """The memory zeroed where an episode starts: reset group -> [..., A_g] bool (every agent's)."""
-        starts = jnp.all(jnp.concatenate([reset[g.name] for g in groups], axis=-1), axis=-1)  # [...]
+        starts = episode_starts(reset)  # [...]
         return jax.tree.map(
             lambda m: jnp.where(starts.reshape(starts.shape + (1,) * (m.ndim - starts.ndim)), 0.0, m), memory
         )
@@ -238,21 +243,10 @@ def build(config: Config, env: EnvAdapter, *, layout: Layout = Layout(), correct
         policy outputs per group [L, E, A_g, n_g | 2d])."""
         batches = [minibatch[g.name][0] for g in groups]
         first = jax.tree.map(lambda m: m[0], batches[0].hidden)  # leaves [E, ...]
-
-        def one_step(memory, xs):
-            obs, actions, reset = xs
-            memory = forget(memory, reset)
-            values, rep, encoded = net.apply(p, memory["encoder"], obs, method=SableNetwork.encode_with_memory)
-            logits, decoded = net.apply(p, memory["decoder"], rep, actions, method=SableNetwork.decode_with_memory)
-            return {"encoder": encoded, "decoder": decoded}, (values, logits)
-
-        xs = (
-            observations({g.name: b.obs for g, b in zip(groups, batches, strict=True)}, 3),
-            tuple(b.action for b in batches),
-            {g.name: b.reset for g, b in zip(groups, batches, strict=True)},
-        )
-        _, (values, logits) = jax.lax.scan(one_step, first, xs)
-        return values, logits
+        starts = episode_starts({g.name: b.reset for g, b in zip(groups, batches, strict=True)})  # [L, E]
+        obs = observations({g.name: b.obs for g, b in zip(groups, batches, strict=True)}, 3)
+        actions = tuple(b.action for b in batches)
+        return cast(tuple, net.apply(p, first, starts, obs, actions, method=SableNetwork.over_steps))
 
     def loss_fn(params, minibatch: dict, hp: PPOHParams):
         """PPO per agent on a minibatch (group -> (GroupBatch, adv, target), leaves [L, E, A_g, ...]),

@@ -15,6 +15,7 @@ Across time steps (the recurrent Sable) each retention also keeps a memory of th
 tokens, decayed once per step and reset at episode starts: M_t = gamma M_{t-1} + sum_j k_j v_j^T
 over step t's tokens, and every token of step t adds q . (gamma M_{t-1}) to what it mixes within
 its step (`memory_read`, `memory_write`). With a zero memory that is the feed-forward form.
+`across_steps` computes the same for many consecutive steps at once (learning's replay).
 """
 
 from __future__ import annotations
@@ -91,6 +92,59 @@ def memory_after(memory: Array, written: Array, gamma: Array) -> Array:
     return memory * gamma[None, :, None, None] + written
 
 
+STEP_CHUNK_TOKENS = 64  # tokens (steps x agents) of one chunk of `across_steps`: its scores grow as their square
+
+
+def across_steps(
+    q: Array, k: Array, v: Array, memory: Array, starts: Array, gamma: Array, chunk_tokens: int = STEP_CHUNK_TOKENS
+) -> tuple[Array, Array]:
+    """What the earlier steps add to each token of L consecutive steps (`memory_read` of each step's memory),
+    and the memory after the last step (`memory_write` step after step), the memory forgotten before each
+    step where `starts`: q, k [L, E, N, H, dk], v [L, E, N, H, dv], memory [E, H, dk, dv] before the first
+    step, starts [L, E], gamma [H] -> (memory' [E, H, dk, dv], [L, E, N, H, dv]).
+
+    Step t reads c_t M_0 + sum_{s<t} D[t, s] sum_j k_j(s) v_j(s)^T with D[t, s] = gamma^(t-s) where no episode
+    starts in (s, t] (else 0) and c_t = gamma^(t+1) where none starts in [0, t]. In chunks of C steps (C N up
+    to `chunk_tokens` tokens, C dividing L): within a chunk that sum is the decayed quadratic form over its
+    C N tokens (batched matmuls), across chunks the memory carries it. Writing each step's sum of k v^T and
+    reading it back, as the step-by-step form does, moves a [dk, dv] matrix per step and environment: on a
+    CPU that took as long as the rest of the recurrent Sable's learning (docs/benchmarks.md)."""
+    L, E, N, H, dk = q.shape
+    C = max(c for c in range(1, L + 1) if L % c == 0 and (c * N <= chunk_tokens or c == 1))
+    t = jnp.arange(C)
+    lag = (t[:, None] - t[None, :]).astype(gamma.dtype)  # [C, C]: t - s
+    decay = gamma[:, None, None] ** jnp.maximum(lag, 0.0)  # [H, C, C]
+    power = gamma[None, :] ** (t[:, None] + 1.0)  # [C, H]: gamma^(t+1)
+    last = gamma[None, :] ** (C - 1.0 - t[:, None])  # [C, H]: step s's weight in the memory after the chunk
+
+    def tokens(x: Array) -> Array:  # [C, E, N, H, d] -> [E, H, C*N, d]
+        return jnp.transpose(x, (1, 3, 0, 2, 4)).reshape((E, H, C * N, x.shape[-1]))
+
+    def per_token(w: Array) -> Array:  # [E, H, C] -> [E, H, C*N, 1]: a step's weight for each of its tokens
+        return jnp.repeat(w, N, axis=-1)[..., None]
+
+    def one_chunk(m: Array, xs: tuple[Array, Array, Array, Array]) -> tuple[Array, Array]:
+        qc, kc, vc, sc = xs  # [C, E, N, H, d], starts [C, E]
+        episode = jnp.cumsum(sc.astype(jnp.int32), axis=0).T  # [E, C]: episodes started within the chunk so far
+        same = episode[:, :, None] == episode[:, None, :]  # [E, C(t), C(s)]
+        weights = jnp.where((same & (lag > 0))[:, None], decay[None], 0.0)  # [E, H, C, C]: D[t, s]
+        weights = jnp.repeat(jnp.repeat(weights, N, axis=-1), N, axis=-2)  # [E, H, C*N, C*N]
+        Q, K, V = tokens(qc), tokens(kc), tokens(vc)
+        scores = jnp.einsum("ehid,ehjd->ehij", Q, K) * weights
+        fresh = (episode == 0)[:, None, :].astype(Q.dtype)  # [E, 1, C]: no start in [0, t]
+        carried = per_token(fresh * power.T[None]) * jnp.einsum("ehid,ehdv->ehiv", Q, m)
+        out = jnp.einsum("ehij,ehjv->ehiv", scores, V) + carried  # [E, H, C*N, dv]
+        kept = (episode == episode[:, -1:])[:, None, :] * last.T[None]  # [E, H, C]: step s's weight in m'
+        m = fresh[..., -1:, None] * power[-1][None, :, None, None] * m + jnp.einsum(
+            "ehid,ehiv->ehdv", K * per_token(kept), V
+        )
+        return m, jnp.transpose(out.reshape((E, H, C, N, -1)), (2, 0, 3, 1, 4))  # [C, E, N, H, dv]
+
+    by_chunk = lambda x: x.reshape((L // C, C) + x.shape[1:])  # noqa: E731
+    memory, out = jax.lax.scan(one_chunk, memory, (by_chunk(q), by_chunk(k), by_chunk(v), by_chunk(starts)))
+    return memory, out.reshape((L,) + out.shape[2:])
+
+
 def full(q: Array, k: Array, v: Array) -> Array:
     """Every token mixes every token, undecayed: q, k [B, N, H, dk], v [B, N, H, dv] -> [B, N, H, dv]."""
     return jnp.einsum("bihd,bhdv->bihv", q, jnp.einsum("bjhd,bjhv->bhdv", k, v))
@@ -141,6 +195,16 @@ class MultiScaleRetention(nn.Module):
         q, k, v = self._qkv(x, x if kv is None else kv)
         mixed = self._mix(q, k, v) + memory_read(q, memory, self.gamma)
         return memory_write(memory, k, v, self.gamma), self._finish(x, mixed)
+
+    def over_steps(self, memory: Array, starts: Array, x: Array, kv: Array | None = None) -> tuple[Array, Array]:
+        """`with_memory` over L consecutive time steps at once: memory [E, H, dk, dv] before the first,
+        starts [L, E] (the memory forgotten before that step), x [L, E, N, D] (kv [L, E, N, D]) ->
+        (the memory after the last step, [L, E, N, D]). Every projection and mix runs on all L steps
+        as one batch (`across_steps`)."""
+        q, k, v = self._qkv(x, x if kv is None else kv)  # [L, E, N, H, d]
+        within = self._mix(*(y.reshape((-1,) + y.shape[2:]) for y in (q, k, v))).reshape(v.shape)
+        memory, earlier = across_steps(q, k, v, memory, starts, self.gamma)
+        return memory, self._finish(x, within + earlier)
 
     def step(self, state: Array, x: Array, kv: Array | None = None) -> tuple[Array, Array]:
         """One token of the causal form: state [B, H, dk, dv], x [B, D] (kv [B, D]) -> (state', [B, D])."""

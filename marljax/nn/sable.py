@@ -17,6 +17,8 @@ the retention states as carry. Both give the same log-probabilities (tests/test_
 
 Recurrent (the `*_with_memory` methods): every retention also reads a memory of the earlier time
 steps of its episode (`marljax.nn.retention`, decayed once per step), and returns it updated.
+Learning replays a run of consecutive steps with `over_steps`: every layer on all its steps at once,
+the memory's part as retention's chunked form over the steps (`retention.across_steps`).
 """
 
 from __future__ import annotations
@@ -71,7 +73,15 @@ class EncoderBlock(nn.Module):
 
     def with_memory(self, memory: Array, x: Array) -> tuple[Array, Array]:
         """x [B, N, D] after the earlier steps' memory [B, H, dk, dv] -> (memory', [B, N, D])."""
-        memory, mixed = self.mix.with_memory(memory, self.norm_mix(x))
+        return self._wired(partial(self.mix.with_memory, memory), x)
+
+    def over_steps(self, memory: Array, starts: Array, x: Array) -> tuple[Array, Array]:
+        """`with_memory` over L steps at once (`MultiScaleRetention.over_steps`): x [L, E, N, D]."""
+        return self._wired(partial(self.mix.over_steps, memory, starts), x)
+
+    def _wired(self, mix: Callable, x: Array) -> tuple[Array, Array]:
+        """The block around a retention that returns (its memory', its output)."""
+        memory, mixed = mix(self.norm_mix(x))
         x = x + mixed
         return memory, x + self.ff(self.norm_ff(x))
 
@@ -118,6 +128,14 @@ class DecoderBlock(nn.Module):
             partial(self.self_mix.with_memory, memory[0]),
             partial(self.cross_mix.with_memory, memory[1]),
         )
+        return self._wired(mix_self, mix_cross, x, rep)
+
+    def over_steps(
+        self, memory: tuple[Array, Array], starts: Array, x: Array, rep: Array
+    ) -> tuple[tuple[Array, Array], Array]:
+        """`with_memory` over L steps at once (`MultiScaleRetention.over_steps`): x, rep [L, E, N, D]."""
+        mix_self = partial(self.self_mix.over_steps, memory[0], starts)
+        mix_cross = partial(self.cross_mix.over_steps, memory[1], starts)
         return self._wired(mix_self, mix_cross, x, rep)
 
     def step_with_memory(self, state: tuple, memory: tuple[Array, Array], x: Array, rep: Array) -> tuple[tuple, Array]:
@@ -235,6 +253,25 @@ class SableNetwork(nn.Module):
             m, x = block.with_memory(m, x, rep)
             out.append(m)
         return self._policies(x), tuple(out)
+
+    def over_steps(self, memory: dict, starts: Array, obs: tuple[Array, ...], actions: tuple[Array, ...]):
+        """The recurrent network through L consecutive steps of E environments, as `encode_with_memory`
+        and `decode_with_memory` step after step (the memory forgotten where `starts`), with every layer
+        run on all L steps at once: memory as `zero_memory` [E, ...] before the first step, starts
+        [L, E], obs per group [L, E, A_g, O_g], actions per group [L, E, A_g(, d)] -> (values per group
+        [L, E, A_g], policy outputs per group [L, E, A_g, n_g | 2d]). Learning's replay."""
+        L, E = starts.shape
+        flat = lambda x: x.reshape((L * E,) + x.shape[2:])  # noqa: E731 [L, E, ...] -> [L*E, ...]
+        steps = lambda x: x.reshape((L, E) + x.shape[1:])  # noqa: E731 and back
+        x = steps(self._embed(tuple(flat(o) for o in obs)))  # [L, E, N, D]
+        for encoder, m in zip(self.encoder, memory["encoder"], strict=True):
+            x = encoder.over_steps(m, starts, x)[1]
+        values, rep = self._values(flat(x))
+        rep = steps(rep)
+        x = steps(self._tokens(flat(rep), tuple(flat(a) for a in actions)))
+        for decoder, m in zip(self.decoder, memory["decoder"], strict=True):
+            x = decoder.over_steps(m, starts, x, rep)[1]
+        return tuple(steps(v) for v in values), tuple(steps(p) for p in self._policies(flat(x)))
 
     def zero_state(self, batch: int) -> tuple:
         return tuple(block.zero_state(batch) for block in self.decoder)
