@@ -139,12 +139,17 @@ TIMED_CRITIC_SCRIPTS = ("mappo_homogenous_rnn_mpe", "mappo_homogenous_rnn_smax")
 # marljax bootstraps where the time limit cut the episode (replay.bootstrap_time_limit): on MPE, where it ends every
 # episode, the same targets. Without it marljax's VDN trailed JaxMARL's on spread by 0.8 per agent (docs/benchmarks.md)
 BOOTSTRAP_TIME_LIMIT_SCRIPTS = ("ql_rnn",)
+# These scripts and shaq.py and transf_qmix.py learn from every step of a stored rollout but its last, which serves
+# only as the bootstrap of the one before (on MPE, whose episodes fill one 26-step rollout, the next episode's first).
+# Learning from it as well left marljax's VDN 0.7 per agent behind JaxMARL's on spread at 1e7 steps (docs/benchmarks.md)
+SKIP_LAST_STEP_SCRIPTS = (*SHAQ_TRANSF_SCRIPTS, "ql_rnn")
 # Each setting above, turned on for its scripts' files; every other file keeps its plain default (off), since a file's
 # run takes no family defaults (MPE's turn each of these on for some algorithms; `translate` sets family_defaults=none)
 SCRIPT_SWITCHES = {
     "replay.reset_each_update": RESET_EACH_UPDATE_SCRIPTS,
     "critic.time": TIMED_CRITIC_SCRIPTS,
     "replay.bootstrap_time_limit": BOOTSTRAP_TIME_LIMIT_SCRIPTS,
+    "replay.skip_last_step": SKIP_LAST_STEP_SCRIPTS,
 }
 
 

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from marljax.algos import registry
 from marljax.algos.q_acting import QConfig
 from marljax.config import ConfigError, load_config
 from marljax.train.loop import train
@@ -104,6 +105,27 @@ def test_a_lambda_with_the_bootstrap_keeps_the_cuts_and_stops_its_return_there(a
     np.testing.assert_array_equal(data["cut"], np.arange(26)[None, :].repeat(4, axis=0) == 25)
     assert not data["done"].any() and float(m.episodes.count) == 4
     assert np.isfinite(float(m["loss_total"])) and float(m["loss_total"]) > 0
+
+
+@pytest.mark.parametrize("algo", ["iql", "vdn"])
+def test_skip_last_step_leaves_each_sequence_s_last_step_out_of_the_loss(algo):
+    """One learning step on a rollout whose last step's rewards are changed: with replay.skip_last_step (JaxMARL's
+    iql/vdn/qmix_rnn.py) the new parameters are bitwise the same (one-step targets: only the last step's target
+    reads its reward); without it (the control) they differ."""
+    changed = {}
+    for skip in (True, False):
+        config = load_config(None, [*SETTINGS, f"algo={algo}", "num_envs=4", "num_steps=8", "replay.buffer_size=4",
+                                    "replay.batch_size=4", "replay.gradient_steps=1", "replay.learning_starts=0",
+                                    "q.td_lambda=0", f"replay.skip_last_step={str(skip).lower()}"])  # fmt: skip
+        env = make_adapter(config)
+        state = make_trainer(config, env).init(jax.random.PRNGKey(0))
+        pieces = registry.get(algo).build(config, env)
+        _, batch = jax.jit(pieces.collect)(state.learner.params, state.actors, jax.random.PRNGKey(1))
+        other = batch._replace(traj={**batch.traj, "reward": batch.traj["reward"].at[-1].add(1.0)})
+        learn = jax.jit(pieces.learn)
+        runs = [learn(state.learner, state.extra, b, jax.random.PRNGKey(2))[0].params for b in (batch, other)]
+        changed[skip] = not _leaves_equal(*runs)
+    assert changed == {True: False, False: True}
 
 
 @pytest.mark.parametrize(

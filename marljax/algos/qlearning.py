@@ -159,6 +159,12 @@ class ReplayConfig:
         "(they bootstrap at every episode's end); with q.td_lambda > 0 the lambda-return stops there and takes "
         "the one-step target, so that it does not run on into the next episode",
     )
+    skip_last_step: bool = setting(
+        False,
+        "learn from every stored step but each sequence's last, as JaxMARL's iql/vdn/qmix_rnn.py do (their last "
+        "step serves only as the one before it's bootstrap); with replay.reset_each_update and one episode per "
+        "rollout that step is the next episode's first (docs/benchmarks.md, VDN at 1e7)",
+    )
 
     def check(self, config: Config) -> None:
         if self.buffer_size < config.num_envs:
@@ -373,7 +379,10 @@ def build(
             lam = swap(td_lambda * (1.0 - seq["cut"].astype(jnp.float32)))
             lam = lam if team is not None else lam[..., None]
         returns = swap(ops.q_lambda_returns(swap(reward), swap(done), swap(q_next), hp.gamma, lam))
-        return 0.5 * jnp.mean((q_now - jax.lax.stop_gradient(returns)) ** 2), (jnp.mean(q_now), stats)
+        error = (q_now - jax.lax.stop_gradient(returns)) ** 2  # [B, T(, N)]
+        if replay_cfg.skip_last_step:
+            error = error[:, :-1]
+        return 0.5 * jnp.mean(error), (jnp.mean(q_now), stats)
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
