@@ -108,7 +108,7 @@ def across_steps(
     to `chunk_tokens` tokens, C dividing L): within a chunk that sum is the decayed quadratic form over its
     C N tokens (batched matmuls), across chunks the memory carries it. Writing each step's sum of k v^T and
     reading it back, as the step-by-step form does, moves a [dk, dv] matrix per step and environment: on a
-    CPU that took as long as the rest of the recurrent Sable's learning (docs/benchmarks.md)."""
+    CPU that was 40% of the recurrent Sable's learning step (docs/benchmarks.md)."""
     L, E, N, H, dk = q.shape
     C = max(c for c in range(1, L + 1) if L % c == 0 and (c * N <= chunk_tokens or c == 1))
     t = jnp.arange(C)
@@ -126,14 +126,15 @@ def across_steps(
     def one_chunk(m: Array, xs: tuple[Array, Array, Array, Array]) -> tuple[Array, Array]:
         qc, kc, vc, sc = xs  # [C, E, N, H, d], starts [C, E]
         episode = jnp.cumsum(sc.astype(jnp.int32), axis=0).T  # [E, C]: episodes started within the chunk so far
-        same = episode[:, :, None] == episode[:, None, :]  # [E, C(t), C(s)]
-        weights = jnp.where((same & (lag > 0))[:, None], decay[None], 0.0)  # [E, H, C, C]: D[t, s]
-        weights = jnp.repeat(jnp.repeat(weights, N, axis=-1), N, axis=-2)  # [E, H, C*N, C*N]
         Q, K, V = tokens(qc), tokens(kc), tokens(vc)
-        scores = jnp.einsum("ehid,ehjd->ehij", Q, K) * weights
         fresh = (episode == 0)[:, None, :].astype(Q.dtype)  # [E, 1, C]: no start in [0, t]
-        carried = per_token(fresh * power.T[None]) * jnp.einsum("ehid,ehdv->ehiv", Q, m)
-        out = jnp.einsum("ehij,ehjv->ehiv", scores, V) + carried  # [E, H, C*N, dv]
+        out = per_token(fresh * power.T[None]) * jnp.einsum("ehid,ehdv->ehiv", Q, m)  # [E, H, C*N, dv]
+        if C > 1:  # (one step a chunk: no earlier step within it, and no N x N scores for many agents)
+            same = episode[:, :, None] == episode[:, None, :]  # [E, C(t), C(s)]
+            weights = jnp.where((same & (lag > 0))[:, None], decay[None], 0.0)  # [E, H, C, C]: D[t, s]
+            weights = jnp.repeat(jnp.repeat(weights, N, axis=-1), N, axis=-2)  # [E, H, C*N, C*N]
+            scores = jnp.einsum("ehid,ehjd->ehij", Q, K) * weights
+            out = out + jnp.einsum("ehij,ehjv->ehiv", scores, V)
         kept = (episode == episode[:, -1:])[:, None, :] * last.T[None]  # [E, H, C]: step s's weight in m'
         m = fresh[..., -1:, None] * power[-1][None, :, None, None] * m + jnp.einsum(
             "ehid,ehiv->ehdv", K * per_token(kept), V
