@@ -162,8 +162,8 @@ class ReplayConfig:
     skip_last_step: bool = setting(
         False,
         "learn from every stored step but each sequence's last, as JaxMARL's iql/vdn/qmix_rnn.py do (their last "
-        "step serves only as the one before it's bootstrap); with replay.reset_each_update and one episode per "
-        "rollout that step is the next episode's first (docs/benchmarks.md, VDN at 1e7)",
+        "step only bootstraps the one before it); with replay.reset_each_update and one episode per rollout that "
+        "step is the next episode's first (docs/benchmarks.md, VDN at 1e7)",
     )
 
     def check(self, config: Config) -> None:
