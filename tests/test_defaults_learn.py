@@ -60,10 +60,9 @@ MARGINS = {
 # in another order and its run drifts apart), 150-490 s each outside pytest (TransfQMix's 741-752 s here: by hand;
 # Sable's two at 8e5 fit a slice), and asserts
 # that seed's greedy return >= its no-op return + the case's floor, so the three together assert every seed, and
-# their mean, above no-op by the floor. The floor is re-derived from the fresh seeds measured for the case (the
-# recurrent Sable: these three alone and the three of the earlier vmapped run; the feed-forward Sable at 8e5 and
-# TransfQMix: these three): the smallest gain less 0.5, rounded down to 0.5. Measured one test per core,
-# 2026-11-29 (the feed-forward Sable's at 8e5: 2026-11-30).
+# their mean, above no-op by the floor. The floor is re-derived from the fresh seeds measured for the case (these
+# three alone; the recurrent Sable's also with the replay before 2026-11-30's): the smallest gain less 0.5, rounded
+# down to 0.5. Measured one test per core, 2026-11-29 (Sable's two at 8e5: 2026-11-30).
 PER_SEED_FLOORS = {
     # at 8e5 steps, seeds 7919 / 7920 / 7921 alone: +3.09 +3.14 +1.51 (253 / 241 / 237 s outside pytest, pinned to one
     # core, 2026-11-30, with learning's replay of all a run's steps at once; with the loop over them before it, +2.02

@@ -1,9 +1,10 @@
 """The recurrent Sable (`algo=sable recurrent=true`): retention's memory across time steps is the sum
 it defines, acting agent by agent with the memory gives the logits and memories learning computes
-for a whole step at once, learning's replay of many steps at once is the network step after step, a zero memory is the feed-forward network bitwise, the memory is
-forgotten where an episode starts, the behaviour log-probs recorded over a rollout that crosses
-episode ends are those learning replays, an exported policy carries the memory as the trainer does,
-and it learns (against no-op and random on the same episodes)."""
+for a whole step at once, learning's replay of many steps at once is the network step after step, a
+zero memory is the feed-forward network bitwise, the memory is forgotten where an episode starts,
+the behaviour log-probs recorded over a rollout that crosses episode ends are those learning
+replays, an exported policy carries the memory as the trainer does, and it learns (against no-op
+and random on the same episodes)."""
 
 from __future__ import annotations
 
@@ -160,8 +161,8 @@ def _stepwise(net, params, memory, starts, obs, actions):
 
 
 def test_learning_s_replay_of_all_steps_at_once_is_the_network_step_after_step():
-    """Learning's replay (`SableNetwork.over_steps`: every layer on all L steps at once, only the memory's
-    chain a scan) against the network step after step: 5 steps of 6 envs, heterogeneous groups, 2 blocks, 2
+    """Learning's replay (`SableNetwork.over_steps`: every layer on all L steps at once, the memory's part
+    in chunks of steps) against the network step after step: 5 steps of 6 envs, heterogeneous groups, 2 blocks, 2
     heads, a memory carried in and episodes starting at steps 0, 2 and 3 in some envs. Values, logits and
     the gradient of a loss on both, every leaf, to float reduction order (1e-5; the gradient's leaves to 5e-5
     of their largest entry); with no start the outputs differ (negative control)."""
@@ -223,16 +224,10 @@ def test_the_memory_is_carried_and_forgotten_where_an_episode_starts():
 
 
 def _replay(net, params, batch, reset, first):
-    """Learning's replay, written here: the memory through the rollout, forgotten at episode starts."""
-
-    def step(memory, xs):
-        obs, action, r = xs  # [E, A, O], [E, A], [E, A]
-        memory = jax.tree.map(lambda m: jnp.where(jnp.all(r, -1).reshape((-1,) + (1,) * (m.ndim - 1)), 0.0, m), memory)
-        values, logits, memory = _whole_step(net, params, memory, (obs,), (action,))
-        return memory, (values[0], logits[0])
-
-    _, out = jax.lax.scan(step, first, (batch.obs.reshape(batch.obs.shape[:3] + (-1,)), batch.action, reset))
-    return out
+    """Learning's replay, written here: the memory through the rollout (one group), forgotten at episode starts."""
+    obs = batch.obs.reshape(batch.obs.shape[:3] + (-1,))  # [T, E, A, O]
+    values, logits = _stepwise(net, params, first, jnp.all(reset, -1), (obs,), (batch.action,))
+    return values[0], logits[0]
 
 
 def test_the_rollout_s_log_probs_and_values_are_what_learning_replays_across_episode_ends():
