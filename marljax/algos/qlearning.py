@@ -163,8 +163,9 @@ class ReplayConfig:
         False,
         "learn from every stored step but each sequence's last, as JaxMARL's iql/vdn/qmix_rnn.py do (their last "
         "step only bootstraps the one before it); with replay.reset_each_update and one episode per rollout that "
-        "step is the next episode's first (docs/benchmarks.md, VDN and QMIX at 1e7; docs/jaxmarl_configs.md: at marljax's "
-        "own defaults it changed nothing measured)",
+        "step is the one the time limit ends, bootstrapped from the next episode's first observation "
+        "(docs/benchmarks.md, VDN and QMIX at 1e7; docs/jaxmarl_configs.md: at marljax's own defaults it changed "
+        "nothing measured)",
     )
 
     def check(self, config: Config) -> None:
