@@ -137,11 +137,13 @@ TIMED_CRITIC_SCRIPTS = ("mappo_homogenous_rnn_mpe", "mappo_homogenous_rnn_smax")
 # JaxMARL's iql/vdn/qmix_rnn.py (ql_rnn_* files) cut a step's target by the done stored with it, the previous
 # step's ("use next done because last done was saved for rnn re-init"), so they bootstrap at every episode's end.
 # marljax bootstraps where the time limit cut the episode (replay.bootstrap_time_limit): on MPE, where it ends every
-# episode, the same targets. Without it marljax's VDN trailed JaxMARL's on spread by 0.8 per agent (docs/benchmarks.md)
+# episode, the same targets. On MPE's 26-step rollouts, one whole episode each, the step the limit ends is the last,
+# which the files also leave out (below), so there it changes nothing; it matters where an episode ends mid-rollout
 BOOTSTRAP_TIME_LIMIT_SCRIPTS = ("ql_rnn",)
 # These scripts and shaq.py and transf_qmix.py learn from every step of a stored rollout but its last, which serves
-# only as the bootstrap of the one before (on MPE, whose episodes fill one 26-step rollout, the next episode's first).
-# Learning from it as well left marljax's VDN 0.7 per agent behind JaxMARL's on spread at 1e7 steps (docs/benchmarks.md)
+# only as the bootstrap of the one before (on MPE, one 26-step episode a rollout, the step the time limit ends, whose
+# target bootstraps from the next episode's first observation). Learning from it as well left marljax's VDN 0.7 per
+# agent behind JaxMARL's on spread at 1e7 steps, and QMIX level instead of ahead (docs/benchmarks.md)
 SKIP_LAST_STEP_SCRIPTS = (*SHAQ_TRANSF_SCRIPTS, "ql_rnn")
 # Each setting above, turned on for its scripts' files; every other file keeps its plain default (off), since a file's
 # run takes no family defaults (MPE's turn each of these on for some algorithms; `translate` sets family_defaults=none)

@@ -380,8 +380,8 @@ def test_shaq_and_transf_qmix_configs_answer_to_their_algorithms(tmp_path, name,
 def test_files_whose_script_resets_every_environment_each_update_say_so(tmp_path, name, algo):
     # shaq.py, transf_qmix.py and iql/vdn/qmix_rnn.py reset every env at each update's start; vdn_ff.py and
     # the CNN scripts (the controls) carry episodes across updates. iql/vdn/qmix_rnn.py alone cut a target by the
-    # previous step's done, so they bootstrap where an episode ends (replay.bootstrap_time_limit). The same three
-    # learn on every stored step but the last (replay.skip_last_step)
+    # previous step's done, so they bootstrap where an episode ends (replay.bootstrap_time_limit). All five scripts
+    # that reset each update learn on every stored step but the last (replay.skip_last_step)
     c = load_config(_write(tmp_path, name, BASE), [f"algo={algo}"])
     assert c.section(ReplayConfig).reset_each_update is name.startswith(("shaq", "transf_qmix", "ql_rnn"))
     assert c.section(ReplayConfig).bootstrap_time_limit is name.startswith("ql_rnn")
